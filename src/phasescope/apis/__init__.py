@@ -1,0 +1,1 @@
+"""One module per wire protocol. Each knows its format and nothing about experiments."""

@@ -1,0 +1,82 @@
+"""What every API client shares: where to send (:class:`Target`) and what to send (:class:`GenRequest`).
+
+A client module exposes ``async def send(session, target, req) -> RequestRecord`` that never
+raises for a server-side failure: the failure is recorded (``ok=False``, ``error_kind``,
+``error_message``) so that every request leaves a record. Callers that want an exception (probe's
+single requests) call :func:`raise_for_record`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+#: the API names users pass to ``--api``
+API_NAMES = ("auto", "openai", "chat", "ollama", "llamacpp")
+
+
+def redact_url(url: str) -> str:
+    """The URL without user:password@ and without query strings (which may hold keys)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    if ":" in (parts.hostname or "") and not host.startswith("["):
+        host = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+@dataclass
+class Timeouts:
+    """Seconds; ``None`` disables. Each maps to its own error class in :mod:`phasescope.errors`."""
+
+    connect_s: float | None = 10.0
+    first_token_s: float | None = 300.0
+    between_tokens_s: float | None = 60.0
+
+
+@dataclass
+class Target:
+    """A server to measure. ``base_url`` has no trailing slash; ``api_key`` never leaves memory."""
+
+    base_url: str
+    api: str = "openai"  # openai | chat | ollama | llamacpp (resolved, never "auto")
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    engine: str | None = None  # vllm | sglang | tgi | llamacpp | ollama | unknown (from detection)
+    engine_version: str | None = None
+
+    @property
+    def display_url(self) -> str:
+        return redact_url(self.base_url)
+
+    def headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+
+@dataclass
+class GenRequest:
+    """One generation request, API-neutral.
+
+    ``prompt`` is text; ``prompt_token_ids`` (when set and the API accepts token ids) is sent
+    instead so the length is exact. ``ignore_eos`` asks for exactly ``max_tokens`` tokens where the
+    server supports it (vLLM/SGLang ``ignore_eos``+``min_tokens``, llama.cpp ``ignore_eos``/``n_predict``,
+    Ollama ``num_predict`` only caps). ``cache_prompt`` None = server default.
+    """
+
+    prompt: str
+    max_tokens: int = 128
+    prompt_token_ids: list[int] | None = None
+    prompt_tokens_expected: int | None = None
+    stream: bool = True
+    ignore_eos: bool = True
+    temperature: float = 0.0
+    cache_prompt: bool | None = None
+    id: str | None = None
+    tags: dict[str, Any] = field(default_factory=dict)
+    extra_body: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,70 @@
+"""The ``phasescope`` command line: a thin shell over the library.
+
+Each ``cli/cmd_*.py`` module defines its commands and a ``register(app)`` function; they are
+discovered here so that a command lives in one file. Commands parse, call one library function
+and print; they hold no logic. Every :class:`~phasescope.errors.PhasescopeError` becomes one line
+on stderr and its exit code.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+
+from phasescope import __version__
+from phasescope.errors import PhasescopeError
+
+app = typer.Typer(
+    name="phasescope",
+    help=(
+        "Measure LLM inference prefill (TTFT) and decode (tokens/s) apart on any self-hosted server, "
+        "next to their physical ceilings, and say what to change. With no URL, commands that need a "
+        "server start the embedded llama.cpp engine."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"phasescope {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """phasescope: prefill and decode, measured apart."""
+
+
+def _discover() -> None:
+    import phasescope.cli as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if info.name.startswith("cmd_"):
+            module = importlib.import_module(f"phasescope.cli.{info.name}")
+            register = getattr(module, "register", None)
+            if register is not None:
+                register(app)
+
+
+_discover()
+
+
+def main() -> None:
+    """Console-script entry point: run the app, turning our errors into one clear line."""
+    try:
+        app()
+    except PhasescopeError as exc:
+        print(f"phasescope: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("phasescope: interrupted", file=sys.stderr)
+        sys.exit(130)

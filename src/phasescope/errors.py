@@ -1,0 +1,142 @@
+"""Every failure a user can meet is one named error with one clear sentence.
+
+The CLI turns a :class:`PhasescopeError` into ``phasescope: error: <message>`` on stderr and
+its ``exit_code`` — never a traceback. Low-level exceptions (aiohttp, OSError, JSON) are mapped
+onto this hierarchy in one place per API module, as httpx does in ``map_exceptions``.
+
+Exit codes: 2 bad input (usage, files, unknown ids); 3 the target server failed us;
+4 the embedded engine could not be built or started; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+
+class PhasescopeError(Exception):
+    """Base class: a message a user can act on, and the process exit code."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message} ({self.hint})"
+
+
+# --- bad input -------------------------------------------------------------------------------
+class InputError(PhasescopeError):
+    """Bad input from the user: a missing file, malformed JSON, an unknown id, a bad flag value."""
+
+    exit_code = 2
+
+
+class UnknownDeviceError(InputError):
+    """A device id that is not in the catalog."""
+
+
+class UnknownModelError(InputError):
+    """A model id that is not in the catalog, or a config/GGUF we cannot read."""
+
+
+class UnknownQuantError(InputError):
+    """A quantization or dtype name we do not know the bits per weight of."""
+
+
+# --- the target server -----------------------------------------------------------------------
+class TargetError(PhasescopeError):
+    """The server we measure did not behave: nothing listening, wrong API, errors, timeouts."""
+
+    exit_code = 3
+
+
+class ConnectError(TargetError):
+    """Nothing is listening at the URL (connection refused / unreachable)."""
+
+
+class WrongApiError(TargetError):
+    """The server at the URL does not speak the API we were asked to use."""
+
+
+class ModelNotFoundError(TargetError):
+    """The server does not serve the requested model."""
+
+
+class AuthError(TargetError):
+    """HTTP 401/403: the API key is missing or wrong (the key itself is never printed)."""
+
+
+class OverloadedError(TargetError):
+    """HTTP 429/503: the server refused the request for load; ``retry_after_s`` when it said so."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after_s = retry_after_s
+
+
+class HttpError(TargetError):
+    """Any other HTTP error status, with the server's own error text."""
+
+    def __init__(self, message: str, *, status: int, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+
+
+class TimeoutError_(TargetError):
+    """Base of the timeouts (named with a trailing underscore to leave the builtin alone)."""
+
+
+class ConnectTimeout(TimeoutError_):
+    """Connecting to the server took longer than ``--connect-timeout``."""
+
+
+class FirstTokenTimeout(TimeoutError_):
+    """No first token within ``--ttft-timeout`` after the request was sent."""
+
+
+class InterTokenTimeout(TimeoutError_):
+    """The stream went silent for longer than ``--itl-timeout`` between tokens."""
+
+
+class StreamBrokenError(TargetError):
+    """The stream ended before completion ([DONE]/done) — connection cut or server died."""
+
+
+class MalformedEventError(TargetError):
+    """An event in the stream could not be parsed (not JSON, or not the expected shape)."""
+
+
+class ServerStreamError(TargetError):
+    """The server sent an error event in the middle of the stream."""
+
+
+# --- the embedded engine ----------------------------------------------------------------------
+class EngineError(PhasescopeError):
+    """The embedded llama-server could not be built, found or started."""
+
+    exit_code = 4
+
+
+#: error kind strings stored in RequestRecord.error_kind, one per class above
+def error_kind(exc: BaseException) -> str:
+    """A short stable string for a record's ``error_kind`` (e.g. ``connect``, ``first_token_timeout``)."""
+    table: list[tuple[type[BaseException], str]] = [
+        (ConnectTimeout, "connect_timeout"),
+        (FirstTokenTimeout, "first_token_timeout"),
+        (InterTokenTimeout, "inter_token_timeout"),
+        (ConnectError, "connect"),
+        (AuthError, "auth"),
+        (ModelNotFoundError, "model_not_found"),
+        (OverloadedError, "overloaded"),
+        (WrongApiError, "wrong_api"),
+        (HttpError, "http"),
+        (StreamBrokenError, "stream_broken"),
+        (MalformedEventError, "malformed_event"),
+        (ServerStreamError, "server_error_event"),
+        (TargetError, "target"),
+    ]
+    for cls, kind in table:
+        if isinstance(exc, cls):
+            return kind
+    return "client"

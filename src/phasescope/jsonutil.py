@@ -1,0 +1,27 @@
+"""JSON helpers used by every output: NaN/inf → null, dataclasses → dicts, numpy scalars → numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Return a structure ``json.dumps`` accepts, with non-finite floats as ``None``."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, (str, bytes)):  # numpy scalars
+        return to_jsonable(obj.item())
+    return obj
+
+
+def dumps(obj: Any, *, indent: int | None = None) -> str:
+    return json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, allow_nan=False)

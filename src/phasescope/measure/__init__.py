@@ -1,0 +1,1 @@
+"""Raw request records, clocks, exact-length prompts and statistics."""

@@ -1,0 +1,162 @@
+"""Metrics derived from a :class:`~phasescope.measure.records.RequestRecord` — one hop from the
+name to its definition. Seconds everywhere; ``None`` when the record cannot give the number.
+
+Definitions (compare ``vllm bench serve``, ``vllm/benchmarks/serve.py:calculate_metrics``):
+
+* ``ttft_s`` — request start → first event carrying output tokens (content *or* reasoning).
+  Role-only, empty and usage-only events are not tokens. Same as vLLM 0.33's TTFT.
+* ``ttft_net_s`` — connection ready (pre-transfer) → first token: TTFT minus connection setup,
+  as the seed does with curl's ``time_starttransfer - time_pretransfer``. vLLM has no such metric.
+* ``e2e_s`` — request start → last token-carrying event (vLLM's E2EL excludes the usage chunk
+  and ``[DONE]`` the same way); for non-streamed responses, start → body received.
+* ``tpot_s`` — (e2e − ttft) / (output_tokens − 1), first token excluded; identical to vLLM's TPOT.
+* ``decode_tok_s`` — (output_tokens − 1) / (last token event − first token event): the decode
+  rate one user sees. 1/TPOT.
+* ``event_gaps_s`` — gaps between consecutive token-carrying events. This is what vLLM calls
+  "ITL"; we keep it under its honest name because one event may carry several tokens.
+* ``itl_s`` — per-token inter-token latency: an event carrying k tokens after a gap g contributes
+  k samples of g/k, so coalesced or speculative multi-token events do not inflate it. When
+  per-event counts are unknown but the total is known, tokens are spread evenly over events.
+* ``prefill_tok_s`` (client) — prompt_tokens / ttft_s (includes queueing and network).
+* ``server_prefill_tok_s`` / ``server_decode_tok_s`` — from server timings (llama.cpp
+  ``timings``, Ollama ``prompt_eval_*``/``eval_*``), evaluated tokens only: llama.cpp's
+  ``prompt_n`` and Ollama's duration both exclude cached prompt tokens.
+"""
+
+from __future__ import annotations
+
+from phasescope.measure.records import RequestRecord
+
+NS = 1e9
+
+
+def first_token_ns(r: RequestRecord) -> int | None:
+    for e in r.events:
+        if e.kind in ("content", "reasoning"):
+            return e.t_ns
+    return None
+
+
+def last_token_ns(r: RequestRecord) -> int | None:
+    for e in reversed(r.events):
+        if e.kind in ("content", "reasoning"):
+            return e.t_ns
+    return None
+
+
+def ttft_s(r: RequestRecord) -> float | None:
+    t = first_token_ns(r)
+    if t is None:
+        return None
+    return (t - r.t_start_ns) / NS
+
+
+def ttft_net_s(r: RequestRecord) -> float | None:
+    t = first_token_ns(r)
+    if t is None or r.t_conn_ready_ns is None:
+        return None
+    return (t - r.t_conn_ready_ns) / NS
+
+
+def connect_s(r: RequestRecord) -> float | None:
+    """Request start → connection ready (0 for a reused pooled connection)."""
+    if r.t_conn_ready_ns is None:
+        return None
+    return (r.t_conn_ready_ns - r.t_start_ns) / NS
+
+
+def queue_s(r: RequestRecord) -> float | None:
+    """Client-side wait: scheduled send time → actual start (concurrency cap or late loop)."""
+    if r.t_scheduled_ns is None:
+        return None
+    return max(0, r.t_start_ns - r.t_scheduled_ns) / NS
+
+
+def e2e_s(r: RequestRecord) -> float | None:
+    t = last_token_ns(r)
+    if t is None:
+        t = r.t_done_ns
+    if t is None:
+        return None
+    return (t - r.t_start_ns) / NS
+
+
+def _output_tokens(r: RequestRecord) -> int | None:
+    if r.output_tokens is not None:
+        return r.output_tokens
+    tok = r.token_events()
+    if not tok:
+        return None
+    if all(e.n_tokens is not None for e in tok):
+        return sum(int(e.n_tokens or 0) for e in tok)
+    return len(tok)
+
+
+def decode_tok_s(r: RequestRecord) -> float | None:
+    n = _output_tokens(r)
+    a, b = first_token_ns(r), last_token_ns(r)
+    if n is None or n < 2 or a is None or b is None or b <= a:
+        return None
+    return (n - 1) / ((b - a) / NS)
+
+
+def tpot_s(r: RequestRecord) -> float | None:
+    n = _output_tokens(r)
+    t, e = ttft_s(r), e2e_s(r)
+    if n is None or n < 2 or t is None or e is None:
+        return None
+    return (e - t) / (n - 1)
+
+
+def event_gaps_s(r: RequestRecord) -> list[float]:
+    ts = [e.t_ns for e in r.token_events()]
+    return [(b - a) / NS for a, b in zip(ts, ts[1:])]
+
+
+def itl_s(r: RequestRecord) -> list[float]:
+    """Per-token inter-token latencies (see module docstring)."""
+    tok = r.token_events()
+    if len(tok) < 2:
+        return []
+    counts: list[float]
+    if all(e.n_tokens is not None for e in tok):
+        counts = [float(e.n_tokens or 0) for e in tok]
+    else:
+        total = _output_tokens(r) or len(tok)
+        # the first event carries the first token; spread the rest evenly over later events
+        rest = max(total - 1, len(tok) - 1)
+        counts = [1.0] + [rest / (len(tok) - 1)] * (len(tok) - 1)
+    out: list[float] = []
+    for prev, cur, k in zip(tok, tok[1:], counts[1:]):
+        gap = (cur.t_ns - prev.t_ns) / NS
+        if k <= 0:
+            continue
+        whole = int(round(k))
+        if abs(k - whole) < 1e-9 and whole >= 1:
+            out.extend([gap / whole] * whole)
+        else:  # fractional spread: one weighted sample
+            out.append(gap / k)
+    return out
+
+
+def prefill_tok_s(r: RequestRecord) -> float | None:
+    t = ttft_s(r)
+    if t is None or t <= 0 or not r.prompt_tokens:
+        return None
+    return r.prompt_tokens / t
+
+
+def server_prefill_tok_s(r: RequestRecord) -> float | None:
+    s = r.server or {}
+    n, d = s.get("prompt_n"), s.get("prefill_s")
+    if not n or not d or d <= 0:
+        return None
+    return float(n) / float(d)
+
+
+def server_decode_tok_s(r: RequestRecord) -> float | None:
+    s = r.server or {}
+    n, d = s.get("predicted_n"), s.get("decode_s")
+    if not n or not d or d <= 0:
+        return None
+    return float(n) / float(d)

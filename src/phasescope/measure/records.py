@@ -1,0 +1,188 @@
+"""One :class:`RequestRecord` per request: raw monotonic-ns timestamps, counts with their source,
+server-side timings and the error, if any. Every metric is derived from records afterwards
+(:mod:`phasescope.measure.derive`), so a saved run can be re-analysed without re-running it.
+
+Records are appended to a JSONL file as each request completes (:class:`RecordWriter`), so Ctrl-C
+or a dying server still leaves a usable partial result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Iterable, Iterator
+
+SCHEMA_VERSION = 1
+
+#: kinds of streamed events; only ``content`` and ``reasoning`` carry output tokens
+EVENT_CONTENT = "content"
+EVENT_REASONING = "reasoning"
+EVENT_ROLE = "role"  # role-only opening delta (chat); never the first token
+EVENT_EMPTY = "empty"  # an event with no text and no tokens
+EVENT_USAGE = "usage"  # the final usage-only chunk
+TOKEN_EVENTS = (EVENT_CONTENT, EVENT_REASONING)
+
+#: where a token count came from, best first
+COUNT_SOURCES = ("usage", "server", "tokenizer", "events", "requested", "estimate")
+
+
+@dataclass
+class Event:
+    """One streamed event as the client saw it.
+
+    ``t_ns``: ``now_ns()`` right after the event was parsed out of the socket read.
+    ``n_tokens``: tokens this event carries when known (usage deltas, token ids, llama.cpp
+    ``tokens``); ``None`` when unknown (then derived metrics spread counts over events).
+    """
+
+    t_ns: int
+    kind: str = EVENT_CONTENT
+    n_tokens: int | None = None
+    n_chars: int = 0
+
+    def to_list(self) -> list[Any]:
+        return [self.t_ns, self.kind, self.n_tokens, self.n_chars]
+
+    @classmethod
+    def from_list(cls, row: list[Any]) -> "Event":
+        return cls(int(row[0]), str(row[1]), None if row[2] is None else int(row[2]), int(row[3]))
+
+
+@dataclass
+class RequestRecord:
+    """Everything known about one request. Timestamps are ``perf_counter_ns`` of one process.
+
+    t_scheduled_ns  when the load generator intended to send it (bench; ``None`` otherwise)
+    t_start_ns      just before the request was handed to the HTTP stack (TTFT starts here, as in
+                    ``vllm bench serve``)
+    t_conn_ready_ns connection ready to send (pre-transfer: after connect, or at reuse of a pooled
+                    connection) — curl's ``time_pretransfer``; TTFT net of connection starts here
+    t_headers_ns    response status line and headers received
+    events          every streamed event (see :class:`Event`)
+    t_done_ns       stream finished ([DONE], done:true, or the body of a non-streamed response)
+    """
+
+    id: str
+    api: str
+    target: str
+    model: str | None = None
+    stream: bool = True
+    # what was asked
+    prompt_tokens_requested: int | None = None
+    max_tokens: int | None = None
+    tags: dict[str, Any] = field(default_factory=dict)
+    # raw clock readings
+    wall_start_ns: int = 0
+    t_scheduled_ns: int | None = None
+    t_start_ns: int = 0
+    t_conn_ready_ns: int | None = None
+    t_headers_ns: int | None = None
+    events: list[Event] = field(default_factory=list)
+    t_done_ns: int | None = None
+    # counts and where they came from (see COUNT_SOURCES)
+    prompt_tokens: int | None = None
+    prompt_tokens_source: str | None = None
+    output_tokens: int | None = None
+    output_tokens_source: str | None = None
+    reasoning_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    # server-side timings normalised to seconds where the API reports them:
+    # prefill_s, decode_s, prompt_n, predicted_n, cache_n, load_s, total_s, queue_s, raw:{...}
+    server: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    stopped_early: bool | None = None  # fewer tokens than max_tokens with fixed-length intent
+    # outcome
+    ok: bool = False
+    http_status: int | None = None
+    error_kind: str | None = None
+    error_message: str | None = None
+    # who sent it (bench workers / Ray actors)
+    worker: str | None = None
+
+    # -- (de)serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["events"] = [e.to_list() for e in self.events]
+        d["schema"] = SCHEMA_VERSION
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RequestRecord":
+        d = dict(d)
+        d.pop("schema", None)
+        events = [Event.from_list(e) if isinstance(e, list) else Event(**e) for e in d.pop("events", [])]
+        known = {f.name for f in dataclasses.fields(cls)}
+        rec = cls(**{k: v for k, v in d.items() if k in known})
+        rec.events = events
+        return rec
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    # -- convenience views (raw only; metrics live in measure.derive) ------------------------
+    def token_events(self) -> list[Event]:
+        return [e for e in self.events if e.kind in TOKEN_EVENTS]
+
+
+class RecordWriter:
+    """Append records to a JSONL file, one line each, flushed and fsync'd as they complete.
+
+    Thread-safe; usable as a context manager. A killed process leaves every completed record
+    on disk (at worst a final partial line, which :func:`read_records` skips).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._fsync = fsync
+        self.count = 0
+
+    def write(self, record: RequestRecord) -> None:
+        line = record.to_json() + "\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+            if self._fsync:
+                os.fsync(self._fh.fileno())
+            self.count += 1
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
+    """Yield records from a JSONL file, skipping a truncated last line (interrupted writer)."""
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            yield RequestRecord.from_dict(d)
+
+
+def read_records(path: str | os.PathLike[str]) -> list[RequestRecord]:
+    return list(iter_records(path))
+
+
+def write_records(path: str | os.PathLike[str], records: Iterable[RequestRecord]) -> None:
+    with RecordWriter(path, fsync=False) as w:
+        for r in records:
+            w.write(r)
