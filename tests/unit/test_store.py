@@ -1,0 +1,294 @@
+"""The run store: round trip, filters, baselines, credentials, interruption, concurrency, migration."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from phasescope.apis.base import Target
+from phasescope.errors import InputError
+from phasescope.measure.records import Event, RequestRecord
+from phasescope.report import store as store_mod
+from phasescope.report.store import SCHEMA_VERSION, open_store
+
+
+def rec(i: int, target: str = "http://127.0.0.1:1", **kw: object) -> RequestRecord:
+    t0 = 1_000_000 * i
+    return RequestRecord(
+        id=f"q{i}",
+        api="openai",
+        target=target,
+        ok=True,
+        t_start_ns=t0,
+        events=[Event(t0 + 50_000_000), Event(t0 + 60_000_000)],
+        output_tokens=2,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    s = open_store(tmp_path)
+    assert s.db_path == tmp_path / "runs.db"
+    t = Target("http://127.0.0.1:8080/v1", api="chat", model="gemma", engine="llamacpp", engine_version="b6000")
+    with s.recording("probe", t, {"prompt_lengths": [128, 512]}, device="local") as run:
+        assert run.records_path == tmp_path / "records" / f"{run.id}.jsonl"
+        for i in range(5):
+            run.add(rec(i))
+        run.finish({"ttft_s": 0.05, "bad": float("nan")})
+    info = s.get(run.id)
+    assert info.status == "complete"
+    assert (info.kind, info.api, info.model, info.engine, info.engine_version, info.device) == (
+        "probe", "chat", "gemma", "llamacpp", "b6000", "local")
+    assert info.target == "http://127.0.0.1:8080/v1"
+    assert info.params == {"prompt_lengths": [128, 512]}
+    assert info.summary == {"ttft_s": 0.05, "bad": None}
+    assert info.n_records == 5 and info.ended_at is not None and info.ended_at >= info.started_at
+    assert [r.id for r in s.load_records(run.id)] == [f"q{i}" for i in range(5)]
+    assert s.get(run.id[:14]).id == run.id and s.get("latest").id == run.id
+    assert s.schema_version() == SCHEMA_VERSION
+
+
+def test_ids_unique_and_filters(tmp_path: Path) -> None:
+    s = open_store(tmp_path / "x.db")
+    ids = []
+    for kind, model, url in [("probe", "a", "http://h1:1"), ("bench", "a", "http://h2:2"), ("probe", "b", "http://h2:2")]:
+        with s.recording(kind, url, model=model) as run:
+            run.finish({})
+        ids.append(run.id)
+    assert len(set(ids)) == 3
+    assert [r.id for r in s.list_runs()] == ids[::-1]
+    assert {r.id for r in s.list_runs(kind="probe")} == {ids[0], ids[2]}
+    assert {r.id for r in s.list_runs(model="a")} == {ids[0], ids[1]}
+    assert {r.id for r in s.list_runs(target="h2:2")} == {ids[1], ids[2]}
+    assert {r.id for r in s.list_runs(target="http://user:pw@h1:1/")} == {ids[0]}
+    assert len(s.list_runs(limit=1)) == 1
+    with pytest.raises(InputError, match="no run"):
+        s.get("r1999")
+    with pytest.raises(InputError, match="ambiguous"):
+        s.get("r")
+
+
+def test_baselines(tmp_path: Path) -> None:
+    s = open_store(tmp_path)
+    with s.recording("probe") as a:
+        a.finish({})
+    with s.recording("probe") as b:
+        b.finish({})
+    assert s.get_baseline("main") is None
+    s.set_baseline("main", a.id)
+    assert s.get_baseline("main").id == a.id  # type: ignore[union-attr]
+    s.set_baseline("main", b.id)  # replaces
+    assert s.get_baseline("main").id == b.id  # type: ignore[union-attr]
+    assert s.baselines() == {"main": b.id}
+    with pytest.raises(InputError):
+        s.set_baseline("x", "nope")
+    s.delete(b.id)
+    assert s.get_baseline("main") is None and not b.records_path.exists()
+
+
+def _all_bytes(d: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in d.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize(
+    "url,key",
+    [
+        ("http://127.0.0.1:8000/v1", "sk-TOPSECRET-1234"),
+        ("http://alice:sk-TOPSECRET-1234@127.0.0.1:8000/v1", None),
+        ("http://127.0.0.1:8000/v1?api_key=sk-TOPSECRET-1234", None),
+        ("https://bob:hunter2pass@example.test/v1?token=sk-TOPSECRET-1234", "sk-TOPSECRET-1234"),
+    ],
+)
+def test_credentials_never_stored(tmp_path: Path, url: str, key: str | None) -> None:
+    s = open_store(tmp_path)
+    t = Target(url, api_key=key)
+    params = {"api_key": "sk-TOPSECRET-1234", "headers": {"Authorization": "Bearer sk-TOPSECRET-1234"},
+              "url": url, "note": "used sk-TOPSECRET-1234", "n": 1}
+    with s.recording("probe", t, params) as run:
+        run.add(rec(1, target=url, error_message="401 for key sk-TOPSECRET-1234"))
+        run.add(rec(2, target=url))
+        run.update(params=params, target=url)
+        run.finish({"echo": "sk-TOPSECRET-1234", "url": url})
+    with s.recording("bench", t) as run2:  # partial path too
+        run2.add(rec(3, target=url))
+        raise_ = False
+    assert not raise_
+    # force a checkpoint so the WAL content is in the main file as well; check every file anyway
+    with sqlite3.connect(s.db_path) as con:
+        con.execute("PRAGMA wal_checkpoint(FULL)")
+    blob = _all_bytes(tmp_path)
+    for secret in (b"sk-TOPSECRET-1234", b"hunter2pass", b"alice:", b"bob:"):
+        assert secret not in blob
+    info = s.get(run.id)
+    assert info.target is not None and "@" not in info.target and "?" not in info.target
+    assert info.params["n"] == 1 and "api_key" not in info.params and "headers" in info.params
+    assert "Authorization" not in info.params["headers"]
+    recs = s.load_records(run.id)
+    assert recs[0].error_message == "401 for key ***"
+
+
+def test_exception_and_ctrl_c_leave_partial(tmp_path: Path) -> None:
+    s = open_store(tmp_path)
+    with pytest.raises(RuntimeError):
+        with s.recording("bench") as run:
+            run.add(rec(1))
+            run.add(rec(2))
+            raise RuntimeError("server died")
+    info = s.get(run.id)
+    assert info.status == "partial" and info.n_records == 2 and "server died" in (info.error or "")
+    assert len(s.load_records(run.id)) == 2
+    with pytest.raises(KeyboardInterrupt):
+        with s.recording("bench") as run:
+            run.add(rec(1))
+            raise KeyboardInterrupt
+    assert s.get(run.id).status == "partial" and s.get(run.id).error == "interrupted"
+    with s.recording("probe") as run:
+        run.finish({"n": 1}, status="partial")
+    assert s.get(run.id).status == "partial" and s.get(run.id).summary == {"n": 1}
+
+
+def test_killed_process_leaves_partial_with_records(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_store import rec
+        from phasescope.report.store import open_store
+        s = open_store({str(tmp_path)!r})
+        with s.recording("bench", "http://127.0.0.1:9") as run:
+            print(run.id, flush=True)
+            for i in range(10_000):
+                run.add(rec(i))
+                print(i + 1, flush=True)
+                time.sleep(0.01)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    run_id = p.stdout.readline().strip()
+    n = 0
+    while n < 5:
+        n = int(p.stdout.readline())
+    s = open_store(tmp_path)
+    assert s.get(run_id).status == "running"  # alive: not mistaken for dead
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    info = s.get(run_id)
+    assert info.status == "partial" and "died" in (info.error or "")
+    assert info.n_records >= n
+    assert len(s.load_records(run_id)) == info.n_records
+    assert [r.status for r in s.list_runs(status="partial")] == ["partial"]
+
+
+def _thread_writer(path: Path, k: int, out: list[str]) -> None:
+    s = open_store(path)
+    for j in range(3):
+        with s.recording("bench", f"http://127.0.0.1:{k}", {"k": k, "j": j}) as run:
+            for i in range(10):
+                run.add(rec(i))
+            run.finish({"k": k, "j": j})
+        out.append(run.id)
+
+
+def test_concurrent_threads(tmp_path: Path) -> None:
+    out: list[str] = []
+    ts = [threading.Thread(target=_thread_writer, args=(tmp_path, k, out)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    s = open_store(tmp_path)
+    runs = s.list_runs(limit=None)
+    assert len(runs) == 24 and len(set(out)) == 24
+    assert all(r.status == "complete" and r.n_records == 10 for r in runs)
+    assert all(len(s.load_records(r.id)) == 10 for r in runs)
+    assert sorted((r.params["k"], r.params["j"]) for r in runs) == [(k, j) for k in range(8) for j in range(3)]
+
+
+def _proc_writer(path: str, k: int) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    _thread_writer(Path(path), k, [])
+
+
+def test_concurrent_processes(tmp_path: Path) -> None:
+    ctx = mp.get_context("spawn")  # fresh interpreters racing on a fresh database (and its migration)
+    ps = [ctx.Process(target=_proc_writer, args=(str(tmp_path), k)) for k in range(4)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(60)
+    assert [p.exitcode for p in ps] == [0] * 4
+    s = open_store(tmp_path)
+    runs = s.list_runs(limit=None)
+    assert len(runs) == 12 and all(r.status == "complete" and r.n_records == 10 for r in runs)
+    assert s.schema_version() == SCHEMA_VERSION
+
+
+def test_migrates_v1_database(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "r1.jsonl").write_text(rec(7).to_json() + "\n")
+    con = sqlite3.connect(db)
+    for stmt in store_mod._MIGRATIONS[1]:
+        con.execute(stmt)
+    con.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    con.execute("INSERT INTO schema_version VALUES (1)")
+    con.execute(
+        "INSERT INTO runs (id, kind, target, model, params, started_at, ended_at, status, summary, records_path, "
+        "n_records) VALUES ('r1', 'probe', 'http://h:1', 'm', '{\"a\": 1}', 100.0, 101.0, 'complete', "
+        "'{\"ttft_s\": 0.1}', 'records/r1.jsonl', 1)"
+    )
+    con.commit()
+    con.close()
+    s = open_store(db)
+    assert s.schema_version() == 2
+    info = s.get("r1")
+    assert (info.kind, info.model, info.params, info.summary, info.status) == ("probe", "m", {"a": 1}, {"ttft_s": 0.1}, "complete")
+    assert info.engine is None and info.engine_version is None
+    assert [r.id for r in s.load_records("r1")] == ["q7"]
+    s.set_baseline("old", "r1")  # the v2 table exists
+    with s.recording("probe", engine="vllm", engine_version="0.11") as run:
+        run.finish({})
+    assert s.get(run.id).engine_version == "0.11"
+    open_store(db)  # idempotent
+
+
+def test_newer_schema_refused(tmp_path: Path) -> None:
+    s = open_store(tmp_path)
+    with sqlite3.connect(s.db_path) as con:
+        con.execute("UPDATE schema_version SET version = 99")
+    with pytest.raises(InputError, match="newer"):
+        open_store(tmp_path)
+
+
+def test_default_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PHASESCOPE_STORE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert store_mod.default_store_path() == tmp_path / "xdg" / "phasescope" / "runs.db"
+    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "custom.db"))
+    assert open_store().db_path == tmp_path / "custom.db"
+    d = tmp_path / "dir"
+    d.mkdir()
+    monkeypatch.setenv("PHASESCOPE_STORE", str(d))
+    assert open_store().db_path == d / "runs.db"
+
+
+def test_unwritable_location_is_input_error(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(InputError, match="cannot create"):
+        open_store(f / "sub" / "runs.db")
+    bad = tmp_path / "garbage.db"
+    bad.write_bytes(b"not a database" * 100)
+    with pytest.raises(InputError):
+        open_store(bad)
