@@ -52,7 +52,7 @@ def find_tool(name: str, llama_server: Path | None = None) -> Path:
 
 
 def binary_version(path: Path, timeout_s: float = 30.0) -> str:
-    """The first line of ``<binary> --version`` (e.g. ``version: 0.5.0-dev (build 1, commit 0c1e570)``).
+    """The version ``<binary> --version`` prints, e.g. ``0.5.0-dev (build 1, commit 0c1e570)``.
 
     Raises :class:`EngineError` when the binary does not run (missing libraries, wrong CPU...).
     """
@@ -70,4 +70,4 @@ def binary_version(path: Path, timeout_s: float = 30.0) -> str:
     if proc.returncode != 0 or version is None:
         last = lines[-1] if lines else f"exit status {proc.returncode}"
         raise EngineError(f"{path} --version failed: {last}")
-    return version
+    return version.split(":", 1)[1].strip()
