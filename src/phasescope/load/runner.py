@@ -1,0 +1,403 @@
+"""The async load runner: one event loop, one aiohttp session, requests sent at their scheduled times.
+
+Timing rules (why the numbers can be trusted):
+
+* Every request gets three client-side instants on this process's monotonic clock:
+  ``t_scheduled_ns`` (t0 + planned offset), ``tags["t_slot_ns"]`` (a concurrency slot was free and
+  the request was handed to the client) and ``t_start_ns`` (set by the API client just before the
+  HTTP stack). **Client queue time** = ``t_slot − t_scheduled`` (the ``--max-concurrency`` cap held
+  it back; vLLM's ``client_queue_time``) and **send lag** = ``t_start − max(t_scheduled, t_slot)``
+  (the client was late: timer resolution, a busy loop). TTFT/E2E start at ``t_start`` as in
+  ``vllm bench serve``, so neither is inside the server latencies.
+* Records are written by a background thread (JSONL, fsync per record) so disk I/O never blocks the
+  event loop, and each record is on disk as soon as its request completes.
+* The runner watches itself (:class:`HealthMonitor`): event-loop lag sampled every 10 ms, process
+  CPU time over wall time, and send lag; :func:`health_warnings` turns them into warnings that say
+  what to change, in the spirit of hyperfine's warnings.
+* Stop conditions: schedule exhausted, ``duration_s`` elapsed (no new sends; in-flight requests
+  finish), ``stop`` event set (Ctrl-C: in-flight requests are cancelled), or the server looks dead
+  (``abort_after_errors`` consecutive connection-level failures) — always leaving a partial result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Sequence
+
+import aiohttp
+
+from phasescope.apis.base import GenRequest, Target
+from phasescope.errors import error_kind
+from phasescope.load.schedule import Schedule, ScheduledRequest
+from phasescope.load.workload import WorkItem
+from phasescope.measure.clock import now_ns, wall_ns
+from phasescope.measure.records import RecordWriter, RequestRecord
+
+SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
+OnRecord = Callable[[RequestRecord], None]
+
+#: error kinds that mean "the server is not there any more" (used for the dead-server stop)
+CONNECTION_ERRORS = frozenset({"connect", "connect_timeout", "stream_broken"})
+
+
+class BackgroundWriter:
+    """Hands records to a :class:`RecordWriter` on a thread so fsync never blocks the event loop."""
+
+    def __init__(self, writer: RecordWriter | None) -> None:
+        self._writer = writer
+        self._q: "queue.SimpleQueue[RequestRecord | None]" = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        if writer is not None:
+            self._thread = threading.Thread(target=self._loop, name="phasescope-records", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        assert self._writer is not None
+        while True:
+            rec = self._q.get()
+            if rec is None:
+                return
+            self._writer.write(rec)
+
+    def put(self, rec: RequestRecord) -> None:
+        if self._thread is not None:
+            self._q.put(rec)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = None
+
+
+@dataclass
+class RunnerHealth:
+    """How well the client kept up. Milliseconds; ``cpu_percent`` of one core (process time / wall)."""
+
+    loop_lag_ms_p50: float | None = None
+    loop_lag_ms_p99: float | None = None
+    loop_lag_ms_max: float | None = None
+    cpu_percent: float | None = None
+    send_lag_ms_p50: float | None = None
+    send_lag_ms_p99: float | None = None
+    send_lag_ms_max: float | None = None
+    loop_samples: int = 0
+
+    @classmethod
+    def merge(cls, parts: Sequence["RunnerHealth"]) -> "RunnerHealth":
+        """Worst case over processes (each process is its own client)."""
+        def mx(name: str) -> float | None:
+            vals = [getattr(p, name) for p in parts if getattr(p, name) is not None]
+            return max(vals) if vals else None
+        return cls(**{n: mx(n) for n in ("loop_lag_ms_p50", "loop_lag_ms_p99", "loop_lag_ms_max", "cpu_percent",
+                                          "send_lag_ms_p50", "send_lag_ms_p99", "send_lag_ms_max")},
+                   loop_samples=sum(p.loop_samples for p in parts))
+
+
+class HealthMonitor:
+    """Samples event-loop lag (a 10 ms sleep that overshoots = the loop was busy) and CPU use."""
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        self.interval_s = interval_s
+        self.lags_ns: list[int] = []
+        self._task: asyncio.Task[None] | None = None
+        self._cpu0 = 0.0
+        self._wall0 = 0
+
+    async def _run(self) -> None:
+        iv = int(self.interval_s * 1e9)
+        while True:
+            t = now_ns()
+            await asyncio.sleep(self.interval_s)
+            self.lags_ns.append(max(0, now_ns() - t - iv))
+
+    def start(self) -> None:
+        self._cpu0 = time.process_time()
+        self._wall0 = now_ns()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self, send_lags_ns: Sequence[int]) -> RunnerHealth:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        wall = (now_ns() - self._wall0) / 1e9
+        cpu = time.process_time() - self._cpu0
+        import numpy as np
+
+        h = RunnerHealth(cpu_percent=100.0 * cpu / wall if wall > 0 else None, loop_samples=len(self.lags_ns))
+        if self.lags_ns:
+            a = np.asarray(self.lags_ns, dtype=float) / 1e6
+            h.loop_lag_ms_p50, h.loop_lag_ms_p99, h.loop_lag_ms_max = (
+                float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.max()))
+        if send_lags_ns:
+            a = np.asarray(send_lags_ns, dtype=float) / 1e6
+            h.send_lag_ms_p50, h.send_lag_ms_p99, h.send_lag_ms_max = (
+                float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.max()))
+        return h
+
+
+def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float | None = None,
+                    requested_rate: float | None = None) -> list[str]:
+    """Hyperfine-style warnings: what happened, why it matters, what to change."""
+    out: list[str] = []
+    if h.loop_lag_ms_p99 is not None and h.loop_lag_ms_p99 > 5.0:
+        out.append(
+            f"The client's event loop lagged {h.loop_lag_ms_p99:.1f} ms at p99 (max {h.loop_lag_ms_max:.1f} ms): "
+            "token timestamps may include client delay, so TTFT/ITL can read high. "
+            f"Spread the load with --workers {max(2, workers * 2)} or lower the concurrency.")
+    if h.cpu_percent is not None and h.cpu_percent > 85.0:
+        out.append(
+            f"The client used {h.cpu_percent:.0f}% of a CPU core: it is near saturation and may be skewing "
+            f"latencies. Use --workers {max(2, workers * 2)}.")
+    if h.send_lag_ms_p99 is not None and h.send_lag_ms_p99 > 10.0:
+        out.append(
+            f"Requests left {h.send_lag_ms_p99:.1f} ms late at p99 (max {h.send_lag_ms_max:.1f} ms) versus their "
+            "schedule: the offered load was lower than requested. Use --workers or a lower --request-rate.")
+    if (achieved_rate is not None and requested_rate is not None and math.isfinite(requested_rate)
+            and requested_rate > 0 and achieved_rate < 0.9 * requested_rate):
+        out.append(
+            f"Achieved send rate {achieved_rate:.2f} req/s is below the requested {requested_rate:.2f} req/s "
+            "(a --max-concurrency cap, a slow server or a busy client held requests back).")
+    return out
+
+
+@dataclass
+class RunResult:
+    """What one runner (one process) did. ``records`` excludes warm-ups."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    warmup_records: list[RequestRecord] = field(default_factory=list)
+    t0_ns: int = 0
+    wall_t0_ns: int = 0
+    t_end_ns: int = 0
+    scheduled: int = 0
+    sent: int = 0
+    cancelled: int = 0
+    aborted: str | None = None  # why the run stopped early (dead server)
+    interrupted: bool = False  # Ctrl-C / stop event
+    hit_duration: bool = False
+    health: RunnerHealth = field(default_factory=RunnerHealth)
+    worker: str | None = None
+
+    @property
+    def partial(self) -> bool:
+        return self.interrupted or self.aborted is not None
+
+
+def make_request(item: WorkItem, sr: ScheduledRequest, *, run_id: str, ignore_eos: bool = True,
+                 extra_body: dict[str, Any] | None = None) -> GenRequest:
+    out_len = sr.output_len if sr.output_len is not None else item.output_len
+    prefix = "w" if sr.warmup else ""
+    return GenRequest(
+        prompt=item.prompt,
+        max_tokens=out_len,
+        prompt_token_ids=item.prompt_token_ids,
+        prompt_tokens_expected=item.input_len,
+        stream=True,
+        ignore_eos=ignore_eos,
+        id=f"{run_id}-{prefix}{sr.index}",
+        tags={"index": sr.index, "item": sr.item, **({"group": item.group} if item.group is not None else {})},
+        extra_body=dict(extra_body or {}),
+    )
+
+
+def new_session(limit: int = 0) -> aiohttp.ClientSession:
+    """One session for the whole run. ``limit=0``: no connection-pool cap — aiohttp's default of
+    100 silently queues streams above 100 and inflates TTFT (gpustack PR #2324)."""
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+
+
+async def run_load(
+    schedule: Schedule,
+    items: Sequence[WorkItem],
+    target: Target,
+    *,
+    send: SendFn,
+    max_concurrency: int | None = None,
+    writer: RecordWriter | None = None,
+    on_record: OnRecord | None = None,
+    stop: asyncio.Event | None = None,
+    worker: str | None = None,
+    run_id: str = "run",
+    session: aiohttp.ClientSession | None = None,
+    start_gate: Callable[[], Awaitable[int]] | None = None,
+    abort_after_errors: int = 8,
+    drain_timeout_s: float | None = None,
+    ignore_eos: bool = True,
+    extra_body: dict[str, Any] | None = None,
+) -> RunResult:
+    """Send ``schedule`` (items indexed by ``ScheduledRequest.item``) and return every record.
+
+    ``start_gate``: awaited after the warm-ups; returns t0 on this process's ``now_ns`` clock
+    (multi-process runs align their t0 on the wall clock through it). Default: now.
+    ``drain_timeout_s``: after a ``duration_s`` stop, in-flight requests get this long to finish
+    before being cancelled (None = wait for them).
+    """
+    if not items:
+        raise ValueError("no workload items")
+    res = RunResult(worker=worker)
+    stop = stop or asyncio.Event()
+    own_session = session is None
+    sess = session or new_session()
+    bw = BackgroundWriter(writer)
+    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+    send_lags: list[int] = []
+    consecutive_conn_errors = 0
+    in_flight: set[asyncio.Task[None]] = set()
+    monitor = HealthMonitor()
+
+    async def one(sr: ScheduledRequest, sched_ns: int, holding: bool) -> None:
+        nonlocal consecutive_conn_errors
+        if sem is not None and not holding:
+            await sem.acquire()
+        t_slot = now_ns()
+        item = items[sr.item % len(items)]
+        req = make_request(item, sr, run_id=run_id, ignore_eos=ignore_eos, extra_body=extra_body)
+        try:
+            try:
+                rec = await send(sess, target, req)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a client bug must still leave a record
+                rec = RequestRecord(id=req.id or "", api=target.api, target=target.display_url, model=target.model,
+                                    t_start_ns=t_slot, wall_start_ns=wall_ns(), ok=False,
+                                    error_kind=error_kind(exc), error_message=f"{type(exc).__name__}: {exc}")
+        finally:
+            if sem is not None:
+                sem.release()
+        rec.t_scheduled_ns = sched_ns
+        rec.tags = {**req.tags, **(rec.tags or {}), "t_slot_ns": t_slot}
+        if sr.warmup:
+            rec.tags["warmup"] = True
+        rec.worker = worker
+        if not sr.warmup:
+            send_lags.append(max(0, rec.t_start_ns - max(sched_ns, t_slot)))
+            if not rec.ok and rec.error_kind in CONNECTION_ERRORS:
+                consecutive_conn_errors += 1
+                if consecutive_conn_errors >= abort_after_errors and res.aborted is None:
+                    res.aborted = (f"the server stopped answering: {consecutive_conn_errors} requests in a row failed "
+                                   f"({rec.error_kind}: {rec.error_message or 'no detail'})")
+                    stop.set()
+            elif rec.ok:
+                consecutive_conn_errors = 0
+            res.records.append(rec)
+        else:
+            res.warmup_records.append(rec)
+        bw.put(rec)
+        if on_record is not None and not sr.warmup:
+            on_record(rec)
+
+    def spawn(sr: ScheduledRequest, sched_ns: int, holding: bool) -> None:
+        t = asyncio.get_running_loop().create_task(one(sr, sched_ns, holding))
+        in_flight.add(t)
+        t.add_done_callback(in_flight.discard)
+
+    try:
+        # warm-ups: before t0, capped like the run, all finished before measuring starts
+        for w in schedule.warmups:
+            if stop.is_set():
+                break
+            spawn(w, now_ns(), False)
+        if in_flight:
+            await _wait_or_stop(set(in_flight), stop)
+        if stop.is_set():
+            res.interrupted = res.aborted is None
+            return res
+
+        t0 = await start_gate() if start_gate is not None else now_ns()
+        res.t0_ns = t0
+        res.wall_t0_ns = wall_ns() - (now_ns() - t0)
+        monitor.start()
+        dur_ns = int(schedule.duration_s * 1e9) if schedule.duration_s else None
+        closed = sem is not None
+        stop_wait = asyncio.get_running_loop().create_task(stop.wait())
+        try:
+            for sr in schedule.iter_requests():
+                if stop.is_set():
+                    break
+                sched = t0 + int(sr.offset_s * 1e9)
+                delay = sched - now_ns()
+                if delay > 0:
+                    await asyncio.wait({stop_wait}, timeout=delay / 1e9)
+                    if stop.is_set():
+                        break
+                if dur_ns is not None and now_ns() - t0 >= dur_ns:
+                    res.hit_duration = True
+                    break
+                holding = False
+                if closed and sr.offset_s == 0.0 and sem is not None:
+                    # closed loop: wait for a slot here so tasks are created only as slots free up
+                    acq = asyncio.get_running_loop().create_task(sem.acquire())
+                    done, _ = await asyncio.wait({acq, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                    if acq not in done:
+                        acq.cancel()
+                        try:
+                            await acq
+                        except asyncio.CancelledError:
+                            pass
+                        else:
+                            sem.release()
+                        break
+                    holding = True
+                    if dur_ns is not None and now_ns() - t0 >= dur_ns:
+                        sem.release()
+                        res.hit_duration = True
+                        break
+                res.scheduled += 1
+                spawn(sr, sched, holding)
+                res.sent += 1
+                # let the new task start before scheduling more (keeps send order = schedule order)
+                await asyncio.sleep(0)
+            # drain
+            if in_flight and not stop.is_set():
+                timeout = drain_timeout_s if res.hit_duration else None
+                await _wait_or_stop(set(in_flight), stop, timeout)
+        finally:
+            stop_wait.cancel()
+        if stop.is_set():
+            res.interrupted = res.aborted is None
+            if res.aborted is not None and in_flight:
+                # a dead server fails the rest quickly; give them a moment to record their errors
+                await _wait_or_stop(set(in_flight), asyncio.Event(), 5.0)
+    finally:
+        res.cancelled = len(in_flight)
+        for t in list(in_flight):
+            t.cancel()
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)
+        res.t_end_ns = now_ns()
+        res.health = await monitor.stop(send_lags) if monitor._task is not None else RunnerHealth()
+        bw.close()
+        if own_session:
+            await sess.close()
+    return res
+
+
+async def _wait_or_stop(tasks: set[asyncio.Task[None]], stop: asyncio.Event, timeout: float | None = None) -> None:
+    """Wait for ``tasks`` until all are done, ``stop`` is set or ``timeout`` passes."""
+    if not tasks:
+        return
+    stopper = asyncio.get_running_loop().create_task(stop.wait())
+    try:
+        pending = set(tasks)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending and not stop.is_set():
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if left == 0.0:
+                break
+            done, pending = await asyncio.wait(pending | {stopper}, timeout=left,
+                                               return_when=asyncio.FIRST_COMPLETED)
+            pending.discard(stopper)
+            if not done:
+                break
+    finally:
+        stopper.cancel()

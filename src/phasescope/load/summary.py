@@ -1,0 +1,358 @@
+"""Summarize a load run: the metrics of ``vllm bench serve`` with the same names and meanings, plus
+the numbers it lacks (per-event gaps apart from per-token ITL, client queue time, achieved rate,
+errors by kind, token-count sources).
+
+Definitions (vLLM: ``vllm/benchmarks/serve.py:calculate_metrics``; per-record math in
+:mod:`phasescope.measure.derive`):
+
+* ``duration`` (s) — t0 (first dispatch) → last completion. Multi-process runs measure it on the
+  wall clock: each record's end is ``wall_start_ns + (end − t_start)`` (a duration on one process's
+  monotonic clock, placed on the shared wall clock).
+* ``completed`` / ``failed`` — successful / failed requests (warm-ups excluded);
+  ``errors_by_kind`` counts failures by ``error_kind``.
+* ``request_throughput`` = completed / duration; ``output_throughput`` = Σ output tokens / duration;
+  ``total_token_throughput`` = (Σ input + Σ output tokens) / duration (successful requests only).
+* ``ttft`` — request start → first token-carrying event (role-only deltas are not tokens).
+* ``tpot`` — (E2EL − TTFT) / (output tokens − 1), only for requests with > 1 token ("excl. 1st token").
+* ``itl`` — **per token**: an event carrying k tokens after a gap g contributes k samples of g/k.
+  vLLM's ``itl`` is per SSE event; with one token per event the two are identical. The per-event
+  numbers are reported as ``event_gap`` so multi-token events (speculative decoding,
+  ``--stream-interval``, packet coalescing) cannot be mistaken for slow tokens.
+* ``e2el`` — request start → last token-carrying event.
+* ``client_queue_time`` — scheduled send time → a concurrency slot was free (the ``--max-concurrency``
+  cap); ``e2el_including_client_queue`` = client queue + e2el (vLLM names) (what the user behind the cap waited).
+* statistics: ``mean``, ``median``, ``std`` (population), ``pXX`` (numpy linear interpolation),
+  all in ms, exactly as vLLM (``np.percentile``). Key pattern ``{stat}_{metric}_ms``.
+* ``request_goodput`` — requests meeting **every** given SLO (``ttft``, ``tpot``, ``e2el`` in ms;
+  a 1-token request's TPOT counts as 0, as in vLLM) ÷ duration.
+* ``max_concurrent_requests`` — exact sweep-line maximum of in-flight requests;
+  ``max_output_tokens_per_s`` — most output **tokens** (not events) in any 1-s bucket after t0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from phasescope.errors import InputError
+from phasescope.measure import derive
+from phasescope.measure.records import RequestRecord
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+METRICS = ("ttft", "tpot", "itl", "event_gap", "e2el", "client_queue_time", "e2el_including_client_queue")
+
+
+def parse_percentiles(text: str | Sequence[float] | None) -> tuple[float, ...]:
+    """``"50,90,99"`` → (50.0, 90.0, 99.0); each in (0, 100]."""
+    if text is None:
+        return DEFAULT_PERCENTILES
+    if isinstance(text, str):
+        parts = [p.strip() for p in text.replace(" ", ",").split(",") if p.strip()]
+        try:
+            vals = tuple(float(p) for p in parts)
+        except ValueError:
+            raise InputError(f"--percentiles takes numbers like 50,90,99 (got {text!r})") from None
+    else:
+        vals = tuple(float(p) for p in text)
+    if not vals or any(not 0 < p <= 100 for p in vals):
+        raise InputError("--percentiles values must be in (0, 100]")
+    return vals
+
+
+def parse_goodput(specs: Iterable[str] | str | None) -> dict[str, float]:
+    """``["ttft:500", "tpot:50"]`` (or one space-separated string) → {"ttft": 500.0, ...} in ms.
+    Same syntax as ``vllm bench serve --goodput``."""
+    if not specs:
+        return {}
+    if isinstance(specs, str):
+        specs = specs.split()
+    out: dict[str, float] = {}
+    for s in specs:
+        for part in str(s).split():
+            key, sep, val = part.partition(":")
+            key = key.strip().lower()
+            if not sep or key not in GOODPUT_METRICS:
+                raise InputError(f"--goodput takes ttft:MS tpot:MS e2el:MS (got {part!r})")
+            try:
+                ms = float(val)
+            except ValueError:
+                raise InputError(f"--goodput value for {key} must be milliseconds (got {val!r})") from None
+            if not ms > 0:
+                raise InputError(f"--goodput value for {key} must be positive")
+            out[key] = ms
+    return out
+
+
+def _pword(p: float) -> str:
+    """vLLM's key form: 99 → "99", 99.9 → "99.9"."""
+    return str(int(p)) if float(p).is_integer() else str(p)
+
+
+def stat_block(name: str, values_s: Sequence[float], percentiles: Sequence[float]) -> dict[str, float | None]:
+    """``{mean,median,std,pXX}_{name}_ms`` from seconds. Empty → None (vLLM would print 0)."""
+    a = np.asarray([v for v in values_s if v is not None and math.isfinite(v)], dtype=float) * 1000.0
+    out: dict[str, float | None] = {}
+    if a.size == 0:
+        out[f"mean_{name}_ms"] = out[f"median_{name}_ms"] = out[f"std_{name}_ms"] = None
+        for p in percentiles:
+            out[f"p{_pword(p)}_{name}_ms"] = None
+        return out
+    out[f"mean_{name}_ms"] = float(a.mean())
+    out[f"median_{name}_ms"] = float(np.median(a))
+    out[f"std_{name}_ms"] = float(a.std())
+    for p in percentiles:
+        out[f"p{_pword(p)}_{name}_ms"] = float(np.percentile(a, p))
+    return out
+
+
+def client_output_count(r: RequestRecord) -> int | None:
+    """Output tokens as the client saw them: Σ per-event counts when all known, else # token events."""
+    tok = r.token_events()
+    if not tok:
+        return None
+    if all(e.n_tokens is not None for e in tok):
+        return sum(int(e.n_tokens or 0) for e in tok)
+    return len(tok)
+
+
+def _output_tokens(r: RequestRecord) -> tuple[int, str]:
+    if r.output_tokens is not None:
+        return int(r.output_tokens), r.output_tokens_source or "unknown"
+    n = client_output_count(r)
+    return (n or 0), "events"
+
+
+def _input_tokens(r: RequestRecord) -> tuple[int | None, str]:
+    if r.prompt_tokens is not None:
+        return int(r.prompt_tokens), r.prompt_tokens_source or "unknown"
+    if r.prompt_tokens_requested is not None:
+        return int(r.prompt_tokens_requested), "requested"
+    return None, "unknown"
+
+
+def _end_ns(r: RequestRecord) -> int:
+    t = derive.last_token_ns(r)
+    if r.t_done_ns is not None:
+        t = max(t or 0, r.t_done_ns)
+    return t if t is not None else r.t_start_ns
+
+
+def _slot_ns(r: RequestRecord) -> int | None:
+    v = (r.tags or {}).get("t_slot_ns")
+    return int(v) if v is not None else None
+
+
+def client_queue_s(r: RequestRecord) -> float | None:
+    """Scheduled → slot free (the concurrency cap's wait); None outside bench runs."""
+    s = _slot_ns(r)
+    if r.t_scheduled_ns is None or s is None:
+        return derive.queue_s(r)
+    return max(0, s - r.t_scheduled_ns) / 1e9
+
+
+def max_concurrency_sweep(intervals: Sequence[tuple[float, float]]) -> int:
+    """Exact maximum overlap of [start, end) intervals (ends sort before starts at equal times)."""
+    ev: list[tuple[float, int]] = []
+    for a, b in intervals:
+        ev.append((a, 1))
+        ev.append((b, -1))
+    ev.sort(key=lambda x: (x[0], x[1]))
+    cur = best = 0
+    for _, d in ev:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def _same_clock(records: Sequence[RequestRecord]) -> bool:
+    return len({r.worker for r in records}) <= 1
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    goodput: dict[str, float] | None = None,
+    t0_ns: int | None = None,
+    duration_s: float | None = None,
+    requested_rate: float | None = None,
+    count_tolerance: float = 0.05,
+) -> dict[str, Any]:
+    """The summary dict (flat vLLM-style keys plus phasescope extras; see module docstring).
+
+    Warm-up records (``tags["warmup"]``) are dropped. ``t0_ns`` (same clock as the records) marks
+    the benchmark start; default: the earliest scheduled/start time. ``duration_s`` overrides the
+    computed duration (used when the caller knows it better).
+    """
+    recs = [r for r in records if not (r.tags or {}).get("warmup")]
+    ok = [r for r in recs if r.ok]
+    bad = [r for r in recs if not r.ok]
+    pct = tuple(percentiles)
+
+    # --- duration on one clock -------------------------------------------------------------
+    if recs and duration_s is None:
+        if _same_clock(recs):
+            start = t0_ns if t0_ns is not None else min(
+                min(r.t_scheduled_ns for r in recs if r.t_scheduled_ns is not None) if any(
+                    r.t_scheduled_ns is not None for r in recs) else min(r.t_start_ns for r in recs),
+                min(r.t_start_ns for r in recs))
+            end = max(_end_ns(r) for r in recs)
+            duration_s = max(0.0, (end - start) / 1e9)
+        else:
+            starts = [r.wall_start_ns - (r.t_start_ns - (r.t_scheduled_ns or r.t_start_ns)) for r in recs]
+            ends = [r.wall_start_ns + (_end_ns(r) - r.t_start_ns) for r in recs]
+            duration_s = max(0.0, (max(ends) - min(starts)) / 1e9)
+    dur = duration_s or 0.0
+
+    # --- per-request metrics ---------------------------------------------------------------
+    ttfts: list[float] = []
+    tpots: list[float] = []
+    all_tpots: list[float] = []
+    itls: list[float] = []
+    gaps: list[float] = []
+    e2els: list[float] = []
+    e2el_q: list[float] = []
+    queues: list[float] = []
+    in_tok_total = 0
+    out_tok_total = 0
+    in_sources: Counter[str] = Counter()
+    out_sources: Counter[str] = Counter()
+    out_mismatch = 0
+    out_compared = 0
+    in_mismatch = 0
+    in_compared = 0
+    for r in ok:
+        n_out, src_out = _output_tokens(r)
+        n_in, src_in = _input_tokens(r)
+        out_sources[src_out] += 1
+        in_sources[src_in] += 1
+        out_tok_total += n_out
+        in_tok_total += n_in or 0
+        cc = client_output_count(r)
+        if src_out in ("usage", "server") and cc is not None and r.stream:
+            out_compared += 1
+            if abs(cc - n_out) > max(1, count_tolerance * n_out):
+                out_mismatch += 1
+        if r.prompt_tokens is not None and r.prompt_tokens_requested is not None:
+            in_compared += 1
+            if abs(r.prompt_tokens - r.prompt_tokens_requested) > max(1, count_tolerance * r.prompt_tokens_requested):
+                in_mismatch += 1
+        t = derive.ttft_s(r)
+        e = derive.e2e_s(r)
+        if t is not None:
+            ttfts.append(t)
+        if e is not None:
+            e2els.append(e)
+            q = client_queue_s(r)
+            if q is not None:
+                queues.append(q)
+                e2el_q.append(e + q)
+        if n_out > 1 and t is not None and e is not None:
+            tp = (e - t) / (n_out - 1)
+            tpots.append(tp)
+            all_tpots.append(tp)
+        else:
+            all_tpots.append(0.0)
+        itls.extend(derive.itl_s(r))
+        gaps.extend(derive.event_gaps_s(r))
+
+    out: dict[str, Any] = {
+        "duration": dur,
+        "completed": len(ok),
+        "failed": len(bad),
+        "num_requests": len(recs),
+        "errors_by_kind": dict(Counter(r.error_kind or "unknown" for r in bad)),
+        "total_input_tokens": in_tok_total,
+        "total_output_tokens": out_tok_total,
+        "request_throughput": len(ok) / dur if dur > 0 else None,
+        "output_throughput": out_tok_total / dur if dur > 0 else None,
+        "total_token_throughput": (in_tok_total + out_tok_total) / dur if dur > 0 else None,
+    }
+    # goodput (vLLM: SLO in ms, request good when every metric ≤ its SLO)
+    if goodput:
+        good = 0
+        for r, t, tp, e in _goodput_rows(ok, all_tpots):
+            vals = {"ttft": t, "tpot": tp, "e2el": e}
+            if all(vals[k] is not None and vals[k] * 1000.0 <= slo for k, slo in goodput.items()):
+                good += 1
+        out["request_goodput"] = good / dur if dur > 0 else None
+        out["goodput_completed"] = good
+        out["goodput_slo_ms"] = dict(goodput)
+    else:
+        out["request_goodput"] = None
+
+    for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("event_gap", gaps), ("e2el", e2els),
+                       ("client_queue_time", queues), ("e2el_including_client_queue", e2el_q)):
+        out.update(stat_block(name, vals, pct))
+
+    # peaks (exact; tokens not events)
+    same = _same_clock(recs)
+    if recs:
+        if same:
+            base = t0_ns if t0_ns is not None else min(r.t_start_ns for r in recs)
+            iv = [((r.t_start_ns - base) / 1e9, (_end_ns(r) - base) / 1e9) for r in recs]
+        else:
+            wbase = min(r.wall_start_ns for r in recs)
+            iv = [((r.wall_start_ns - wbase) / 1e9, (r.wall_start_ns + _end_ns(r) - r.t_start_ns - wbase) / 1e9)
+                  for r in recs]
+        out["max_concurrent_requests"] = max_concurrency_sweep(iv)
+        out["max_output_tokens_per_s"] = _peak_tokens_per_s(ok, t0_ns if same else None, same)
+    else:
+        out["max_concurrent_requests"] = 0
+        out["max_output_tokens_per_s"] = None
+
+    # achieved vs requested send rate
+    starts = sorted((r.t_start_ns if same else r.wall_start_ns) for r in recs)
+    achieved = (len(starts) - 1) / ((starts[-1] - starts[0]) / 1e9) if len(starts) > 1 and starts[-1] > starts[0] else None
+    out["requested_rate"] = requested_rate if requested_rate is None or math.isfinite(requested_rate) else None
+    out["achieved_rate"] = achieved
+
+    out["token_count_source"] = {"output": dict(out_sources), "input": dict(in_sources)}
+    warnings: list[str] = []
+    if out_compared and out_mismatch:
+        warnings.append(
+            f"Output token counts disagree for {out_mismatch} of {out_compared} requests: the server's usage "
+            "count differs from the tokens the client saw streamed. Throughput and TPOT use the server's count.")
+    if in_compared and in_mismatch:
+        warnings.append(
+            f"Prompt token counts disagree for {in_mismatch} of {in_compared} requests: usage.prompt_tokens differs "
+            "from the length the prompt was built to. Input throughput uses the server's count.")
+    if "events" in out_sources and len(out_sources) == 1 and ok:
+        warnings.append("The server sent no usage counts: output tokens were counted from streamed events "
+                        "(one event = one token unless the event said otherwise).")
+    out["count_warnings"] = warnings
+    out["percentiles"] = list(pct)
+    return out
+
+
+def _goodput_rows(ok: Sequence[RequestRecord], all_tpots: Sequence[float]) -> Iterable[tuple[RequestRecord, float | None, float | None, float | None]]:
+    for r, tp in zip(ok, all_tpots):
+        yield r, derive.ttft_s(r), tp, derive.e2e_s(r)
+
+
+def _peak_tokens_per_s(ok: Sequence[RequestRecord], t0_ns: int | None, same_clock: bool) -> float | None:
+    """Most output tokens in any 1-s bucket. Per-event counts when known; else the request's total
+    output spread evenly over its token events."""
+    if not ok:
+        return None
+    buckets: Counter[int] = Counter()
+    base = t0_ns if t0_ns is not None else min(r.t_start_ns for r in ok) if same_clock else None
+    wbase = min(r.wall_start_ns for r in ok) if not same_clock else 0
+    for r in ok:
+        tok = r.token_events()
+        if not tok:
+            continue
+        n_out, _ = _output_tokens(r)
+        known = all(e.n_tokens is not None for e in tok)
+        per = None if known else (n_out / len(tok) if tok else 0)
+        for e in tok:
+            if same_clock:
+                sec = int((e.t_ns - (base or 0)) // 1_000_000_000)
+            else:
+                sec = int((r.wall_start_ns + e.t_ns - r.t_start_ns - wbase) // 1_000_000_000)
+            buckets[sec] += (e.n_tokens or 0) if known else per  # type: ignore[operator]
+    return float(max(buckets.values())) if buckets else None
