@@ -85,7 +85,7 @@ def quantize(
         tmp.unlink(missing_ok=True)
         text = log.read_text(errors="replace")
         if "requantiz" in text and not allow_requantize:
-            raise EngineError(
+            raise InputError(
                 f"{src.name} is already quantized; pass --allow-requantize to requantize it to {t} (log: {log})"
             )
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
