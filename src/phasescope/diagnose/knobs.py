@@ -1,0 +1,120 @@
+"""What to change, per cause, in each engine's own terms.
+
+Flags and defaults follow ``shared/reference/server-apis.md`` (vLLM 0.33, SGLang 0.5.23, TGI 3.3,
+llama.cpp at 0c1e570, Ollama 0.33) and the seed article's "what to change" lists. One topic per
+cause; :func:`advice_for` returns the entries for the detected engine (plus engine-neutral ones),
+or every engine's entries when the engine is unknown.
+"""
+
+from __future__ import annotations
+
+from phasescope.diagnose.findings import Advice
+
+ENGINES = ("vllm", "sglang", "tgi", "llamacpp", "ollama")
+
+A = Advice
+
+KNOBS: dict[str, list[Advice]] = {
+    # TTFT is mostly waiting for a slot / a place in the KV pool
+    "queueing": [
+        A("any", "check the queue before blaming the model", "a request that waits has not started its prefill; more capacity, not a faster model, fixes it"),
+        A("vllm", "--max-num-seqs (raise) and --gpu-memory-utilization (raise, e.g. 0.92→0.95)", "more sequences run per step and the KV pool holds more of them; vllm:num_requests_waiting > 0 means requests wait"),
+        A("vllm", "--max-model-len (lower) or --kv-cache-dtype fp8", "each sequence reserves less KV, so more fit in the pool"),
+        A("sglang", "--max-running-requests (raise) and --mem-fraction-static (raise)", "more running requests and a larger KV pool"),
+        A("tgi", "--max-batch-total-tokens / --max-concurrent-requests (raise), --cuda-memory-fraction", "a larger batch budget lets queued requests join"),
+        A("llamacpp", "--parallel N (more slots) with --ctx-size N × the context one request needs", "each slot serves one request; with -np set each slot gets ctx-size/N tokens"),
+        A("ollama", "OLLAMA_NUM_PARALLEL (default 1) and OLLAMA_CONTEXT_LENGTH sized to fit", "one parallel slot means every other request queues; memory grows with NUM_PARALLEL × context"),
+        A("any", "add replicas behind a load balancer when one server is saturated", "capacity beyond one device's KV pool"),
+    ],
+    "prefix_cache": [
+        A("any", "keep the shared part (system prompt, tools, documents) byte-identical at the very start of every prompt", "caches match prefixes only; anything that changes early (a date, a user id) defeats them"),
+        A("vllm", "--enable-prefix-caching (on by default in V1; check it is not disabled with --no-enable-prefix-caching)", "the shared prefix's KV is computed once and reused"),
+        A("sglang", "do not pass --disable-radix-cache (RadixAttention caches prefixes by default)", "the radix cache reuses shared prefixes"),
+        A("tgi", "keep prefix caching on (TGI 3 default, PREFIX_CACHING=1 with flashinfer/flashdecoding attention)", "TGI reuses cached prefix blocks when its attention backend supports it"),
+        A("llamacpp", "send cache_prompt: true (default), do not start with --no-cache-prompt; add --cache-reuse 256; keep --ctx-checkpoints (SWA models)", "the slot keeps the previous prompt's KV; --cache-reuse also reuses shifted chunks"),
+        A("ollama", "set keep_alive (e.g. -1 or 30m) and a num_ctx that fits the whole prompt", "an unloaded model, or a prompt truncated to num_ctx, loses the cached prefix"),
+    ],
+    "prefill_slow": [
+        A("any", "shorten the prompt, especially the system prompt", "prefill cost grows with prompt tokens and the system prompt is paid on every request"),
+        A("vllm", "--max-num-batched-tokens (raise)", "more prefill tokens per step shortens TTFT (at the cost of ITL for running streams)"),
+        A("sglang", "--chunked-prefill-size / --max-prefill-tokens (raise)", "more prefill tokens per step"),
+        A("tgi", "--max-batch-prefill-tokens (raise)", "more prefill tokens per batch"),
+        A("llamacpp", "-b/-ub (raise, e.g. -ub 1024 on GPU), -fa on, -ngl 99 (all layers on the GPU)", "bigger micro-batches and flash attention speed up prompt processing"),
+        A("ollama", "num_batch (raise) and check `ollama ps` shows the model 100% on GPU", "layers left on the CPU make prefill compute-starved"),
+        A("any", "a GPU with more compute (prefill is compute-bound)", "unlike decode, prefill speeds up with FLOPs"),
+    ],
+    "interference": [
+        A("vllm", "--max-num-batched-tokens (lower, e.g. 2048) with chunked prefill on (--enable-chunked-prefill, default)", "smaller chunks interrupt running decodes for less time; vLLM's tuning guide trades ITL against TTFT with this one number"),
+        A("sglang", "--chunked-prefill-size (lower, e.g. 2048)", "a long prompt is mixed into decode batches in smaller pieces"),
+        A("tgi", "--max-batch-prefill-tokens (lower)", "limits how much prefill joins one forward pass"),
+        A("llamacpp", "-b and -ub (lower, e.g. -b 512 -ub 512)", "llama-server splits a long prompt into n_batch pieces and decodes the other slots between them"),
+        A("ollama", "num_batch (lower)", "smaller prompt batches stall running streams for less time"),
+        A("any", "route long-prompt requests to a separate replica (prefill/decode disaggregation at scale)", "a long prompt then never lands in the middle of another user's stream"),
+    ],
+    "decode_at_ceiling": [
+        A("any", "quantize the weights (8-bit roughly halves the bytes read per token, 4-bit quarters them)", "decode reads every weight once per token; fewer bytes per weight raises the ceiling"),
+        A("any", "a smaller model, or a device with more memory bandwidth", "the ceiling is bandwidth ÷ bytes read per token; more compute does not help decode"),
+        A("vllm", "--quantization fp8 or an AWQ/GPTQ checkpoint", "fewer bytes per token"),
+        A("sglang", "--quantization fp8 or an AWQ/GPTQ checkpoint", "fewer bytes per token"),
+        A("tgi", "--quantize fp8|awq|gptq", "fewer bytes per token"),
+        A("llamacpp", "a smaller quant type (Q8_0 → Q5_K_M → Q4_K_M)", "fewer bytes per token"),
+        A("ollama", "a quantized tag (e.g. …:8b-instruct-q4_K_M instead of …-fp16)", "fewer bytes per token"),
+        A("any", "serve more users at once: batching shares each weight read across sequences", "aggregate tokens/s grows with batch while single-stream speed is pinned"),
+    ],
+    "decode_below_ceiling": [
+        A("any", "look at the serving stack before the hardware: threads, offload, kernels, other processes on the device", "the device could stream the weights faster than this"),
+        A("vllm", "do not run with --enforce-eager (CUDA graphs cut per-step overhead); check --tensor-parallel-size matches the GPUs", "per-step launch overhead dominates small models"),
+        A("llamacpp", "-ngl 99 (all layers on the GPU), --threads = physical cores on CPU, -fa on", "layers on the CPU or too few threads leave bandwidth unused"),
+        A("ollama", "`ollama ps`: the model must be 100% GPU; otherwise lower num_ctx or use a smaller quant so it fits", "partially offloaded models decode at CPU speed"),
+        A("sglang", "check --tp-size and that CUDA graphs are not disabled (--disable-cuda-graph)", "per-step overhead"),
+        A("tgi", "check --num-shard and the attention backend", "per-step overhead"),
+    ],
+    "long_context": [
+        A("any", "keep contexts short: trim or summarise conversation history", "every decode step reads the whole KV cache of the sequence"),
+        A("vllm", "--kv-cache-dtype fp8", "halves KV bytes read per step and doubles the pool"),
+        A("sglang", "--kv-cache-dtype fp8_e5m2", "halves KV bytes read per step"),
+        A("llamacpp", "-fa on with -ctk q8_0 -ctv q8_0, and a --ctx-size no larger than needed", "flash attention plus a quantized KV cache read fewer bytes per step"),
+        A("ollama", "OLLAMA_FLASH_ATTENTION=1 with OLLAMA_KV_CACHE_TYPE=q8_0; a smaller num_ctx", "quantized KV cache"),
+        A("tgi", "--kv-cache-dtype fp8 (where the backend supports it)", "fewer KV bytes per step"),
+    ],
+    "batching_knee": [
+        A("any", "cap concurrency per server near the knee and scale out beyond it", "past the knee more users add tail latency but little throughput"),
+        A("vllm", "--max-num-seqs ≈ the knee", "bounds the batch so p99 ITL stays where you want it"),
+        A("sglang", "--max-running-requests ≈ the knee", "bounds the batch"),
+        A("tgi", "--max-concurrent-requests / --max-batch-size ≈ the knee", "bounds the batch"),
+        A("llamacpp", "--parallel ≈ the knee", "slots beyond the knee mostly add latency"),
+        A("ollama", "OLLAMA_NUM_PARALLEL ≈ the knee", "parallel slots beyond the knee mostly add latency"),
+    ],
+    "batching_no_gain": [
+        A("any", "if the server has one slot or a batch size of 1, raise it; if it is compute-bound (CPU), batching cannot help — add devices", "concurrent requests were served no faster together than one at a time"),
+        A("llamacpp", "--parallel N (and --ctx-size N × per-request context)", "one slot serialises requests"),
+        A("ollama", "OLLAMA_NUM_PARALLEL > 1", "the default of 1 serialises requests"),
+        A("vllm", "--max-num-seqs (check it is not 1)", "a batch of one serialises requests"),
+        A("sglang", "--max-running-requests (check it is not 1)", "a batch of one serialises requests"),
+        A("tgi", "--max-batch-size (check it is not 1)", "a batch of one serialises requests"),
+    ],
+    "kv_pool_full": [
+        A("vllm", "--gpu-memory-utilization (raise), --kv-cache-dtype fp8, --max-model-len (lower), quantized weights", "a full pool makes new requests wait or preempts running ones"),
+        A("sglang", "--mem-fraction-static (raise), --kv-cache-dtype fp8_e5m2", "a larger KV pool"),
+        A("tgi", "--cuda-memory-fraction, --max-batch-total-tokens", "a larger KV budget"),
+        A("llamacpp", "--ctx-size (raise; it is the whole pool, split over --parallel slots) or -ctk/-ctv q8_0", "more KV cells"),
+        A("ollama", "a smaller num_ctx or OLLAMA_KV_CACHE_TYPE=q8_0", "each slot reserves num_ctx of KV"),
+    ],
+    "model_load": [
+        A("ollama", "keep_alive: -1 (or OLLAMA_KEEP_ALIVE=30m)", "the model was loaded during a request: the default keep_alive of 5m unloads it when idle"),
+        A("any", "send a warm-up request after (re)starting the server", "the first request pays for loading"),
+    ],
+    "fixed_overhead": [
+        A("any", "look between the client and the engine: proxies, TLS, auth gateways, tokenization and chat templating", "this time does not grow with the prompt, so it is not prefill"),
+        A("ollama", "keep_alive so the model stays loaded", "a model load shows up as a fixed TTFT cost"),
+    ],
+}
+
+
+def advice_for(topic: str, engine: str | None) -> list[Advice]:
+    """The advice for ``topic``: engine-neutral entries plus the detected engine's own; every
+    engine's entries when the engine is unknown."""
+    items = KNOBS[topic]
+    if engine not in ENGINES:
+        return list(items)
+    return [a for a in items if a.engine in ("any", engine)]

@@ -1,0 +1,345 @@
+"""Diagnosis rules: experiment results (+ ceilings) → findings with evidence, or "cannot tell".
+
+Each rule reads only the typed results of :mod:`phasescope.experiments`, never raw servers, and
+returns findings whose every claim is an :class:`Evidence` number with its source. Thresholds are
+module constants, named and documented, so a test can sit on either side of each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from phasescope.diagnose.findings import Diagnosis, Evidence, Finding, Undecided
+from phasescope.diagnose.knobs import advice_for
+
+#: decode at ≥ this share of the bandwidth ceiling: only fewer bytes or faster memory help (seed)
+CEILING_AT = 0.80
+#: decode below this share: the serving stack leaves bandwidth unused
+CEILING_FAR_BELOW = 0.50
+#: context-fill slowdown (%) from which the long-context penalty is a problem rather than a note
+LONG_CONTEXT_PROBLEM_PCT = 25.0
+#: measured/predicted slowdown above which attention reads cost more than the bandwidth model says
+LONG_CONTEXT_WORSE_THAN_MODEL_X = 2.0
+#: fixed TTFT overhead that is worth a finding: absolute and as a share of the shortest prompt's TTFT
+OVERHEAD_MIN_S = 0.1
+OVERHEAD_MIN_SHARE = 0.5
+#: share of TTFT spent outside prefill at the top batching level that means "queueing dominates"
+QUEUE_DOMINATES = 0.5
+#: p99 ITL growth (top level / level 1) worth naming as a tail-latency cost of batching
+TAIL_GROWTH_X = 2.0
+#: a model load during a request above this many seconds is worth a finding
+MODEL_LOAD_MIN_S = 0.5
+
+
+@dataclass
+class Ceilings:
+    """The physical decode ceiling for this model on this device (``phasescope.theory``)."""
+
+    decode_ceiling_tok_s: float
+    source: str
+    bandwidth_gb_s: float | None = None
+    weight_bytes: float | None = None
+    device: str | None = None
+
+
+def _ms(x: float) -> float:
+    return x * 1e3
+
+
+def rule_prefix_cache(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
+    pc = r.get("prefix-cache")
+    if pc is None:
+        return
+    src = f"prefix-cache: client TTFT, {pc.n_cold} cold / {pc.n_repeat} repeat requests"
+    if pc.cache_detected is None:
+        diag.undecided.append(Undecided("prefix-cache", pc.reason or "prefix caching could not be decided"))
+        return
+    ev = [
+        Evidence(f"TTFT with a new {pc.system_prompt_tokens}-token system prompt", pc.ttft_first_s, "s", src),
+        Evidence("TTFT when the system prompt repeats", pc.ttft_repeat_s, "s", src),
+        Evidence("TTFT of the user turn alone", pc.ttft_short_s, "s", "prefix-cache: client TTFT, user turn only"),
+    ]
+    sv = pc.server
+    if sv.says_cached is not None:
+        ev.append(Evidence("server reports the prefix cached", sv.says_cached, "", sv.source or "server"))
+    if sv.cached_tokens_repeat is not None:
+        ev.append(Evidence("cached prompt tokens per repeat (median)", sv.cached_tokens_repeat, "tokens",
+                           "server responses (usage.cached_tokens / timings.cache_n)"))
+    if sv.hit_rate is not None:
+        ev.append(Evidence("prefix-cache hit rate", 100 * sv.hit_rate, "%", "/metrics Δhits/Δqueries"))
+    if pc.cache_detected is False:
+        diag.findings.append(Finding(
+            "prefix-cache-absent", "problem",
+            f"The shared system prompt is prefilled again on every request: repeats saved "
+            f"{max(pc.saved_s or 0, 0) * 1e3:.0f} ms of the {pc.expected_saving_s * 1e3:.0f} ms it costs.",
+            ev, advice_for("prefix_cache", diag.engine)))
+    else:
+        diag.findings.append(Finding(
+            "prefix-cache-working", "info",
+            f"A repeated system prompt is served from the prefix cache: TTFT drops "
+            f"{(pc.saved_fraction or 0):.0%} ({pc.ttft_first_s * 1e3:.0f} → {pc.ttft_repeat_s * 1e3:.0f} ms).",
+            ev))
+    if pc.agrees_with_server is False:
+        diag.undecided.append(Undecided(
+            "prefix-cache-server-disagrees",
+            f"timing says cache {'on' if pc.cache_detected else 'off'} but {sv.source} says "
+            f"{'cached' if sv.says_cached else 'not cached'}"))
+
+
+def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
+    ps = r.get("prompt-scaling")
+    if ps is None:
+        return
+    if ps.fit is None or ps.ttft_grows is None:
+        diag.undecided.append(Undecided("prompt-cost", "; ".join(ps.notes) or "too few prompt lengths"))
+        return
+    src = f"prompt-scaling: fit of median TTFT over {ps.fit.n_points} prompt lengths (R² {ps.fit.r2:.2f})"
+    pts = [p for p in ps.points if p.ttft_s is not None]
+    if not ps.ttft_grows:
+        diag.undecided.append(Undecided(
+            "prompt-cost", f"TTFT did not grow with the prompt ({ps.ttft_growth_x:.2f}× from {pts[0].prompt_tokens} "
+                           f"to {pts[-1].prompt_tokens} tokens): a cache may have answered, or prefill is hidden by overhead"))
+    elif ps.prefill_tok_s:
+        ev = [
+            Evidence(f"TTFT at {pts[0].prompt_tokens} prompt tokens", pts[0].ttft_s, "s", "prompt-scaling: median client TTFT"),
+            Evidence(f"TTFT at {pts[-1].prompt_tokens} prompt tokens", pts[-1].ttft_s, "s", "prompt-scaling: median client TTFT"),
+            Evidence("prefill rate at the longest prompt", ps.prefill_tok_s, "tok/s", src),
+            Evidence("quadratic (attention) share of that prefill", 100 * (ps.quadratic_share or 0), "%", src),
+        ]
+        if ps.decode_change_pct is not None:
+            ev.append(Evidence("decode speed change over the same range", ps.decode_change_pct, "%",
+                               "prompt-scaling: median client decode tok/s"))
+        per_k = 1000.0 / ps.prefill_tok_s
+        diag.findings.append(Finding(
+            "prompt-cost", "info",
+            f"Every 1000 prompt tokens add about {per_k:.2f} s to TTFT (prefill at {ps.prefill_tok_s:.0f} tok/s); "
+            f"decode speed {'hardly moves' if ps.decode_flat else 'also changes'} with the prompt.",
+            ev, advice_for("prefill_slow", diag.engine)))
+    a = ps.fixed_overhead_s or 0.0
+    if pts and pts[0].ttft_s and a >= OVERHEAD_MIN_S and a / pts[0].ttft_s >= OVERHEAD_MIN_SHARE:
+        diag.findings.append(Finding(
+            "ttft-fixed-overhead", "problem",
+            f"{a * 1e3:.0f} ms of every TTFT does not depend on the prompt: it is spent outside prefill.",
+            [Evidence("fixed TTFT overhead a", a, "s", src),
+             Evidence(f"TTFT at {pts[0].prompt_tokens} prompt tokens", pts[0].ttft_s, "s", "prompt-scaling: median client TTFT")],
+            advice_for("fixed_overhead", diag.engine)))
+
+
+def _single_stream_decode(r: dict[str, Any]) -> tuple[float | None, str]:
+    b = r.get("batching")
+    if b is not None:
+        for lv in b.levels:
+            if lv.concurrency == 1 and lv.per_user_decode_tok_s:
+                return lv.per_user_decode_tok_s, "batching: concurrency 1, median client decode tok/s"
+    ps = r.get("prompt-scaling")
+    if ps is not None and ps.points and ps.points[0].decode_tok_s:
+        return ps.points[0].decode_tok_s, f"prompt-scaling: {ps.points[0].prompt_tokens}-token prompt, median client decode tok/s"
+    return None, ""
+
+
+def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
+    d, src = _single_stream_decode(r)
+    if d is None:
+        if r:
+            diag.undecided.append(Undecided("decode-ceiling", "no single-stream decode speed was measured"))
+        return
+    if ceil is None or not ceil.decode_ceiling_tok_s:
+        diag.undecided.append(Undecided(
+            "decode-ceiling", "the bandwidth ceiling is unknown: pass --model and --device so the decode speed can be "
+                              "set against it"))
+        return
+    share = d / ceil.decode_ceiling_tok_s
+    ev = [Evidence("single-stream decode", d, "tok/s", src),
+          Evidence("bandwidth ceiling (bandwidth ÷ bytes per token)", ceil.decode_ceiling_tok_s, "tok/s", ceil.source),
+          Evidence("share of the ceiling", 100 * share, "%", "measured ÷ ceiling")]
+    if share >= CEILING_AT:
+        diag.findings.append(Finding(
+            "decode-at-ceiling", "limit",
+            f"Decode runs at {share:.0%} of the memory-bandwidth ceiling: only fewer bytes per token "
+            f"(quantization, a smaller model) or faster memory will make a single stream faster.",
+            ev, advice_for("decode_at_ceiling", diag.engine)))
+    elif share < CEILING_FAR_BELOW:
+        diag.findings.append(Finding(
+            "decode-below-ceiling", "problem",
+            f"Decode reaches only {share:.0%} of the memory-bandwidth ceiling: the serving stack, not the "
+            f"hardware, sets the speed.",
+            ev, advice_for("decode_below_ceiling", diag.engine)))
+    else:
+        diag.findings.append(Finding(
+            "decode-near-ceiling", "info",
+            f"Decode runs at {share:.0%} of the memory-bandwidth ceiling, typical for a tuned stack; "
+            f"quantization is the main lever left.", ev, advice_for("decode_at_ceiling", diag.engine)))
+
+
+def rule_long_context(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
+    cf = r.get("context-fill")
+    if cf is None:
+        return
+    if cf.slows is None:
+        why = "; ".join(cf.notes) if cf.slowdown_pct is None else (
+            f"decode changed {cf.slowdown_pct:.1f}% over the context range: between noise and a clear slowdown")
+        diag.undecided.append(Undecided("long-context-decode-penalty", why))
+        return
+    if not cf.slows:
+        return
+    p0, p1 = cf.points[0], cf.points[-1]
+    src = f"context-fill: median client decode tok/s, {len(cf.points)} context lengths"
+    ev = [Evidence(f"decode at {p0.context_tokens} tokens of context", p0.decode_tok_s or p0.server_decode_tok_s, "tok/s", src),
+          Evidence(f"decode at {p1.context_tokens} tokens of context", p1.decode_tok_s or p1.server_decode_tok_s, "tok/s", src),
+          Evidence("slowdown", cf.slowdown_pct, "%", src)]
+    if cf.per_token_s_per_ctx_token is not None:
+        ev.append(Evidence("added time per output token per 1000 context tokens", cf.per_token_s_per_ctx_token * 1000,
+                           "s", "context-fill: linear fit of 1/decode"))
+    cause = (f"Decode slows {cf.slowdown_pct:.0f}% as the context grows from {p0.context_tokens} to "
+             f"{p1.context_tokens} tokens: every step reads the whole KV cache.")
+    if cf.prediction is not None and cf.prediction.slowdown_pct is not None:
+        ev.append(Evidence("slowdown the bandwidth model predicts (weights + KV bytes)", cf.prediction.slowdown_pct, "%",
+                           cf.prediction.source))
+        if cf.measured_over_predicted is not None and cf.measured_over_predicted >= LONG_CONTEXT_WORSE_THAN_MODEL_X:
+            cause += (f" That is {cf.measured_over_predicted:.1f}× what the extra KV bytes explain, so attention "
+                      f"itself is slow (flash attention, KV layout).")
+    sev = "problem" if (cf.slowdown_pct or 0) >= LONG_CONTEXT_PROBLEM_PCT else "info"
+    diag.findings.append(Finding("long-context-decode-penalty", sev, cause, ev, advice_for("long_context", diag.engine)))
+
+
+def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
+    b = r.get("batching")
+    if b is None:
+        return
+    lv = [x for x in b.levels if x.output_tok_s]
+    if b.knee_reached is None or len(lv) < 2:
+        diag.undecided.append(Undecided("batching", "fewer than two concurrency levels completed"))
+        return
+    src = "batching: aggregate output tok/s per concurrency level"
+    by_c = {x.concurrency: x for x in lv}
+    first, last = lv[0], lv[-1]
+    ev = [Evidence(f"output tok/s at concurrency {x.concurrency}", x.output_tok_s, "tok/s", src) for x in lv]
+    if first.itl_p99_s and last.itl_p99_s:
+        ev.append(Evidence(f"p99 ITL at concurrency {first.concurrency} → {last.concurrency}",
+                           f"{_ms(first.itl_p99_s):.0f} → {_ms(last.itl_p99_s):.0f}", "ms", "batching: per-token ITL over all streams"))
+    if b.knee_reached and b.knee_concurrency == first.concurrency:
+        nxt = lv[1]
+        diag.findings.append(Finding(
+            "batching-no-gain", "problem",
+            f"Concurrent requests gain nothing over one at a time: {nxt.concurrency} streams deliver "
+            f"{(nxt.output_tok_s or 0) / (first.output_tok_s or 1):.2f}× the throughput of {first.concurrency}.",
+            ev, advice_for("batching_no_gain", diag.engine)))
+    elif b.knee_reached:
+        k = b.knee_concurrency
+        knee = by_c.get(k) if k is not None else None
+        cause = (f"Throughput stops growing past {k} concurrent streams "
+                 f"({knee.output_tok_s:.0f} tok/s there); beyond it more users mostly add latency.") if knee else \
+            f"Throughput stops growing past {k} concurrent streams."
+        diag.findings.append(Finding("batching-knee", "info", cause, ev, advice_for("batching_knee", diag.engine)))
+    else:
+        diag.findings.append(Finding(
+            "batching-scales", "info",
+            f"Batching still pays at the highest level tested ({last.concurrency}): "
+            f"{b.throughput_gain_x:.1f}× the single-stream throughput; the knee is further out"
+            + (f" than the server's bound of {b.max_concurrency_bound} ({b.bound_source})." if b.max_concurrency_bound else "."),
+            ev))
+    if b.itl_p99_growth_x is not None and b.itl_p99_growth_x >= TAIL_GROWTH_X:
+        diag.findings.append(Finding(
+            "batching-tail-latency", "info",
+            f"Each user's p99 inter-token latency grows {b.itl_p99_growth_x:.1f}× from {first.concurrency} to "
+            f"{last.concurrency} concurrent streams: the price of the aggregate throughput.",
+            [Evidence(f"p99 ITL at concurrency {first.concurrency}", first.itl_p99_s, "s", "batching: per-token ITL"),
+             Evidence(f"p99 ITL at concurrency {last.concurrency}", last.itl_p99_s, "s", "batching: per-token ITL"),
+             Evidence(f"p50 ITL at concurrency {last.concurrency}", last.itl_p50_s, "s", "batching: per-token ITL")],
+            advice_for("batching_knee", diag.engine)))
+
+
+def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
+    pi = r.get("prefill-interference")
+    if pi is None:
+        return
+    if pi.interference is None:
+        diag.undecided.append(Undecided("prefill-interference", pi.reason or "could not measure"))
+        return
+    if not pi.interference:
+        return
+    src = f"prefill-interference: token gaps of {pi.n_streams} running streams"
+    ev = [Evidence("usual gap between tokens", pi.itl_baseline_s, "s", src),
+          Evidence("longest gap while the long prompt was prefilled", pi.itl_max_during_s, "s", src),
+          Evidence("spike", pi.spike_x, "×", src),
+          Evidence("spike duration", pi.spike_duration_s, "s", src),
+          Evidence(f"TTFT of the injected {pi.injected_prompt_tokens}-token prompt", pi.injected_ttft_s, "s",
+                   "prefill-interference: client TTFT")]
+    how = ""
+    if pi.chunked_prefill_likely is True:
+        how = " The prefill was split (streams kept receiving tokens), but each piece still stalls them."
+    elif pi.chunked_prefill_likely is False:
+        how = " The streams waited out nearly the whole prefill: it was not chunked."
+    diag.findings.append(Finding(
+        "prefill-interference", "problem",
+        f"A long prompt arriving mid-generation froze running streams for {pi.stall_s * 1e3:.0f} ms "
+        f"({pi.spike_x:.0f}× their usual gap).{how}", ev, advice_for("interference", diag.engine)))
+
+
+def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
+    q, b = r.get("queue"), r.get("batching")
+    found = False
+    if q is not None and q.queueing:
+        ev = []
+        if q.metrics_available:
+            ev.append(Evidence("requests waiting (max)", q.waiting_max, "", f"/metrics {q.metrics_source or ''}, {len(q.samples)} samples".strip()))
+            ev.append(Evidence("share of samples with a queue", 100 * (q.waiting_share or 0), "%", "/metrics"))
+        if q.ttft_queue_share is not None:
+            ev.append(Evidence("share of TTFT not spent in prefill", 100 * q.ttft_queue_share, "%",
+                               "queue: client TTFT − server-timed prefill"))
+        ev.append(Evidence(f"TTFT p99 at concurrency {q.concurrency}", q.ttft_p99_s, "s", "queue: client TTFT"))
+        if q.kv_usage_max is not None:
+            ev.append(Evidence("KV-cache usage (max)", 100 * q.kv_usage_max, "%", "/metrics"))
+        dominated = (q.ttft_queue_share or 0) >= QUEUE_DOMINATES or (q.waiting_share or 0) >= QUEUE_DOMINATES
+        diag.findings.append(Finding(
+            "ttft-queueing", "problem" if dominated else "info",
+            f"At {q.concurrency} concurrent requests, requests wait before their prefill starts ({q.reason}).",
+            ev, advice_for("queueing", diag.engine)))
+        found = True
+        if q.kv_pool_full and (q.waiting_max or 0) > 0:
+            diag.findings.append(Finding(
+                "kv-pool-full", "problem",
+                "The KV-cache pool was full while requests waited: the pool, not compute, limits concurrency.",
+                [Evidence("KV-cache usage (max)", 100 * (q.kv_usage_max or 0), "%", "/metrics"),
+                 Evidence("requests waiting (max)", q.waiting_max, "", "/metrics")],
+                advice_for("kv_pool_full", diag.engine)))
+    elif b is not None:
+        top = next((x for x in reversed(b.levels) if x.queue_p50_s is not None and x.ttft_p50_s), None)
+        if top is not None and top.queue_p50_s / top.ttft_p50_s >= QUEUE_DOMINATES:  # type: ignore[operator]
+            diag.findings.append(Finding(
+                "ttft-queueing", "problem",
+                f"At {top.concurrency} concurrent requests most of TTFT is waiting, not prefill.",
+                [Evidence(f"median TTFT at concurrency {top.concurrency}", top.ttft_p50_s, "s", "batching: client TTFT"),
+                 Evidence("median TTFT − server-timed prefill", top.queue_p50_s, "s", "batching: client TTFT − server prompt time")],
+                advice_for("queueing", diag.engine)))
+            found = True
+    if not found and q is not None and q.queueing is None:
+        diag.undecided.append(Undecided("ttft-queueing", q.reason or "no queue signal"))
+
+
+def rule_model_load(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None, records: Sequence[Any] = ()) -> None:
+    loads = [(rec.server or {}).get("load_s") for rec in records]
+    loads = [x for x in loads if isinstance(x, (int, float)) and x >= MODEL_LOAD_MIN_S]
+    if loads:
+        diag.findings.append(Finding(
+            "model-load-on-request", "problem",
+            f"{len(loads)} request(s) waited for the model to load ({max(loads):.1f} s at most).",
+            [Evidence("longest load_duration", max(loads), "s", "server response (Ollama load_duration)")],
+            advice_for("model_load", diag.engine)))
+
+
+RULES: list[Callable[[dict[str, Any], Diagnosis, Ceilings | None], None]] = [
+    rule_queue, rule_prefix_cache, rule_prompt_cost, rule_decode_ceiling, rule_long_context, rule_batching,
+    rule_interference,
+]
+
+
+def diagnose(results: dict[str, Any], *, engine: str | None = None, ceilings: Ceilings | None = None,
+             records: Sequence[Any] = ()) -> Diagnosis:
+    """Run every rule over ``results`` (experiment name → typed result) and return the diagnosis."""
+    diag = Diagnosis(engine=engine)
+    for rule in RULES:
+        rule(results, diag, ceilings)
+    rule_model_load(results, diag, ceilings, records)
+    return diag

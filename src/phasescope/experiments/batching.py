@@ -1,0 +1,125 @@
+"""``batching``: aggregate throughput and per-user latency as concurrency grows.
+
+At each level c (1, 2, 4, 8, …, bounded by the server's slots/pool) c streams run at once (closed
+loop: each worker sends its next request when the previous finishes). Per level:
+
+* ``output_tok_s`` — all output tokens ÷ (last token of the level − first request start): the
+  aggregate, prefill included, as ``vllm bench serve``'s output throughput.
+* ``itl_p50_s`` / ``itl_p99_s`` — per-token inter-token latency over every stream
+  (``measure.derive.itl_s``), ``ttft_p50_s`` / ``ttft_p99_s`` — time to first token.
+* ``queue_p50_s`` — median of TTFT − server-timed prefill, when the server times its prefill
+  (llama.cpp ``prompt_ms``): time spent waiting for a slot plus transport.
+
+The knee: the first level after which doubling concurrency adds less than ``KNEE_GAIN`` (15 %)
+aggregate throughput. ``knee_concurrency`` is ``None`` with ``knee_reached = False`` when throughput
+was still rising at the highest level tested. A knee at 1 means batching gave nothing at all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from phasescope.experiments.common import ExperimentInfo, finite, med, ok, output_tokens_of, pct, select, server_prefill_s
+from phasescope.measure import derive
+from phasescope.measure.records import RequestRecord
+
+NAME = "batching"
+KNEE_GAIN = 1.15  # per doubling
+
+
+@dataclass
+class BatchLevel:
+    concurrency: int
+    n: int
+    n_failed: int
+    output_tok_s: float | None
+    per_user_decode_tok_s: float | None
+    itl_p50_s: float | None
+    itl_p99_s: float | None
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    queue_p50_s: float | None
+    wall_s: float | None
+
+
+@dataclass
+class BatchingResult:
+    info: ExperimentInfo
+    levels: list[BatchLevel] = field(default_factory=list)
+    max_concurrency_bound: int | None = None
+    bound_source: str | None = None
+    knee_concurrency: int | None = None
+    knee_reached: bool | None = None
+    throughput_gain_x: float | None = None
+    itl_p99_growth_x: float | None = None
+    ttft_p99_growth_x: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    name: str = NAME
+
+
+def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
+    good = ok(rs)
+    starts = [r.t_start_ns for r in good]
+    ends = [derive.last_token_ns(r) or r.t_done_ns for r in good]
+    ends_f = [e for e in ends if e]
+    wall = (max(ends_f) - min(starts)) / 1e9 if good and ends_f else None
+    out_total = sum(output_tokens_of(r) or 0 for r in good)
+    itls: list[float] = []
+    for r in good:
+        itls.extend(derive.itl_s(r))
+    ttfts = [derive.ttft_s(r) for r in good]
+    queues = []
+    for r in good:
+        t, p = derive.ttft_s(r), server_prefill_s(r)
+        if t is not None and p is not None:
+            queues.append(max(0.0, t - p))
+    return BatchLevel(
+        concurrency=c, n=len(good), n_failed=len(rs) - len(good),
+        output_tok_s=(out_total / wall) if wall and wall > 0 else None,
+        per_user_decode_tok_s=med(derive.decode_tok_s(r) for r in good),
+        itl_p50_s=pct(itls, 50), itl_p99_s=pct(itls, 99),
+        ttft_p50_s=pct(ttfts, 50), ttft_p99_s=pct(ttfts, 99),
+        queue_p50_s=med(queues) if queues else None, wall_s=wall,
+    )
+
+
+def find_knee(levels: Sequence[BatchLevel]) -> tuple[int | None, bool | None]:
+    """(knee concurrency, reached?) — see module docstring. (None, None) with < 2 levels."""
+    lv = [x for x in levels if x.output_tok_s]
+    if len(lv) < 2:
+        return None, None
+    for a, b in zip(lv, lv[1:]):
+        doublings = math.log2(b.concurrency / a.concurrency)
+        if doublings <= 0:
+            continue
+        gain = (b.output_tok_s / a.output_tok_s) ** (1 / doublings)  # type: ignore[operator]
+        if gain < KNEE_GAIN:
+            return a.concurrency, True
+    return None, False
+
+
+def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None,
+            bound: int | None = None, bound_source: str | None = None) -> BatchingResult:
+    info = info or ExperimentInfo(name=NAME)
+    res = BatchingResult(info=info, max_concurrency_bound=bound, bound_source=bound_source)
+    rs = select(records, NAME, phase="measure")
+    by_c: dict[int, list[RequestRecord]] = {}
+    for r in rs:
+        by_c.setdefault(int(r.tags.get("concurrency") or 1), []).append(r)
+    res.levels = [level_stats(c, by_c[c]) for c in sorted(by_c)]
+    res.knee_concurrency, res.knee_reached = find_knee(res.levels)
+    lv = [x for x in res.levels if x.output_tok_s]
+    if len(lv) >= 2:
+        first, top = lv[0], max(lv, key=lambda x: x.output_tok_s or 0)
+        res.throughput_gain_x = top.output_tok_s / first.output_tok_s  # type: ignore[operator]
+        last = lv[-1]
+        if first.itl_p99_s and last.itl_p99_s:
+            res.itl_p99_growth_x = last.itl_p99_s / first.itl_p99_s
+        if first.ttft_p99_s and last.ttft_p99_s:
+            res.ttft_p99_growth_x = last.ttft_p99_s / first.ttft_p99_s
+    if not finite(x.output_tok_s for x in res.levels):
+        res.notes.append("no level completed a request")
+    return res

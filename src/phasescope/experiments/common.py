@@ -1,0 +1,125 @@
+"""Pieces every experiment shares: the result header, record selection by tags, robust spread.
+
+Every request an experiment sends carries ``tags = {"experiment": NAME, "phase": ..., ...}``, so
+the analysis of a saved JSONL file needs nothing but the records themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from phasescope.measure.records import RequestRecord
+
+
+@dataclass
+class ExperimentInfo:
+    """Where and how an experiment ran. ``records_path``: the JSONL file with every raw record."""
+
+    name: str
+    target: str | None = None
+    engine: str | None = None
+    model: str | None = None
+    api: str | None = None
+    started_unix_s: float | None = None
+    duration_s: float | None = None
+    n_requests: int = 0
+    n_failed: int = 0
+    records_path: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    #: set when the experiment could not run at all (e.g. no /metrics for ``queue``)
+    skipped: str | None = None
+
+
+def select(records: Iterable[RequestRecord], experiment: str, **tags: Any) -> list[RequestRecord]:
+    """Records of ``experiment`` whose tags match every ``tags`` item (ok or not)."""
+    out = []
+    for r in records:
+        t = r.tags or {}
+        if t.get("experiment") != experiment:
+            continue
+        if all(t.get(k) == v for k, v in tags.items()):
+            out.append(r)
+    return out
+
+
+def ok(records: Iterable[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if r.ok]
+
+
+def finite(xs: Iterable[float | None]) -> list[float]:
+    return [float(x) for x in xs if x is not None and math.isfinite(float(x))]
+
+
+def med(xs: Iterable[float | None]) -> float | None:
+    v = finite(xs)
+    return float(np.median(v)) if v else None
+
+
+def pct(xs: Iterable[float | None], q: float) -> float | None:
+    v = finite(xs)
+    return float(np.percentile(v, q)) if v else None
+
+
+def mad_sigma(xs: Sequence[float]) -> float:
+    """Robust standard deviation: 1.4826 × median absolute deviation (0 for < 2 values)."""
+    v = finite(xs)
+    if len(v) < 2:
+        return 0.0
+    a = np.asarray(v)
+    return float(1.4826 * np.median(np.abs(a - np.median(a))))
+
+
+def group_by(records: Iterable[RequestRecord], key: Callable[[RequestRecord], Any]) -> dict[Any, list[RequestRecord]]:
+    out: dict[Any, list[RequestRecord]] = {}
+    for r in records:
+        out.setdefault(key(r), []).append(r)
+    return out
+
+
+def prompt_tokens_of(r: RequestRecord) -> int | None:
+    """The prompt length the server reported, else the one we asked for."""
+    if r.prompt_tokens is not None:
+        return int(r.prompt_tokens)
+    if r.prompt_tokens_requested is not None:
+        return int(r.prompt_tokens_requested)
+    return None
+
+
+def output_tokens_of(r: RequestRecord) -> int | None:
+    if r.output_tokens is not None:
+        return int(r.output_tokens)
+    tok = r.token_events()
+    if tok and all(e.n_tokens is not None for e in tok):
+        return sum(int(e.n_tokens or 0) for e in tok)
+    return len(tok) or None
+
+
+def cached_tokens_of(r: RequestRecord) -> int | None:
+    """Prompt tokens the server says it reused: usage ``cached_tokens`` or llama.cpp ``cache_n``."""
+    if r.cached_prompt_tokens is not None:
+        return int(r.cached_prompt_tokens)
+    s = r.server or {}
+    if s.get("cache_n") is not None:
+        return int(s["cache_n"])
+    return None
+
+
+def server_prefill_s(r: RequestRecord) -> float | None:
+    s = r.server or {}
+    v = s.get("prefill_s")
+    return float(v) if v is not None else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def round_or_none(x: float | None, nd: int = 6) -> float | None:
+    return None if x is None else round(float(x), nd)

@@ -1,0 +1,126 @@
+"""``context-fill``: decode speed as the context grows.
+
+Every decode step reads the weights (fixed) plus the KV cache of every earlier token (growing), so
+the time per output token should rise linearly with the context:
+
+    t_token(L) ≈ t0 + k·L      (fit over the points; L = prompt tokens + output tokens / 2,
+                                the mean context during the measured decode)
+
+Prompts are nested prefixes of one long random text, sent shortest first, so a server with a
+prefix cache only prefills the new part of each (that keeps long contexts affordable; decode is
+what is measured). When the model's weight bytes W and KV bytes per token KV are known (theory),
+the bandwidth model predicts
+
+    predicted_slowdown_pct(L) = 100·(1 − (W + L_min·KV) / (W + L·KV))
+
+and ``measured_over_predicted`` compares it with what the server did. ``slows`` is ``True`` when
+decode at the longest context is at least ``SLOW_PCT`` slower than at the shortest, ``False`` when
+it is within ``FLAT_PCT``, ``None`` in between.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from phasescope.experiments.common import ExperimentInfo, med, ok, output_tokens_of, prompt_tokens_of, select
+from phasescope.measure import derive
+from phasescope.measure.records import RequestRecord
+from phasescope.measure.stats import fit_linear
+
+NAME = "context-fill"
+SLOW_PCT = 10.0
+FLAT_PCT = 5.0
+
+
+@dataclass
+class ContextPoint:
+    context_tokens: int
+    prompt_tokens: int
+    n: int
+    decode_tok_s: float | None
+    server_decode_tok_s: float | None
+    per_token_s: float | None
+    predicted_decode_tok_s: float | None = None
+
+
+@dataclass
+class Prediction:
+    weight_bytes: float
+    kv_bytes_per_token: float
+    source: str
+    slowdown_pct: float | None = None
+
+
+@dataclass
+class ContextFillResult:
+    info: ExperimentInfo
+    output_tokens: int | None = None
+    points: list[ContextPoint] = field(default_factory=list)
+    per_token_s_at_zero: float | None = None
+    per_token_s_per_ctx_token: float | None = None
+    fit_r2: float | None = None
+    slowdown_pct: float | None = None
+    slows: bool | None = None
+    prediction: Prediction | None = None
+    measured_over_predicted: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    name: str = NAME
+
+
+def predicted_slowdown_pct(weight_bytes: float, kv_bytes_per_token: float, l_min: float, l_max: float) -> float:
+    """Bandwidth model: per-token bytes W + L·KV; slowdown of decode tok/s from l_min to l_max, %."""
+    return 100.0 * (1.0 - (weight_bytes + l_min * kv_bytes_per_token) / (weight_bytes + l_max * kv_bytes_per_token))
+
+
+def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None,
+            weight_bytes: float | None = None, kv_bytes_per_token: float | None = None,
+            model_source: str = "theory") -> ContextFillResult:
+    info = info or ExperimentInfo(name=NAME)
+    res = ContextFillResult(info=info)
+    measured = ok(select(records, NAME, phase="measure"))
+    groups: dict[int, list[RequestRecord]] = {}
+    for r in measured:
+        groups.setdefault(int(r.tags.get("context_target") or prompt_tokens_of(r) or 0), []).append(r)
+    outs = [output_tokens_of(r) for r in measured]
+    res.output_tokens = int(med(outs)) if med(outs) is not None else None
+    for key in sorted(groups):
+        rs = groups[key]
+        p = med(prompt_tokens_of(r) for r in rs) or key
+        o = med(output_tokens_of(r) for r in rs) or 0
+        d = med(derive.decode_tok_s(r) for r in rs)
+        sd = med(derive.server_decode_tok_s(r) for r in rs)
+        rate = d if d is not None else sd
+        res.points.append(ContextPoint(
+            context_tokens=int(round(p + o / 2)), prompt_tokens=int(round(p)), n=len(rs),
+            decode_tok_s=d, server_decode_tok_s=sd, per_token_s=(1.0 / rate) if rate else None,
+        ))
+    pts = [p for p in res.points if p.per_token_s is not None]
+    if len(pts) < 2:
+        res.notes.append(f"only {len(pts)} context lengths gave a decode speed; need at least 2")
+        return res
+    xs = [float(p.context_tokens) for p in pts]
+    f = fit_linear(xs, [float(p.per_token_s) for p in pts])  # type: ignore[arg-type]
+    res.per_token_s_at_zero, res.per_token_s_per_ctx_token, res.fit_r2 = f.intercept, f.slope, f.r2
+    r0 = pts[0].decode_tok_s or pts[0].server_decode_tok_s
+    r1 = pts[-1].decode_tok_s or pts[-1].server_decode_tok_s
+    if r0 and r1:
+        res.slowdown_pct = 100.0 * (r0 - r1) / r0
+        if res.slowdown_pct >= SLOW_PCT:
+            res.slows = True
+        elif abs(res.slowdown_pct) <= FLAT_PCT:
+            res.slows = False
+    if weight_bytes and kv_bytes_per_token:
+        pred = predicted_slowdown_pct(weight_bytes, kv_bytes_per_token, xs[0], xs[-1])
+        res.prediction = Prediction(weight_bytes=float(weight_bytes), kv_bytes_per_token=float(kv_bytes_per_token),
+                                    source=model_source, slowdown_pct=pred)
+        for p in pts:
+            # scale the first point's measured rate by the bandwidth model
+            p.predicted_decode_tok_s = r0 * (weight_bytes + xs[0] * kv_bytes_per_token) / (
+                weight_bytes + p.context_tokens * kv_bytes_per_token) if r0 else None
+        if res.slowdown_pct is not None and pred > 0:
+            res.measured_over_predicted = res.slowdown_pct / pred
+    else:
+        res.notes.append("model bytes unknown: no predicted slowdown (pass --model to compare)")
+    return res

@@ -1,0 +1,132 @@
+"""``prefill-interference``: what a long prompt arriving mid-generation does to running streams.
+
+k streams decode steadily; once they are going, one request with a long prompt is injected. An
+engine that prefills the whole prompt in one step stalls every running stream for about the whole
+prefill; chunked prefill (vLLM ``--max-num-batched-tokens``, llama.cpp ``-b``) mixes the prompt into
+decode steps in pieces, so the streams slow down but keep receiving tokens.
+
+From the streams' token timestamps (per event gap, first gap excluded):
+
+* ``itl_baseline_s`` — median gap before the injection was sent (median over streams).
+* ``itl_max_during_s`` — the longest gap overlapping [injection sent, its first token + 3 baseline gaps].
+* ``spike_x`` = itl_max_during / baseline; ``stall_s`` = itl_max_during − baseline.
+* ``extra_delay_s`` — Σ (gap − baseline)⁺ in that window, median over streams: total delay added.
+* ``spike_duration_s`` — from the start of the first to the end of the last gap above 2× baseline
+  in the window (stream with the longest gap).
+* ``stall_share`` = stall_s / injected TTFT: ≈ 1 → streams waited out the whole prefill (no
+  chunking); ≪ 1 → the prefill was split and streams kept going.
+
+``interference`` is ``True`` when spike_x ≥ 3 and the stall ≥ 30 ms; ``False`` when spike_x < 1.5
+although the injected prefill lasted ≥ 5 baseline gaps (a stall would have shown); else ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from phasescope.experiments.common import ExperimentInfo, finite, med, ok, prompt_tokens_of, select
+from phasescope.measure import derive
+from phasescope.measure.records import RequestRecord
+
+NAME = "prefill-interference"
+SPIKE_MIN_X = 3.0
+STALL_MIN_S = 0.03
+NO_SPIKE_MAX_X = 1.5
+VISIBLE_PREFILL_GAPS = 5.0
+
+
+@dataclass
+class InterferenceResult:
+    info: ExperimentInfo
+    n_streams: int = 0
+    injected_prompt_tokens: int | None = None
+    injected_ttft_s: float | None = None
+    itl_baseline_s: float | None = None
+    itl_max_during_s: float | None = None
+    spike_x: float | None = None
+    stall_s: float | None = None
+    extra_delay_s: float | None = None
+    spike_duration_s: float | None = None
+    stall_share: float | None = None
+    interference: bool | None = None
+    chunked_prefill_likely: bool | None = None
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    name: str = NAME
+
+
+def _gaps(r: RequestRecord) -> list[tuple[int, int]]:
+    ts = [e.t_ns for e in r.token_events()]
+    return list(zip(ts, ts[1:]))[1:]  # (start, end) ns; first gap excluded (may hold queueing)
+
+
+def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None) -> InterferenceResult:
+    info = info or ExperimentInfo(name=NAME)
+    res = InterferenceResult(info=info)
+    streams = ok(select(records, NAME, phase="stream"))
+    injs = ok(select(records, NAME, phase="inject"))
+    res.n_streams = len(streams)
+    if not streams or not injs:
+        res.reason = "no successful streams or injected request"
+        return res
+    inj = injs[0]
+    res.injected_prompt_tokens = prompt_tokens_of(inj)
+    res.injected_ttft_s = derive.ttft_s(inj)
+    t0 = inj.t_start_ns
+    t_first = derive.first_token_ns(inj) or inj.t_done_ns or t0
+    baselines, maxes, extras = [], [], []
+    per_stream: list[tuple[float, list[tuple[int, int]], float]] = []
+    ended_early = 0
+    for r in streams:
+        g = _gaps(r)
+        pre = [(b - a) / 1e9 for a, b in g if b <= t0]
+        if len(pre) < 3:
+            continue
+        base = float(med(pre))  # type: ignore[arg-type]
+        t_end = t_first + int(3 * base * 1e9)
+        win = [(a, b) for a, b in g if b > t0 and a < t_end]
+        if not win:
+            continue
+        if g[-1][1] < t_first:
+            ended_early += 1
+        mx = max((b - a) / 1e9 for a, b in win)
+        baselines.append(base)
+        maxes.append(mx)
+        extras.append(sum(max(0.0, (b - a) / 1e9 - base) for a, b in win))
+        per_stream.append((mx, win, base))
+    if not baselines:
+        res.reason = "the streams had too few tokens before/around the injection to measure"
+        return res
+    if ended_early:
+        res.notes.append(f"{ended_early} stream(s) ended before the injected prefill finished; the stall is a lower bound")
+    res.itl_baseline_s = med(baselines)
+    res.itl_max_during_s = max(maxes)
+    res.extra_delay_s = med(extras)
+    base = res.itl_baseline_s or 0.0
+    res.spike_x = res.itl_max_during_s / base if base > 0 else None
+    res.stall_s = res.itl_max_during_s - base
+    mx, win, b = max(per_stream, key=lambda x: x[0])
+    hi = [(a, e) for a, e in win if (e - a) / 1e9 > 2 * b]
+    res.spike_duration_s = (hi[-1][1] - hi[0][0]) / 1e9 if hi else 0.0
+    if res.injected_ttft_s:
+        res.stall_share = res.stall_s / res.injected_ttft_s
+    visible = res.injected_ttft_s is not None and base > 0 and res.injected_ttft_s >= VISIBLE_PREFILL_GAPS * base
+    if res.spike_x is not None and res.spike_x >= SPIKE_MIN_X and res.stall_s >= STALL_MIN_S:
+        res.interference = True
+        res.reason = (f"running streams paused {res.stall_s * 1e3:.0f} ms ({res.spike_x:.1f}× their usual gap) "
+                      f"while a {res.injected_prompt_tokens}-token prompt was prefilled")
+        if res.stall_share is not None:
+            res.chunked_prefill_likely = res.stall_share < 0.5
+    elif res.spike_x is not None and res.spike_x < NO_SPIKE_MAX_X and visible:
+        res.interference = False
+        res.reason = (f"the {res.injected_ttft_s * 1e3:.0f} ms prefill left running streams' gaps within "
+                      f"{res.spike_x:.2f}× of normal")
+    elif not visible:
+        res.reason = "the injected prefill was too short compared with a decode gap to expose a stall"
+    else:
+        res.reason = f"gaps rose {res.spike_x:.1f}× — between clearly none and clearly a stall"
+    if finite([res.injected_ttft_s]) == []:
+        res.notes.append("the injected request gave no first token")
+    return res

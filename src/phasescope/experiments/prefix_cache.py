@@ -1,0 +1,161 @@
+"""``prefix-cache``: is a long shared system prompt paid once, or on every request?
+
+Requests, sent one at a time (phases in the record tags):
+
+* ``short`` — the user turn alone (no system prompt): what TTFT would be if the whole system prompt
+  came from the cache.
+* ``cold``  — a fresh system prompt S (random, never seen) + a user turn: the full prefill.
+* ``repeat`` — the same S + a *different* user turn, several times: a cache hit on S.
+
+Two groups (two different S) give two cold samples. Then
+
+    expected_saving_s = TTFT(cold) − TTFT(short)     (the prefill of S)
+    saved_s           = TTFT(cold) − TTFT(repeat)
+    saved_fraction    = saved_s / TTFT(cold)
+
+``cache_detected`` is ``True`` when repeats save at least half of the expected saving, ``False``
+when they save at most a fifth of it, and ``None`` (cannot tell) when the expected saving is not
+clearly above the noise (4 × robust σ of the repeat/short TTFTs, floor 2 ms) or the saving is in
+between. The server's own view is read alongside: cached prompt tokens per response (OpenAI
+``usage.prompt_tokens_details.cached_tokens``, llama.cpp ``timings.cache_n``), the server-timed
+prefill (llama.cpp ``prompt_ms``, Ollama ``prompt_eval_duration``) and the vLLM/SGLang/llama.cpp
+prefix-cache counters scraped before and after (``metrics_delta``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from phasescope.experiments.common import (
+    ExperimentInfo,
+    cached_tokens_of,
+    finite,
+    mad_sigma,
+    med,
+    ok,
+    prompt_tokens_of,
+    select,
+    server_prefill_s,
+)
+from phasescope.measure import derive
+from phasescope.measure.records import RequestRecord
+
+NAME = "prefix-cache"
+HIT_MIN_SHARE = 0.5  # of the expected saving
+MISS_MAX_SHARE = 0.2
+NOISE_K = 4.0
+NOISE_FLOOR_S = 0.002
+
+
+@dataclass
+class ServerCacheView:
+    """What the server itself reported about the cache during the experiment."""
+
+    cached_tokens_repeat: float | None = None  # median over repeats (usage / cache_n)
+    cached_tokens_cold: float | None = None
+    server_prefill_cold_s: float | None = None
+    server_prefill_repeat_s: float | None = None
+    metrics_delta: dict[str, float] = field(default_factory=dict)  # counter deltas over the run
+    hit_rate: float | None = None  # Δhits/Δqueries from /metrics
+    says_cached: bool | None = None
+    source: str | None = None
+
+
+@dataclass
+class PrefixCacheResult:
+    info: ExperimentInfo
+    system_prompt_tokens: int | None = None
+    user_turn_tokens: int | None = None
+    n_cold: int = 0
+    n_repeat: int = 0
+    ttft_first_s: float | None = None
+    ttft_repeat_s: float | None = None
+    ttft_short_s: float | None = None
+    expected_saving_s: float | None = None
+    saved_s: float | None = None
+    saved_fraction: float | None = None
+    noise_s: float | None = None
+    cache_detected: bool | None = None
+    reason: str = ""
+    server: ServerCacheView = field(default_factory=ServerCacheView)
+    agrees_with_server: bool | None = None
+
+    name: str = NAME
+
+
+def _server_view(cold: list[RequestRecord], rep: list[RequestRecord], system_tokens: int | None,
+                 metrics_delta: dict[str, float] | None) -> ServerCacheView:
+    v = ServerCacheView(metrics_delta=dict(metrics_delta or {}))
+    v.cached_tokens_repeat = med(cached_tokens_of(r) for r in rep)
+    v.cached_tokens_cold = med(cached_tokens_of(r) for r in cold)
+    v.server_prefill_cold_s = med(server_prefill_s(r) for r in cold)
+    v.server_prefill_repeat_s = med(server_prefill_s(r) for r in rep)
+    md = v.metrics_delta
+    q, h = md.get("prefix_cache_queries"), md.get("prefix_cache_hits")
+    if q and h is not None and q > 0:
+        v.hit_rate = h / q
+    # decide from the strongest channel available
+    if v.cached_tokens_repeat is not None and system_tokens:
+        v.says_cached = v.cached_tokens_repeat >= 0.5 * system_tokens
+        v.source = "cached prompt tokens in responses (usage.cached_tokens / timings.cache_n)"
+    elif v.hit_rate is not None:
+        v.says_cached = v.hit_rate >= 0.25
+        v.source = "prefix-cache hit/query counters in /metrics"
+    elif md.get("prompt_tokens_cached") is not None:
+        v.says_cached = md["prompt_tokens_cached"] >= 0.5 * (system_tokens or 1) * max(1, len(rep))
+        v.source = "prompt_tokens_cached counter in /metrics"
+    elif v.server_prefill_cold_s and v.server_prefill_repeat_s is not None:
+        v.says_cached = v.server_prefill_repeat_s <= 0.5 * v.server_prefill_cold_s
+        v.source = "server-timed prefill (prompt_ms / prompt_eval_duration)"
+    return v
+
+
+def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None,
+            metrics_delta: dict[str, float] | None = None) -> PrefixCacheResult:
+    info = info or ExperimentInfo(name=NAME)
+    res = PrefixCacheResult(info=info)
+    short = ok(select(records, NAME, phase="short"))
+    cold = ok(select(records, NAME, phase="cold"))
+    rep = ok(select(records, NAME, phase="repeat"))
+    res.n_cold, res.n_repeat = len(cold), len(rep)
+    sys_t = [r.tags.get("system_tokens") for r in cold + rep if r.tags.get("system_tokens")]
+    res.system_prompt_tokens = int(sys_t[0]) if sys_t else None
+    usr = [prompt_tokens_of(r) for r in short]
+    res.user_turn_tokens = int(med(usr)) if finite(usr) else None
+    t_short = finite(derive.ttft_s(r) for r in short)
+    t_cold = finite(derive.ttft_s(r) for r in cold)
+    t_rep = finite(derive.ttft_s(r) for r in rep)
+    res.ttft_short_s, res.ttft_first_s, res.ttft_repeat_s = med(t_short), med(t_cold), med(t_rep)
+    res.server = _server_view(cold, rep, res.system_prompt_tokens, metrics_delta)
+    if res.ttft_first_s is None or res.ttft_repeat_s is None:
+        res.reason = "no successful cold or repeat request"
+        return res
+    res.saved_s = res.ttft_first_s - res.ttft_repeat_s
+    res.saved_fraction = res.saved_s / res.ttft_first_s if res.ttft_first_s > 0 else None
+    res.noise_s = max(mad_sigma(t_rep), mad_sigma(t_short), NOISE_FLOOR_S)
+    if res.ttft_short_s is None:
+        res.reason = "no baseline (user-turn-only) request succeeded"
+        return res
+    res.expected_saving_s = res.ttft_first_s - res.ttft_short_s
+    if res.expected_saving_s < NOISE_K * res.noise_s:
+        res.reason = (f"the system prompt's prefill ({res.expected_saving_s * 1e3:.1f} ms) is within the noise "
+                      f"({res.noise_s * 1e3:.1f} ms); a longer system prompt would tell")
+    else:
+        share = res.saved_s / res.expected_saving_s
+        if share >= HIT_MIN_SHARE:
+            res.cache_detected = True
+            res.reason = f"repeats saved {share:.0%} of the system prompt's prefill"
+        elif share <= MISS_MAX_SHARE:
+            res.cache_detected = False
+            res.reason = f"repeats saved only {max(share, 0):.0%} of the system prompt's prefill"
+        else:
+            res.reason = f"repeats saved {share:.0%} of the system prompt's prefill: partial, cannot tell"
+    if res.cache_detected is not None and res.server.says_cached is not None:
+        res.agrees_with_server = res.cache_detected == res.server.says_cached
+    return res
+
+
+def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """Counter deltas (after − before) for the names present in both scrapes."""
+    return {k: after[k] - before[k] for k in after if k in before}

@@ -1,0 +1,155 @@
+"""``prompt-scaling``: TTFT against prompt length, output length fixed.
+
+The seed's first claim: prefill cost grows with the prompt — linearly for the matmuls, plus a
+quadratic attention term that shows on long prompts — while decode speed after the first token
+hardly moves. Prompts of n tokens on a geometric grid (each with a unique random start so no
+prefix cache can help) are sent one at a time; the medians per length are fitted with
+
+    TTFT(n) = a + b·n + c·n²,   a, b, c ≥ 0        (measure.stats.fit_quadratic_nonneg)
+
+* ``a`` (``fixed_overhead_s``): time that does not grow with the prompt (HTTP, tokenization,
+  scheduling, the first sampling step).
+* ``prefill_tok_s`` = n_max / (TTFT_fit(n_max) − a): the prefill rate at the longest prompt with
+  the fixed overhead removed (client-side; the server's own rate is ``server_prefill_tok_s``).
+* ``quadratic_share`` = c·n_max² / (b·n_max + c·n_max²): the share of the prefill time at the
+  longest prompt that the quadratic (attention) term explains.
+* ``decode_change_pct`` = 100·(decode(n_max) − decode(n_min)) / decode(n_min) with decode = median
+  client decode tok/s ((output tokens − 1) / (last − first token)); ``decode_flat`` when
+  |change| ≤ ``DECODE_FLAT_PCT``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from phasescope.experiments.common import (
+    ExperimentInfo,
+    med,
+    ok,
+    prompt_tokens_of,
+    select,
+    server_prefill_s,
+)
+from phasescope.measure import derive
+from phasescope.measure.records import RequestRecord
+from phasescope.measure.stats import fit_quadratic_nonneg
+
+NAME = "prompt-scaling"
+#: decode counts as "flat" when it changes by no more than this between the shortest and longest prompt
+DECODE_FLAT_PCT = 25.0
+#: TTFT counts as growing when the longest prompt's TTFT is at least this multiple of the shortest's
+TTFT_GROWTH_MIN_X = 1.5
+
+
+@dataclass
+class ScalingPoint:
+    prompt_tokens: int
+    n: int
+    ttft_s: float | None
+    ttft_min_s: float | None
+    server_prefill_s: float | None
+    server_prefill_tok_s: float | None
+    decode_tok_s: float | None
+    server_decode_tok_s: float | None
+
+
+@dataclass
+class QuadraticFit:
+    a_s: float
+    b_s_per_token: float
+    c_s_per_token2: float
+    r2: float
+    n_points: int
+
+
+@dataclass
+class PromptScalingResult:
+    info: ExperimentInfo
+    output_tokens: int | None = None
+    points: list[ScalingPoint] = field(default_factory=list)
+    fit: QuadraticFit | None = None
+    fixed_overhead_s: float | None = None
+    prefill_tok_s: float | None = None
+    server_prefill_tok_s: float | None = None
+    quadratic_share: float | None = None
+    ttft_growth_x: float | None = None
+    ttft_grows: bool | None = None
+    decode_change_pct: float | None = None
+    decode_flat: bool | None = None
+    notes: list[str] = field(default_factory=list)
+
+    name: str = NAME
+
+
+def geometric_grid(n_min: int, n_max: int, steps: int) -> list[int]:
+    """``steps`` integers from n_min to n_max, evenly spaced on a log scale, de-duplicated."""
+    if steps <= 1 or n_max <= n_min:
+        return [max(1, n_max)]
+    ratio = (n_max / n_min) ** (1 / (steps - 1))
+    out: list[int] = []
+    for i in range(steps):
+        v = int(round(n_min * ratio**i))
+        if not out or v > out[-1]:
+            out.append(v)
+    out[-1] = n_max
+    return out
+
+
+def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None) -> PromptScalingResult:
+    """Pure: the tagged records of one run → the result (see module docstring)."""
+    info = info or ExperimentInfo(name=NAME)
+    res = PromptScalingResult(info=info)
+    measured = ok(select(records, NAME, phase="measure"))
+    groups: dict[int, list[RequestRecord]] = {}
+    for r in measured:
+        key = int(r.tags.get("prompt_tokens_target") or prompt_tokens_of(r) or 0)
+        groups.setdefault(key, []).append(r)
+    outs = [r.max_tokens for r in measured if r.max_tokens]
+    res.output_tokens = int(outs[0]) if outs else None
+    for key in sorted(groups):
+        rs = groups[key]
+        n_actual = med(prompt_tokens_of(r) for r in rs)
+        ttfts = [derive.ttft_s(r) for r in rs]
+        res.points.append(
+            ScalingPoint(
+                prompt_tokens=int(round(n_actual)) if n_actual is not None else key,
+                n=len(rs),
+                ttft_s=med(ttfts),
+                ttft_min_s=min((t for t in ttfts if t is not None), default=None),
+                server_prefill_s=med(server_prefill_s(r) for r in rs),
+                server_prefill_tok_s=med(derive.server_prefill_tok_s(r) for r in rs),
+                decode_tok_s=med(derive.decode_tok_s(r) for r in rs),
+                server_decode_tok_s=med(derive.server_decode_tok_s(r) for r in rs),
+            )
+        )
+    pts = [p for p in res.points if p.ttft_s is not None]
+    if len(pts) < 3:
+        res.notes.append(f"only {len(pts)} prompt lengths answered; the fit needs at least 3")
+        return res
+    xs = [float(p.prompt_tokens) for p in pts]
+    ys = [float(p.ttft_s) for p in pts]  # type: ignore[arg-type]
+    f = fit_quadratic_nonneg(xs, ys)
+    res.fit = QuadraticFit(a_s=f.a, b_s_per_token=f.b, c_s_per_token2=f.c, r2=f.r2, n_points=len(pts))
+    res.fixed_overhead_s = f.a
+    n_max = xs[-1]
+    prefill_time = f.b * n_max + f.c * n_max * n_max
+    if prefill_time > 0:
+        res.prefill_tok_s = n_max / prefill_time
+        res.quadratic_share = f.c * n_max * n_max / prefill_time
+    else:
+        res.notes.append("TTFT did not grow with the prompt: no prefill rate can be fitted")
+    res.server_prefill_tok_s = pts[-1].server_prefill_tok_s
+    first, last = pts[0], pts[-1]
+    if first.ttft_s and last.ttft_s:
+        res.ttft_growth_x = last.ttft_s / first.ttft_s
+        res.ttft_grows = res.ttft_growth_x >= TTFT_GROWTH_MIN_X
+    d0 = first.decode_tok_s if first.decode_tok_s is not None else first.server_decode_tok_s
+    d1 = last.decode_tok_s if last.decode_tok_s is not None else last.server_decode_tok_s
+    if d0 and d1:
+        res.decode_change_pct = 100.0 * (d1 - d0) / d0
+        res.decode_flat = abs(res.decode_change_pct) <= DECODE_FLAT_PCT
+    else:
+        res.notes.append("decode speed not measurable (need ≥ 2 output tokens per request)")
+    return res
+
