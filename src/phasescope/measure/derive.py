@@ -20,7 +20,8 @@ Definitions (compare ``vllm bench serve``, ``vllm/benchmarks/serve.py:calculate_
 * ``prefill_tok_s`` (client) — prompt_tokens / ttft_s (includes queueing and network).
 * ``server_prefill_tok_s`` / ``server_decode_tok_s`` — from server timings (llama.cpp
   ``timings``, Ollama ``prompt_eval_*``/``eval_*``), evaluated tokens only: llama.cpp's
-  ``prompt_n`` and Ollama's duration both exclude cached prompt tokens.
+  ``prompt_n`` and Ollama's duration both exclude cached prompt tokens. Decode is
+  (predicted_n − 1) / decode_s, as llama.cpp's ``predicted_per_second``.
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ def server_prefill_tok_s(r: RequestRecord) -> float | None:
 def server_decode_tok_s(r: RequestRecord) -> float | None:
     s = r.server or {}
     n, d = s.get("predicted_n"), s.get("decode_s")
-    if not n or not d or d <= 0:
+    if not n or n < 2 or not d or d <= 0:
         return None
-    return float(n) / float(d)
+    # decode_s (llama.cpp predicted_ms, Ollama eval_duration) runs from the end of the prompt to
+    # the last token: n − 1 steps ("the first token is free", llama.cpp server-common.h)
+    return (float(n) - 1.0) / float(d)

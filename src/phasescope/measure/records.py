@@ -100,6 +100,7 @@ class RequestRecord:
     http_status: int | None = None
     error_kind: str | None = None
     error_message: str | None = None
+    retry_after_s: float | None = None  # 429/503 Retry-After, when the server said
     # who sent it (bench workers / Ray actors)
     worker: str | None = None
 

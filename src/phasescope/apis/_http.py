@@ -1,0 +1,510 @@
+"""The HTTP exchange every client shares: timing hooks, timeouts, framing, error mapping.
+
+A client module describes its wire format with a :class:`Protocol` subclass (how to build the
+body, how to read one streamed message or a whole JSON body). :func:`exchange` does the rest the
+same way for every API:
+
+* ``t_start_ns`` is read just before the request is handed to aiohttp (the body is serialised
+  before that, so JSON encoding is not in TTFT);
+* ``t_conn_ready_ns`` comes from an aiohttp ``TraceConfig`` (``on_connection_create_end`` for a new
+  connection, ``on_connection_reuseconn`` for a pooled one): curl's ``time_pretransfer``. Sessions
+  must be made with :func:`new_session` (or carry :func:`trace_config`) for this to be set;
+* ``t_headers_ns`` when ``session.post`` returns (status line and headers read);
+* each message of the stream is framed out of ``resp.content`` reads by hand (SSE ``\\n\\n`` blocks
+  or NDJSON lines); several messages arriving in one read are each parsed and timestamped in turn,
+  the timestamp taken right after that message's ``json.loads``;
+* timeouts: connect (aiohttp ``sock_connect``), first token (start → first token-carrying
+  message) and between tokens (silence between reads after the first token) — enforced by one
+  rescheduled timer (:class:`_Watchdog`), not a ``wait_for`` per read, so the hot loop costs a
+  float store per read;
+* every failure becomes ``ok=False`` with ``error_kind`` from :func:`phasescope.errors.error_kind`
+  and a one-line ``error_message``; nothing raises to the caller except cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from typing import Any
+
+import aiohttp
+
+from phasescope import errors as E
+from phasescope.apis.base import GenRequest, Target
+from phasescope.measure.clock import now_ns, wall_ns
+from phasescope.measure.records import Event, RequestRecord
+
+#: body bytes kept from an HTTP error response for the message
+_ERR_BODY_MAX = 4096
+
+
+# --- sessions and the pre-transfer hook ------------------------------------------------------
+async def _on_conn_ready(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        rec.t_conn_ready_ns = now_ns()
+
+
+_TRACE: aiohttp.TraceConfig | None = None
+
+
+def trace_config() -> aiohttp.TraceConfig:
+    """The one TraceConfig that stamps ``t_conn_ready_ns`` (shared; add it to your own sessions)."""
+    global _TRACE
+    if _TRACE is None:
+        tc = aiohttp.TraceConfig()
+        tc.on_connection_create_end.append(_on_conn_ready)
+        tc.on_connection_reuseconn.append(_on_conn_ready)
+        tc.freeze()
+        _TRACE = tc
+    return _TRACE
+
+
+def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0) -> aiohttp.ClientSession:
+    """A ClientSession ready for :func:`send`: our trace hook, no connection cap by default
+    (``limit=0``; aiohttp's default of 100 silently queues requests above 100 streams), no total
+    timeout (timeouts are per request), no auto-decompression surprises."""
+    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300)
+    return aiohttp.ClientSession(
+        connector=conn,
+        trace_configs=[trace_config()],
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+    )
+
+
+# --- timeouts --------------------------------------------------------------------------------
+class _Watchdog:
+    """One timer per request that cancels the running task when a deadline passes.
+
+    ``arm(kind, seconds)`` moves the deadline; the timer re-schedules itself lazily when it fires
+    early, so re-arming on every read is a couple of attribute stores.
+    """
+
+    __slots__ = ("loop", "task", "kind", "deadline", "handle", "fired")
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.kind: str | None = None
+        self.deadline = float("inf")
+        self.handle: asyncio.TimerHandle | None = None
+        self.fired: str | None = None
+
+    def arm(self, kind: str, seconds: float | None) -> None:
+        if seconds is None or self.task is None:
+            self.kind, self.deadline = None, float("inf")
+            return
+        self.kind = kind
+        self.deadline = self.loop.time() + seconds
+        if self.handle is None:
+            self.handle = self.loop.call_at(self.deadline, self._fire)
+
+    def _fire(self) -> None:
+        self.handle = None
+        if self.kind is None or self.fired:
+            return
+        now = self.loop.time()
+        if now >= self.deadline:
+            self.fired = self.kind
+            assert self.task is not None
+            self.task.cancel()
+        else:
+            self.handle = self.loop.call_at(self.deadline, self._fire)
+
+    def close(self) -> None:
+        self.kind = None
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+# --- error mapping ---------------------------------------------------------------------------
+def _error_text(body: bytes) -> str:
+    """The server's own error sentence from any of the usual shapes."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return re.sub(r"\s+", " ", text)[:300]
+    return error_message_of(obj) or re.sub(r"\s+", " ", text)[:300]
+
+
+def error_message_of(obj: Any) -> str | None:
+    """``{"error": {"message": ...}}`` (OpenAI/vLLM/llama.cpp), ``{"error": "..."}`` (Ollama, TGI),
+    ``{"message": ...}``, ``{"detail": ...}`` (FastAPI)."""
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("msg")
+        return str(msg) if msg is not None else json.dumps(err)[:300]
+    if isinstance(err, str):
+        return err
+    for k in ("message", "detail"):
+        if isinstance(obj.get(k), str):
+            return obj[k]
+    return None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds form; an HTTP-date is converted too)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from email.utils import parsedate_to_datetime
+        import datetime as _dt
+
+        when = parsedate_to_datetime(value)
+        return max(0.0, (when - _dt.datetime.now(when.tzinfo)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+def http_error(status: int, body: bytes, headers: Any, target: Target, path: str) -> E.TargetError:
+    """Map an HTTP error status to the error class a user can act on."""
+    msg = _error_text(body)
+    where = f"{target.display_url}{path}"
+    if status in (401, 403):
+        what = "unauthorized (401)" if status == 401 else "forbidden (403)"
+        hint = "pass --api-key or set OPENAI_API_KEY" if not target.api_key else "check the API key"
+        return E.AuthError(f"{where}: {what}: {msg}", hint=hint)
+    if status == 404:
+        low = msg.lower()
+        if "model" in low:
+            return E.ModelNotFoundError(f"{where}: model not found: {msg}", hint="list models with GET /v1/models or pass --model")
+        return E.WrongApiError(f"{where}: 404 {msg}", hint="the server does not have this endpoint; try --api auto")
+    if status in (405, 501):
+        return E.WrongApiError(f"{where}: {status} {msg}", hint="the server does not support this endpoint; try --api auto")
+    if status in (429, 503):
+        ra = parse_retry_after(headers.get("Retry-After") if headers is not None else None)
+        extra = f"; Retry-After {ra:g} s" if ra is not None else ""
+        return E.OverloadedError(f"{where}: server overloaded ({status}): {msg}{extra}", retry_after_s=ra, hint="retry later or pass --retries N")
+    return E.HttpError(f"{where}: HTTP {status}: {msg}", status=status)
+
+
+def fail(rec: RequestRecord, exc: E.PhasescopeError) -> None:
+    rec.ok = False
+    rec.error_kind = E.error_kind(exc)
+    rec.error_message = str(exc)
+    if isinstance(exc, E.OverloadedError):
+        rec.retry_after_s = exc.retry_after_s
+    if isinstance(exc, E.HttpError):
+        rec.http_status = exc.status
+
+
+# --- the protocol a client implements --------------------------------------------------------
+class Protocol:
+    """Per-request parser state. Subclasses set ``path``, ``framing`` and implement the hooks.
+
+    ``on_message(obj, t_ns)`` handles one decoded streamed message; it appends Events to
+    ``self.rec`` and sets ``self.done`` when the stream is logically complete (``[DONE]``,
+    ``done: true``, ``stop: true``). ``on_body(obj)`` handles a non-streamed JSON body.
+    ``finish()`` fills counts after a successful stream. Raise :class:`MalformedEventError` or
+    :class:`ServerStreamError` for bad or error messages.
+    """
+
+    path = "/"
+    framing = "sse"  # sse | ndjson
+
+    def __init__(self, target: Target, req: GenRequest, rec: RequestRecord) -> None:
+        self.target = target
+        self.req = req
+        self.rec = rec
+        self.done = False
+        self.got_token = False
+
+    def body(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def on_message(self, obj: Any, t_ns: int) -> None:
+        raise NotImplementedError
+
+    def on_done_marker(self, t_ns: int) -> None:
+        self.done = True
+
+    def on_eof(self) -> None:
+        """Stream ended without the protocol's end marker: broken unless overridden."""
+        raise E.StreamBrokenError(
+            f"{self.target.display_url}{self.path}: stream ended before completion "
+            f"({len(self.rec.token_events())} token events received)"
+        )
+
+    def on_body(self, obj: Any) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        pass
+
+
+def new_record(target: Target, req: GenRequest) -> RequestRecord:
+    return RequestRecord(
+        id=req.id or uuid.uuid4().hex[:16],
+        api=target.api,
+        target=target.display_url,
+        model=target.model,
+        stream=req.stream,
+        prompt_tokens_requested=req.prompt_tokens_expected,
+        max_tokens=req.max_tokens,
+        tags=dict(req.tags),
+    )
+
+
+def _decode_json(payload: bytes, target: Target, path: str) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError:
+        shown = payload[:120].decode("utf-8", "replace")
+        raise E.MalformedEventError(f"{target.display_url}{path}: malformed event (not JSON): {shown!r}") from None
+
+
+async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRecord:
+    """Send ``proto``'s request and fill ``proto.rec``; never raises for server-side failures."""
+    target, req, rec = proto.target, proto.req, proto.rec
+    url = target.base_url + proto.path
+    data = json.dumps(proto.body(), separators=(",", ":")).encode()
+    headers = target.headers()
+    headers["X-Request-Id"] = rec.id
+    to = target.timeouts
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=to.connect_s, connect=None, sock_read=None)
+    dog = _Watchdog()
+    rec.wall_start_ns = wall_ns()
+    try:
+        dog.arm("first_token", to.first_token_s)
+        rec.t_start_ns = now_ns()
+        async with session.post(url, data=data, headers=headers, timeout=timeout, trace_request_ctx=rec) as resp:
+            rec.t_headers_ns = now_ns()
+            rec.http_status = resp.status
+            if resp.status >= 400:
+                body = await resp.content.read(_ERR_BODY_MAX)
+                rec.t_done_ns = now_ns()
+                raise http_error(resp.status, body, resp.headers, target, proto.path)
+            if not req.stream:
+                raw = await resp.read()
+                rec.t_done_ns = now_ns()
+                proto.on_body(_decode_json(raw, target, proto.path))
+            elif proto.framing == "ndjson":
+                await _read_ndjson(resp, proto, dog)
+            else:
+                await _read_sse(resp, proto, dog)
+        if rec.t_done_ns is None:
+            rec.t_done_ns = now_ns()
+        proto.finish()
+        rec.ok = True
+    except asyncio.CancelledError:
+        if not dog.fired:
+            raise
+        task = asyncio.current_task()
+        if task is not None and hasattr(task, "uncancel"):
+            task.uncancel()
+        rec.t_done_ns = now_ns()
+        if dog.fired == "first_token":
+            exc: E.PhasescopeError = E.FirstTokenTimeout(
+                f"{target.display_url}{proto.path}: no first token within {to.first_token_s:g} s",
+                hint="raise --ttft-timeout",
+            )
+        else:
+            exc = E.InterTokenTimeout(
+                f"{target.display_url}{proto.path}: stream silent for more than {to.between_tokens_s:g} s between tokens",
+                hint="raise --itl-timeout",
+            )
+        fail(rec, exc)
+    except E.PhasescopeError as exc:
+        if rec.t_done_ns is None:
+            rec.t_done_ns = now_ns()
+        fail(rec, exc)
+    except aiohttp.ConnectionTimeoutError:
+        rec.t_done_ns = now_ns()
+        fail(rec, E.ConnectTimeout(f"connecting to {target.display_url} took longer than {to.connect_s:g} s", hint="raise --connect-timeout"))
+    except aiohttp.ClientConnectorError as exc:
+        rec.t_done_ns = now_ns()
+        fail(rec, E.ConnectError(f"nothing is listening at {target.display_url} ({exc.os_error.strerror or exc.os_error})",
+                                 hint="start a server there, or omit the URL to use the embedded engine (`phasescope engine serve`)"))
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError) as exc:
+        rec.t_done_ns = now_ns()
+        fail(rec, E.StreamBrokenError(f"{target.display_url}{proto.path}: connection cut mid-response "
+                                      f"({len(rec.token_events())} token events received): {type(exc).__name__}"))
+    except aiohttp.ClientError as exc:
+        rec.t_done_ns = now_ns()
+        fail(rec, E.TargetError(f"{target.display_url}{proto.path}: {type(exc).__name__}: {exc}"))
+    finally:
+        dog.close()
+    return rec
+
+
+async def _drain(content: aiohttp.StreamReader) -> None:
+    """After the logical end, read the terminating chunk so the connection can be reused."""
+    if content.at_eof():
+        return
+    try:
+        await asyncio.wait_for(content.read(), 0.25)
+    except (asyncio.TimeoutError, aiohttp.ClientError):
+        pass
+
+
+async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdog) -> None:
+    """Frame ``data:`` events out of raw reads. Comments (``:``), ``event:``/``id:`` lines ignored."""
+    rec, target, path = proto.rec, proto.target, proto.path
+    between = target.timeouts.between_tokens_s
+    buf = b""
+    content = resp.content
+    while True:
+        chunk = await content.readany()
+        if not chunk:
+            break
+        if proto.got_token:
+            dog.arm("between_tokens", between)
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buf += chunk
+        while True:
+            i = buf.find(b"\n\n")
+            if i < 0:
+                break
+            block, buf = buf[:i], buf[i + 2 :]
+            payload = _sse_data(block)
+            if payload is None:
+                continue
+            if payload == b"[DONE]":
+                proto.on_done_marker(now_ns())
+                continue
+            obj = _decode_json(payload, target, path)
+            t = now_ns()
+            proto.on_message(obj, t)
+            if not proto.got_token and rec.events and rec.events[-1].kind in ("content", "reasoning"):
+                proto.got_token = True
+                dog.arm("between_tokens", between)
+        if proto.done:
+            break
+    rec.t_done_ns = now_ns()
+    if proto.done:
+        await _drain(content)
+        return
+    if buf.strip():
+        payload = _sse_data(buf)
+        if payload is not None and payload != b"[DONE]":
+            obj = _decode_json(payload, target, path)
+            proto.on_message(obj, now_ns())
+    rec.t_done_ns = now_ns()
+    if not proto.done:
+        proto.on_eof()
+
+
+def _sse_data(block: bytes) -> bytes | None:
+    if block.startswith(b"data:") and b"\n" not in block:
+        d = block[5:]
+        return d[1:] if d[:1] == b" " else d
+    parts = []
+    for line in block.split(b"\n"):
+        if line.startswith(b"data:"):
+            d = line[5:]
+            parts.append(d[1:] if d[:1] == b" " else d)
+    if not parts:
+        return None
+    return b"\n".join(parts)
+
+
+async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdog) -> None:
+    rec, target, path = proto.rec, proto.target, proto.path
+    between = target.timeouts.between_tokens_s
+    buf = b""
+    content = resp.content
+    while not proto.done:
+        chunk = await content.readany()
+        if not chunk:
+            break
+        if proto.got_token:
+            dog.arm("between_tokens", between)
+        buf += chunk
+        while True:
+            i = buf.find(b"\n")
+            if i < 0:
+                break
+            line, buf = buf[:i].strip(), buf[i + 1 :]
+            if not line:
+                continue
+            obj = _decode_json(line, target, path)
+            t = now_ns()
+            proto.on_message(obj, t)
+            if not proto.got_token and rec.events and rec.events[-1].kind in ("content", "reasoning"):
+                proto.got_token = True
+                dog.arm("between_tokens", between)
+    rec.t_done_ns = now_ns()
+    if proto.done:
+        await _drain(content)
+        return
+    if buf.strip():
+        obj = _decode_json(buf.strip(), target, path)
+        proto.on_message(obj, now_ns())
+    rec.t_done_ns = now_ns()
+    if not proto.done:
+        proto.on_eof()
+
+
+def add_event(rec: RequestRecord, t_ns: int, kind: str, n_tokens: int | None, n_chars: int) -> None:
+    rec.events.append(Event(t_ns, kind, n_tokens, n_chars))
+
+
+def set_count(rec: RequestRecord, which: str, value: Any, source: str) -> None:
+    """Set ``prompt_tokens``/``output_tokens`` unless a better source already set it."""
+    if value is None:
+        return
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return
+    from phasescope.measure.records import COUNT_SOURCES
+
+    cur_src = getattr(rec, f"{which}_source")
+    rank = {s: i for i, s in enumerate(COUNT_SOURCES)}
+    if cur_src is None or rank.get(source, 99) <= rank.get(cur_src, 99):
+        setattr(rec, which, v)
+        setattr(rec, f"{which}_source", source)
+
+
+def fill_fallback_counts(rec: RequestRecord, req: GenRequest) -> None:
+    """Counts when the server reported none: events for output, the prompt builder for input."""
+    if rec.output_tokens is None:
+        tok = rec.token_events()
+        if tok:
+            if all(e.n_tokens is not None for e in tok):
+                set_count(rec, "output_tokens", sum(int(e.n_tokens or 0) for e in tok), "events")
+            else:
+                set_count(rec, "output_tokens", len(tok), "events")
+    if rec.prompt_tokens is None and req.prompt_tokens_expected is not None:
+        src = "tokenizer" if req.prompt_token_ids is not None or req.tags.get("prompt_source") == "tokenizer" else "requested"
+        set_count(rec, "prompt_tokens", req.prompt_tokens_expected, src)
+    if rec.output_tokens is not None and req.max_tokens:
+        rec.stopped_early = rec.output_tokens < req.max_tokens
+
+
+def llamacpp_timings(t: dict[str, Any]) -> dict[str, Any]:
+    """llama.cpp ``timings`` → normalised server dict (seconds).
+
+    ``prompt_ms`` = slot start → end of prompt processing (includes sampling the first token), so
+    it is the server-side TTFT; ``predicted_ms`` = end of prompt → last token, which covers
+    ``predicted_n − 1`` decode steps (the first token is free). Source: llama.cpp
+    ``tools/server/server-common.h`` at 0c1e57098 (see reference/server-apis.md §4.2).
+    """
+    def num(k: str) -> float | None:
+        v = t.get(k)
+        return float(v) if isinstance(v, (int, float)) else None
+
+    pm, gm = num("prompt_ms"), num("predicted_ms")
+    out: dict[str, Any] = {
+        "source": "llamacpp_timings",
+        "prefill_s": pm / 1000 if pm is not None else None,
+        "decode_s": gm / 1000 if gm is not None else None,
+        "ttft_s": pm / 1000 if pm is not None else None,
+        "prompt_n": t.get("prompt_n"),
+        "predicted_n": t.get("predicted_n"),
+        "cache_n": t.get("cache_n"),
+        "raw": dict(t),
+    }
+    return out

@@ -1,0 +1,136 @@
+"""Ollama native ``/api/generate`` (api ``ollama``) and ``/api/chat`` (NDJSON or one JSON body).
+
+One JSON object per line; text in ``response`` (generate) or ``message.content`` (chat),
+reasoning in ``thinking`` / ``message.thinking``; the last object has ``done: true``,
+``done_reason`` and the metrics, all in **nanoseconds** and all ``omitempty`` (a zero value makes
+the key disappear, so a missing key means 0/unknown, never an error):
+
+* ``load_duration`` — scheduling + model load → ``server.load_s`` (reported as cold start, kept
+  out of prefill);
+* ``prompt_eval_count`` — since Ollama 0.30.1 the **full** prompt including cached tokens;
+  ``prompt_eval_duration`` covers only the evaluated (non-cached) part. Ollama does not expose
+  the cached count, so ``prompt_eval_count / prompt_eval_duration`` overstates prefill speed on a
+  cache hit. We store ``server.prompt_n = None`` (unknown evaluated count) whenever the prompt
+  may have been cached, i.e. when ``prompt_eval_count`` exceeds what the evaluated duration
+  plausibly covers is not knowable — so the server prefill rate is reported only for requests
+  sent with a fresh (nonce-prefixed) prompt, where evaluated = full (``tags["fresh_prompt"]``);
+* ``eval_count`` / ``eval_duration`` — generated tokens and end of prompt → last token
+  (= llama-server ``predicted_n``/``predicted_ms``).
+
+Output length: ``options.num_predict`` caps it; Ollama has no ``ignore_eos``, so a model can stop
+early (recorded as ``stopped_early``). Errors before output: HTTP status + ``{"error": "..."}``;
+after output started: a final line ``{"error": "..."}``. Source: reference/server-apis.md §5.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from phasescope import errors as E
+from phasescope.apis._http import Protocol, add_event, error_message_of, exchange, fill_fallback_counts, new_record, set_count
+from phasescope.apis.base import GenRequest, Target
+from phasescope.measure.records import RequestRecord
+
+
+class _Ollama(Protocol):
+    framing = "ndjson"
+    chat = False
+
+    def __init__(self, target: Target, req: GenRequest, rec: RequestRecord) -> None:
+        super().__init__(target, req, rec)
+        self.path = "/api/chat" if self.chat else "/api/generate"
+
+    def body(self) -> dict[str, Any]:
+        req = self.req
+        b: dict[str, Any] = {"model": self.target.model, "stream": req.stream}
+        if self.chat:
+            b["messages"] = [{"role": "user", "content": req.prompt}]
+        else:
+            b["prompt"] = req.prompt
+            b["raw"] = True  # no template: the prompt length is what we built
+        b["options"] = {"num_predict": req.max_tokens, "temperature": req.temperature}
+        b.update(req.extra_body)
+        return b
+
+    def on_message(self, obj: Any, t_ns: int) -> None:
+        if not isinstance(obj, dict):
+            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed line (not an object)")
+        if "error" in obj:
+            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error mid-stream: {error_message_of(obj)}")
+        if obj.get("done"):
+            self._final(obj)
+            add_event(self.rec, t_ns, "usage", None, 0)
+            self.done = True
+            return
+        if self.chat:
+            msg = obj.get("message") or {}
+            text, think = msg.get("content") or "", msg.get("thinking") or ""
+        else:
+            text, think = obj.get("response") or "", obj.get("thinking") or ""
+        if text:
+            add_event(self.rec, t_ns, "content", None, len(text))
+        elif think:
+            add_event(self.rec, t_ns, "reasoning", None, len(think))
+        else:
+            add_event(self.rec, t_ns, "empty", None, 0)
+
+    def _final(self, obj: dict[str, Any]) -> None:
+        rec = self.rec
+        ns = lambda k: (obj.get(k) / 1e9) if isinstance(obj.get(k), (int, float)) else None  # noqa: E731
+        pec = obj.get("prompt_eval_count")
+        ec = obj.get("eval_count")
+        fresh = bool(self.req.tags.get("fresh_prompt"))
+        load_s, pe_s, ev_s, total_s = ns("load_duration"), ns("prompt_eval_duration"), ns("eval_duration"), ns("total_duration")
+        rec.server = {
+            "source": "ollama",
+            "load_s": load_s or 0.0,
+            "prefill_s": pe_s,
+            "decode_s": ev_s,
+            "total_s": total_s,
+            # evaluated prompt tokens are only known when the prompt could not have been cached
+            "prompt_n": pec if (fresh and isinstance(pec, int)) else None,
+            "predicted_n": ec if isinstance(ec, int) else 0,
+            "cache_n": None,
+            "ttft_s": ((load_s or 0.0) + pe_s) if pe_s is not None else None,
+            "raw": {k: obj.get(k) for k in ("total_duration", "load_duration", "prompt_eval_count",
+                                            "prompt_eval_duration", "eval_count", "eval_duration", "done_reason") if k in obj},
+        }
+        set_count(rec, "prompt_tokens", pec, "server")
+        set_count(rec, "output_tokens", ec if isinstance(ec, int) else 0, "server")
+        if obj.get("done_reason"):
+            rec.finish_reason = str(obj["done_reason"])
+
+    def on_body(self, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed response (not an object)")
+        if "error" in obj:
+            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error: {error_message_of(obj)}")
+        self._final(obj)
+
+    def on_eof(self) -> None:
+        raise E.StreamBrokenError(f"{self.target.display_url}{self.path}: stream ended before done:true "
+                                  f"({len(self.rec.token_events())} token lines received)")
+
+    def finish(self) -> None:
+        rec = self.rec
+        nr = sum(1 for e in rec.events if e.kind == "reasoning")
+        if nr:
+            rec.reasoning_tokens = nr
+        fill_fallback_counts(rec, self.req)
+
+
+class _Generate(_Ollama):
+    chat = False
+
+
+class _Chat(_Ollama):
+    chat = True
+
+
+async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) -> RequestRecord:
+    """``/api/generate`` (``/api/chat`` when ``req.tags["ollama_chat"]``); never raises for server failures."""
+    cls = _Chat if req.tags.get("ollama_chat") else _Generate
+    rec = new_record(target, req)
+    return await exchange(session, cls(target, req, rec))

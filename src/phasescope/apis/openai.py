@@ -1,0 +1,212 @@
+"""OpenAI-compatible ``/v1/completions`` (api ``openai``) and ``/v1/chat/completions`` (api ``chat``).
+
+Streaming is SSE with ``stream_options.include_usage`` so the server's own token counts arrive
+in a final ``choices: []`` chunk (vLLM, SGLang, TGI, llama.cpp, Ollama ``/v1``; see
+reference/server-apis.md §1.7, §6). What counts as a token event:
+
+* a chat delta with non-empty ``content`` or ``tool_calls`` → ``content``; with non-empty
+  ``reasoning`` (vLLM ≥0.11, Ollama) or ``reasoning_content`` (SGLang, llama.cpp) → ``reasoning``
+  (reasoning tokens are output tokens, so they start TTFT as in ``vllm bench serve`` 0.33's
+  ``_choice_has_streamed_output``; their count is reported separately);
+* a completion choice with non-empty ``text`` → ``content``;
+* the role-only opening delta (``{"role":"assistant","content":""|null}``) → ``role``, never the
+  first token (the bug of vllm#3759); empty deltas/finish chunks → ``empty``; the usage-only chunk
+  → ``usage``.
+
+Tokens per event: known from cumulative ``usage`` on every chunk (vLLM
+``continuous_usage_stats``) or from ``token_ids`` when the server returns them; otherwise
+``None`` and the total from ``usage.completion_tokens`` is spread over events by
+:func:`phasescope.measure.derive.itl_s`. llama.cpp's ``timings`` on the last chunk are kept as
+server-side timings. A ``data: {"error": ...}`` event mid-stream ends the request with
+``server_error_event`` (vLLM and SGLang still send ``[DONE]`` after it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from phasescope import errors as E
+from phasescope.apis._http import (
+    Protocol,
+    add_event,
+    error_message_of,
+    exchange,
+    fill_fallback_counts,
+    llamacpp_timings,
+    new_record,
+    set_count,
+)
+from phasescope.apis.base import GenRequest, Target
+from phasescope.measure.records import RequestRecord
+
+
+class _OpenAI(Protocol):
+    chat = False
+
+    def __init__(self, target: Target, req: GenRequest, rec: RequestRecord) -> None:
+        super().__init__(target, req, rec)
+        self.path = "/v1/chat/completions" if self.chat else "/v1/completions"
+        self._cum: list[tuple[int, int]] = []  # (event index, cumulative completion_tokens)
+        self._finish_seen = False
+        self._reasoning_events = 0
+
+    # -- request --------------------------------------------------------------------------
+    def body(self) -> dict[str, Any]:
+        req, tgt = self.req, self.target
+        b: dict[str, Any] = {}
+        if tgt.model:
+            b["model"] = tgt.model
+        if self.chat:
+            b["messages"] = [{"role": "user", "content": req.prompt}]
+        else:
+            b["prompt"] = req.prompt_token_ids if req.prompt_token_ids is not None else req.prompt
+        b["max_tokens"] = req.max_tokens
+        b["temperature"] = req.temperature
+        b["stream"] = req.stream
+        if req.stream:
+            b["stream_options"] = {"include_usage": True}
+        if req.ignore_eos:
+            # vLLM/SGLang/llama.cpp extensions; others ignore unknown fields
+            b["ignore_eos"] = True
+            if tgt.engine in ("vllm", "sglang"):
+                b["min_tokens"] = req.max_tokens
+        if req.cache_prompt is not None and tgt.engine == "llamacpp":
+            b["cache_prompt"] = req.cache_prompt
+        b.update(req.extra_body)
+        return b
+
+    # -- streamed messages --------------------------------------------------------------------
+    def on_message(self, obj: Any, t_ns: int) -> None:
+        if not isinstance(obj, dict):
+            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed event (not an object)")
+        if "error" in obj and not obj.get("choices"):
+            msg = error_message_of(obj) or "unknown error"
+            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error mid-stream: {msg}")
+        choices = obj.get("choices")
+        if choices is None:
+            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed event (no 'choices')")
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            ct = usage.get("completion_tokens")
+            if isinstance(ct, int) and choices:
+                self._cum.append((len(self.rec.events), ct))
+            self._take_usage(usage)
+        if isinstance(obj.get("timings"), dict):
+            self.rec.server = llamacpp_timings(obj["timings"])
+        if not choices:
+            add_event(self.rec, t_ns, "usage" if usage else "empty", None, 0)
+            return
+        ch = choices[0]
+        if not isinstance(ch, dict):
+            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed event (bad choice)")
+        if ch.get("finish_reason"):
+            self.rec.finish_reason = str(ch["finish_reason"])
+            self._finish_seen = True
+        kind, n_chars = self._classify(ch)
+        n_tokens: int | None = None
+        ids = ch.get("token_ids")
+        if isinstance(ids, list) and ids:
+            n_tokens = len(ids)
+            if kind == "empty":
+                kind = "content"  # token ids without printable text (special tokens) are tokens
+        add_event(self.rec, t_ns, kind, n_tokens if kind in ("content", "reasoning") else None, n_chars)
+
+    def _classify(self, ch: dict[str, Any]) -> tuple[str, int]:
+        if self.chat or "delta" in ch:
+            d = ch.get("delta") or {}
+            if not isinstance(d, dict):
+                return "empty", 0
+            content = d.get("content")
+            if content or d.get("tool_calls"):
+                n = len(content) if isinstance(content, str) else 0
+                return "content", n
+            r = d.get("reasoning") or d.get("reasoning_content")
+            if r:
+                self._reasoning_events += 1
+                return "reasoning", len(r) if isinstance(r, str) else 0
+            if "role" in d:
+                return "role", 0
+            return "empty", 0
+        text = ch.get("text")
+        if text:
+            return "content", len(text)
+        return "empty", 0
+
+    def _take_usage(self, usage: dict[str, Any]) -> None:
+        rec = self.rec
+        set_count(rec, "prompt_tokens", usage.get("prompt_tokens"), "usage")
+        set_count(rec, "output_tokens", usage.get("completion_tokens"), "usage")
+        ptd = usage.get("prompt_tokens_details")
+        if isinstance(ptd, dict) and isinstance(ptd.get("cached_tokens"), int):
+            rec.cached_prompt_tokens = ptd["cached_tokens"]
+        ctd = usage.get("completion_tokens_details")
+        if isinstance(ctd, dict) and isinstance(ctd.get("reasoning_tokens"), int):
+            rec.reasoning_tokens = ctd["reasoning_tokens"]
+
+    def on_eof(self) -> None:
+        # A few servers end without [DONE]; a stream that said finish_reason is complete.
+        if self._finish_seen:
+            self.done = True
+            return
+        super().on_eof()
+
+    def finish(self) -> None:
+        rec = self.rec
+        if len(self._cum) >= 2:
+            # usage on every chunk (vLLM continuous_usage_stats): per-event token counts
+            prev = 0
+            for idx, ct in self._cum:
+                ev = rec.events[idx]
+                if ev.kind in ("content", "reasoning") and ev.n_tokens is None:
+                    ev.n_tokens = max(0, ct - prev)
+                prev = ct
+        if rec.reasoning_tokens is None and self._reasoning_events:
+            rec.reasoning_tokens = sum(e.n_tokens or 1 for e in rec.events if e.kind == "reasoning")
+        if rec.server and rec.output_tokens is None:
+            set_count(rec, "output_tokens", rec.server.get("predicted_n"), "server")
+        if rec.server and rec.prompt_tokens is None and rec.server.get("prompt_n") is not None:
+            set_count(rec, "prompt_tokens", int(rec.server["prompt_n"]) + int(rec.server.get("cache_n") or 0), "server")
+        if rec.server and rec.cached_prompt_tokens is None and rec.server.get("cache_n") is not None:
+            rec.cached_prompt_tokens = int(rec.server["cache_n"])
+        fill_fallback_counts(rec, self.req)
+
+    # -- non-streamed body --------------------------------------------------------------------
+    def on_body(self, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed response (not an object)")
+        if "error" in obj and not obj.get("choices"):
+            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error: {error_message_of(obj)}")
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed response (no 'choices')")
+        if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
+            self.rec.finish_reason = str(choices[0]["finish_reason"])
+        if isinstance(obj.get("usage"), dict):
+            self._take_usage(obj["usage"])
+        if isinstance(obj.get("timings"), dict):
+            self.rec.server = llamacpp_timings(obj["timings"])
+
+
+class _Completions(_OpenAI):
+    chat = False
+
+
+class _Chat(_OpenAI):
+    chat = True
+
+
+async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) -> RequestRecord:
+    """One request; ``target.api`` ``chat`` selects ``/v1/chat/completions``, anything else
+    ``/v1/completions``. Never raises for server-side failures (see :mod:`phasescope.apis._http`)."""
+    cls = _Chat if target.api == "chat" else _Completions
+    rec = new_record(target, req)
+    return await exchange(session, cls(target, req, rec))
+
+
+async def send_chat(session: aiohttp.ClientSession, target: Target, req: GenRequest) -> RequestRecord:
+    """``/v1/chat/completions`` whatever ``target.api`` says."""
+    rec = new_record(target, req)
+    rec.api = "chat"
+    return await exchange(session, _Chat(target, req, rec))
