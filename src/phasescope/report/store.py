@@ -9,7 +9,8 @@ an exception or Ctrl-C is marked ``partial``; one whose process was killed outri
 Its records are kept either way.
 
 Where: ``open_store(path)``; else ``$PHASESCOPE_STORE``; else ``$XDG_DATA_HOME/phasescope/runs.db``;
-else ``~/.local/share/phasescope/runs.db``. A path that is a directory means ``<dir>/runs.db``.
+else ``~/.local/share/phasescope/runs.db``. A path that is a folder (or a new path without a
+``.db``/``.sqlite`` suffix) means ``<folder>/runs.db``.
 
 API (small and stable)::
 
@@ -127,7 +128,10 @@ def default_store_path() -> Path:
 
 
 def _db_path(p: Path) -> Path:
+    """A folder (existing, or a new path without a .db/.sqlite suffix) holds ``runs.db``."""
     if p.is_dir() or str(p).endswith(os.sep):
+        return p / "runs.db"
+    if not p.exists() and p.suffix.lower() not in (".db", ".sqlite", ".sqlite3"):
         return p / "runs.db"
     return p
 

@@ -1,0 +1,145 @@
+"""``phasescope runs``, ``show``, ``compare`` and ``report``: the run history (parse, call, print)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from phasescope.cli._common import console, err_console, print_json
+
+STORE_HELP = "Run store (SQLite file or its folder); default $PHASESCOPE_STORE or ~/.local/share/phasescope/runs.db."
+
+
+def _store(path: Optional[Path]):  # type: ignore[no-untyped-def]
+    from phasescope.report.store import open_store
+
+    return open_store(path)
+
+
+def runs(
+    kind: Optional[str] = typer.Option(None, "--kind", help="Only runs of this kind (probe, bench, explain, ...)."),
+    target: Optional[str] = typer.Option(None, "--target", help="Only runs whose target URL contains this."),
+    model: Optional[str] = typer.Option(None, "--model", help="Only runs whose model name contains this."),
+    status: Optional[str] = typer.Option(None, "--status", help="Only complete, partial or running runs."),
+    limit: int = typer.Option(50, "--limit", "-n", help="At most this many runs, newest first (0 = all)."),
+    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON on stdout."),
+) -> None:
+    """List stored runs, newest first."""
+    from phasescope.errors import InputError
+    from phasescope.report.console import runs_table, wide
+    from phasescope.report.store import RUN_STATUSES
+
+    if status is not None and status not in RUN_STATUSES:
+        raise InputError(f"--status must be one of {', '.join(RUN_STATUSES)}")
+    st = _store(store)
+    found = st.list_runs(kind=kind, target=target, model=model, status=status, limit=limit or None)
+    bases = st.baselines()
+    if json_out:
+        by_run: dict[str, list[str]] = {}
+        for name, rid in bases.items():
+            by_run.setdefault(rid, []).append(name)
+        out = []
+        for r in found:
+            d = r.to_dict()
+            d.pop("summary")
+            d["baselines"] = by_run.get(r.id, [])
+            out.append(d)
+        print_json({"store": str(st.db_path), "runs": out})
+        return
+    if not found:
+        err_console.print(f"no runs in {st.db_path}" + (" match" if any((kind, target, model, status)) else ""))
+        return
+    wide(console).print(runs_table(found, bases))
+
+
+def show(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix, or 'latest')."),
+    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the run, its summary and derived metrics as JSON."),
+) -> None:
+    """Show one stored run: its environment, parameters, summary and the metrics of its raw records."""
+    from phasescope.report.console import show_renderable, wide
+    from phasescope.report.samples import metric_table
+
+    st = _store(store)
+    info = st.get(run_id)
+    metrics = metric_table(st.load_records(info.id))
+    names = [n for n, rid in st.baselines().items() if rid == info.id]
+    if json_out:
+        print_json({"run": info.to_dict(), "baselines": names, "metrics": metrics})
+        return
+    wide(console).print(show_renderable(info, metrics, names))
+
+
+def compare(
+    ids: Optional[List[str]] = typer.Argument(None, help="Run A (reference) and run B; or one run with --baseline."),
+    baseline: Optional[str] = typer.Option(
+        None, "--baseline", "-b",
+        help="Compare against the run named NAME (A); if NAME is not set yet, the given run becomes it.",
+    ),
+    set_: bool = typer.Option(False, "--set", help="With --baseline NAME RUN: (re)mark RUN as baseline NAME, no comparison."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence of the bootstrap interval."),
+    min_change: float = typer.Option(0.01, "--min-change", help="Smallest relative change called better/worse."),
+    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
+) -> None:
+    """Compare two runs metric by metric: change and a better / worse / within-noise verdict."""
+    from phasescope.errors import InputError
+    from phasescope.report.compare import compare_runs, resolve_pair
+    from phasescope.report.console import compare_renderable, wide
+
+    if not 0.5 <= confidence < 1:
+        raise InputError("--confidence must be in [0.5, 1)")
+    if min_change < 0:
+        raise InputError("--min-change must be ≥ 0")
+    st = _store(store)
+    pair = resolve_pair(st, list(ids or []), baseline, set_)
+    if pair.a is None or pair.b is None:
+        if json_out:
+            print_json({"message": pair.message, "baselines": st.baselines()})
+        else:
+            err_console.print(pair.message or "")
+        return
+    cmp = compare_runs(pair.a, st.load_records(pair.a.id), pair.b, st.load_records(pair.b.id),
+                       confidence=confidence, min_change=min_change)
+    if json_out:
+        d = cmp.to_dict()
+        d["baseline"] = baseline
+        print_json(d)
+        return
+    wide(console).print(compare_renderable(cmp))
+
+
+def report(
+    ids: List[str] = typer.Argument(..., help="One or more run ids (several are overlaid)."),
+    out: Path = typer.Option(Path("report.html"), "--out", "-o", help="The HTML file to write."),
+    png: Optional[Path] = typer.Option(None, "--png", help="Also write each plot as a PNG into this folder."),
+    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print what was written (files, plots, skipped) as JSON."),
+) -> None:
+    """Write one self-contained HTML file (works offline) with interactive plots of the runs."""
+    from phasescope.report.html import write_report
+
+    st = _store(store)
+    infos = [st.get(i) for i in ids]
+    res = write_report([(i, st.load_records(i.id)) for i in infos], out, png_dir=png)
+    if json_out:
+        print_json(res.to_dict())
+        return
+    console.print(f"wrote {res.path} ({res.size_bytes / 1e6:.1f} MB, {len(res.plots)} plots)", highlight=False)
+    for name, why in res.skipped.items():
+        err_console.print(f"skipped {name}: {why}", highlight=False)
+    for p in res.png_files:
+        console.print(f"wrote {p}", highlight=False)
+    if res.png_error:
+        err_console.print(f"no PNGs: {res.png_error}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("runs")(runs)
+    app.command("show")(show)
+    app.command("compare")(compare)
+    app.command("report")(report)
