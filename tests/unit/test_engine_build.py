@@ -163,5 +163,8 @@ def test_log_parsing_and_exit_descriptions(tmp_path: Path) -> None:
     log.write_text("just one line\n")
     assert last_error_line(log) == "just one line"
     assert last_error_line(tmp_path / "none.log") is None
+    log.write_text("# cmd\n0.00.001.0 I srv x\n0.00.003.664 E gguf_init: failed to read key-value pairs\n"
+                   "0.00.003.8 E srv  load_model: failed\n0.00.003.9 I srv cleaning up\n")
+    assert last_error_line(log) == "gguf_init: failed to read key-value pairs ... srv  load_model: failed"
     assert describe_exit(-9) == "killed by SIGKILL" and describe_exit(1) == "exit status 1"
     assert os.path.basename(str(paths.stamp_path())) == "installed.json"

@@ -99,13 +99,26 @@ def log_tail(path: Path, n: int = 40) -> list[str]:
     return [ln.rstrip() for ln in data.splitlines() if ln.strip()][-n:]
 
 
+_LOG_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([IWEDT]) ")
+
+
 def last_error_line(path: Path) -> str | None:
-    """The most telling line of a log: the last one that reads like an error, else the last line."""
-    lines = log_tail(path)
-    for ln in reversed(lines):
+    """The telling part of a server log: its first and last error lines (llama.cpp marks them ``E``;
+    the first is usually the cause, the last what the server did), else the last line that reads
+    like an error, else the last line. Timestamps are stripped."""
+    lines = [ln for ln in log_tail(path, 200) if not ln.startswith("# ")]
+    errors = []
+    for ln in lines:
+        m = _LOG_PREFIX.match(ln)
+        if m and m.group(1) == "E":
+            errors.append(ln[m.end():].strip())
+    if errors:
+        return errors[0] if len(errors) == 1 or errors[0] == errors[-1] else f"{errors[0]} ... {errors[-1]}"
+    plain = [_LOG_PREFIX.sub("", ln).strip() for ln in lines]
+    for ln in reversed(plain):
         if _ERRORISH.search(ln):
-            return ln.strip()
-    return lines[-1].strip() if lines else None
+            return ln
+    return plain[-1] if plain else None
 
 
 @dataclass
