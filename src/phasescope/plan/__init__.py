@@ -1,0 +1,24 @@
+"""What-if planning: a discrete-event simulator of prefill/decode scheduling (``phasescope plan``).
+
+:mod:`.costmodel` times one engine step from bytes and FLOPs; :mod:`.workload` draws arrivals and
+lengths; :mod:`.sim` runs the continuous-batching scheduler; :mod:`.metrics` turns the outcome
+into ``vllm bench serve`` numbers and RequestRecords; :mod:`.calibrate` fits the cost model to
+measured runs; :mod:`.plan` ties them to model and device catalogs, sweeps and capacity search.
+"""
+
+from __future__ import annotations
+
+from phasescope.plan.costmodel import CostModel
+from phasescope.plan.sim import Deployment, SchedulerConfig, SimResult, Simulator, simulate
+from phasescope.plan.workload import Workload, build_requests
+
+__all__ = [
+    "CostModel",
+    "Deployment",
+    "SchedulerConfig",
+    "SimResult",
+    "Simulator",
+    "Workload",
+    "build_requests",
+    "simulate",
+]

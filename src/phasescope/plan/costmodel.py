@@ -1,0 +1,182 @@
+"""Step-time cost model of one serving replica: how long one engine step takes for a given batch.
+
+One *step* is one forward pass over a batch that mixes decode tokens (one per running sequence)
+and prefill chunks (contiguous slices of prompts). Its time is the roofline of the bytes it moves
+and the FLOPs it does (theory.md §1–3, Pope et al. arXiv:2211.05102 §2–3)::
+
+    bytes(step) = W_bytes + KV_tok · (Σ_dec s_i + Σ_chunks (p_j + c_j))
+    flops(step) = F_tok · (n_dec + Σ c_j)                       # 2·N per token, linear layers
+                + F_attn · (Σ_dec s_i + Σ_chunks (c_j·p_j + c_j(c_j+1)/2))   # 4·L·n_q·d_h per (query, key) pair
+                + F_head · n_sampled                            # 2·d·V logits, only for sampled tokens
+    t_step = t_overhead + max(bytes / (BW·η_bw), flops / (F·η_f))          (overlap = "max", GPUs)
+    t_step = t_overhead + bytes / (BW·η_bw) + flops / (F·η_f)              (overlap = "sum", CPUs)
+
+where ``s_i`` is the context of decoding sequence *i*, chunk *j* covers prompt positions
+``p_j+1 … p_j+c_j`` and ``n_sampled`` = decodes + prompts whose last chunk ends this step.
+GPUs overlap memory traffic with math (roofline ``max``); llama.cpp on a few CPU cores does not —
+its decode step time on the embedded engine grows by ~6 ms per extra sequence from B = 1, which
+the additive form reproduces (engine.md §6: llama-batched-bench 46/57/103/130 tok/s at B = 1/2/4/8).
+
+Tensor parallelism over ``tp`` devices divides weight bytes and multiplies bandwidth and FLOP/s
+(all-reduce cost is not modelled: an optimistic bound, stated here once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+GB = 1e9
+#: vLLM's activation / CUDA-graph reserve is not a fixed number; 1 GiB + 5 % of memory is a fair
+#: planning guess for ≤ 80 GB devices (its profile run measures the real peak).
+ACTIVATION_RESERVE_FRAC = 0.05
+
+
+@dataclass
+class CostModel:
+    """Everything the simulator needs to time a step. Units are in the names.
+
+    ``weight_bytes``: bytes streamed per step per device group (theory.md §2 ``W_read·b_w``).
+    ``kv_bytes_per_token``: KV bytes per cached token, all layers (``2·L·n_kv·d_h·b_kv``).
+    ``kv_bytes_per_token_local`` / ``kv_window_tokens``: the part of ``kv_bytes_per_token`` held by
+    sliding-window layers, which read at most ``window`` tokens (Gemma 2/3, gpt-oss).
+    ``flops_per_token``: ``2·N`` (non-embedding parameters; MoE: active ones).
+    ``attn_flops_per_pair``: ``4·L·n_q·d_h`` per (query token, attended key) pair.
+    ``lm_head_flops``: ``2·d·V`` per sampled token (only the last prompt token needs logits).
+    ``kv_pool_tokens``: tokens of KV the pool holds (vLLM: (mem·util − weights − reserve) / KV_tok).
+    ``interconnect_bytes_s``: link used to ship KV between disaggregated workers.
+    """
+
+    name: str = "custom"
+    weight_bytes: float = 16e9
+    kv_bytes_per_token: float = 131072.0
+    flops_per_token: float = 2 * 7.0e9
+    attn_flops_per_pair: float = 4 * 32 * 32 * 128
+    lm_head_flops: float = 2 * 4096 * 128256
+    bandwidth_bytes_s: float = 3350 * GB
+    peak_flops: float = 989.4e12
+    bw_eff: float = 0.8
+    flops_eff: float = 0.6
+    step_overhead_s: float = 0.002
+    kv_pool_tokens: int = 400_000
+    overlap: str = "max"
+    kv_bytes_per_token_local: float = 0.0
+    kv_window_tokens: int | None = None
+    interconnect_bytes_s: float = 64 * GB
+    tp: int = 1
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.overlap not in ("max", "sum"):
+            raise ValueError(f"overlap must be 'max' or 'sum', not {self.overlap!r}")
+
+    # -- derived rates -------------------------------------------------------------------------
+    @property
+    def eff_bandwidth_bytes_s(self) -> float:
+        return self.bandwidth_bytes_s * self.bw_eff
+
+    @property
+    def eff_flops(self) -> float:
+        return self.peak_flops * self.flops_eff
+
+    def kv_read_bytes(self, n_seqs: int, ctx_sum: float) -> float:
+        """KV bytes read by ``n_seqs`` sequences holding ``ctx_sum`` tokens in all. Sliding-window
+        layers read at most ``window`` tokens each (mean context used: O(1) per step)."""
+        if not self.kv_window_tokens or self.kv_bytes_per_token_local <= 0 or n_seqs <= 0:
+            return self.kv_bytes_per_token * ctx_sum
+        glob = self.kv_bytes_per_token - self.kv_bytes_per_token_local
+        local_ctx = n_seqs * min(ctx_sum / n_seqs, float(self.kv_window_tokens))
+        return glob * ctx_sum + self.kv_bytes_per_token_local * local_ctx
+
+    def step_time_s(
+        self,
+        n_decode: int,
+        decode_ctx_sum: float,
+        prefill_tokens: int = 0,
+        prefill_pairs: float = 0.0,
+        prefill_kv_tokens: float = 0.0,
+        n_prefill_chunks: int = 0,
+        n_sampled: int | None = None,
+    ) -> float:
+        """Seconds for one step (formula in the module docstring).
+
+        ``prefill_pairs`` = Σ_j (c_j·p_j + c_j(c_j+1)/2); ``prefill_kv_tokens`` = Σ_j (p_j + c_j);
+        ``n_sampled`` defaults to ``n_decode`` (add one per prompt finishing this step).
+        """
+        if n_decode <= 0 and prefill_tokens <= 0:
+            return 0.0
+        sampled = n_decode if n_sampled is None else n_sampled
+        nbytes = self.weight_bytes + self.kv_read_bytes(n_decode, decode_ctx_sum)
+        nbytes += self.kv_read_bytes(n_prefill_chunks, prefill_kv_tokens)
+        flops = (
+            self.flops_per_token * (n_decode + prefill_tokens)
+            + self.attn_flops_per_pair * (decode_ctx_sum + prefill_pairs)
+            + self.lm_head_flops * sampled
+        )
+        t_mem = nbytes / self.eff_bandwidth_bytes_s
+        t_cmp = flops / self.eff_flops
+        core = max(t_mem, t_cmp) if self.overlap == "max" else t_mem + t_cmp
+        return self.step_overhead_s + core
+
+    # -- closed forms used by tests and tables -------------------------------------------------
+    def prefill_time_s(self, prompt_tokens: int, chunk: int | None = None, start: int = 0) -> float:
+        """Time to prefill ``prompt_tokens`` (positions ``start+1 …``) alone, in chunks of ``chunk``."""
+        chunk = chunk or max(prompt_tokens - start, 1)
+        t, p = 0.0, start
+        while p < prompt_tokens:
+            c = min(chunk, prompt_tokens - p)
+            last = p + c >= prompt_tokens
+            t += self.step_time_s(
+                0, 0.0, prefill_tokens=c, prefill_pairs=chunk_pairs(p, c),
+                prefill_kv_tokens=p + c, n_prefill_chunks=1, n_sampled=1 if last else 0,
+            )
+            p += c
+        return t
+
+    def decode_step_s(self, batch: int, ctx: float) -> float:
+        """One decode step of ``batch`` sequences, each holding ``ctx`` tokens."""
+        return self.step_time_s(batch, batch * ctx)
+
+    def kv_transfer_s(self, tokens: int) -> float:
+        """Disaggregation: ship ``tokens`` of KV over the interconnect (bytes ÷ link bandwidth)."""
+        return tokens * self.kv_bytes_per_token / self.interconnect_bytes_s
+
+    def with_(self, **changes: Any) -> "CostModel":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def chunk_pairs(p: int, c: int) -> float:
+    """(query, key) pairs of a causal chunk of ``c`` tokens after ``p`` cached ones:
+    Σ_{t=p+1}^{p+c} t = c·p + c(c+1)/2."""
+    return c * p + c * (c + 1) / 2.0
+
+
+def pool_tokens(
+    memory_bytes: float, weight_bytes: float, kv_bytes_per_token: float, gpu_memory_utilization: float = 0.9,
+    reserve_frac: float = ACTIVATION_RESERVE_FRAC,
+) -> int:
+    """KV pool size in tokens, as vLLM sizes it: (memory·utilization − weights − activations) / KV_tok.
+    Zero when the weights do not fit."""
+    free = memory_bytes * gpu_memory_utilization - weight_bytes - memory_bytes * reserve_frac
+    if free <= 0 or kv_bytes_per_token <= 0:
+        return 0
+    return int(free // kv_bytes_per_token)
+
+
+def min_tp(memory_bytes: float | None, weight_bytes: float, gpu_memory_utilization: float = 0.9) -> int:
+    """Smallest power-of-two tensor-parallel degree whose per-device weight share fits with room
+    for at least 10 % of memory as KV pool."""
+    if not memory_bytes:
+        return 1
+    tp = 1
+    while tp < 64 and weight_bytes / tp > memory_bytes * (gpu_memory_utilization - ACTIVATION_RESERVE_FRAC - 0.1):
+        tp *= 2
+    return tp
+
+
+def finite_or(x: float | None, default: float) -> float:
+    return default if x is None or not math.isfinite(x) else float(x)
