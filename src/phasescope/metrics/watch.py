@@ -1,0 +1,206 @@
+"""The ``watch`` loop: scrape every interval, keep a window, evaluate alerts, log CSV rows.
+
+``watch_once`` takes two scrapes ``interval_s`` apart (rates and window quantiles need two) and
+returns one JSON-ready snapshot. ``watch_loop`` scrapes until ``count`` refreshes or ``duration_s``
+elapsed (or forever), calling ``on_update(state)`` after each scrape; a failed scrape after the first
+is shown and retried (a restarting server must not end the watch), the first failure is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import datetime as _dt
+import os
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from phasescope.errors import InputError, PhasescopeError
+from phasescope.measure.clock import now_ns
+from phasescope.metrics.alerts import Alert, evaluate
+from phasescope.metrics.engines import PROFILES
+from phasescope.metrics.scrape import Scraper
+from phasescope.metrics.timeline import SUMMARY_KEYS, Timeline
+
+HISTORY = 60  # summaries kept for trend lines
+
+
+@dataclass
+class WatchState:
+    """Everything the dashboard shows after a refresh."""
+
+    url: str
+    interval_s: float
+    window_s: float
+    timeline: Timeline
+    summary: dict[str, Any] = field(default_factory=dict)
+    history: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    alerts: list[Alert] = field(default_factory=list)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refreshes: int = 0
+    last_error: str | None = None
+    started_ns: int = field(default_factory=now_ns)
+
+    @property
+    def engine(self) -> str | None:
+        return self.timeline.engine
+
+    @property
+    def engine_title(self) -> str:
+        return PROFILES[self.engine].title if self.engine else "?"
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``--json`` document: meta, every :data:`SUMMARY_KEYS` key, alerts, notes, sources."""
+        snap = self.timeline.latest
+        out: dict[str, Any] = {
+            "url": self.url,
+            "engine": self.engine,
+            "time": _iso(snap.wall_s) if snap else None,
+            "window_s": round(self.timeline.span_s, 3),
+            "scrapes": len(self.timeline),
+        }
+        out.update({k: self.summary.get(k) for k in SUMMARY_KEYS})
+        out["alerts"] = [{"code": a.code, "level": a.level, "message": a.message} for a in self.alerts]
+        out["notes"] = self.timeline.notes()
+        out["sources"] = dict(sorted(snap.sources.items())) if snap else {}
+        if self.groups:
+            out["groups"] = self.groups
+        return out
+
+
+def _iso(wall_s: float) -> str:
+    return _dt.datetime.fromtimestamp(wall_s, tz=_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class CsvLog:
+    """One CSV row per scrape: time, seconds since start, engine, then :data:`SUMMARY_KEYS` (empty = null).
+
+    Each row is flushed and fsync'd as it is written, so an interrupted watch leaves a usable file.
+    """
+
+    COLUMNS = ("time", "t_s", "engine", *SUMMARY_KEYS)
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        p = Path(path)
+        if p.parent and not p.parent.exists():
+            raise InputError(f"cannot write {p}: folder {p.parent} does not exist")
+        try:
+            self._fh: IO[str] = open(p, "w", newline="", encoding="utf-8")  # noqa: SIM115
+        except OSError as exc:
+            raise InputError(f"cannot write {p}: {exc.strerror}") from None
+        self._w = csv.writer(self._fh)
+        self._w.writerow(self.COLUMNS)
+        self._sync()
+
+    def _sync(self) -> None:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def write(self, state: WatchState) -> None:
+        snap = state.timeline.latest
+        if snap is None:
+            return
+        row: list[Any] = [_iso(snap.wall_s), f"{(snap.t_ns - state.started_ns) / 1e9:.3f}", snap.engine]
+        for k in SUMMARY_KEYS:
+            v = state.summary.get(k)
+            row.append("" if v is None else (f"{v:.6g}" if isinstance(v, float) else v))
+        self._w.writerow(row)
+        self._sync()
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
+def _refresh(state: WatchState, select: Mapping[str, str] | None, by: str | None) -> None:
+    state.summary = state.timeline.summary(select=select)
+    state.history.append(state.summary)
+    state.alerts = evaluate(list(state.history), state.engine)
+    state.groups = state.timeline.summary_by(by, select=select) if by else {}
+    state.refreshes += 1
+
+
+async def watch_once(
+    url: str,
+    *,
+    interval_s: float = 2.0,
+    engine: str = "auto",
+    select: Mapping[str, str] | None = None,
+    by: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+) -> WatchState:
+    """Two scrapes ``interval_s`` apart → one :class:`WatchState` (rates/quantiles over that gap)."""
+    if not interval_s > 0:
+        raise InputError("--interval must be > 0")
+    async with Scraper(url, engine=engine, timeout_s=timeout_s, api_key=api_key) as scraper:
+        tl = Timeline(window_s=max(interval_s * 4, 1.0))
+        state = WatchState(url=scraper.url, interval_s=interval_s, window_s=interval_s, timeline=tl)
+        tl.add(await scraper.scrape())
+        await asyncio.sleep(interval_s)
+        tl.add(await scraper.scrape())
+        _refresh(state, select, by)
+        return state
+
+
+async def watch_loop(
+    url: str,
+    *,
+    interval_s: float = 2.0,
+    window_s: float = 60.0,
+    count: int | None = None,
+    duration_s: float | None = None,
+    engine: str = "auto",
+    select: Mapping[str, str] | None = None,
+    by: str | None = None,
+    csv_path: str | os.PathLike[str] | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+    on_update: Callable[[WatchState], None] | None = None,
+) -> WatchState:
+    """Scrape every ``interval_s`` until ``count`` refreshes (scrapes) or ``duration_s`` pass.
+
+    The first scrape shows gauges only; rates and window quantiles appear from the second on.
+    """
+    if not interval_s > 0:
+        raise InputError("--interval must be > 0")
+    if not window_s > 0:
+        raise InputError("--window must be > 0")
+    if count is not None and count < 1:
+        raise InputError("--count must be ≥ 1")
+    log = CsvLog(csv_path) if csv_path else None
+    try:
+        async with Scraper(url, engine=engine, timeout_s=timeout_s, api_key=api_key) as scraper:
+            state = WatchState(url=scraper.url, interval_s=interval_s, window_s=window_s, timeline=Timeline(window_s))
+            t0 = now_ns()
+            n = 0
+            while True:
+                t_tick = now_ns()
+                try:
+                    state.timeline.add(await scraper.scrape())
+                    state.last_error = None
+                    _refresh(state, select, by)
+                    if log:
+                        log.write(state)
+                except PhasescopeError as exc:
+                    if not len(state.timeline):
+                        raise
+                    state.last_error = str(exc)
+                    state.refreshes += 1
+                n += 1
+                if on_update:
+                    on_update(state)
+                if count is not None and n >= count:
+                    break
+                elapsed = (now_ns() - t0) / 1e9
+                if duration_s is not None and elapsed + interval_s > duration_s + 1e-9:
+                    break
+                # absolute schedule: the next scrape is interval_s after this one started
+                await asyncio.sleep(max(0.0, interval_s - (now_ns() - t_tick) / 1e9))
+            return state
+    finally:
+        if log:
+            log.close()
