@@ -113,3 +113,11 @@ def test_killed_engine_is_detected_and_named() -> None:
             urllib.request.urlopen(eng.url + "/health", timeout=5)  # the user's code fails...
     assert isinstance(ei.value.__cause__, (urllib.error.URLError, ConnectionError))  # ...and is explained
     assert _gone(pid)
+
+
+def test_engine_dying_under_a_block_that_swallows_errors_still_raises() -> None:
+    """Clients record failures instead of raising; the run must still not end as a success."""
+    with pytest.raises(EngineError, match=r"stopped unexpectedly \(exit status 0\)"):  # llama-server exits 0 on SIGTERM
+        with running_engine(parallel=1, ctx_size=512) as eng:
+            os.kill(eng.pid, signal.SIGTERM)
+            eng.process.wait(timeout=10)

@@ -42,7 +42,7 @@ DEFAULT_PARALLEL = 4
 DEFAULT_CTX_SIZE = 16384
 STARTUP_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
-MAX_LOGS = 50
+MAX_LOGS = 100
 
 _live: dict[int, subprocess.Popen[bytes]] = {}
 _live_lock = threading.Lock()
@@ -230,10 +230,12 @@ def _preexec_parent_death_signal() -> None:  # pragma: no cover - runs in the ch
 def _new_log_path(port: int) -> Path:
     d = logs_dir()
     d.mkdir(parents=True, exist_ok=True)
-    old = sorted(d.glob("llama-server-*.log"), key=lambda p: p.stat().st_mtime)
-    for p in old[: max(0, len(old) - MAX_LOGS + 1)]:
-        with contextlib.suppress(OSError):
-            p.unlink()
+    with contextlib.suppress(OSError):  # keep the newest MAX_LOGS; never touch a log written in the last day
+        old = sorted(d.glob("llama-server-*.log"), key=lambda p: p.stat().st_mtime)
+        cutoff = time.time() - 86400
+        for p in old[: max(0, len(old) - MAX_LOGS + 1)]:
+            if p.stat().st_mtime < cutoff:
+                p.unlink()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return d / f"llama-server-{stamp}-{port}-{os.getpid()}.log"
 
@@ -442,8 +444,9 @@ def running_engine(
     """Run llama-server for the duration of a ``with`` block and always stop it afterwards.
 
     ``model_path`` None = the bundled Gemma 3 270M Q4_K_M (alias ``gemma-3-270m``); ``port`` None =
-    a free port; ``threads`` None = all CPUs available. If the block raises while the engine has
-    died under it (killed, crashed), the error becomes an :class:`EngineError` that says so.
+    a free port; ``threads`` None = all CPUs available. If the engine died under the block (killed,
+    crashed), leaving the block raises an :class:`EngineError` that says so (chained to the block's own
+    exception if it raised one); :meth:`EngineHandle.check` raises it on demand.
     """
     with _sigterm_as_exit():
         handle = start_engine(
@@ -456,5 +459,9 @@ def running_engine(
             if not handle.alive and not handle.stopped_by_us and not isinstance(exc, EngineError):
                 raise handle.died_error() from exc
             raise
+        else:
+            # the block finished, but the engine had died under it (clients record failures rather
+            # than raise): say so, so a run against a dead engine is never reported as a success
+            handle.check()
         finally:
             handle.stop()
