@@ -454,6 +454,7 @@ class CeilingRow:
     aggregate_ceiling_tok_s: float
     aggregate_binding_roof: str
     ridge_batch: float | None
+    ridge_batch_no_kv: float | None
     prompt_tokens: int
     prefill_flops: float
     prefill_floor_s: float | None
@@ -504,6 +505,7 @@ def ceiling_row(
         aggregate_ceiling_tok_s=agg.aggregate_tok_s,
         aggregate_binding_roof=agg.binding,
         ridge_batch=ridge_batch(spec, device, quant=quant, context=context, kv_dtype=kv_dtype),
+        ridge_batch_no_kv=ridge_batch(spec, device, quant=quant, context=0, kv_dtype=kv_dtype),
         prompt_tokens=prompt_tokens,
         prefill_flops=prefill_flops(spec, prompt_tokens),
         prefill_floor_s=prefill_floor_s(spec, device, prompt_tokens, quant=quant),

@@ -1,0 +1,287 @@
+"""Measure this machine: sustained memory read bandwidth with all cores, and matmul throughput.
+
+Not pure (it runs kernels and reads /proc); the result becomes the catalog device ``local``
+(:func:`phasescope.theory.devices.save_local_device`), so ``phasescope ceiling --device local`` gives the
+CPU row for *this* box.
+
+Bandwidth — a STREAM-like read kernel (McCalpin's STREAM measures sustained bandwidth the same way: arrays
+far larger than the caches, best of several timed passes):
+
+* ``c-threads``: when a C compiler (``cc``) is present, a ~40-line C helper compiled at run time sums a
+  ``size`` byte array of doubles with one pthread per core, 4 independent accumulators per thread;
+* ``numpy-threads``: otherwise (and always as a cross-check) one Python thread per core runs
+  ``numpy.sum`` over its contiguous chunk (numpy releases the GIL inside the reduction).
+
+Each pass reads every byte once; bandwidth = bytes / wall time of the slowest thread (all threads start
+together). As STREAM does, the saved figure is the *best* pass of the best method (other processes only
+ever slow a pass down); the median and the spread ``(max − min)/median`` are reported next to it.
+
+Matmul — ``numpy`` float32 GEMM (``n×n @ n×n`` = 2·n³ FLOP) through the BLAS numpy links to, all cores;
+reported as GFLOP/s (best of several runs; median and spread alongside). It is an FP32 figure: the ``local`` device uses it
+for every compute path (numpy has no BF16 GEMM), which makes CPU compute roofs conservative.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from phasescope.errors import InputError
+from phasescope.theory.devices import LOCAL_DEVICE_ID, Device
+
+_C_SOURCE = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+typedef struct { const double *p; size_t n; double s; } job_t;
+static pthread_barrier_t bar;
+static void *run(void *a) {
+    job_t *j = (job_t *)a; const double *p = j->p; size_t n = j->n, i;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    pthread_barrier_wait(&bar);
+    for (i = 0; i + 4 <= n; i += 4) { s0 += p[i]; s1 += p[i+1]; s2 += p[i+2]; s3 += p[i+3]; }
+    for (; i < n; i++) s0 += p[i];
+    j->s = s0 + s1 + s2 + s3;
+    pthread_barrier_wait(&bar);
+    return 0;
+}
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+int main(int argc, char **argv) {
+    size_t bytes = strtoull(argv[1], 0, 10); int nt = atoi(argv[2]); int reps = atoi(argv[3]);
+    size_t n = bytes / sizeof(double), per = n / nt; int r, t;
+    double *a = malloc(n * sizeof(double)); if (!a) return 2;
+    for (size_t i = 0; i < n; i++) a[i] = (double)(i & 1023);
+    pthread_t *th = malloc(sizeof(pthread_t) * nt); job_t *jobs = malloc(sizeof(job_t) * nt);
+    pthread_barrier_init(&bar, 0, nt + 1);
+    double check = 0;
+    for (r = 0; r < reps; r++) {
+        for (t = 0; t < nt; t++) { jobs[t].p = a + per * t; jobs[t].n = per; pthread_create(&th[t], 0, run, &jobs[t]); }
+        pthread_barrier_wait(&bar); double t0 = now();
+        pthread_barrier_wait(&bar); double t1 = now();
+        for (t = 0; t < nt; t++) { pthread_join(th[t], 0); check += jobs[t].s; }
+        printf("%.9f\n", t1 - t0);
+    }
+    fprintf(stderr, "checksum %g\n", check);
+    return 0;
+}
+"""
+
+
+@dataclass(frozen=True)
+class BandwidthResult:
+    method: str
+    threads: int
+    array_bytes: int
+    runs_gb_s: list[float]
+    best_gb_s: float
+    median_gb_s: float
+    min_gb_s: float
+    max_gb_s: float
+    spread_pct: float  # (max − min) / median × 100
+
+
+@dataclass(frozen=True)
+class MatmulResult:
+    n: int
+    dtype: str
+    threads: int
+    runs_gflop_s: list[float]
+    best_gflop_s: float
+    median_gflop_s: float
+    min_gflop_s: float
+    max_gflop_s: float
+    spread_pct: float
+
+
+@dataclass(frozen=True)
+class HwResult:
+    cpu: str
+    cores: int
+    memory_gb: float | None
+    bandwidth: BandwidthResult
+    bandwidth_other: list[BandwidthResult] = field(default_factory=list)
+    matmul: MatmulResult | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _summary(values: list[float]) -> tuple[float, float, float, float]:
+    med = statistics.median(values)
+    lo, hi = min(values), max(values)
+    return med, lo, hi, (hi - lo) / med * 100 if med > 0 else 0.0
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (Linux) or platform.processor()."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def total_memory_gb() -> float | None:
+    """Physical memory in GB (1e9 B), via sysconf; None when unavailable."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def bandwidth_numpy(size_bytes: int, threads: int, repeats: int) -> BandwidthResult:
+    """``numpy.sum`` over per-thread chunks of one float64 array, all threads released together."""
+    n = size_bytes // 8
+    a = np.ones(n, dtype=np.float64)  # touched: pages are really allocated
+    chunks = np.array_split(a, threads)
+    runs: list[float] = []
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for chunk in chunks:  # warm-up pass (page faults, thread start)
+            pool.submit(np.sum, chunk).result()
+        for _ in range(repeats):
+            barrier = threading.Barrier(threads + 1)
+
+            def work(c: np.ndarray) -> float:
+                barrier.wait()
+                return float(np.sum(c))
+
+            futs = [pool.submit(work, c) for c in chunks]
+            barrier.wait()
+            t0 = time.perf_counter()
+            for f in futs:
+                f.result()
+            dt = time.perf_counter() - t0
+            runs.append(a.nbytes / dt / 1e9)
+    med, lo, hi, spread = _summary(runs)
+    return BandwidthResult("numpy-threads", threads, int(a.nbytes), runs, hi, med, lo, hi, spread)
+
+
+def bandwidth_c(size_bytes: int, threads: int, repeats: int, cc: str | None = None) -> BandwidthResult | None:
+    """The pthread C helper (compiled at run time with ``cc -O2``); None when no compiler works."""
+    cc = cc or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        return None
+    with tempfile.TemporaryDirectory(prefix="phasescope-hw-") as tmp:
+        src = Path(tmp) / "bw.c"
+        exe = Path(tmp) / "bw"
+        src.write_text(_C_SOURCE)
+        try:
+            subprocess.run([cc, "-O2", "-o", str(exe), str(src), "-lpthread"], check=True,
+                           capture_output=True, timeout=60)
+            out = subprocess.run([str(exe), str(size_bytes), str(threads), str(repeats + 1)], check=True,
+                                 capture_output=True, text=True, timeout=600)
+        except (subprocess.SubprocessError, OSError):
+            return None
+    times = [float(x) for x in out.stdout.split()]
+    if len(times) < 2:
+        return None
+    per = (size_bytes // 8) // threads * threads * 8
+    runs = [per / t / 1e9 for t in times[1:] if t > 0]  # first pass = warm-up
+    if not runs:
+        return None
+    med, lo, hi, spread = _summary(runs)
+    return BandwidthResult("c-threads", threads, per, runs, hi, med, lo, hi, spread)
+
+
+def matmul_gflops(n: int = 2048, repeats: int = 5) -> MatmulResult:
+    """float32 GEMM throughput: ``2·n³ / t`` per run (numpy's BLAS, all its threads)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    a @ b  # warm-up (BLAS thread pool start)
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        runs.append(2.0 * n**3 / (time.perf_counter() - t0) / 1e9)
+    med, lo, hi, spread = _summary(runs)
+    return MatmulResult(n, "float32", usable_cores(), runs, hi, med, lo, hi, spread)
+
+
+def measure(
+    *,
+    size_mb: int = 1024,
+    repeats: int = 10,
+    threads: int | None = None,
+    matmul_n: int = 2048,
+    use_c: bool = True,
+) -> HwResult:
+    """Run both bandwidth kernels (C when a compiler exists) and the GEMM; the best pass of the best method wins."""
+    if size_mb < 1 or repeats < 1 or matmul_n < 16:
+        raise InputError("hw: --size-mb, --repeats must be >= 1 and --matmul-n >= 16")
+    threads = threads or usable_cores()
+    size = size_mb * 1024 * 1024
+    results = [bandwidth_numpy(size, threads, repeats)]
+    if use_c:
+        c = bandwidth_c(size, threads, repeats)
+        if c is not None:
+            results.append(c)
+    results.sort(key=lambda r: r.best_gb_s, reverse=True)
+    mm = matmul_gflops(matmul_n, repeats) if matmul_n else None
+    return HwResult(
+        cpu=cpu_name(),
+        cores=threads,
+        memory_gb=total_memory_gb(),
+        bandwidth=results[0],
+        bandwidth_other=results[1:],
+        matmul=mm,
+    )
+
+
+def to_device(result: HwResult) -> Device:
+    """The measured machine as the catalog device ``local`` (source text says how it was measured)."""
+    bw = result.bandwidth
+    tflops = result.matmul.best_gflop_s / 1000 if result.matmul else None
+    parts = [
+        f"measured by `phasescope hw` on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: memory read bandwidth "
+        f"{bw.best_gb_s:.1f} GB/s = best of {len(bw.runs_gb_s)} passes over a {bw.array_bytes / 2**30:.2f} GiB "
+        f"array ({bw.method}, {bw.threads} threads; median {bw.median_gb_s:.1f}, min {bw.min_gb_s:.1f}, "
+        f"spread {bw.spread_pct:.0f}%)",
+    ]
+    for other in result.bandwidth_other:
+        parts.append(f"cross-check {other.method}: best {other.best_gb_s:.1f}, median {other.median_gb_s:.1f} GB/s")
+    if result.matmul:
+        m = result.matmul
+        parts.append(
+            f"matmul {m.best_gflop_s:.1f} GFLOP/s = best of {len(m.runs_gflop_s)} numpy float32 "
+            f"{m.n}x{m.n} GEMMs (median {m.median_gflop_s:.1f}, spread {m.spread_pct:.0f}%); used for every compute path (no BF16 GEMM in numpy)"
+        )
+    return Device(
+        id=LOCAL_DEVICE_ID,
+        name=f"this machine: {result.cpu} ({result.cores} cores)",
+        vendor="local",
+        kind="local",
+        memory_gb=round(result.memory_gb, 2) if result.memory_gb else None,
+        mem_bandwidth_gb_s=round(bw.best_gb_s, 2),
+        dense_bf16_tflops=tflops,
+        dense_fp8_tflops=None,
+        dense_int8_tops=None,
+        fp32_tflops=tflops,
+        interconnect=None,
+        interconnect_gb_s=None,
+        tdp_w=None,
+        source="; ".join(parts),
+    )
