@@ -222,7 +222,8 @@ def detect_engine(names: list[str] | set[str]) -> str | None:
     """The engine whose prefix most exposed metric names carry (``None`` when no prefix matches)."""
     best, best_n = None, 0
     for prof in PROFILES.values():
-        n = sum(1 for name in names if name.startswith(prof.prefix))
+        legacy = prof.prefix.replace(":", "_")  # OpenMetrics output of prometheus_client escapes ':'
+        n = sum(1 for name in names if name.startswith((prof.prefix, legacy)))
         if n > best_n:
             best, best_n = prof.name, n
     return best

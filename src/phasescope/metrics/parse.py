@@ -38,11 +38,20 @@ class RawSamples:
     def names(self) -> set[str]:
         return set(self.samples) | set(self.families)
 
+    def exact(self, name: str) -> list[tuple[dict[str, str], float]] | None:
+        """Samples named ``name``; also under the legacy-escaped name (``vllm:x`` → ``vllm_x``), which
+        prometheus_client's OpenMetrics encoder prints for names with colons."""
+        rows = self.samples.get(name)
+        if rows is None and ":" in name:
+            rows = self.samples.get(name.replace(":", "_"))
+        return rows
+
     def get(self, name: str) -> list[tuple[dict[str, str], float]] | None:
         """Samples of ``name``, trying the ``_total`` suffix both ways (counters)."""
         for cand in (name, name + "_total", name[:-6] if name.endswith("_total") else None):
-            if cand and cand in self.samples:
-                return self.samples[cand]
+            rows = self.exact(cand) if cand else None
+            if rows is not None:
+                return rows
         return None
 
 
@@ -102,13 +111,19 @@ def parse_text(text: str, content_type: str = "") -> RawSamples:
     samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     families: dict[str, str] = {}
     try:
+        from prometheus_client.parser import text_string_to_metric_families
+
         if "openmetrics" in content_type.lower() or body.rstrip().endswith("# EOF"):
             from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
 
-            fams = list(om_parse(body if body.endswith("\n") else body + "\n"))
+            try:
+                fams = list(om_parse(body if body.endswith("\n") else body + "\n"))
+            except Exception:
+                # prometheus_client's own OpenMetrics output for names with ':' (vllm:…) escapes the
+                # sample names but not the # TYPE lines, which its OM parser rejects; the classic
+                # parser reads those samples fine (``# EOF`` is a comment to it).
+                fams = list(text_string_to_metric_families(body))
         else:
-            from prometheus_client.parser import text_string_to_metric_families
-
             fams = list(text_string_to_metric_families(body))
     except Exception as exc:  # the parser raises ValueError/IndexError/… on garbage
         first = body.splitlines()[0][:80] if body else ""
@@ -139,10 +154,11 @@ def _key(labels: dict[str, str], drop: tuple[str, ...] = ("le",)) -> SeriesKey:
 
 
 def _read_hist(raw: RawSamples, src: Source, dedupe: tuple[tuple[str, str], ...]) -> dict[SeriesKey, Hist] | None:
-    buckets = raw.samples.get(src.name + "_bucket")
+    buckets = raw.exact(src.name + "_bucket")
     if not buckets:
         return None
     per: dict[SeriesKey, dict[float, float]] = defaultdict(dict)
+    drop = ("le", *(k for k, _ in src.labels))
     for labels, v in buckets:
         if "le" not in labels or not _keep(labels, src, dedupe):
             continue
@@ -150,9 +166,10 @@ def _read_hist(raw: RawSamples, src: Source, dedupe: tuple[tuple[str, str], ...]
             le = float(labels["le"])
         except ValueError:
             continue
-        per[_key(labels)][le] = v
-    sums = {_key(lb): v for lb, v in raw.samples.get(src.name + "_sum", []) if _keep(lb, src, dedupe)}
-    counts = {_key(lb): v for lb, v in raw.samples.get(src.name + "_count", []) if _keep(lb, src, dedupe)}
+        per[_key(labels, drop)][le] = v
+    drop = ("le", *(k for k, _ in src.labels))
+    sums = {_key(lb, drop): v for lb, v in raw.exact(src.name + "_sum") or [] if _keep(lb, src, dedupe)}
+    counts = {_key(lb, drop): v for lb, v in raw.exact(src.name + "_count") or [] if _keep(lb, src, dedupe)}
     out: dict[SeriesKey, Hist] = {}
     for key, bmap in per.items():
         bounds = tuple(sorted(bmap))
@@ -164,15 +181,16 @@ def _read_hist(raw: RawSamples, src: Source, dedupe: tuple[tuple[str, str], ...]
 
 def _read_values(raw: RawSamples, src: Source, dedupe: tuple[tuple[str, str], ...]) -> dict[SeriesKey, float] | None:
     if src.kind == "hist_sum":
-        rows = raw.samples.get(src.name + "_sum")
+        rows = raw.exact(src.name + "_sum")
     else:
         rows = raw.get(src.name)
     if rows is None:
         return None
     out: dict[SeriesKey, float] = {}
+    drop = ("le", *(k for k, _ in src.labels))  # the filter's labels are fixed: not part of the series
     for labels, v in rows:
         if _keep(labels, src, dedupe):
-            key = _key(labels)
+            key = _key(labels, drop)
             out[key] = out.get(key, 0.0) + v * src.scale
     return out or None
 

@@ -209,10 +209,13 @@ class MetricsFakeServer:
             body = json.dumps(body.decode()).encode()
         return web.Response(body=body, headers={"Content-Type": ctype})
 
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
     async def start(self) -> MetricsFakeServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/health", lambda r: web.Response(text=""))
+        app.router.add_get("/health", self._health)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
