@@ -276,9 +276,22 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     dog = _Watchdog()
     rec.wall_start_ns = wall_ns()
     try:
-        dog.arm("first_token", to.first_token_s)
-        rec.t_start_ns = now_ns()
-        async with session.post(url, data=data, headers=headers, timeout=timeout, trace_request_ctx=rec) as resp:
+        for attempt in (0, 1):
+            dog.arm("first_token", to.first_token_s)
+            rec.t_conn_ready_ns = None
+            rec.t_start_ns = now_ns()
+            try:
+                resp_cm = session.post(url, data=data, headers=headers, timeout=timeout, trace_request_ctx=rec)
+                resp = await resp_cm.__aenter__()
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # a pooled keep-alive connection the server had already closed (llama-server
+                # closes some after a stream): no byte of the request was answered, so send
+                # it again once on a fresh connection, as curl and browsers do
+                if attempt == 0 and rec.t_conn_ready_ns is not None:
+                    continue
+                raise
+            break
+        try:
             rec.t_headers_ns = now_ns()
             rec.http_status = resp.status
             if resp.status >= 400:
@@ -293,6 +306,8 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
                 await _read_ndjson(resp, proto, dog)
             else:
                 await _read_sse(resp, proto, dog)
+        finally:
+            await resp_cm.__aexit__(None, None, None)
         if rec.t_done_ns is None:
             rec.t_done_ns = now_ns()
         proto.finish()
@@ -325,7 +340,7 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     except aiohttp.ClientConnectorError as exc:
         rec.t_done_ns = now_ns()
         fail(rec, E.ConnectError(f"nothing is listening at {target.display_url} ({exc.os_error.strerror or exc.os_error})",
-                                 hint="start a server there, or omit the URL to use the embedded engine (`phasescope engine serve`)"))
+                                 hint="start a server there, run the embedded one with `phasescope serve`, or omit the URL to let phasescope start it"))
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError) as exc:
         rec.t_done_ns = now_ns()
         fail(rec, E.StreamBrokenError(f"{target.display_url}{proto.path}: connection cut mid-response "

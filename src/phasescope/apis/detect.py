@@ -40,7 +40,7 @@ class Detected:
     has_tokenize: bool = False
 
 
-_NOT_LISTENING_HINT = "start your server, or omit the URL to use the embedded engine (see `phasescope engine --help`)"
+_NOT_LISTENING_HINT = "start a server there, run the embedded one with `phasescope serve`, or omit the URL to let phasescope start it"
 
 
 async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout_s: float) -> tuple[int, Any, str]:

@@ -1,0 +1,70 @@
+"""``phasescope probe [URL]``: prefill and decode measured apart (parse, call, print)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from phasescope.cli._common import console, err_console, print_json
+
+
+def _sizes(values: List[str]) -> list[int]:
+    from phasescope.errors import InputError
+
+    out: list[int] = []
+    for v in values:
+        for part in v.replace(" ", ",").split(","):
+            if not part:
+                continue
+            try:
+                n = int(part.replace("_", ""))
+            except ValueError:
+                raise InputError(f"--prompt-tokens: {part!r} is not an integer") from None
+            if n < 1:
+                raise InputError(f"--prompt-tokens: {n} must be ≥ 1")
+            out.append(n)
+    return out
+
+
+def probe(
+    url: Optional[str] = typer.Argument(None, help="Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."),
+    api: str = typer.Option("auto", "--api", help="auto | openai (/v1/completions) | chat (/v1/chat/completions) | ollama | llamacpp."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name to request (default: the server's first model)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False,
+                                          help="Bearer key (also $OPENAI_API_KEY); never printed or saved."),
+    prompt_tokens: List[str] = typer.Option(["200,2000"], "--prompt-tokens", "-p", help="Prompt sizes in tokens, comma-separated or repeated."),
+    max_tokens: int = typer.Option(128, "--max-tokens", "-n", help="Output tokens per request (fixed length where the server allows)."),
+    repeat: int = typer.Option(3, "--repeat", "-r", help="Requests per prompt size (medians are reported)."),
+    warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="Send one discarded warm-up request first."),
+    retries: int = typer.Option(0, "--retries", help="Retry 429/503 up to N times, honouring Retry-After (default: fail at once)."),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
+    ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
+    itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
+    device: Optional[str] = typer.Option(None, "--device", help="Device id for ceilings (default: `local` if `phasescope hw` measured it)."),
+    model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write records.jsonl and summary.json into this folder."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Measure TTFT (prefill) and decode speed apart, next to their ceilings: the one-minute test."""
+    from phasescope.apis.base import Timeouts
+    from phasescope.probe import probe as run_probe
+
+    sizes = _sizes(prompt_tokens)
+    timeouts = Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout)
+    progress = None if json_out else (lambda s: err_console.print(f"[dim]· {s}[/dim]"))
+    result = run_probe(url, api=api, model=model, api_key=api_key or None, timeouts=timeouts, sizes=sizes,
+                       max_tokens=max_tokens, repeat=repeat, warmup=warmup, retries=retries, out_dir=out,
+                       model_spec=model_spec, device=device, save=save, progress=progress)
+    if json_out:
+        print_json(result)
+        return
+    from phasescope.probe.card import render
+
+    console.print(render(result))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe")(probe)

@@ -1,0 +1,141 @@
+"""``phasescope probe``: the seed article's one-minute test, automated and measured exactly.
+
+:func:`probe` resolves the target (or starts the embedded engine), builds prompts of exact token
+lengths, sends a discarded warm-up and ``repeat`` rounds of each size one at a time, saves every
+record as it completes, and returns the result object that ``probe --json`` prints::
+
+    {"target", "api", "engine", "engine_version", "model",
+     "sizes": [{"prompt_tokens", "ttft_s", "ttft_net_s", "prefill_tok_s", "decode_tok_s",
+                "itl_p50_s", "itl_p99_s", "server", ...}],
+     "verdict", "warmup", "ceilings", "ceilings_note", "plan", "run_id", "records_path"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from phasescope import errors as E
+from phasescope.apis import new_session
+from phasescope.apis.base import Timeouts
+from phasescope.apis.resolve import open_target
+from phasescope.jsonutil import dumps
+from phasescope.measure.records import RecordWriter, RequestRecord
+from phasescope.probe import ceilings as C
+from phasescope.probe.runner import ProbePlan, run_probe
+from phasescope.probe.summary import size_summary, verdict, warmup_summary
+
+__all__ = ["ProbePlan", "probe", "summarize_run"]
+
+
+def summarize_run(run: Any) -> dict[str, Any]:
+    sizes = []
+    for n in run.plan.sizes:
+        recs = [r for r in run.records if r.tags.get("prompt_tokens_target") == n]
+        sizes.append(size_summary(n, recs))
+    return {"sizes": sizes, "verdict": verdict(sizes), "warmup": warmup_summary(run.warmup, sizes)}
+
+
+def _open_store_recording(target: Any, params: dict[str, Any]) -> tuple[Any, Any]:
+    try:
+        from phasescope.report.store import open_store
+    except ImportError:
+        return None, None
+    store = open_store()
+    cm = store.recording(kind="probe", target=target, params=params, model=target.model, api=target.api,
+                         engine=target.engine, engine_version=target.engine_version)
+    return cm, cm.__enter__()
+
+
+def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_key: str | None = None,
+          timeouts: Timeouts | None = None, sizes: list[int] | None = None, max_tokens: int = 128, repeat: int = 3,
+          warmup: bool = True, retries: int = 0, out_dir: str | os.PathLike[str] | None = None,
+          model_spec: str | None = None, device: str | None = None, save: bool = True,
+          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    sizes = sorted(set(sizes or [200, 2000]))
+    if not sizes or sizes[0] < 1:
+        raise E.InputError("--prompt-tokens must be positive integers")
+    if max_tokens < 2:
+        raise E.InputError("--max-tokens must be at least 2 (decode needs two tokens to time)")
+    if repeat < 1:
+        raise E.InputError("--repeat must be at least 1")
+    if retries < 0:
+        raise E.InputError("--retries must be ≥ 0")
+    plan = ProbePlan(sizes=sizes, max_tokens=max_tokens, repeat=repeat, warmup=warmup, retries=retries)
+    say = progress or (lambda s: None)
+    if url is None:
+        say("starting the embedded engine (llama.cpp llama-server + Gemma 3 270M)")
+    return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say))
+
+
+async def _probe(url: str | None, api: str, model: str | None, api_key: str | None, timeouts: Timeouts | None,
+                 plan: ProbePlan, out_dir: Any, model_spec: str | None, device: str | None, save: bool,
+                 say: Callable[[str], None]) -> dict[str, Any]:
+    ot = open_target(url, api=api, model=model, api_key=api_key, timeouts=timeouts,
+                     engine_kwargs={"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))})
+    async with ot as target:
+        say(f"target {target.display_url}: {target.engine} {target.engine_version or ''}, api {target.api}, model {target.model}")
+        params = {"sizes": plan.sizes, "max_tokens": plan.max_tokens, "repeat": plan.repeat, "warmup": plan.warmup,
+                  "retries": plan.retries, "api": target.api}
+        writer: RecordWriter | None = None
+        out_path: Path | None = None
+        if out_dir is not None:
+            out_path = Path(out_dir)
+            out_path.mkdir(parents=True, exist_ok=True)
+            writer = RecordWriter(out_path / "records.jsonl")
+        store_cm, recording = (None, None)
+        if save:
+            try:
+                store_cm, recording = _open_store_recording(target, params)
+            except (E.PhasescopeError, OSError) as exc:
+                say(f"run store unavailable ({exc}); records only in --out")
+        if writer is None and recording is None:
+            out_path = Path("phasescope-runs") / time.strftime("probe-%Y%m%d-%H%M%S")
+            out_path.mkdir(parents=True, exist_ok=True)
+            writer = RecordWriter(out_path / "records.jsonl")
+
+        def on_record(rec: RequestRecord) -> None:
+            if writer is not None:
+                writer.write(rec)
+            if recording is not None:
+                recording.add(rec)
+
+        exc_info: tuple[Any, Any, Any] = (None, None, None)
+        try:
+            async with new_session(connect_timeout_s=target.timeouts.connect_s) as session:
+                run = await run_probe(target, plan, on_record=on_record, progress=say, session=session)
+                result: dict[str, Any] = {
+                    "target": target.display_url, "api": target.api, "engine": target.engine,
+                    "engine_version": target.engine_version, "model": target.model,
+                }
+                result.update(summarize_run(run))
+                spec, why_spec = await C.discover_spec(session, target, ot.detected, model_spec)
+                dev, why_dev = C.get_device(device)
+                if spec is not None and dev is not None:
+                    try:
+                        result["ceilings"] = C.ceilings(spec, dev, result["sizes"])
+                        result["ceilings_note"] = None
+                    except Exception as exc:  # noqa: BLE001 - theory is advisory; never lose the measurement
+                        result["ceilings"], result["ceilings_note"] = None, f"ceilings failed: {exc}"
+                else:
+                    result["ceilings"] = None
+                    result["ceilings_note"] = why_spec or why_dev
+            result["plan"] = params
+            result["records_path"] = str(recording.records_path) if recording is not None else str(out_path / "records.jsonl")
+            result["run_id"] = recording.id if recording is not None else None
+            if out_path is not None:
+                (out_path / "summary.json").write_text(dumps(result, indent=2) + "\n", encoding="utf-8")
+            if recording is not None:
+                recording.finish(result)
+            return result
+        except BaseException as exc:
+            exc_info = (type(exc), exc, exc.__traceback__)
+            raise
+        finally:
+            if writer is not None:
+                writer.close()
+            if store_cm is not None:
+                store_cm.__exit__(*exc_info)

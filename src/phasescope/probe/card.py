@@ -1,0 +1,90 @@
+"""The phase card: the probe result as a rich table and a few sentences (presentation only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+
+def _ms(x: float | None) -> str:
+    return "—" if x is None else (f"{x * 1000:.1f} ms" if x < 10 else f"{x:.2f} s")
+
+
+def _rate(x: float | None) -> str:
+    return "—" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x * 100:.0f}%"
+
+
+def render(result: dict[str, Any]) -> Panel:
+    sizes = result.get("sizes") or []
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    t.add_column("")
+    for s in sizes:
+        t.add_column(f"{s.get('prompt_tokens') or s.get('prompt_tokens_target')}-token prompt", justify="right")
+
+    def row(label: str, vals: list[str], style: str | None = None) -> None:
+        t.add_row(Text(label, style=style or ""), *vals)
+
+    srv = [s.get("server") or {} for s in sizes]
+    t.add_row(Text("PREFILL", style="bold cyan"), *["" for _ in sizes])
+    row("  TTFT (client)", [_ms(s.get("ttft_s")) for s in sizes])
+    row("  TTFT net of connection", [_ms(s.get("ttft_net_s")) for s in sizes])
+    if any(x.get("ttft_s") is not None for x in srv):
+        row("  TTFT server-side", [_ms(x.get("ttft_s")) for x in srv])
+    row("  prefill tok/s (client)", [_rate(s.get("prefill_tok_s")) for s in sizes])
+    if any(x.get("prefill_tok_s") is not None for x in srv):
+        row("  prefill tok/s (server)", [_rate(x.get("prefill_tok_s")) for x in srv])
+    t.add_row(Text("DECODE", style="bold magenta"), *["" for _ in sizes])
+    row("  decode tok/s (client)", [_rate(s.get("decode_tok_s")) for s in sizes])
+    if any(x.get("decode_tok_s") is not None for x in srv):
+        row("  decode tok/s (server)", [_rate(x.get("decode_tok_s")) for x in srv])
+    row("  ITL p50 / p99 per token", [f"{_ms(s.get('itl_p50_s'))} / {_ms(s.get('itl_p99_s'))}" for s in sizes])
+    ce = result.get("ceilings")
+    if ce:
+        crow = {r.get("prompt_tokens"): r for r in ce.get("sizes", [])}
+        cr = [crow.get(s.get("prompt_tokens") or s.get("prompt_tokens_target"), {}) for s in sizes]
+        t.add_row(Text("CEILINGS", style="bold yellow"), *["" for _ in sizes])
+        row("  decode ceiling tok/s", [_rate(c.get("decode_ceiling_tok_s")) for c in cr])
+        row("  decode efficiency", [_pct(c.get("decode_efficiency")) for c in cr])
+        row("  prefill floor", [_ms(c.get("prefill_floor_s")) for c in cr])
+        row("  prefill efficiency", [_pct(c.get("prefill_efficiency")) for c in cr])
+    parts: list[Any] = [t]
+    notes: list[str] = []
+    v = result.get("verdict")
+    if v:
+        notes.append("[bold]One-minute test:[/bold] " + "; ".join(v["text"]) + ".")
+    w = result.get("warmup")
+    if w and w.get("ttft_s") is not None:
+        s = f"warm-up TTFT {_ms(w['ttft_s'])}"
+        cs = w.get("cold_start_s")
+        if cs is not None:
+            s += f" (cold-start extra {_ms(cs)})" if cs > 0.001 else " (no measurable cold-start penalty)"
+        if w.get("load_s"):
+            s += f"; server load_duration {_ms(w['load_s'])}"
+        notes.append(s + " — excluded from the numbers above.")
+    early = sum(s.get("stopped_early") or 0 for s in sizes)
+    if early:
+        notes.append(f"[yellow]{early} request(s) stopped before --max-tokens (the server has no ignore_eos or ignored it).[/yellow]")
+    src = {s.get("prompt_tokens_source") for s in sizes} - {None}
+    if src:
+        notes.append(f"prompt lengths from: {', '.join(sorted(src))}; output counts from: "
+                     f"{', '.join(sorted({s.get('output_tokens_source') for s in sizes} - {None}))}.")
+    if ce:
+        d = ce.get("device") or {}
+        m = ce.get("model_spec") or {}
+        notes.append(f"ceilings for model {m.get('id')} ({m.get('origin')}) on {d.get('name') or d.get('id')} "
+                     f"({d.get('mem_bandwidth_gb_s')} GB/s).")
+    elif result.get("ceilings_note"):
+        notes.append(f"[dim]no ceilings: {result['ceilings_note']}[/dim]")
+    if result.get("records_path"):
+        notes.append(f"[dim]records: {result['records_path']}" + (f"  run: {result['run_id']}" if result.get("run_id") else "") + "[/dim]")
+    parts.append(Text.from_markup("\n" + "\n".join(notes)))
+    title = f"phasescope probe — {result.get('model') or '?'} @ {result.get('target')} ({result.get('engine')}, api {result.get('api')})"
+    return Panel(Group(*parts), title=title, title_align="left")

@@ -1,0 +1,151 @@
+"""From probe records to the phase card's numbers (pure functions; no I/O).
+
+Per prompt size (definitions in :mod:`phasescope.measure.derive`):
+
+* ``ttft_s`` — median client TTFT (request start → first content/reasoning event);
+* ``ttft_net_s`` — median TTFT from connection ready (connection setup subtracted);
+* ``prefill_tok_s`` — prompt_tokens / median TTFT (client view: includes HTTP, queueing and the
+  first decode step, so it is a lower bound on the engine's prefill rate);
+* ``decode_tok_s`` — median over requests of (output − 1) / (last token − first token);
+* ``itl_p50_s`` / ``itl_p99_s`` — per-token inter-token latency pooled over the size's requests
+  (an event carrying k tokens contributes k samples of gap/k);
+* ``event_gap_p50_s`` — per-event gaps (what ``vllm bench serve`` calls ITL);
+* ``server`` — medians of the server's own timings when the API reports them (llama.cpp
+  ``timings``, Ollama durations): ``ttft_s`` (llama.cpp ``prompt_ms``; Ollama load +
+  prompt_eval_duration), ``prefill_tok_s`` (evaluated tokens / prefill time; null when the evaluated
+  count is unknown, e.g. Ollama with a possibly cached prompt), ``decode_tok_s`` ((n − 1) / decode
+  time), ``cache_n``; ``null`` when the server reports nothing.
+
+The one-minute test (seed article): between the smallest and the largest prompt, TTFT should grow
+about as the prompt does (prefill is compute-bound, ∝ tokens) while the decode rate barely moves
+(decode is bandwidth-bound, reading the same weights per token).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from phasescope.measure import derive as D
+from phasescope.measure.records import RequestRecord
+from phasescope.measure.stats import percentile
+
+
+def _med(xs: list[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return statistics.median(v) if v else None
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return float(percentile(xs, q)) if xs else None
+
+
+def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
+    ok = [r for r in recs if r.ok]
+    ttft = _med([D.ttft_s(r) for r in ok])
+    prompt_tokens = _med([float(r.prompt_tokens) for r in ok if r.prompt_tokens is not None])
+    itl: list[float] = []
+    gaps: list[float] = []
+    for r in ok:
+        itl.extend(D.itl_s(r))
+        gaps.extend(D.event_gaps_s(r))
+    srv_recs = [r for r in ok if r.server]
+    server: dict[str, Any] | None = None
+    if srv_recs:
+        server = {
+            "source": srv_recs[0].server.get("source") if srv_recs[0].server else None,
+            "ttft_s": _med([(r.server or {}).get("ttft_s") for r in srv_recs]),
+            "prefill_s": _med([(r.server or {}).get("prefill_s") for r in srv_recs]),
+            "prefill_tok_s": _med([D.server_prefill_tok_s(r) for r in srv_recs]),
+            "decode_tok_s": _med([D.server_decode_tok_s(r) for r in srv_recs]),
+            "prompt_n": _med([(r.server or {}).get("prompt_n") for r in srv_recs]),
+            "cache_n": _med([(r.server or {}).get("cache_n") for r in srv_recs]),
+            "load_s": _med([(r.server or {}).get("load_s") for r in srv_recs]),
+        }
+    out_tokens = _med([float(r.output_tokens) for r in ok if r.output_tokens is not None])
+    return {
+        "prompt_tokens_target": n_target,
+        "prompt_tokens": int(prompt_tokens) if prompt_tokens is not None else None,
+        "prompt_tokens_source": ok[0].prompt_tokens_source if ok else None,
+        "requests": len(recs),
+        "ok": len(ok),
+        "ttft_s": ttft,
+        "ttft_net_s": _med([D.ttft_net_s(r) for r in ok]),
+        "ttft_min_s": min((t for t in (D.ttft_s(r) for r in ok) if t is not None), default=None),
+        "connect_s": _med([D.connect_s(r) for r in ok]),
+        "prefill_tok_s": (prompt_tokens / ttft) if (prompt_tokens and ttft) else None,
+        "decode_tok_s": _med([D.decode_tok_s(r) for r in ok]),
+        "tpot_s": _med([D.tpot_s(r) for r in ok]),
+        "itl_p50_s": _pct(itl, 50),
+        "itl_p99_s": _pct(itl, 99),
+        "event_gap_p50_s": _pct(gaps, 50),
+        "e2e_s": _med([D.e2e_s(r) for r in ok]),
+        "output_tokens": int(out_tokens) if out_tokens is not None else None,
+        "output_tokens_source": ok[0].output_tokens_source if ok else None,
+        "stopped_early": sum(1 for r in ok if r.stopped_early),
+        "cached_prompt_tokens": _med([float(r.cached_prompt_tokens) for r in ok if r.cached_prompt_tokens is not None]),
+        "server": server,
+    }
+
+
+def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The one-minute test between the smallest and the largest prompt size."""
+    usable = [s for s in sizes if s.get("ttft_s") and (s.get("prompt_tokens") or s.get("prompt_tokens_target"))]
+    if len(usable) < 2:
+        return None
+    lo = min(usable, key=lambda s: s.get("prompt_tokens") or s["prompt_tokens_target"])
+    hi = max(usable, key=lambda s: s.get("prompt_tokens") or s["prompt_tokens_target"])
+    p_lo = lo.get("prompt_tokens") or lo["prompt_tokens_target"]
+    p_hi = hi.get("prompt_tokens") or hi["prompt_tokens_target"]
+    if p_hi <= p_lo:
+        return None
+    prompt_ratio = p_hi / p_lo
+    ttft_ratio = hi["ttft_s"] / lo["ttft_s"]
+    d_lo, d_hi = lo.get("decode_tok_s"), hi.get("decode_tok_s")
+    decode_change = (d_hi / d_lo - 1.0) * 100.0 if (d_lo and d_hi) else None
+    # marginal prefill rate: the extra tokens over the extra time removes fixed overhead
+    dt = hi["ttft_s"] - lo["ttft_s"]
+    marginal = (p_hi - p_lo) / dt if dt > 0 else None
+    scaling = ttft_ratio / prompt_ratio
+    lines = []
+    if scaling >= 0.5:
+        lines.append(f"TTFT grew ×{ttft_ratio:.1f} for a ×{prompt_ratio:.1f} longer prompt: prefill is the TTFT and it scales with prompt length")
+    elif ttft_ratio >= 1.5:
+        lines.append(f"TTFT grew ×{ttft_ratio:.1f} for a ×{prompt_ratio:.1f} longer prompt: part of TTFT is fixed overhead (queueing, network, scheduling)")
+    else:
+        lines.append(f"TTFT barely grew (×{ttft_ratio:.1f}) for a ×{prompt_ratio:.1f} longer prompt: prefill is not what you wait for "
+                     "(fixed overhead dominates, or a prefix cache served the prompt)")
+    if decode_change is not None:
+        if abs(decode_change) <= 15:
+            lines.append(f"decode rate changed {decode_change:+.0f}%: decode is a separate phase, independent of prompt length")
+        elif decode_change < 0:
+            lines.append(f"decode rate fell {-decode_change:.0f}% with the longer context: attention/KV reads are a visible part of each step")
+        else:
+            lines.append(f"decode rate rose {decode_change:.0f}% with the longer prompt: noise or contention; repeat with --repeat 5")
+    return {
+        "prompt_ratio": prompt_ratio,
+        "ttft_ratio": ttft_ratio,
+        "ttft_scaling": scaling,
+        "decode_change_pct": decode_change,
+        "marginal_prefill_tok_s": marginal,
+        "phases_separate": bool(scaling >= 0.5 and decode_change is not None and abs(decode_change) <= 15),
+        "text": lines,
+    }
+
+
+def warmup_summary(warm: RequestRecord | None, sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Cold start = warm-up TTFT − the steady median TTFT of the same prompt size."""
+    if warm is None:
+        return None
+    t = D.ttft_s(warm)
+    n = warm.tags.get("prompt_tokens_target")
+    same = next((s for s in sizes if s.get("prompt_tokens_target") == n), None)
+    steady = same.get("ttft_s") if same else None
+    load = (warm.server or {}).get("load_s") if warm.server else None
+    return {
+        "ok": warm.ok,
+        "ttft_s": t,
+        "e2e_s": D.e2e_s(warm),
+        "cold_start_s": (t - steady) if (t is not None and steady is not None) else None,
+        "load_s": load,
+    }
