@@ -17,6 +17,8 @@ was still rising at the highest level tested. A knee at 1 means batching gave no
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -24,6 +26,10 @@ from typing import Sequence
 from phasescope.experiments.common import ExperimentInfo, finite, med, ok, output_tokens_of, pct, select, server_prefill_s
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
+
+
+if TYPE_CHECKING:
+    from phasescope.experiments.context import RunContext
 
 NAME = "batching"
 KNEE_GAIN = 1.15  # per doubling
@@ -123,3 +129,60 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     if not finite(x.output_tok_s for x in res.levels):
         res.notes.append("no level completed a request")
     return res
+
+
+def levels_for(bound: int) -> list[int]:
+    """1, 2, 4, … up to ``bound`` (the bound itself included when it is not a power of two)."""
+    out, c = [], 1
+    while c <= bound:
+        out.append(c)
+        c *= 2
+    if out[-1] != bound:
+        out.append(bound)
+    return out
+
+
+async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, output_tokens: int = 48,
+              per_worker: int = 2, max_concurrency: int | None = None) -> BatchingResult:
+    """Closed-loop levels 1, 2, 4, … bounded by the server's slots (llama.cpp) or 16, and by the
+    budget (each level's cost estimated as if batching gave nothing)."""
+    import asyncio
+    import time
+
+    from phasescope.experiments.context import request_time_s
+
+    started = time.time()
+    c = ctx.calib
+    assert c is not None, "calibrate first"
+    if max_concurrency is not None:
+        bound, src = max_concurrency, "--max-concurrency"
+    elif ctx.facts.slots:
+        bound, src = ctx.facts.slots, ctx.facts.slots_source
+    else:
+        bound, src = 16, "default (the server does not report its slots)"
+    t1 = request_time_s(c, prompt_tokens, output_tokens)
+    levels: list[int] = []
+    spent = 0.0
+    for lv in levels_for(max(1, bound)):
+        n_req = (per_worker + 1 if lv == 1 else per_worker) * lv
+        cost = n_req * t1 if lv == 1 else per_worker * lv * t1  # worst case: no batching gain
+        if levels and len(levels) >= 2 and spent + cost > 0.85 * budget_s:
+            break
+        levels.append(lv)
+        spent += cost
+    ctx.say(f"{NAME}: concurrency {', '.join(map(str, levels))} (bound {bound}: {src}), "
+            f"{prompt_tokens}-token prompts, {output_tokens} output tokens")
+    for lv in levels:
+        k = per_worker + 1 if lv == 1 else per_worker
+        prompts = [[await ctx.prompt(prompt_tokens) for _ in range(k)] for _ in range(lv)]
+
+        async def worker(w: int, lv: int = lv, prompts: list = prompts) -> None:
+            for i, p in enumerate(prompts[w]):
+                await ctx.send(p.request(output_tokens), NAME, phase="measure", concurrency=lv, worker=w, i=i)
+
+        await asyncio.gather(*(worker(w) for w in range(lv)))
+        ctx.say(f"{NAME}: concurrency {lv} done")
+    params = {"levels": levels, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
+              "per_worker": per_worker, "budget_s": budget_s}
+    return analyze(ctx.records, ctx.info(NAME, started, params), bound=bound, bound_source=src)
+

@@ -20,6 +20,8 @@ it is within ``FLAT_PCT``, ``None`` in between.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -27,6 +29,10 @@ from phasescope.experiments.common import ExperimentInfo, med, ok, output_tokens
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import fit_linear
+
+
+if TYPE_CHECKING:
+    from phasescope.experiments.context import RunContext
 
 NAME = "context-fill"
 SLOW_PCT = 10.0
@@ -124,3 +130,42 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     else:
         res.notes.append("model bytes unknown: no predicted slowdown (pass --model to compare)")
     return res
+
+
+async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 32, steps: int = 5, reps: int = 2,
+              ctx_fraction: float = 0.8, cache_known: bool | None = None, l_max: int | None = None,
+              weight_bytes: float | None = None, kv_bytes_per_token: float | None = None,
+              model_source: str = "theory") -> ContextFillResult:
+    """Nested prefixes of one long prompt, shortest first, ``reps`` passes (see module docstring).
+
+    The longest context fits ``ctx_fraction`` of the context per sequence and the budget, assuming
+    the prefix cache works unless ``cache_known`` is False (then every prefix is paid in full)."""
+    import time
+
+    from phasescope.experiments.context import prefix_of, request_time_s
+
+    started = time.time()
+    c = ctx.calib
+    assert c is not None, "calibrate first"
+    cap = max(128, int(ctx.ctx_limit() * ctx_fraction) - output_tokens)
+    top = min(l_max or cap, cap)
+    decode_cost = steps * reps * request_time_s(c, 0, output_tokens)
+    while top > 128:
+        prefill = (top if cache_known is not False else 1.7 * top * reps) / c.prefill_tok_s
+        if prefill + decode_cost <= 0.8 * budget_s:
+            break
+        top = int(top / 1.3)
+    from phasescope.experiments.prompt_scaling import geometric_grid
+
+    grid = geometric_grid(min(64, top // 4), top, steps)
+    ctx.say(f"{NAME}: decode {output_tokens} tokens at {len(grid)} context lengths {grid[0]}…{grid[-1]} × {reps}")
+    long_p = await ctx.prompt(grid[-1])
+    for rep in range(reps):
+        for n in grid:
+            req = prefix_of(long_p, n)
+            req.max_tokens = output_tokens
+            await ctx.send(req, NAME, phase="measure", context_target=n, rep=rep)
+    params = {"grid": grid, "reps": reps, "output_tokens": output_tokens, "budget_s": budget_s}
+    return analyze(ctx.records, ctx.info(NAME, started, params), weight_bytes=weight_bytes,
+                   kv_bytes_per_token=kv_bytes_per_token, model_source=model_source)
+

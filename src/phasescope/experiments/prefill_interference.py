@@ -22,12 +22,18 @@ although the injected prefill lasted ≥ 5 baseline gaps (a stall would have sho
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from phasescope.experiments.common import ExperimentInfo, finite, med, ok, prompt_tokens_of, select
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
+
+
+if TYPE_CHECKING:
+    from phasescope.experiments.context import RunContext
 
 NAME = "prefill-interference"
 SPIKE_MIN_X = 3.0
@@ -130,3 +136,43 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     if finite([res.injected_ttft_s]) == []:
         res.notes.append("the injected request gave no first token")
     return res
+
+
+async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, inject_tokens: int | None = None,
+              stream_prompt_tokens: int = 32) -> InterferenceResult:
+    """k streams (≤ slots − 1, so the injected request gets a slot of its own), then the injection."""
+    import asyncio
+    import math
+    import time
+
+    started = time.time()
+    c = ctx.calib
+    assert c is not None, "calibrate first"
+    slots = ctx.facts.slots
+    if slots == 1:
+        res = InterferenceResult(info=ctx.info(NAME, started, {}))
+        res.info.skipped = "the server has one slot: an injected request would queue, not interfere"
+        res.reason = res.info.skipped
+        return res
+    k = streams or (min(3, slots - 1) if slots else 3)
+    gap = max(1.0, k / 2) / c.decode_tok_s
+    if inject_tokens is None:
+        t_inj = min(max(25 * gap, 0.3), 0.35 * budget_s)
+        inject_tokens = int(t_inj * c.prefill_tok_s)
+    inject_tokens = max(64, min(inject_tokens, ctx.ctx_limit() - 16, 8192))
+    t_inj = inject_tokens / c.prefill_tok_s
+    pre_s = c.overhead_s + k * stream_prompt_tokens / c.prefill_tok_s + 15 * gap
+    total = pre_s + t_inj + 15 * gap
+    m = int(math.ceil(1.3 * total / gap))
+    m = max(40, min(m, ctx.ctx_limit() - stream_prompt_tokens - 8))
+    ctx.say(f"{NAME}: {k} streams of {m} tokens, a {inject_tokens}-token prompt injected after ≈{pre_s:.1f} s")
+    sp = [await ctx.prompt(stream_prompt_tokens) for _ in range(k)]
+    ip = await ctx.prompt(inject_tokens)
+    tasks = [asyncio.create_task(ctx.send(p.request(m), NAME, phase="stream", stream=i)) for i, p in enumerate(sp)]
+    await asyncio.sleep(pre_s)
+    inj = asyncio.create_task(ctx.send(ip.request(4, cache_prompt=False), NAME, phase="inject"))
+    await asyncio.gather(inj, *tasks)
+    params = {"streams": k, "stream_tokens": m, "inject_tokens": inject_tokens, "inject_after_s": pre_s,
+              "budget_s": budget_s}
+    return analyze(ctx.records, ctx.info(NAME, started, params))
+

@@ -24,6 +24,8 @@ prefix-cache counters scraped before and after (``metrics_delta``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -40,6 +42,10 @@ from phasescope.experiments.common import (
 )
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
+
+
+if TYPE_CHECKING:
+    from phasescope.experiments.context import RunContext
 
 NAME = "prefix-cache"
 HIT_MIN_SHARE = 0.5  # of the expected saving
@@ -159,3 +165,55 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
 def metrics_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     """Counter deltas (after − before) for the names present in both scrapes."""
     return {k: after[k] - before[k] for k in after if k in before}
+
+
+async def run(ctx: RunContext, budget_s: float, *, user_tokens: int = 24, output_tokens: int = 8,
+              repeats: int = 3, groups: int = 2, system_tokens: int | None = None) -> PrefixCacheResult:
+    """Shorts, then per group a cold request and ``repeats`` repeats (see module docstring).
+
+    The system prompt is as long as the budget allows if nothing were cached (every request pays
+    it), between 128 and 2048 tokens and within the context per sequence."""
+    import time
+
+    from phasescope.experiments.context import join_prompts, request_time_s
+
+    started = time.time()
+    c = ctx.calib
+    assert c is not None, "calibrate first"
+    cap = max(64, min(2048, ctx.ctx_limit() - user_tokens - output_tokens - 16))
+    if system_tokens is None:
+        per_req = 0.8 * budget_s / (groups * (1 + repeats) + 3)
+        system_tokens = int(max(128, min(cap, (per_req - request_time_s(c, user_tokens, output_tokens)) * c.prefill_tok_s)))
+    system_tokens = min(system_tokens, cap)
+    ctx.say(f"{NAME}: {system_tokens}-token system prompt, {groups} × (1 cold + {repeats} repeats), "
+            f"{user_tokens}-token user turns")
+    before = await _scrape_counters(ctx)
+    await ctx.send((await ctx.prompt(user_tokens)).request(output_tokens), NAME, phase="warmup")
+    for i in range(2):
+        await ctx.send((await ctx.prompt(user_tokens)).request(output_tokens), NAME, phase="short", i=i)
+    for g in range(groups):
+        sysp = await ctx.prompt(system_tokens)
+        for i in range(1 + repeats):
+            req = join_prompts(sysp, await ctx.prompt(user_tokens))
+            req.max_tokens = output_tokens
+            await ctx.send(req, NAME, phase="cold" if i == 0 else "repeat", group=g, i=i, system_tokens=system_tokens)
+    after = await _scrape_counters(ctx)
+    delta = metrics_delta(before, after) if before and after else {}
+    params = {"system_tokens": system_tokens, "user_tokens": user_tokens, "repeats": repeats, "groups": groups,
+              "output_tokens": output_tokens, "budget_s": budget_s}
+    return analyze(ctx.records, ctx.info(NAME, started, params), metrics_delta=delta)
+
+
+_CACHE_COUNTERS = ("prefix_cache_hits", "prefix_cache_queries", "prompt_tokens_cached")
+
+
+async def _scrape_counters(ctx: RunContext) -> dict[str, float]:
+    if not ctx.facts.metrics:
+        return {}
+    from phasescope.experiments.context import scrape_snapshot
+
+    snap = await scrape_snapshot(ctx)
+    if snap is None:
+        return {}
+    return {k: sum(snap.counters[k].values()) for k in _CACHE_COUNTERS if k in snap.counters}
+

@@ -20,6 +20,8 @@ prefix cache can help) are sent one at a time; the medians per length are fitted
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -34,6 +36,10 @@ from phasescope.experiments.common import (
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import fit_quadratic_nonneg
+
+
+if TYPE_CHECKING:
+    from phasescope.experiments.context import RunContext
 
 NAME = "prompt-scaling"
 #: decode counts as "flat" when it changes by no more than this between the shortest and longest prompt
@@ -152,4 +158,36 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     else:
         res.notes.append("decode speed not measurable (need ≥ 2 output tokens per request)")
     return res
+
+
+
+async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, steps: int = 6, reps: int = 2,
+              ctx_fraction: float = 0.5, n_max: int | None = None) -> PromptScalingResult:
+    """Send the grid (unique prompts, ``cache_prompt: false`` where the API has it) and analyse.
+
+    The longest prompt is the largest that fits ``ctx_fraction`` of the context per sequence and
+    whose calibrated cost (``reps`` passes over the grid) fits 80 % of ``budget_s``."""
+    import time
+
+    from phasescope.experiments.context import request_time_s
+
+    started = time.time()
+    assert ctx.calib is not None, "calibrate first"
+    cap = max(64, int(ctx.ctx_limit() * ctx_fraction) - output_tokens)
+    top = min(n_max or cap, cap)
+    while top > 64:
+        grid = geometric_grid(min(32, top // 4), top, steps)
+        if reps * sum(request_time_s(ctx.calib, n, output_tokens) for n in grid) <= 0.8 * budget_s:
+            break
+        top = int(top / 1.4)
+    grid = geometric_grid(max(8, min(32, top // 4)), max(top, 16), steps)
+    ctx.say(f"{NAME}: {len(grid)} prompt lengths {grid[0]}…{grid[-1]} tokens × {reps}, {output_tokens} output tokens")
+    await ctx.send((await ctx.prompt(grid[0])).request(4, cache_prompt=False), NAME, phase="warmup")
+    for rep in range(reps):
+        for n in grid:
+            p = await ctx.prompt(n)
+            await ctx.send(p.request(output_tokens, cache_prompt=False), NAME, phase="measure",
+                           prompt_tokens_target=n, rep=rep)
+    params = {"grid": grid, "reps": reps, "output_tokens": output_tokens, "budget_s": budget_s}
+    return analyze(ctx.records, ctx.info(NAME, started, params))
 

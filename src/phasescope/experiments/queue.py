@@ -16,12 +16,18 @@ says otherwise); ``None`` when neither channel is available.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from phasescope.experiments.common import ExperimentInfo, med, ok, pct, select, server_prefill_s
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
+
+
+if TYPE_CHECKING:
+    from phasescope.experiments.context import RunContext
 
 NAME = "queue"
 WAIT_SHARE_MIN = 0.1
@@ -107,3 +113,68 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
     else:
         res.reason = "no /metrics queue gauge and no server-timed prefill: cannot tell"
     return res
+
+
+async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = None, prompt_tokens: int = 64,
+              output_tokens: int = 32, per_worker: int = 2, interval_s: float = 0.2) -> QueueResult:
+    """Load above the server's slots while sampling /metrics (see module docstring)."""
+    import asyncio
+    import time
+
+    from phasescope.experiments.context import counter, gauge, request_time_s, scrape_snapshot
+
+    started = time.time()
+    c = ctx.calib
+    assert c is not None, "calibrate first"
+    timed = ctx.target.engine == "llamacpp"  # server-timed prefill in every response
+    if not ctx.facts.metrics and not timed:
+        res = QueueResult(info=ctx.info(NAME, started, {}))
+        res.info.skipped = "no /metrics and no server-timed prefill: queueing cannot be observed"
+        res.reason = res.info.skipped
+        return res
+    slots = ctx.facts.slots
+    cq = concurrency or min(32, 2 * slots if slots else 16)
+    t1 = request_time_s(c, prompt_tokens, output_tokens)
+    while cq > 2 and per_worker * cq * t1 / max(1, min(cq, slots or cq)) * 1.5 > 0.85 * budget_s:
+        cq = max(2, cq // 2)
+    ctx.say(f"{NAME}: {cq} concurrent requests{f' on {slots} slots' if slots else ''}, sampling /metrics every "
+            f"{interval_s:g} s" if ctx.facts.metrics else f"{NAME}: {cq} concurrent requests (no /metrics)")
+    prompts = [[await ctx.prompt(prompt_tokens) for _ in range(per_worker)] for _ in range(cq)]
+    samples: list[QueueSample] = []
+    stop = asyncio.Event()
+    t0 = time.perf_counter()
+    first = await scrape_snapshot(ctx) if ctx.facts.metrics else None
+
+    async def sampler() -> Any:
+        last = first
+        while not stop.is_set():
+            snap = await scrape_snapshot(ctx)
+            if snap is not None:
+                last = snap
+                samples.append(QueueSample(time.perf_counter() - t0, gauge(snap, "waiting"), gauge(snap, "running"),
+                                           gauge(snap, "kv_usage")))
+            try:
+                await asyncio.wait_for(stop.wait(), interval_s)
+            except asyncio.TimeoutError:
+                pass
+        return last
+
+    async def worker(w: int) -> None:
+        for i, p in enumerate(prompts[w]):
+            await ctx.send(p.request(output_tokens), NAME, phase="measure", concurrency=cq, worker=w, i=i)
+
+    samp = asyncio.create_task(sampler()) if ctx.facts.metrics else None
+    try:
+        await asyncio.gather(*(worker(w) for w in range(cq)))
+    finally:
+        stop.set()
+        last = await samp if samp is not None else None
+    pre = None
+    if first is not None and last is not None:
+        a, b = counter(first, "preemptions"), counter(last, "preemptions")
+        pre = (b - a) if a is not None and b is not None else None
+    params = {"concurrency": cq, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
+              "per_worker": per_worker, "interval_s": interval_s, "budget_s": budget_s}
+    return analyze(ctx.records, samples, ctx.info(NAME, started, params),
+                   metrics_source=ctx.facts.metrics_engine, preemptions=pre)
+

@@ -1,0 +1,225 @@
+"""What a running experiment needs: the target, a session, prompts, a record sink, the server's
+facts (slots, context per sequence, /metrics) and a first calibration of its speed.
+
+Experiments send through :meth:`RunContext.send`, which tags the record, hands it to the sink (the
+run store's JSONL, fsync'd as each request completes) and keeps it in memory for the analysis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import aiohttp
+
+from phasescope.apis import get_client
+from phasescope.apis.base import GenRequest, Target
+from phasescope.experiments.common import ExperimentInfo
+from phasescope.measure import derive
+from phasescope.measure.prompts import Prompt, PromptBuilder
+from phasescope.measure.records import RequestRecord
+
+
+@dataclass
+class ServerFacts:
+    """What the server says about its capacity (``None`` = it does not say)."""
+
+    engine: str | None = None
+    slots: int | None = None
+    slots_source: str | None = None
+    ctx_per_seq: int | None = None
+    ctx_source: str | None = None
+    metrics: bool = False
+    metrics_engine: str | None = None
+
+
+@dataclass
+class Calibration:
+    """A quick first look at the server's speed, used to size every experiment to the budget."""
+
+    overhead_s: float
+    prefill_tok_s: float
+    decode_tok_s: float
+    probe_prompt_tokens: int
+
+
+@dataclass
+class RunContext:
+    target: Target
+    session: aiohttp.ClientSession
+    facts: ServerFacts
+    sink: Callable[[RequestRecord], None] | None = None
+    progress: Callable[[str], None] | None = None
+    calib: Calibration | None = None
+    records: list[RequestRecord] = field(default_factory=list)
+    seed: int = 0
+    _prompts: PromptBuilder | None = None
+    _n: int = 0
+
+    @property
+    def prompts(self) -> PromptBuilder:
+        if self._prompts is None:
+            self._prompts = PromptBuilder(self.session, self.target, seed=self.seed)
+        return self._prompts
+
+    def say(self, msg: str) -> None:
+        if self.progress is not None:
+            self.progress(msg)
+
+    def ctx_limit(self, default: int = 4096) -> int:
+        """Tokens one sequence may hold (prompt + output)."""
+        return self.facts.ctx_per_seq or default
+
+    async def send(self, req: GenRequest, experiment: str, **tags: Any) -> RequestRecord:
+        self._n += 1
+        req.tags = {**(req.tags or {}), "experiment": experiment, **tags}
+        req.id = req.id or f"{experiment}-{self._n}"
+        if self.target.api == "chat":
+            from phasescope.apis import openai as oa
+
+            rec = await oa.send_chat(self.session, self.target, req)
+        else:
+            rec = await get_client(self.target.api).send(self.session, self.target, req)
+        rec.tags = {**(rec.tags or {}), **req.tags}
+        self.records.append(rec)
+        if self.sink is not None:
+            self.sink(rec)
+        return rec
+
+    async def prompt(self, n_tokens: int, *, fresh: bool = True) -> Prompt:
+        return await self.prompts.build(max(1, int(n_tokens)), nonce=None if fresh else "")
+
+    def info(self, name: str, started: float, params: dict[str, Any]) -> ExperimentInfo:
+        mine = [r for r in self.records if (r.tags or {}).get("experiment") == name]
+        return ExperimentInfo(
+            name=name, target=self.target.display_url, engine=self.target.engine, model=self.target.model,
+            api=self.target.api, started_unix_s=started, duration_s=time.time() - started,
+            n_requests=len(mine), n_failed=sum(1 for r in mine if not r.ok), params=params,
+        )
+
+
+def join_prompts(a: Prompt, b: Prompt) -> GenRequest:
+    """``a`` followed by ``b`` (as token ids when both have them; b's leading BOS dropped)."""
+    ids = None
+    if a.token_ids is not None and b.token_ids is not None:
+        tail = b.token_ids
+        if tail and a.token_ids and tail[0] == a.token_ids[0]:
+            tail = tail[1:]
+        ids = list(a.token_ids) + list(tail)
+    n = len(ids) if ids is not None else ((a.n_tokens or a.target_tokens) + (b.n_tokens or b.target_tokens))
+    return GenRequest(prompt=a.text + "\n" + b.text, prompt_token_ids=ids, prompt_tokens_expected=n)
+
+
+def prefix_of(p: Prompt, n_tokens: int) -> GenRequest:
+    """The first ``n_tokens`` of ``p`` (exact with token ids; by word share for text prompts)."""
+    if p.token_ids is not None:
+        ids = p.token_ids[:n_tokens]
+        return GenRequest(prompt=p.text, prompt_token_ids=ids, prompt_tokens_expected=len(ids))
+    words = p.text.split(" ")
+    total = p.n_tokens or p.target_tokens
+    k = max(1, int(len(words) * n_tokens / max(1, total)))
+    return GenRequest(prompt=" ".join(words[:k]), prompt_tokens_expected=n_tokens)
+
+
+async def discover_facts(session: aiohttp.ClientSession, target: Target, props: dict[str, Any] | None = None) -> ServerFacts:
+    """Slots and context per sequence from llama.cpp ``/props`` (``total_slots``,
+    ``default_generation_settings.n_ctx``) or ``/v1/models`` ``max_model_len`` (vLLM); whether
+    ``/metrics`` answers."""
+    f = ServerFacts(engine=target.engine)
+    headers = target.headers()
+
+    async def get(path: str) -> Any:
+        try:
+            async with session.get(target.base_url + path, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as r:
+                if r.status != 200:
+                    return None
+                return await r.json(content_type=None)
+        except (aiohttp.ClientError, ValueError, asyncio.TimeoutError):
+            return None
+
+    if props is None and target.engine == "llamacpp":
+        props = await get("/props")
+    if isinstance(props, dict):
+        if props.get("total_slots"):
+            f.slots, f.slots_source = int(props["total_slots"]), "llama.cpp /props total_slots"
+        n_ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+        if n_ctx:
+            f.ctx_per_seq, f.ctx_source = int(n_ctx), "llama.cpp /props n_ctx (per slot)"
+    if f.ctx_per_seq is None and target.api != "ollama":
+        models = await get("/v1/models")
+        for m in (models or {}).get("data", []) if isinstance(models, dict) else []:
+            if m.get("max_model_len"):
+                f.ctx_per_seq, f.ctx_source = int(m["max_model_len"]), "/v1/models max_model_len"
+                break
+            meta = m.get("meta") or {}
+            if meta.get("n_ctx_train") and f.ctx_per_seq is None:
+                f.ctx_per_seq, f.ctx_source = int(meta["n_ctx_train"]), "/v1/models meta n_ctx_train"
+    if target.api != "ollama":
+        try:
+            from phasescope.metrics import Scraper
+
+            async with Scraper(target.base_url, session=session, api_key=target.api_key) as s:
+                snap = await s.scrape()
+            f.metrics, f.metrics_engine = True, snap.engine
+        except Exception:  # noqa: BLE001 - any failure means "no usable /metrics"
+            f.metrics = False
+    return f
+
+
+async def calibrate(ctx: RunContext) -> Calibration:
+    """Warm up, then a short and a longer prompt: fixed overhead, prefill and decode rates."""
+    ctx.say("calibrating: a warm-up and two probe requests")
+    await ctx.send((await ctx.prompt(16)).request(8), "calibrate", phase="warmup")
+    short = await ctx.send((await ctx.prompt(16)).request(16), "calibrate", phase="short")
+    n = min(256, max(32, ctx.ctx_limit() // 4))
+    long_ = await ctx.send((await ctx.prompt(n)).request(16), "calibrate", phase="long")
+    t_s = derive.ttft_s(short) or 0.05
+    t_l = derive.ttft_s(long_) or (t_s + n / 500)
+    prefill = (n - 16) / (t_l - t_s) if t_l > t_s else float(n) / max(t_l, 1e-3)
+    d = [x for x in (derive.decode_tok_s(short), derive.decode_tok_s(long_)) if x]
+    decode = sum(d) / len(d) if d else 20.0
+    if not (short.ok and long_.ok):
+        from phasescope.errors import TargetError
+
+        bad = short if not short.ok else long_
+        raise TargetError(f"the server failed the calibration request: {bad.error_message or bad.error_kind}")
+    c = Calibration(overhead_s=max(0.0, t_s - 16 / max(prefill, 1.0)), prefill_tok_s=max(prefill, 1.0),
+                    decode_tok_s=max(decode, 0.5), probe_prompt_tokens=n)
+    ctx.calib = c
+    ctx.say(f"calibrated: prefill ≈ {c.prefill_tok_s:.0f} tok/s, decode ≈ {c.decode_tok_s:.1f} tok/s, "
+            f"overhead ≈ {c.overhead_s * 1e3:.0f} ms")
+    return c
+
+
+def request_time_s(c: Calibration, prompt_tokens: float, output_tokens: float) -> float:
+    """Calibrated estimate of one uncontended request: overhead + prefill + decode."""
+    return c.overhead_s + prompt_tokens / c.prefill_tok_s + max(0.0, output_tokens - 1) / c.decode_tok_s
+
+
+def floor_pow2(x: float) -> int:
+    return 1 << max(0, int(math.floor(math.log2(max(1.0, x)))))
+
+
+async def scrape_snapshot(ctx: RunContext) -> Any:
+    """One /metrics snapshot (``phasescope.metrics.Snapshot``), or None when it fails."""
+    try:
+        from phasescope.metrics import Scraper
+
+        async with Scraper(ctx.target.base_url, session=ctx.session, api_key=ctx.target.api_key,
+                           engine=ctx.facts.metrics_engine or "auto") as s:
+            return await s.scrape()
+    except Exception:  # noqa: BLE001 - metrics are optional evidence
+        return None
+
+
+def gauge(snap: Any, name: str) -> float | None:
+    series = getattr(snap, "gauges", {}).get(name)
+    return float(sum(series.values())) if series else None
+
+
+def counter(snap: Any, name: str) -> float | None:
+    series = getattr(snap, "counters", {}).get(name)
+    return float(sum(series.values())) if series else None

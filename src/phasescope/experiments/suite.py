@@ -1,0 +1,238 @@
+"""``phasescope explain``: calibrate, run the experiments within a time budget, diagnose, save.
+
+The budget is split by fixed shares (:data:`SHARES`); before each experiment its share of the time
+still left is recomputed, so an experiment that finished early leaves more for the next. Each
+experiment sizes itself (prompt lengths, concurrency levels, injected prompt) from the calibrated
+prefill/decode speed — a fast GPU server gets long prompts and high concurrency, a 2-core CPU
+gets short ones — so the whole suite ends near the budget on any server.
+
+With no URL the embedded engine is started with :data:`EMBEDDED_ENGINE` (4 slots, 8192 tokens of
+context each). Runs are recorded in the run store (kind ``explain``) with every raw record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from phasescope.apis.base import Timeouts
+from phasescope.diagnose import Ceilings, Diagnosis, diagnose
+from phasescope.errors import InputError
+from phasescope.experiments import NAMES
+from phasescope.experiments.context import Calibration, RunContext, ServerFacts, calibrate, discover_facts
+from phasescope.jsonutil import to_jsonable
+
+#: share of the budget each experiment gets (renormalised over the experiments still to run)
+SHARES = {"prompt-scaling": 0.20, "prefix-cache": 0.15, "context-fill": 0.20, "batching": 0.20,
+          "prefill-interference": 0.12, "queue": 0.13}
+#: below this many seconds an experiment is skipped rather than run badly
+MIN_EXPERIMENT_S = 2.0
+#: how the embedded engine is started for explain: enough slots for batching and context per slot
+EMBEDDED_ENGINE = {"parallel": 4, "ctx_size": 32768}
+
+
+@dataclass
+class ExplainReport:
+    target: str
+    engine: str | None
+    model: str | None
+    api: str
+    budget_s: float
+    facts: ServerFacts
+    calibration: Calibration | None
+    experiments: dict[str, Any]
+    diagnosis: Diagnosis
+    ceilings: Ceilings | None = None
+    run_id: str | None = None
+    records_path: str | None = None
+    duration_s: float | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.diagnosis.to_dict()
+        return to_jsonable({
+            "target": self.target, "engine": self.engine, "model": self.model, "api": self.api,
+            "budget_s": self.budget_s, "duration_s": self.duration_s, "run_id": self.run_id,
+            "records_path": self.records_path,
+            "findings": d["findings"], "undecided": d["undecided"],
+            "ceilings": self.ceilings, "server": self.facts, "calibration": self.calibration,
+            "skipped": self.skipped,
+            "experiments": {k: v for k, v in self.experiments.items()},
+        })
+
+
+def parse_budget(text: str) -> float:
+    """``3m``, ``90s``, ``90``, ``1.5m``, ``1h`` → seconds."""
+    s = str(text).strip().lower()
+    mult = 1.0
+    if s.endswith("ms"):
+        raise InputError(f"--budget {text!r} is too short; use seconds or minutes, e.g. 3m")
+    if s[-1:] in ("s", "m", "h"):
+        mult = {"s": 1.0, "m": 60.0, "h": 3600.0}[s[-1]]
+        s = s[:-1]
+    try:
+        v = float(s) * mult
+    except ValueError:
+        raise InputError(f"--budget {text!r} is not a duration (e.g. 3m, 90s)") from None
+    if v < 10:
+        raise InputError(f"--budget {text!r} is too short: the experiments need at least 10 s")
+    return v
+
+
+def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, embedded: bool,
+                     ) -> tuple[Ceilings | None, float | None, float | None, str]:
+    """(ceilings, weight bytes, growing KV bytes per token, model source) from ``phasescope.theory``.
+
+    The model comes from ``--model`` (catalog id, config.json, GGUF), else llama.cpp's ``/props``
+    (the GGUF when readable here, else ``/v1/models`` meta). The device is ``--device``, else the
+    measured ``local`` device for the embedded engine (``phasescope hw``). Anything unknown → None.
+    """
+    from phasescope.theory import roofline
+    from phasescope.theory.devices import get_device, load_local_device
+    from phasescope.theory.models import from_llamacpp_props, load_model_spec
+
+    spec = None
+    try:
+        if model:
+            spec = load_model_spec(model)
+        elif detected is not None and getattr(detected, "props", None):
+            spec = from_llamacpp_props(detected.props, meta=getattr(detected, "model_meta", None))
+    except Exception:  # noqa: BLE001 - a model we cannot read just means "no ceiling"
+        if model:
+            raise
+        spec = None
+    dev = get_device(device) if device else (load_local_device() if embedded else None)
+    w = kv = None
+    src = "theory"
+    if spec is not None:
+        try:
+            w = roofline.weight_bytes_read(spec)
+        except Exception:  # noqa: BLE001
+            w = None
+        if spec.shape_known:
+            kv = roofline.kv_bytes_per_token_global(spec) if spec.n_sliding_layers else roofline.kv_bytes_per_token(spec)
+        src = f"theory: {spec.name} ({spec.source})"
+    if spec is None or dev is None:
+        return None, w, kv, src
+    roofs = roofline.decode_ceiling(spec, dev, context=64, batch=1)
+    c = Ceilings(decode_ceiling_tok_s=roofs.ceiling_tok_s,
+                 source=f"theory: {spec.name} on {dev.name} ({dev.mem_bandwidth_gb_s:g} GB/s), batch 1",
+                 bandwidth_gb_s=dev.mem_bandwidth_gb_s, weight_bytes=w, device=dev.id)
+    return c, w, kv, src
+
+
+async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
+                    weight_bytes: float | None = None, kv_bytes_per_token: float | None = None,
+                    model_source: str = "theory") -> tuple[dict[str, Any], dict[str, str]]:
+    """Calibrate and run ``names`` in order within ``budget_s`` seconds."""
+    from phasescope.experiments import batching, context_fill, prefill_interference, prefix_cache, prompt_scaling, queue
+
+    t0 = time.monotonic()
+    if ctx.calib is None:
+        await calibrate(ctx)
+    results: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    todo = list(names)
+    while todo:
+        name = todo[0]
+        left = budget_s - (time.monotonic() - t0)
+        share = SHARES[name] / sum(SHARES[n] for n in todo)
+        b = left * share
+        todo.pop(0)
+        if b < MIN_EXPERIMENT_S:
+            skipped[name] = f"budget exhausted ({left:.0f} s left)"
+            ctx.say(f"{name}: skipped, {skipped[name]}")
+            continue
+        if name == "prompt-scaling":
+            results[name] = await prompt_scaling.run(ctx, b)
+        elif name == "prefix-cache":
+            results[name] = await prefix_cache.run(ctx, b)
+        elif name == "context-fill":
+            pc = results.get("prefix-cache")
+            results[name] = await context_fill.run(
+                ctx, b, cache_known=pc.cache_detected if pc is not None else None, weight_bytes=weight_bytes,
+                kv_bytes_per_token=kv_bytes_per_token, model_source=model_source)
+        elif name == "batching":
+            results[name] = await batching.run(ctx, b)
+        elif name == "prefill-interference":
+            results[name] = await prefill_interference.run(ctx, b)
+        elif name == "queue":
+            results[name] = await queue.run(ctx, b)
+        else:  # pragma: no cover - names are validated by the caller
+            raise InputError(f"unknown experiment {name!r}")
+        if results[name].info.skipped:
+            skipped[name] = results[name].info.skipped
+    return results, skipped
+
+
+def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str] = NAMES, api: str = "auto",
+                model: str | None = None, model_spec: str | None = None, device: str | None = None,
+                api_key: str | None = None, progress: Callable[[str], None] | None = None, save: bool = True,
+                timeouts: Timeouts | None = None, store_path: str | None = None) -> ExplainReport:
+    """Everything ``phasescope explain`` / ``experiment`` do, synchronously."""
+    bad = [n for n in names if n not in NAMES]
+    if bad:
+        raise InputError(f"unknown experiment {bad[0]!r}; choose from: {', '.join(NAMES)}")
+    return asyncio.run(_run_explain(url, budget_s=budget_s, names=list(names), api=api, model=model,
+                                    model_spec=model_spec, device=device, api_key=api_key, progress=progress,
+                                    save=save, timeouts=timeouts, store_path=store_path))
+
+
+async def _run_explain(url: str | None, *, budget_s: float, names: list[str], api: str, model: str | None,
+                       model_spec: str | None, device: str | None, api_key: str | None,
+                       progress: Callable[[str], None] | None, save: bool, timeouts: Timeouts | None,
+                       store_path: str | None) -> ExplainReport:
+    from phasescope.apis import new_session
+    from phasescope.apis.resolve import open_target
+
+    say = progress or (lambda _m: None)
+    if url is None:
+        say(f"starting the embedded engine ({EMBEDDED_ENGINE['parallel']} slots, "
+            f"{EMBEDDED_ENGINE['ctx_size'] // EMBEDDED_ENGINE['parallel']} tokens each)")
+    ot = open_target(url, api=api, model=model, api_key=api_key, timeouts=timeouts,
+                     engine_kwargs=dict(EMBEDDED_ENGINE) if url is None else None)
+    t_start = time.monotonic()
+    async with ot as target:
+        det = ot.detected
+        ceil, w, kv, msrc = resolve_ceilings(model=model_spec, device=device, detected=det, embedded=url is None)
+        recording = None
+        store_cm = None
+        if save:
+            try:
+                from phasescope.report.store import open_store
+
+                store_cm = open_store(store_path).recording(
+                    kind="explain", target=target, params={"budget_s": budget_s, "experiments": names},
+                    model=target.model, api=target.api, engine=target.engine,
+                    engine_version=getattr(det, "version", None), device=ceil.device if ceil else None)
+                recording = store_cm.__enter__()
+            except ImportError:
+                recording = None
+        try:
+            async with new_session() as session:
+                facts = await discover_facts(session, target, props=getattr(det, "props", None))
+                say(f"target {target.display_url}: {target.engine or 'unknown engine'}, model {target.model}, "
+                    f"slots {facts.slots or '?'}, context/seq {facts.ctx_per_seq or '?'}, "
+                    f"/metrics {'yes' if facts.metrics else 'no'}")
+                ctx = RunContext(target=target, session=session, facts=facts,
+                                 sink=recording.add if recording is not None else None, progress=say)
+                results, skipped = await run_suite(ctx, budget_s, names, weight_bytes=w, kv_bytes_per_token=kv,
+                                                   model_source=msrc)
+            diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records)
+            rp = str(recording.records_path) if recording is not None else None
+            for r in results.values():
+                r.info.records_path = rp
+            report = ExplainReport(
+                target=target.display_url, engine=target.engine, model=target.model, api=target.api,
+                budget_s=budget_s, facts=facts, calibration=ctx.calib, experiments=results, diagnosis=diag,
+                ceilings=ceil, run_id=getattr(recording, "id", None), records_path=rp,
+                duration_s=time.monotonic() - t_start, skipped=skipped)
+            if recording is not None:
+                recording.finish(report.to_json())
+            return report
+        except BaseException as exc:  # keep the partial run, marked with why it stopped
+            if store_cm is not None:
+                store_cm.__exit__(type(exc), exc, exc.__traceback__)
+            raise

@@ -1,0 +1,477 @@
+"""A loopback LLM server whose *timing* follows a model you choose — for testing ``explain``.
+
+Real aiohttp HTTP on 127.0.0.1, OpenAI-compatible (``/v1/completions``, ``/v1/chat/completions``,
+SSE with ``[DONE]`` and the ``include_usage`` chunk, as vLLM 0.33 sends them; reference/server-apis.md
+§1.7), plus ``/v1/models``, ``/tokenize``, ``/health``, ``/version`` and — optionally — vLLM-style
+``/metrics``. With ``flavour="llamacpp"`` it answers like llama-server instead: ``/props`` with
+``total_slots``, ``timings`` (``cache_n``, ``prompt_n``, ``prompt_ms``, ``predicted_ms``) on the last
+chunk and ``llamacpp:*`` metrics (§4).
+
+Tokens are whitespace-separated words (a prompt may also be a list of token ids). One scheduler
+task simulates a continuous-batching engine, step by step:
+
+* at most ``slots`` sequences run; the rest wait (``num_requests_waiting``);
+* a sequence's prefill of positions p0→p1 costs ``prefill_s_per_token·(p1−p0) +
+  prefill_s_per_token2·(p1²−p0²)`` (linear matmuls + quadratic attention); with ``prefix_cache``
+  the longest cached prefix (``cache_block``-token blocks, as vLLM) is skipped;
+* without ``chunked_prefill_tokens`` a prefill runs as one step during which running decodes wait
+  (the stall the seed describes); with it, at most that many prompt tokens join each decode step;
+* a decode step emits one token for every decoding sequence and costs ``decode_step_s +
+  decode_s_per_seq·(B−1) + decode_s_per_ctx_token·Σ context`` (weights once, KV per sequence).
+
+``overhead_s`` is paid per request before it reaches the scheduler (HTTP, tokenization).
+Start it with ``async with BehaviourFake(Behaviour(...)) as fake: fake.url`` or, from sync code,
+``with running_behaviour_fake(Behaviour(...)) as fake:`` (a thread runs the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import zlib
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from aiohttp import web
+
+
+@dataclass
+class Behaviour:
+    model: str = "fake-llm"
+    flavour: str = "vllm"  # vllm | llamacpp
+    slots: int = 8
+    prefix_cache: bool = True
+    cache_block: int = 16
+    overhead_s: float = 0.002
+    prefill_s_per_token: float = 5e-5
+    prefill_s_per_token2: float = 0.0
+    decode_step_s: float = 0.008
+    decode_s_per_seq: float = 0.0
+    decode_s_per_ctx_token: float = 0.0
+    chunked_prefill_tokens: int | None = None
+    metrics: bool = True
+    kv_pool_tokens: int | None = None
+    max_model_len: int = 32768
+    report_cached_tokens: bool = True
+
+
+@dataclass
+class _Seq:
+    tokens: list[Any]
+    max_tokens: int
+    events: asyncio.Queue[Any]
+    n_cached: int = 0
+    prefilled: int = 0
+    generated: int = 0
+    t_arrival: float = 0.0
+    t_prefill_start: float | None = None
+    t_prefill_end: float | None = None
+    t_last: float | None = None
+    cancelled: bool = False
+
+
+@dataclass
+class FakeCounters:
+    prompt_tokens: int = 0
+    prompt_tokens_cached: int = 0
+    generation_tokens: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    requests_finished: int = 0
+    max_running: int = 0
+    max_waiting: int = 0
+
+
+def tokenize(text: str) -> list[str]:
+    return text.split()
+
+
+def token_id(tok: Any) -> int:
+    return tok if isinstance(tok, int) else zlib.crc32(str(tok).encode()) % 262144
+
+
+class _Engine:
+    """The simulated scheduler (one asyncio task)."""
+
+    def __init__(self, b: Behaviour) -> None:
+        self.b = b
+        self.waiting: deque[_Seq] = deque()
+        self.running: list[_Seq] = []
+        self.cache: set[int] = set()
+        self.c = FakeCounters()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
+                pass
+
+    def submit(self, seq: _Seq) -> None:
+        seq.t_arrival = time.perf_counter()
+        self.waiting.append(seq)
+        self.c.max_waiting = max(self.c.max_waiting, len(self.waiting))
+        self._wake.set()
+
+    # -- prefix cache (chained block hashes, like vLLM's) -----------------------------------
+    def _block_hashes(self, tokens: list[Any]) -> list[int]:
+        out, h, bs = [], 0, self.b.cache_block
+        for i in range(len(tokens) // bs):
+            h = hash((h, tuple(tokens[i * bs:(i + 1) * bs])))
+            out.append(h)
+        return out
+
+    def _lookup(self, tokens: list[Any]) -> int:
+        if not self.b.prefix_cache:
+            return 0
+        n = 0
+        for i, h in enumerate(self._block_hashes(tokens)):
+            if h not in self.cache:
+                break
+            n = (i + 1) * self.b.cache_block
+        return min(n, len(tokens) - 1)  # at least one token is always computed
+
+    def _insert(self, tokens: list[Any]) -> None:
+        if self.b.prefix_cache:
+            self.cache.update(self._block_hashes(tokens))
+
+    # -- costs ---------------------------------------------------------------------------------
+    def prefill_cost(self, p0: int, p1: int) -> float:
+        b = self.b
+        return b.prefill_s_per_token * (p1 - p0) + b.prefill_s_per_token2 * (p1 * p1 - p0 * p0)
+
+    def decode_cost(self, seqs: list[_Seq]) -> float:
+        if not seqs:
+            return 0.0
+        b = self.b
+        ctx = sum(len(s.tokens) + s.generated for s in seqs)
+        return b.decode_step_s + b.decode_s_per_seq * (len(seqs) - 1) + b.decode_s_per_ctx_token * ctx
+
+    def kv_usage(self) -> float:
+        used = sum(len(s.tokens) + s.generated for s in self.running)
+        pool = self.b.kv_pool_tokens or self.b.slots * self.b.max_model_len
+        return min(1.0, used / pool)
+
+    def _fits(self, seq: _Seq) -> bool:
+        if not self.b.kv_pool_tokens:
+            return True
+        used = sum(len(s.tokens) + s.max_tokens for s in self.running)
+        return used + len(seq.tokens) + seq.max_tokens <= self.b.kv_pool_tokens or not self.running
+
+    # -- the loop --------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        t_next = time.perf_counter()
+        while True:
+            self.running = [s for s in self.running if not s.cancelled]
+            while self.waiting and self.waiting[0].cancelled:
+                self.waiting.popleft()
+            while self.waiting and len(self.running) < self.b.slots and self._fits(self.waiting[0]):
+                s = self.waiting.popleft()
+                s.n_cached = self._lookup(s.tokens)
+                s.prefilled = s.n_cached
+                self.c.prefix_queries += len(s.tokens)
+                self.c.prefix_hits += s.n_cached
+                self.c.prompt_tokens += len(s.tokens)
+                self.c.prompt_tokens_cached += s.n_cached
+                self.running.append(s)
+            self.c.max_running = max(self.c.max_running, len(self.running))
+            if not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+                t_next = time.perf_counter()
+                continue
+            prefilling = [s for s in self.running if s.prefilled < len(s.tokens)]
+            decoding = [s for s in self.running if s.prefilled >= len(s.tokens) and s.generated > 0]
+            now = time.perf_counter()
+            for s in prefilling:
+                if s.t_prefill_start is None:
+                    s.t_prefill_start = now
+            finished_prefill: list[_Seq] = []
+            step = 0.0
+            advance_decode: list[_Seq] = []
+            if prefilling and self.b.chunked_prefill_tokens is None:
+                s = prefilling[0]  # one whole prefill per step; decodes wait
+                step = self.prefill_cost(s.prefilled, len(s.tokens))
+                s.prefilled = len(s.tokens)
+                finished_prefill.append(s)
+            else:
+                budget = (self.b.chunked_prefill_tokens or 0) - len(decoding)
+                for s in prefilling:
+                    if budget <= 0:
+                        break
+                    take = min(budget, len(s.tokens) - s.prefilled)
+                    step += self.prefill_cost(s.prefilled, s.prefilled + take)
+                    s.prefilled += take
+                    budget -= take
+                    if s.prefilled >= len(s.tokens):
+                        finished_prefill.append(s)
+                advance_decode = decoding
+                step += self.decode_cost(decoding)
+            t_next = max(t_next, time.perf_counter() - 0.002) + step
+            delay = t_next - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            t_emit = time.perf_counter()
+            for s in finished_prefill:
+                s.t_prefill_end = t_emit
+                self._insert(s.tokens)
+            for s in finished_prefill + advance_decode:
+                s.generated += 1
+                s.t_last = t_emit
+                self.c.generation_tokens += 1
+                done = s.generated >= s.max_tokens
+                s.events.put_nowait(("token", s.generated, done))
+                if done:
+                    self.running.remove(s)
+                    self.c.requests_finished += 1
+                    s.events.put_nowait(("done", None, True))
+
+
+class BehaviourFake:
+    """``async with BehaviourFake(behaviour) as fake: fake.url``."""
+
+    def __init__(self, behaviour: Behaviour | None = None, port: int = 0) -> None:
+        self.b = behaviour or Behaviour()
+        self.port = port
+        self.url = ""
+        self.engine: _Engine | None = None
+        self._runner: web.AppRunner | None = None
+        self.requests_seen = 0
+
+    @property
+    def counters(self) -> FakeCounters:
+        assert self.engine is not None
+        return self.engine.c
+
+    async def __aenter__(self) -> "BehaviourFake":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        self.engine = _Engine(self.b)
+        self.engine.start()
+        app = web.Application()
+        r = app.router
+        r.add_post("/v1/completions", self._completions)
+        r.add_post("/v1/chat/completions", self._chat)
+        r.add_get("/v1/models", self._models)
+        r.add_post("/tokenize", self._tokenize)
+        r.add_get("/health", self._health)
+        r.add_get("/metrics", self._metrics)
+        if self.b.flavour == "llamacpp":
+            r.add_get("/props", self._props)
+        else:
+            r.add_get("/version", self._version)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        sock = site._server.sockets[0]  # type: ignore[union-attr]
+        self.port = sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self.engine is not None:
+            await self.engine.stop()
+
+    # -- small endpoints -----------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"}) if self.b.flavour == "llamacpp" else web.Response(status=200)
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.33.0"})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        owned = "llamacpp" if self.b.flavour == "llamacpp" else "vllm"
+        return web.json_response({"object": "list", "data": [
+            {"id": self.b.model, "object": "model", "created": 0, "owned_by": owned,
+             "max_model_len": self.b.max_model_len}]})
+
+    async def _props(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "default_generation_settings": {"n_ctx": self.b.max_model_len // max(1, self.b.slots), "params": {}},
+            "total_slots": self.b.slots, "model_alias": self.b.model, "model_path": "/fake/model.gguf",
+            "build_info": "b1-fake", "endpoint_slots": True, "endpoint_metrics": self.b.metrics,
+        })
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        text = body.get("prompt", body.get("content", ""))
+        toks = [token_id(t) for t in (text if isinstance(text, list) else tokenize(str(text)))]
+        if self.b.flavour == "llamacpp":
+            return web.json_response({"tokens": toks})
+        return web.json_response({"count": len(toks), "max_model_len": self.b.max_model_len, "tokens": toks})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if not self.b.metrics:
+            if self.b.flavour == "llamacpp":
+                return web.json_response({"error": {"code": 501, "message": "This server does not support metrics endpoint. Start it with `--metrics`", "type": "not_supported_error"}}, status=501)
+            return web.Response(status=404, text="Not Found")
+        e = self.engine
+        assert e is not None
+        c = e.c
+        lines: list[str] = []
+        if self.b.flavour == "llamacpp":
+            def m(name: str, kind: str, v: float) -> None:
+                lines.extend([f"# HELP llamacpp:{name} {name}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {v:g}"])
+            m("prompt_tokens_total", "counter", c.prompt_tokens - c.prompt_tokens_cached)
+            m("prompt_tokens_cached_total", "counter", c.prompt_tokens_cached)
+            m("tokens_predicted_total", "counter", c.generation_tokens)
+            m("requests_processing", "gauge", len(e.running))
+            m("requests_deferred", "gauge", len(e.waiting))
+        else:
+            lab = f'{{engine="0",model_name="{self.b.model}"}}'
+
+            def m(name: str, kind: str, v: float) -> None:
+                lines.extend([f"# HELP vllm:{name} {name}", f"# TYPE vllm:{name} {kind}", f"vllm:{name}{lab} {float(v)!r}"])
+            m("num_requests_running", "gauge", len(e.running))
+            m("num_requests_waiting", "gauge", len(e.waiting))
+            m("kv_cache_usage_perc", "gauge", e.kv_usage())
+            m("prefix_cache_queries_total", "counter", c.prefix_queries)
+            m("prefix_cache_hits_total", "counter", c.prefix_hits)
+            m("prompt_tokens_total", "counter", c.prompt_tokens)
+            m("generation_tokens_total", "counter", c.generation_tokens)
+            m("num_preemptions_total", "counter", 0)
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    # -- generation ---------------------------------------------------------------------------------
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        p = body.get("prompt", "")
+        tokens = list(p) if isinstance(p, list) else tokenize(str(p))
+        return await self._generate(request, body, tokens, chat=False)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        tokens: list[Any] = []
+        for msg in body.get("messages", []):
+            tokens.append(f"<{msg.get('role', 'user')}>")
+            tokens.extend(tokenize(str(msg.get("content") or "")))
+        tokens.append("<assistant>")
+        return await self._generate(request, body, tokens, chat=True)
+
+    async def _generate(self, request: web.Request, body: dict[str, Any], tokens: list[Any], chat: bool) -> web.StreamResponse:
+        self.requests_seen += 1
+        b = self.b
+        if not tokens:
+            return web.json_response({"error": {"message": "empty prompt", "type": "BadRequestError", "code": 400}}, status=400)
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        if len(tokens) + max_tokens > b.max_model_len:
+            return web.json_response({"error": {"message": f"This model's maximum context length is {b.max_model_len} tokens.",
+                                                "type": "BadRequestError", "code": 400}}, status=400)
+        if b.overhead_s > 0:
+            await asyncio.sleep(b.overhead_s)
+        assert self.engine is not None
+        seq = _Seq(tokens=tokens, max_tokens=max_tokens, events=asyncio.Queue())
+        self.engine.submit(seq)
+        rid = f"cmpl-{self.requests_seen}"
+        created = int(time.time())
+        stream = bool(body.get("stream"))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        texts: list[str] = []
+        try:
+            if not stream:
+                while True:
+                    kind, n, done = await seq.events.get()
+                    if kind == "token":
+                        texts.append(f" w{n}")
+                    if done and kind == "done":
+                        break
+                text = "".join(texts)
+                choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                                          if chat else {"index": 0, "text": text, "finish_reason": "length"})
+                out = {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
+                       "model": b.model, "choices": [choice], "usage": self._usage(seq)}
+                if b.flavour == "llamacpp":
+                    out["timings"] = self._timings(seq)
+                return web.json_response(out)
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await resp.prepare(request)
+
+            async def send(o: dict[str, Any]) -> None:
+                await resp.write(f"data: {json.dumps(o, separators=(',', ':'))}\n\n".encode())
+
+            if chat:
+                await send({"id": rid, "object": obj, "created": created, "model": b.model,
+                            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]})
+            while True:
+                kind, n, done = await seq.events.get()
+                if kind == "done":
+                    break
+                fin = "length" if done else None
+                piece = f" w{n}"
+                ch = ({"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": fin} if chat
+                      else {"index": 0, "text": piece, "logprobs": None, "finish_reason": fin})
+                await send({"id": rid, "object": obj, "created": created, "model": b.model, "choices": [ch]})
+            if include_usage:
+                last: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": b.model, "choices": [],
+                                        "usage": self._usage(seq)}
+                if b.flavour == "llamacpp":
+                    last["timings"] = self._timings(seq)
+                await send(last)
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        except (asyncio.CancelledError, ConnectionResetError):
+            seq.cancelled = True
+            raise
+
+    def _usage(self, seq: _Seq) -> dict[str, Any]:
+        u: dict[str, Any] = {"prompt_tokens": len(seq.tokens), "completion_tokens": seq.generated,
+                             "total_tokens": len(seq.tokens) + seq.generated}
+        if self.b.report_cached_tokens:
+            u["prompt_tokens_details"] = {"cached_tokens": seq.n_cached}
+        return u
+
+    def _timings(self, seq: _Seq) -> dict[str, Any]:
+        p0 = seq.t_prefill_start or seq.t_arrival
+        p1 = seq.t_prefill_end or p0
+        prompt_ms = (p1 - p0) * 1e3
+        predicted_ms = ((seq.t_last or p1) - p1) * 1e3
+        prompt_n = len(seq.tokens) - seq.n_cached
+        return {"cache_n": seq.n_cached, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / max(1, prompt_n),
+                "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms > 0 else 0.0,
+                "predicted_n": seq.generated, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": predicted_ms / max(1, seq.generated - 1),
+                "predicted_per_second": 1e3 * (seq.generated - 1) / predicted_ms if predicted_ms > 0 else 0.0}
+
+
+@contextmanager
+def running_behaviour_fake(behaviour: Behaviour | None = None) -> Iterator[BehaviourFake]:
+    """Run a :class:`BehaviourFake` on its own event-loop thread (for sync tests and CLI runs)."""
+    loop = asyncio.new_event_loop()
+    fake = BehaviourFake(behaviour)
+    ready = threading.Event()
+    th = threading.Thread(target=lambda: (asyncio.set_event_loop(loop), loop.run_forever()), daemon=True)
+    th.start()
+    fut = asyncio.run_coroutine_threadsafe(fake.start(), loop)
+    fut.result(timeout=10)
+    ready.set()
+    try:
+        yield fake
+    finally:
+        asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        th.join(timeout=5)
+        loop.close()
+
+
+__all__ = ["Behaviour", "BehaviourFake", "FakeCounters", "running_behaviour_fake", "tokenize"]
