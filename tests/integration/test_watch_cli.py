@@ -160,3 +160,25 @@ def test_nothing_listening_and_bad_flags():
     assert r.returncode == 2 and "--interval" in r.stderr
     r = run("http://127.0.0.1:1", "--engine", "triton", "--once")
     assert r.returncode == 2 and "unknown engine" in r.stderr
+
+
+def test_background_sampler_for_bench():
+    import asyncio
+
+    from phasescope.metrics.sampler import MetricsSampler
+
+    async def go(url: str) -> MetricsSampler:
+        async with MetricsSampler(url, interval_s=0.1) as s:
+            await asyncio.sleep(0.5)
+        return s
+
+    with MetricsFakeServer(scenario=steady()).running() as srv:
+        s = asyncio.run(go(srv.url))
+    assert s.available and s.error is None
+    assert len(s.rows) >= 4 and s.rows[-1]["t_s"] > s.rows[0]["t_s"]
+    summ = s.summary()
+    assert summ["engine"] == "vllm" and summ["generation_tok_s"] > 0 and summ["ttft_p50_s"] == pytest.approx(0.05)
+
+    with MetricsFakeServer(mode="501").running() as srv:
+        s = asyncio.run(go(srv.url))
+    assert not s.available and "--metrics" in (s.error or "") and s.summary() is None

@@ -16,7 +16,8 @@ Typical use::
 Modules: :mod:`.engines` (one mapping table per engine → canonical names, engine detection),
 :mod:`.parse` (text → :class:`Snapshot`), :mod:`.scrape` (HTTP), :mod:`.promql` (counter resets,
 histogram deltas, ``histogram_quantile``), :mod:`.timeline` (sliding window, summary),
-:mod:`.alerts` (alerts in words).
+:mod:`.alerts` (alerts in words), :mod:`.sampler` (background scraping during a bench run:
+``async with MetricsSampler(url) as s: ...; s.summary()``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 from phasescope.metrics.engines import CANONICAL, PROFILES, EngineProfile, Source, detect_engine
 from phasescope.metrics.parse import RawSamples, SeriesKey, Snapshot, build_snapshot, parse_snapshot, parse_text
 from phasescope.metrics.promql import Hist, counter_delta, hist_add, hist_delta, histogram_quantile
+from phasescope.metrics.sampler import MetricsSampler
 from phasescope.metrics.scrape import Scraper, fetch_text, metrics_url, scrape_once
 from phasescope.metrics.timeline import SUMMARY_KEYS, Timeline
 
@@ -33,6 +35,7 @@ __all__ = [
     "SUMMARY_KEYS",
     "EngineProfile",
     "Hist",
+    "MetricsSampler",
     "RawSamples",
     "Scraper",
     "SeriesKey",
