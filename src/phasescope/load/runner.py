@@ -210,10 +210,12 @@ def make_request(item: WorkItem, sr: ScheduledRequest, *, run_id: str, ignore_eo
 
 
 def new_session(limit: int = 0) -> aiohttp.ClientSession:
-    """One session for the whole run. ``limit=0``: no connection-pool cap — aiohttp's default of
-    100 silently queues streams above 100 and inflates TTFT (gpustack PR #2324)."""
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    """One session for the whole run (the API clients' session: pre-transfer trace hook, per-request
+    timeouts). ``limit=0``: no connection-pool cap — aiohttp's default of 100 silently queues
+    streams above 100 and inflates TTFT (gpustack PR #2324)."""
+    from phasescope.apis import new_session as api_session
+
+    return api_session(limit=limit)
 
 
 async def run_load(

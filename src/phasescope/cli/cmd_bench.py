@@ -1,0 +1,258 @@
+"""``phasescope bench [URL]``: load benchmark at parity with ``vllm bench serve`` (parse, call, print)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any, List, Optional
+
+import typer
+
+from phasescope.cli._common import console, err_console, print_json
+
+
+def _fmt(v: Any, nd: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf"
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    t = Table(title="phasescope bench", show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+
+    def row(label: str, key: str, nd: int = 2) -> None:
+        t.add_row(label, _fmt(s.get(key), nd))
+
+    t.add_row("Target", f"{s.get('target')} ({s.get('engine') or '?'}, {s.get('backend')}, model {s.get('model_id')})")
+    t.add_row("Load", f"rate {s.get('request_rate')}  burstiness {s.get('burstiness')}  "
+                      f"max concurrency {s.get('max_concurrency') or '-'}  shape {s.get('load_shape')}  "
+                      f"workers {s.get('workers')}")
+    row("Successful requests", "completed")
+    row("Failed requests", "failed")
+    if s.get("errors_by_kind"):
+        t.add_row("  by kind", ", ".join(f"{k} {v}" for k, v in s["errors_by_kind"].items()))
+    row("Benchmark duration (s)", "duration")
+    row("Total input tokens", "total_input_tokens")
+    row("Total generated tokens", "total_output_tokens")
+    row("Request throughput (req/s)", "request_throughput")
+    if s.get("request_goodput") is not None:
+        row("Request goodput (req/s)", "request_goodput")
+    row("Output token throughput (tok/s)", "output_throughput")
+    row("Total token throughput (tok/s)", "total_token_throughput")
+    row("Peak output token throughput (tok/s)", "max_output_tokens_per_s")
+    row("Peak concurrent requests", "max_concurrent_requests")
+    row("Achieved send rate (req/s)", "achieved_rate")
+    pcts = s.get("percentiles") or [99]
+    for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
+                       ("itl", "Inter-token Latency (per token)"), ("event_gap", "Gap between streamed events"),
+                       ("e2el", "End-to-end Latency"), ("client_queue_time", "Client-side queue (concurrency cap)")):
+        if s.get(f"mean_{key}_ms") is None:
+            continue
+        t.add_row(f"[dim]{title}[/dim]", "")
+        row("  Mean (ms)", f"mean_{key}_ms")
+        row("  Median (ms)", f"median_{key}_ms")
+        for p in pcts:
+            if float(p) == 50.0:
+                continue  # = median
+            pw = str(int(p)) if float(p).is_integer() else str(p)
+            row(f"  P{pw} (ms)", f"p{pw}_{key}_ms")
+    src = s.get("token_count_source") or {}
+    t.add_row("Token counts from", f"output {src.get('output')}, input {src.get('input')}")
+    sm = (s.get("server_metrics") or {})
+    if sm.get("available"):
+        ss = sm.get("summary") or {}
+        t.add_row("[dim]Server /metrics[/dim]", f"{sm.get('engine')}, {ss.get('scrapes')} scrapes")
+        t.add_row("  max running / waiting", f"{_fmt(ss.get('max_running'), 0)} / {_fmt(ss.get('max_waiting'), 0)}")
+        t.add_row("  time with queue > 0 (s)", _fmt(ss.get("time_with_queue_s")))
+        t.add_row("  KV-cache usage peak", _fmt(ss.get("kv_usage_peak"), 3))
+        t.add_row("  preemptions", _fmt(ss.get("preemptions"), 0))
+        t.add_row("  prefix-cache hit rate", _fmt(ss.get("prefix_cache_hit_rate"), 3))
+        t.add_row("  server generation tokens", _fmt(ss.get("generation_tokens"), 0))
+        cmp_ = s.get("ttft_client_vs_server")
+        if cmp_:
+            t.add_row("  TTFT client − server mean (ms)", _fmt(cmp_.get("client_minus_server_mean_ms")))
+    elif sm:
+        t.add_row("Server /metrics", f"not available ({sm.get('reason')})")
+    h = s.get("runner_health") or {}
+    t.add_row("Client health", f"loop lag p99 {_fmt(h.get('loop_lag_ms_p99'))} ms, CPU {_fmt(h.get('cpu_percent'), 0)} %, "
+                               f"send lag p99 {_fmt(h.get('send_lag_ms_p99'))} ms")
+    t.add_row("Records", str(s.get("records_path")))
+    console.print(t)
+    for w in s.get("warnings") or []:
+        err_console.print(f"[yellow]Warning:[/yellow] {w}")
+    if s.get("partial"):
+        err_console.print(f"[red]Partial run:[/red] {s.get('stop_reason')}. The summary covers the "
+                          f"{s.get('completed', 0) + s.get('failed', 0)} requests that finished.")
+
+
+def _print_sweep(d: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    t = Table(title="sweep: throughput vs p99 latency")
+    for c in ("profile", "req. rate", "achieved", "req/s", "out tok/s", "p50 TTFT ms", "p99 TTFT ms",
+              "p50 ITL ms", "p99 ITL ms", "within SLO"):
+        t.add_column(c, justify="right")
+    for r in d["rows"]:
+        t.add_row(r["profile"], _fmt(r["requested_rate"]), _fmt(r["achieved_rate"]), _fmt(r["request_throughput"]),
+                  _fmt(r["output_throughput"], 1), _fmt(r["median_ttft_ms"], 1), _fmt(r["p99_ttft_ms"], 1),
+                  _fmt(r["median_itl_ms"]), _fmt(r["p99_itl_ms"]),
+                  "-" if r["within_slo"] is None else ("yes" if r["within_slo"] else "no"))
+    console.print(t)
+    k = d.get("knee")
+    if d.get("slo_ms"):
+        if k:
+            rate = k["requested_rate"] if k["requested_rate"] is not None else k["request_throughput"]
+            console.print(f"Knee: {_fmt(rate)} req/s is the highest tested rate within the SLO {d['slo_ms']} (p99).")
+        else:
+            console.print(f"Knee: no tested rate stays within the SLO {d['slo_ms']} (p99).")
+    if d.get("saturation_rate") is not None:
+        console.print(f"Saturation: from {_fmt(d['saturation_rate'])} req/s the server no longer keeps up "
+                      "(achieved < 90 % of requested).")
+
+
+def bench(
+    url: Optional[str] = typer.Argument(None, help="Server base URL (http://host:port). Omit to use the embedded llama.cpp engine."),
+    api: str = typer.Option("auto", "--api", help="auto | openai (/v1/completions) | chat | ollama | llamacpp"),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the server's first model)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
+                                          help="Bearer key (never printed or saved)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", help="Requests to send (default 50 when no --duration)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Stop sending after this many seconds."),
+    request_rate: float = typer.Option(math.inf, "--request-rate", help="Arrivals per second (Poisson/gamma); inf = all at once."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape of inter-arrival gaps (1 = Poisson, <1 burstier)."),
+    load_shape: str = typer.Option("poisson", "--load-shape", help="poisson | constant | ramp | trace"),
+    ramp_start_rate: Optional[float] = typer.Option(None, "--ramp-start-rate", help="Ramp: first rate (req/s)."),
+    ramp_end_rate: Optional[float] = typer.Option(None, "--ramp-end-rate", help="Ramp: last rate (req/s)."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="Trace JSONL: offset_s|timestamp(ms), input_len, output_len."),
+    trace_speed: float = typer.Option(1.0, "--trace-speed", help="Replay the trace this many times faster."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-c", help="Cap on requests in flight (closed loop)."),
+    warmup: int = typer.Option(1, "--warmup", help="Warm-up requests sent first and excluded."),
+    seed: int = typer.Option(0, "--seed", help="Seed for arrivals and prompts."),
+    dataset: str = typer.Option("random", "--dataset", help="random | sharegpt | jsonl"),
+    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="ShareGPT JSON or prompts JSONL file."),
+    input_len: int = typer.Option(128, "--input-len", help="Prompt tokens (random dataset)."),
+    output_len: int = typer.Option(64, "--output-len", help="Output tokens per request."),
+    range_ratio: float = typer.Option(0.0, "--range-ratio", help="Lengths uniform in [L(1-r), L(1+r)]."),
+    prefix_len: int = typer.Option(0, "--prefix-len", help="Shared prefix tokens per group."),
+    prefix_groups: int = typer.Option(1, "--prefix-groups", help="Number of distinct shared prefixes."),
+    no_ignore_eos: bool = typer.Option(False, "--no-ignore-eos", help="Let the model stop early (lengths vary)."),
+    percentiles: str = typer.Option("50,90,95,99", "--percentiles", help="Percentiles to report."),
+    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="SLO per request: ttft:MS tpot:MS e2el:MS."),
+    workers: int = typer.Option(1, "--workers", help="Client processes (spread the load over CPU cores)."),
+    metrics_interval: float = typer.Option(1.0, "--metrics-interval", help="Seconds between /metrics scrapes."),
+    no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape /metrics."),
+    sweep: bool = typer.Option(False, "--sweep", help="Synchronous → max throughput → rates in between; report the knee."),
+    sweep_steps: int = typer.Option(4, "--sweep-steps", help="Constant rates tested between the two ends."),
+    slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (tpot, e2el)."),
+    out: Optional[str] = typer.Option(None, "--out", help="Folder for records.jsonl + summary.json (+ sweep.csv)."),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the run in the run history."),
+    label: Optional[str] = typer.Option(None, "--label", help="Free-text label saved with the run."),
+    parallel: int = typer.Option(4, "--parallel", help="Embedded engine only: llama-server slots (batch size)."),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to connect."),
+    ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds to wait for the first token."),
+    itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (schema in docs/commands/bench.md)."),
+) -> None:
+    """Load benchmark with vllm-bench-serve metrics, server /metrics alongside, sweeps and multi-process load."""
+    from phasescope.apis.base import Timeouts
+    from phasescope.load.bench import BenchConfig, run_bench
+    from phasescope.load.progress import LiveStats
+    from phasescope.load.summary import parse_goodput, parse_percentiles
+    from phasescope.load.sweep import parse_slo, run_sweep
+
+    cfg = BenchConfig(
+        url=url, api=api, model=model, api_key=api_key, num_prompts=num_prompts, duration_s=duration,
+        request_rate=request_rate, burstiness=burstiness, shape=load_shape, ramp_start_rate=ramp_start_rate,
+        ramp_end_rate=ramp_end_rate, trace_path=trace, trace_speed=trace_speed, max_concurrency=max_concurrency,
+        warmup=warmup, seed=seed, dataset=dataset, dataset_path=dataset_path, input_len=input_len,
+        output_len=output_len, range_ratio=range_ratio, prefix_len=prefix_len, prefix_groups=prefix_groups,
+        ignore_eos=not no_ignore_eos, percentiles=parse_percentiles(percentiles), goodput=parse_goodput(goodput),
+        workers=workers, metrics_interval_s=metrics_interval, server_metrics=not no_server_metrics, out_dir=out,
+        store=not no_store, label=label, engine_parallel=parallel,
+        timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
+    )
+    slo_d = parse_slo(slo)
+    stop = threading.Event()
+    total = cfg.default_num_prompts()
+    live = LiveStats(total)
+    show_bar = err_console.is_terminal and not json_out
+    progress = None
+    task = None
+
+    def status(msg: str) -> None:
+        if not json_out:
+            err_console.print(f"[dim]bench: {msg}[/dim]")
+
+    def start_bar(n: int | None) -> None:
+        nonlocal progress, task, live
+        live = LiveStats(n)
+        if not show_bar:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        progress = Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TextColumn("{task.description}"), console=err_console, transient=True)
+        progress.start()
+        task = progress.add_task("", total=n)
+
+    def on_record(item: Any) -> None:
+        live.add(item)
+        if progress is not None and task is not None:
+            progress.update(task, completed=live.done, description=live.line())
+
+    def stop_bar() -> None:
+        nonlocal progress
+        if progress is not None:
+            progress.stop()
+            progress = None
+        elif not json_out:
+            err_console.print(f"[dim]bench: {live.done} requests done — {live.line()}[/dim]")
+
+    if sweep:
+        def on_step(name: str, br: Any) -> None:
+            stop_bar()
+            if not json_out:
+                s = br.summary
+                err_console.print(f"[dim]sweep {name}: {_fmt(s.get('request_throughput'))} req/s, "
+                                  f"p99 TTFT {_fmt(s.get('p99_ttft_ms'), 1)} ms, p99 ITL {_fmt(s.get('p99_itl_ms'))} ms[/dim]")
+            start_bar(total)
+
+        start_bar(total)
+        t0 = time.monotonic()
+        res = run_sweep(cfg, slo=slo_d, steps=sweep_steps, on_step=on_step, on_status=None, on_record=on_record, stop=stop)
+        stop_bar()
+        d = res.to_dict()
+        d["elapsed_s"] = time.monotonic() - t0
+        if json_out:
+            print_json(d)
+        else:
+            _print_sweep(d)
+        if res.partial:
+            raise typer.Exit(130 if stop.is_set() else 3)
+        return
+
+    start_bar(total)
+    try:
+        result = run_bench(cfg, on_record=on_record, on_status=status, stop=stop)
+    finally:
+        stop_bar()
+    if json_out:
+        print_json(result.summary)
+    else:
+        _print_summary(result.summary)
+    if result.summary.get("partial"):
+        raise typer.Exit(130 if result.run.interrupted else 3)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench", help="Load benchmark at parity with `vllm bench serve`: TTFT/TPOT/ITL/E2EL, goodput, "
+                              "server /metrics alongside, --sweep for the knee, --workers for multi-process load.")(bench)

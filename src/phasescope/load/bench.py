@@ -1,0 +1,383 @@
+"""``phasescope bench`` as a library call: target → workload → schedule → runner(s) → summary.
+
+:func:`run_bench` does one load run; :func:`phasescope.load.sweep.run_sweep` chains several. The
+CLI only parses flags into a :class:`BenchConfig`, passes a progress callback and prints.
+
+The result (``BenchResult.summary``) is one flat JSON object: the keys ``vllm bench serve
+--save-result`` writes, with the same meanings (``date``, ``backend``, ``model_id``,
+``num_prompts``, ``request_rate``, ``burstiness``, ``max_concurrency``, ``duration``,
+``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens``,
+``request_throughput``, ``request_goodput``, ``output_throughput``, ``total_token_throughput``,
+``{mean,median,std,pXX}_{ttft,tpot,itl,e2el}_ms``, ``max_output_tokens_per_s``,
+``max_concurrent_requests``, ``{...}_client_queue_time_ms``), plus phasescope's own
+(``*_event_gap_ms``, ``errors_by_kind``, ``achieved_rate``, ``token_count_source``,
+``runner_health``, ``warnings``, ``server_metrics``, ``partial``, ``stop_reason``, ``run_id``,
+``records_path``). See ``docs/commands/bench.md`` for the schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import signal
+import threading
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from phasescope.apis.base import Target, Timeouts
+from phasescope.errors import InputError
+from phasescope.jsonutil import dumps
+from phasescope.load.runner import RunResult, health_warnings, run_load
+from phasescope.load.schedule import Schedule, build_schedule, read_trace
+from phasescope.load.server_metrics import ServerMetricsRecorder, ServerMetricsResult, compare_ttft
+from phasescope.load.summary import DEFAULT_PERCENTILES, summarize
+from phasescope.load.workload import WorkItem, jsonl_workload, random_workload, sharegpt_workload
+from phasescope.measure.records import RecordWriter, RequestRecord
+
+SCHEMA = "phasescope.bench/1"
+
+
+@dataclass
+class BenchConfig:
+    """Every knob of one load run (flag names in the comments)."""
+
+    url: str | None = None
+    api: str = "auto"
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    # load shape
+    num_prompts: int | None = None  # --num-prompts
+    duration_s: float | None = None  # --duration
+    request_rate: float = math.inf  # --request-rate
+    burstiness: float = 1.0  # --burstiness
+    shape: str = "poisson"  # --load-shape poisson|constant|ramp|trace
+    ramp_start_rate: float | None = None
+    ramp_end_rate: float | None = None
+    trace_path: str | None = None  # --trace
+    trace_speed: float = 1.0
+    max_concurrency: int | None = None  # --max-concurrency
+    warmup: int = 1  # --warmup
+    seed: int = 0
+    # workload
+    dataset: str = "random"  # --dataset random|sharegpt|jsonl
+    dataset_path: str | None = None
+    input_len: int = 128
+    output_len: int = 64
+    range_ratio: float = 0.0
+    prefix_len: int = 0
+    prefix_groups: int = 1
+    ignore_eos: bool = True
+    # analysis / output
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    goodput: dict[str, float] = field(default_factory=dict)
+    workers: int = 1
+    metrics_interval_s: float = 1.0
+    server_metrics: bool = True
+    out_dir: str | None = None
+    store: bool = True
+    label: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    abort_after_errors: int = 8
+    drain_timeout_s: float | None = 60.0
+    engine_parallel: int = 4  # embedded engine slots when no URL
+
+    def default_num_prompts(self) -> int | None:
+        if self.num_prompts is None and self.duration_s is None and self.shape != "trace":
+            return 50
+        return self.num_prompts
+
+    def params(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("api_key", None)
+        d["timeouts"] = asdict(self.timeouts)
+        d["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
+        return d
+
+
+@dataclass
+class BenchResult:
+    summary: dict[str, Any]
+    records: list[RequestRecord]
+    run: RunResult
+    server: ServerMetricsResult | None
+    records_path: str | None
+    out_dir: str | None
+
+
+ProgressFn = Callable[[RequestRecord | tuple[Any, ...]], None]
+
+
+async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
+                      per_request_lengths: list[tuple[int | None, int | None]] | None = None) -> list[WorkItem]:
+    """The workload for ``n`` requests (see :mod:`phasescope.load.workload`)."""
+    from phasescope.load.prompting import prompt_maker_for
+
+    maker = await prompt_maker_for(session, target)
+    if cfg.dataset == "random":
+        if per_request_lengths and any(a is not None for a, _ in per_request_lengths):
+            # trace replay: one item per trace entry with its own lengths
+            items = []
+            for i, (il, ol) in enumerate(per_request_lengths):
+                one = await random_workload(1, input_len=il or cfg.input_len, output_len=ol or cfg.output_len,
+                                            maker=maker, seed=cfg.seed * 7_919 + i)
+                items.extend(one)
+            return items
+        return await random_workload(n, input_len=cfg.input_len, output_len=cfg.output_len, maker=maker,
+                                     range_ratio=cfg.range_ratio, prefix_len=cfg.prefix_len,
+                                     prefix_groups=cfg.prefix_groups, seed=cfg.seed)
+    if not cfg.dataset_path:
+        raise InputError(f"--dataset {cfg.dataset} needs --dataset-path FILE")
+    if cfg.dataset == "sharegpt":
+        return await sharegpt_workload(cfg.dataset_path, n, count=maker.count, seed=cfg.seed,
+                                       output_len=None if cfg.output_len is None else cfg.output_len,
+                                       count_source=maker.source)
+    if cfg.dataset == "jsonl":
+        return await jsonl_workload(cfg.dataset_path, n, default_output_len=cfg.output_len, count=maker.count,
+                                    count_source=maker.source)
+    raise InputError(f"unknown --dataset {cfg.dataset!r} (choose random, sharegpt or jsonl)")
+
+
+def make_schedule(cfg: BenchConfig, n_items: int | None = None) -> Schedule:
+    trace = read_trace(cfg.trace_path) if cfg.shape == "trace" else None
+    if cfg.shape == "trace" and not cfg.trace_path:
+        raise InputError("--load-shape trace needs --trace FILE")
+    return build_schedule(
+        cfg.default_num_prompts(), rate=cfg.request_rate, burstiness=cfg.burstiness, shape=cfg.shape,
+        ramp_start_rate=cfg.ramp_start_rate, ramp_end_rate=cfg.ramp_end_rate, duration_s=cfg.duration_s,
+        max_concurrency=cfg.max_concurrency, num_items=n_items, warmup=cfg.warmup, trace=trace,
+        trace_speed=cfg.trace_speed, seed=cfg.seed)
+
+
+class _Fanout:
+    """Writes each record to several sinks (the --out JSONL and the run store)."""
+
+    def __init__(self, sinks: list[Any]) -> None:
+        self.sinks = sinks
+
+    def write(self, rec: RequestRecord) -> None:
+        for s in self.sinks:
+            (s.add if hasattr(s, "add") else s.write)(rec)
+
+
+def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_status: Callable[[str], None] | None = None,
+              stop: threading.Event | None = None, target: Target | None = None) -> BenchResult:
+    """One load run, start to summary. Blocking; Ctrl-C (SIGINT) sets ``stop`` and yields a
+    partial result. ``target``: an already resolved target (sweeps reuse one)."""
+    from phasescope.apis.resolve import open_target
+
+    status = on_status or (lambda s: None)
+    if cfg.workers < 1:
+        raise InputError("--workers must be at least 1")
+    if target is not None:
+        return _run_on_target(cfg, target, on_record, status, stop)
+    status("resolving target" if cfg.url else "starting the embedded engine")
+    ekw = {"parallel": cfg.engine_parallel} if cfg.url is None else None
+    with open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
+                     engine_kwargs=ekw) as tgt:
+        return _run_on_target(cfg, tgt, on_record, status, stop)
+
+
+def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | None, status: Callable[[str], None],
+                   stop: threading.Event | None) -> BenchResult:
+    stop = stop or threading.Event()
+    sched = make_schedule(cfg)
+    n_items = max(1, len(sched.requests))
+    lengths = [(r.input_len, r.output_len) for r in sched.requests] if cfg.shape == "trace" else None
+    status(f"building {n_items} prompts")
+
+    async def _items() -> list[WorkItem]:
+        from phasescope.apis import new_session
+
+        async with new_session() as s:
+            return await build_items(cfg, target, s, n_items, lengths)
+
+    items = asyncio.run(_items())
+
+    out_dir = Path(cfg.out_dir) if cfg.out_dir else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    recording = None
+    if cfg.store:
+        try:
+            from phasescope.report.store import open_store
+
+            recording = open_store().recording("bench", target, cfg.params())
+        except Exception as exc:  # the store is a convenience; never lose a run over it
+            status(f"run store unavailable ({exc}); records go to --out only")
+            recording = None
+    if recording is None and out_dir is None:
+        out_dir = Path("phasescope-bench-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
+        out_dir.mkdir(parents=True, exist_ok=True)
+    run_id = recording.id if recording is not None else (out_dir.name if out_dir else "run")
+
+    recorder: ServerMetricsRecorder | None = None
+    if cfg.server_metrics:
+        recorder = ServerMetricsRecorder(target.base_url, interval_s=cfg.metrics_interval_s, api_key=target.api_key)
+    status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
+    try:
+        if cfg.workers == 1:
+            res = _run_single(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder)
+        else:
+            res = _run_multi(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder)
+    except BaseException:
+        if recorder is not None:
+            recorder.stop()
+        if recording is not None:
+            recording.__exit__(*__import__("sys").exc_info())
+        raise
+    server = recorder.stop() if recorder is not None and recorder.started else None
+    if server is not None and cfg.workers > 1 and res.wall_t0_ns:
+        # workers' t0 is a wall-clock instant: place the timeline on it
+        for row in server.timeline:
+            row["t_s"] = row["wall_s"] - res.wall_t0_ns / 1e9
+
+    summary = assemble_summary(cfg, target, res, server, sched)
+    summary["run_id"] = run_id
+    rpath = None
+    if recording is not None:
+        rpath = str(recording.records_path)
+    if out_dir is not None:
+        rpath = str(out_dir / "records.jsonl") if rpath is None else rpath
+        summary["out_dir"] = str(out_dir)
+    summary["records_path"] = rpath
+    if out_dir is not None:
+        (out_dir / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if recording is not None:
+        recording.finish(summary, status="partial" if res.partial else "complete")
+    return BenchResult(summary, res.records, res, server, rpath, str(out_dir) if out_dir else None)
+
+
+def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Path | None,
+                recording: Any, on_record: ProgressFn | None, stop: threading.Event, run_id: str,
+                recorder: ServerMetricsRecorder | None) -> RunResult:
+    from phasescope.apis import get_client
+
+    sinks: list[Any] = []
+    file_writer = RecordWriter(out_dir / "records.jsonl") if out_dir is not None else None
+    if file_writer is not None:
+        sinks.append(file_writer)
+    if recording is not None:
+        sinks.append(recording)
+
+    async def main() -> RunResult:
+        loop = asyncio.get_running_loop()
+        astop = asyncio.Event()
+
+        def watch() -> None:
+            stop.wait()
+            loop.call_soon_threadsafe(astop.set)
+
+        threading.Thread(target=watch, daemon=True).start()
+        prev = _install_sigint(lambda: (stop.set(), loop.call_soon_threadsafe(astop.set)))
+        try:
+            async def gate() -> int:
+                from phasescope.measure.clock import now_ns
+
+                t0 = now_ns()
+                if recorder is not None:
+                    recorder.start(t0)  # after the warm-ups, so their tokens are not counted
+                return t0
+
+            return await run_load(sched, items, target, send=get_client(target.api).send,
+                                  max_concurrency=cfg.max_concurrency, writer=_Fanout(sinks) if sinks else None,  # type: ignore[arg-type]
+                                  on_record=on_record, stop=astop, run_id=run_id, start_gate=gate,
+                                  abort_after_errors=cfg.abort_after_errors, drain_timeout_s=cfg.drain_timeout_s,
+                                  ignore_eos=cfg.ignore_eos)
+        finally:
+            _restore_sigint(prev)
+            stop.set()  # release the watcher thread
+
+    try:
+        return asyncio.run(main())
+    finally:
+        if file_writer is not None:
+            file_writer.close()
+
+
+def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Path | None,
+               recording: Any, on_record: ProgressFn | None, stop: threading.Event, run_id: str,
+               recorder: ServerMetricsRecorder | None) -> RunResult:
+    import tempfile
+
+    from phasescope.load.workers import run_workers
+
+    rdir = (out_dir / "records") if out_dir is not None else Path(tempfile.mkdtemp(prefix="phasescope-bench-"))
+    prev = _install_sigint(stop.set)
+    try:
+        res = run_workers(sched, items, target, n_workers=cfg.workers, records_dir=rdir,
+                          on_start=(lambda: recorder.start()) if recorder is not None else None,
+                          max_concurrency=cfg.max_concurrency, run_id=run_id, on_progress=on_record,  # type: ignore[arg-type]
+                          stop=stop, abort_after_errors=cfg.abort_after_errors,
+                          drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos)
+    finally:
+        _restore_sigint(prev)
+    # merged records: one JSONL in wall-clock order, and the run store
+    if out_dir is not None:
+        with RecordWriter(out_dir / "records.jsonl", fsync=False) as w:
+            for r in res.warmup_records + res.records:
+                w.write(r)
+    if recording is not None:
+        for r in res.warmup_records + res.records:
+            recording.add(r)
+    return res
+
+
+def _install_sigint(handler: Callable[[], Any]) -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGINT, lambda *_: handler())
+    except ValueError:
+        return None
+
+
+def _restore_sigint(prev: Any) -> None:
+    if prev is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, prev)
+
+
+def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: ServerMetricsResult | None,
+                     sched: Schedule) -> dict[str, Any]:
+    """Header keys as vLLM writes them, then :func:`summarize`, then phasescope's sections."""
+    head: dict[str, Any] = {
+        "schema": SCHEMA,
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "backend": target.api,
+        "endpoint_type": target.api,
+        "label": cfg.label,
+        "model_id": target.model,
+        "target": target.display_url,
+        "engine": target.engine,
+        "num_prompts": cfg.default_num_prompts(),
+        "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
+        "burstiness": cfg.burstiness,
+        "max_concurrency": cfg.max_concurrency,
+        "load_shape": cfg.shape,
+        "workers": cfg.workers,
+        "dataset": cfg.dataset,
+        "input_len": cfg.input_len if cfg.dataset == "random" else None,
+        "output_len": cfg.output_len,
+    }
+    s = summarize(res.records, percentiles=cfg.percentiles, goodput=cfg.goodput or None,
+                  t0_ns=res.t0_ns if cfg.workers == 1 and res.t0_ns else None,
+                  requested_rate=sched.requested_rate)
+    head.update(s)
+    head["warmup_requests"] = len(res.warmup_records)
+    head["sent"] = res.sent
+    head["cancelled"] = res.cancelled
+    head["partial"] = res.partial
+    head["stop_reason"] = (res.aborted or ("interrupted (Ctrl-C)" if res.interrupted else None)
+                           or ("duration reached" if res.hit_duration else None))
+    head["runner_health"] = asdict(res.health)
+    warn = health_warnings(res.health, workers=cfg.workers, achieved_rate=s.get("achieved_rate"),
+                           requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None)
+    head["warnings"] = warn + list(s.get("count_warnings", []))
+    if server is not None:
+        head["server_metrics"] = server.to_dict()
+        head["ttft_client_vs_server"] = compare_ttft(s, server.summary) if server.available else None
+    else:
+        head["server_metrics"] = None
+        head["ttft_client_vs_server"] = None
+    return head

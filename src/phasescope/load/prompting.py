@@ -1,0 +1,133 @@
+"""Prompts of an exact token length for bench workloads, through the *server's* tokenizer.
+
+No hub tokenizer: the server tokenizes for us (llama.cpp ``POST /tokenize {"content"}``, vLLM /
+SGLang ``POST /tokenize {"prompt"}``, TGI ``POST /tokenize {"inputs"}``). A random word text a bit
+longer than needed is tokenized and its ids truncated to exactly ``n`` (vLLM's random dataset does
+the same: random ids → decode → re-encode → truncate). For ``/v1/completions`` the ids themselves
+are sent, so the server sees exactly ``n`` prompt tokens (plus BOS where the server adds one);
+for chat, the text is sent and the length is calibrated, not exact (chat templates add tokens).
+
+Without a tokenizer endpoint (Ollama, some fakes) :class:`WordPromptMaker` builds texts of ``n``
+common words — about one token each in most BPE vocabularies — and says so (``source="estimate"``),
+so the summary can flag the count as approximate.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import aiohttp
+
+from phasescope.apis.base import Target
+
+#: short, common English words (one token each in the Gemma, Llama-3 and GPT-2 vocabularies)
+WORDS = (
+    "the of and to in is was for on are with as at be by this had not but from or have an they which one "
+    "you were her all she there would their we him been has when who will more no if out so said what up "
+    "its about into than them can only other new some could time these two may then do first any my now "
+    "such like our over man me even most made after also did many before must through back years where "
+    "much your way well down should because each just those people how too little state good very make "
+    "world still own see men work long get here between both life being under never day same another know "
+    "while last might us great old year off come since against go came right used take three"
+).split()
+
+
+class WordPromptMaker:
+    """``n`` random common words with a leading space each; ``source="estimate"``."""
+
+    source = "estimate"
+
+    async def make(self, n_tokens: int, salt: int) -> tuple[str, list[int] | None]:
+        rng = random.Random(salt)
+        return "".join(" " + rng.choice(WORDS) for _ in range(n_tokens)), None
+
+    async def count(self, text: str) -> int | None:
+        return None
+
+
+class TokenizePromptMaker:
+    """Exact lengths through the server's ``/tokenize`` (see module docstring)."""
+
+    def __init__(self, session: aiohttp.ClientSession, target: Target, flavor: str, *, send_ids: bool) -> None:
+        self.session = session
+        self.target = target
+        self.flavor = flavor  # "content" | "prompt" | "inputs"
+        self.send_ids = send_ids
+        self.source = "tokenize" if send_ids else "calibrated"
+
+    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+        async with self.session.post(self.target.base_url + path, json=body, headers=self.target.headers(),
+                                     timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            if resp.status >= 400:
+                raise RuntimeError(f"{path} answered HTTP {resp.status}")
+            return await resp.json(content_type=None)
+
+    async def tokenize(self, text: str) -> list[int]:
+        body: dict[str, Any] = {self.flavor: text}
+        if self.flavor == "content":
+            body["add_special"] = False
+        elif self.flavor == "prompt":
+            body["add_special_tokens"] = False
+            if self.target.model:
+                body["model"] = self.target.model
+        d = await self._post("/tokenize", body)
+        if isinstance(d, dict) and isinstance(d.get("tokens"), list):
+            return [int(t if not isinstance(t, dict) else t["id"]) for t in d["tokens"]]
+        if isinstance(d, list):  # TGI: [{"id", "text", ...}]
+            return [int(t["id"]) for t in d]
+        raise RuntimeError("unexpected /tokenize answer")
+
+    async def detokenize(self, ids: list[int]) -> str | None:
+        try:
+            d = await self._post("/detokenize", {"tokens": ids})
+        except Exception:
+            return None
+        if isinstance(d, dict):
+            v = d.get("content", d.get("prompt"))
+            return str(v) if v is not None else None
+        return None
+
+    async def make(self, n_tokens: int, salt: int) -> tuple[str, list[int] | None]:
+        rng = random.Random(salt)
+        words = max(8, int(n_tokens * 1.3) + 4)
+        while True:
+            text = "".join(" " + rng.choice(WORDS) for _ in range(words))
+            ids = await self.tokenize(text)
+            if len(ids) >= n_tokens:
+                break
+            words *= 2
+        ids = ids[:n_tokens]
+        if self.send_ids:
+            shown = await self.detokenize(ids)
+            return (shown if shown is not None else text), ids
+        shown = await self.detokenize(ids)
+        return (shown if shown is not None else text), None
+
+    async def count(self, text: str) -> int | None:
+        try:
+            return len(await self.tokenize(text))
+        except Exception:
+            return None
+
+
+async def prompt_maker_for(session: aiohttp.ClientSession, target: Target) -> WordPromptMaker | TokenizePromptMaker:
+    """The best maker the server allows: its ``/tokenize`` if any flavor answers, else words."""
+    send_ids = target.api == "openai"  # /v1/completions accepts token-id prompts (vLLM, SGLang, llama.cpp)
+    order = ("content", "prompt", "inputs")
+    if target.engine in ("vllm", "sglang"):
+        order = ("prompt", "content", "inputs")
+    elif target.engine == "tgi":
+        order = ("inputs", "prompt", "content")
+        send_ids = False  # TGI's /v1/completions takes text
+    if target.api in ("ollama",):
+        return WordPromptMaker()
+    for flavor in order:
+        m = TokenizePromptMaker(session, target, flavor, send_ids=send_ids)
+        try:
+            ids = await m.tokenize(" the world")
+        except Exception:
+            continue
+        if ids:
+            return m
+    return WordPromptMaker()

@@ -1,0 +1,201 @@
+"""Server-side metrics alongside a load run: scrape Prometheus ``/metrics`` every ``interval_s``
+during the run and keep a timeline, then summarize it next to the client's numbers.
+
+Parsing and engine tables (vLLM, SGLang, TGI, llama.cpp) are :mod:`phasescope.metrics`'s; this
+module only schedules scrapes and turns snapshots into bench rows. Scrapes run on their **own
+thread and event loop** so parsing a large exposition never delays the runner's token timestamps.
+
+Timeline row (one per scrape, ``t_s`` = seconds after the run's t0 on the same monotonic clock;
+``wall_s`` for multi-process alignment): ``running``, ``waiting``, ``kv_usage`` (0–1), and over
+the interval since the previous scrape ``prefix_cache_hit_rate``, ``generation_tok_s``,
+``prompt_tok_s``, ``preemptions``; cumulative ``generation_tokens`` / ``prompt_tokens`` since the
+first scrape.
+
+Summary: ``max_running``, ``max_waiting``, ``time_with_queue_s`` (Σ intervals that start with
+waiting > 0), ``kv_usage_peak``, ``preemptions``, run-wide ``prefix_cache_hit_rate``,
+``generation_tokens`` (server count) and the server's TTFT histogram over the run
+(``server_ttft_p50_ms``/``p99``/``mean``, from bucket deltas via ``histogram_quantile``) —
+vLLM's TTFT histogram starts at request *arrival in the server*, the client's at send, so
+client − server ≈ network + HTTP + client overhead (both include the server queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from phasescope.measure.clock import now_ns, wall_ns
+from phasescope.metrics import Scraper, Snapshot, Timeline
+
+
+@dataclass
+class ServerMetricsResult:
+    available: bool = False
+    reason: str | None = None
+    engine: str | None = None
+    interval_s: float = 1.0
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"available": self.available, "reason": self.reason, "engine": self.engine,
+                "interval_s": self.interval_s, "summary": self.summary, "timeline": self.timeline,
+                "notes": self.notes}
+
+
+def _row(prev: Snapshot | None, cur: Snapshot, first: Snapshot, t0_ns: int) -> dict[str, Any]:
+    """One timeline row from the current snapshot and the interval since ``prev``."""
+    tl = Timeline(window_s=1e9)
+    if prev is not None:
+        tl.add(prev)
+    tl.add(cur)
+    s = tl.summary()
+    whole = Timeline(window_s=1e9)
+    whole.add(first)
+    if cur is not first:
+        whole.add(cur)
+    row = {
+        "t_s": (cur.t_ns - t0_ns) / 1e9,
+        "wall_s": cur.wall_s,
+        "running": s.get("running"),
+        "waiting": s.get("waiting"),
+        "kv_usage": s.get("kv_usage"),
+        "prefix_cache_hit_rate": s.get("prefix_cache_hit_rate") if prev is not None else None,
+        "generation_tok_s": s.get("generation_tok_s") if prev is not None else None,
+        "prompt_tok_s": s.get("prompt_tok_s") if prev is not None else None,
+        "preemptions": s.get("preemptions") if prev is not None else None,
+        "generation_tokens": whole.total_increase("generation_tokens") if cur is not first else 0.0,
+        "prompt_tokens": whole.total_increase("prompt_tokens") if cur is not first else 0.0,
+    }
+    return row
+
+
+def summarize_snapshots(snaps: list[Snapshot], t0_ns: int, interval_s: float = 1.0) -> ServerMetricsResult:
+    """Timeline + summary from snapshots in time order (pure; used by the recorder and tests)."""
+    res = ServerMetricsResult(available=bool(snaps), interval_s=interval_s)
+    if not snaps:
+        res.reason = "no scrape succeeded"
+        return res
+    res.engine = snaps[-1].engine
+    prev: Snapshot | None = None
+    for s in snaps:
+        res.timeline.append(_row(prev, s, snaps[0], t0_ns))
+        prev = s
+    whole = Timeline(window_s=1e9)
+    for s in snaps:
+        whole.add(s)
+    ws = whole.summary()
+
+    def col(name: str) -> list[float]:
+        return [r[name] for r in res.timeline if r.get(name) is not None]
+
+    waiting = col("waiting")
+    running = col("running")
+    kv = col("kv_usage")
+    tq = 0.0
+    for a, b in zip(res.timeline, res.timeline[1:]):
+        if (a.get("waiting") or 0) > 0:
+            tq += b["t_s"] - a["t_s"]
+
+    def ms(v: Any) -> float | None:
+        return None if v is None else float(v) * 1000.0
+
+    res.summary = {
+        "scrapes": len(snaps),
+        "span_s": (snaps[-1].t_ns - snaps[0].t_ns) / 1e9,
+        "max_running": max(running) if running else None,
+        "max_waiting": max(waiting) if waiting else None,
+        "time_with_queue_s": tq if waiting else None,
+        "kv_usage_peak": max(kv) if kv else None,
+        "preemptions": ws.get("preemptions"),
+        "prefix_cache_hit_rate": ws.get("prefix_cache_hit_rate"),
+        "generation_tokens": whole.total_increase("generation_tokens") if len(snaps) > 1 else None,
+        "prompt_tokens": whole.total_increase("prompt_tokens") if len(snaps) > 1 else None,
+        "generation_tok_s": ws.get("generation_tok_s"),
+        "server_ttft_mean_ms": ms(ws.get("ttft_mean_s")),
+        "server_ttft_p50_ms": ms(ws.get("ttft_p50_s")),
+        "server_ttft_p99_ms": ms(ws.get("ttft_p99_s")),
+        "server_ttft_observations": ws.get("ttft_observations"),
+        "server_itl_mean_ms": ms(ws.get("itl_mean_s")),
+        "server_queue_mean_ms": ms(ws.get("queue_mean_s")),
+        "server_prefill_mean_ms": ms(ws.get("prefill_mean_s")),
+    }
+    res.notes = whole.notes()
+    return res
+
+
+def compare_ttft(client: dict[str, Any], server: dict[str, Any]) -> dict[str, Any] | None:
+    """Client TTFT vs the server's TTFT histogram over the same run (ms; None when either is missing)."""
+    c_mean, s_mean = client.get("mean_ttft_ms"), server.get("server_ttft_mean_ms")
+    if c_mean is None or s_mean is None:
+        return None
+    out = {"client_mean_ttft_ms": c_mean, "server_mean_ttft_ms": s_mean, "client_minus_server_mean_ms": c_mean - s_mean}
+    c50, s50 = client.get("median_ttft_ms"), server.get("server_ttft_p50_ms")
+    if c50 is not None and s50 is not None:
+        out.update({"client_median_ttft_ms": c50, "server_p50_ttft_ms": s50})
+    return out
+
+
+class ServerMetricsRecorder:
+    """Background scraper: ``start(t0_ns)`` … ``stop() -> ServerMetricsResult``.
+
+    A failed first scrape (404, 501 "start with --metrics", connection refused) marks the result
+    unavailable with the reason; later failures are skipped (the run goes on).
+    """
+
+    def __init__(self, url: str, *, interval_s: float = 1.0, api_key: str | None = None, engine: str = "auto") -> None:
+        self.url = url
+        self.interval_s = interval_s
+        self._api_key = api_key
+        self._engine = engine
+        self._snaps: list[Snapshot] = []
+        self._errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.t0_ns = now_ns()
+        self.wall_t0_ns = wall_ns()
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, t0_ns: int | None = None) -> None:
+        if self._thread is not None:
+            return
+        self.t0_ns = t0_ns if t0_ns is not None else now_ns()
+        self._thread = threading.Thread(target=self._run, name="phasescope-scrape", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.run(self._loop())
+
+    async def _loop(self) -> None:
+        async with Scraper(self.url, engine=self._engine, api_key=self._api_key, timeout_s=max(2.0, self.interval_s)) as sc:
+            while True:
+                t = now_ns()
+                try:
+                    self._snaps.append(await sc.scrape())
+                except Exception as exc:  # keep going; report the first reason
+                    self._errors.append(f"{type(exc).__name__}: {exc}")
+                    if not self._snaps and len(self._errors) >= 2:
+                        return  # /metrics is not there; stop trying
+                left = self.interval_s - (now_ns() - t) / 1e9
+                if self._stop.wait(max(0.0, left)):
+                    # one final scrape so the last interval is covered
+                    try:
+                        self._snaps.append(await sc.scrape())
+                    except Exception:
+                        pass
+                    return
+
+    def stop(self) -> ServerMetricsResult:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        res = summarize_snapshots(self._snaps, self.t0_ns, self.interval_s)
+        if not self._snaps:
+            res.reason = self._errors[0] if self._errors else "no scrape completed"
+        return res
