@@ -33,7 +33,7 @@ it and produces the first token in its next step (as vLLM's disaggregated proxy:
 decode replica on one device: their steps serialize.
 
 ITL bookkeeping is O(1) per step: every sequence decoding in a step gets its token at the step's
-end, so its inter-token gap is that step's duration; the pooled ITL sample is the step durations
+end, so its inter-token gap is the time since the worker's previous step ended; the pooled ITL sample is the step durations
 weighted by the number of continuing decodes (plus the explicit gaps of resumed/handed-off tokens).
 """
 
@@ -115,7 +115,7 @@ class _Seq:
         "rid", "prompt", "out", "prefix", "t_send", "t_visible", "t_admit", "t_first", "t_last",
         "computed", "target", "generated", "cached", "alloc", "join_step", "gen_at_join", "version",
         "worker", "segments", "tokens", "extra_itl", "preemptions", "state", "slot", "failed",
-        "t_prefill_done", "prefill_compute_s",
+        "t_prefill_done", "prefill_compute_s", "xfer_s",
     )
 
     def __init__(self, rid: int, prompt: int, out: int, prefix: int, t_send: float, t_visible: float) -> None:
@@ -146,6 +146,7 @@ class _Seq:
         self.failed: str | None = None
         self.t_prefill_done = math.nan
         self.prefill_compute_s = 0.0
+        self.xfer_s = math.nan
 
 
 class _Worker:
@@ -386,8 +387,11 @@ class _Worker:
         self._plan = None
         self.k += 1
         k = self.k
+        # a continuing decode's gap is end-to-end between this worker's steps (on a shared device
+        # the other worker's steps sit in between; on its own device this equals ``dt``)
+        gap = t - self.step_end[-1] if self.step_end else dt
         self.step_end.append(t)
-        self.step_dur.append(dt)
+        self.step_dur.append(gap if n_dec - fresh > 0 else dt)
         self.itl_weight.append(n_dec - fresh)
         self.busy_s += dt
         # decodes that ran this step: every member of the set before this step's joiners
@@ -523,6 +527,7 @@ class Simulator:
         xfer = w.cost.kv_transfer_s(s.prompt)
         start = max(t, w.link_free_at)
         w.link_free_at = start + xfer
+        s.xfer_s = start + xfer - t  # waiting for the link + the transfer itself
         self._push(start + xfer, _EV_XFER, s)
 
     def _last_token_time(self, s: _Seq) -> float:
@@ -671,6 +676,7 @@ class SimResult:
         self.ttft_s = self.t_first - self.t_send
         self.e2e_s = self.t_last - self.t_send
         self.extra_itl = [x for s in seqs for x in s.extra_itl]
+        self.xfer_s = np.array([s.xfer_s for s in seqs])
 
     def _first(self, s: _Seq) -> float:
         if s.failed:

@@ -1,0 +1,224 @@
+"""``phasescope plan`` — what-if simulation of prefill/decode scheduling (parse, call, print)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from phasescope.cli._common import console as _console
+from phasescope.cli._common import err_console, print_json
+from phasescope.plan.api import PlanOptions, run_plan
+
+console = _console if _console.is_terminal else Console(width=160, soft_wrap=True)
+
+
+def _ms(x: Any) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if x >= 10_000:
+        return f"{x / 1e3:,.1f} s"
+    if x >= 100:
+        return f"{x:,.0f} ms"
+    return f"{x:,.1f} ms"
+
+
+def _n(x: Any, nd: int = 2) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int) or (isinstance(x, float) and x >= 100):
+        return f"{x:,.0f}"
+    return f"{x:,.{nd}f}"
+
+
+def _pct(x: Any) -> str:
+    return "-" if x is None else f"{x * 100:+.0f} %"
+
+
+def _header(doc: dict[str, Any]) -> None:
+    cm = doc["cost_model"]
+    cfg = doc["config"]
+    w, s = cfg["workload"], cfg["scheduler"]
+    p = cm["params"]
+    load = (f"{w['rate']:g} req/s ({w['arrival']})" if w["rate"] else "all at once") + (
+        f", ≤ {w['concurrency']} in flight" if w["concurrency"] else "")
+    if w["rate"] is None and w["concurrency"]:
+        load = f"{w['concurrency']} users, closed loop"
+    n = f"{w['num_requests']} requests" if w["num_requests"] else f"{w['duration_s']:g} s"
+    console.print(f"[bold]plan[/bold] {cm['name']} · {cfg['gpus']} GPU(s), tp {cfg['tp']} · scheduler {s['policy']} "
+                  f"(budget {s['max_num_batched_tokens']} tok, ≤ {s['max_num_seqs']} seqs"
+                  f"{', preempt' if s['preempt'] else ''}{'' if s['chunked_prefill'] else ', no chunking'})")
+    console.print(f"workload: {n}, {load}, prompt {w['input_len']} → output {w['output_len']} tokens"
+                  + (f", prefix {w['prefix_len']} tok shared by {w['prefix_share'] * 100:.0f} %" if w["prefix_len"] and w["prefix_share"] else "")
+                  + f", seed {w['seed']}")
+    console.print(f"cost model: one request alone → prefill {_ms(cm['prefill_alone_ms'])}, decode step {_ms(cm['decode_step_alone_ms'])} "
+                  f"({_n(cm['decode_tok_s_alone'], 1)} tok/s); KV pool {cm['kv_pool_tokens']:,} tokens; "
+                  f"η_bw {p['bw_eff']:.2f}, η_flops {p['flops_eff']:.2f}, overhead {p['step_overhead_s'] * 1e3:.2f} ms/step, {p['overlap']}")
+    cal = doc.get("calibration")
+    if cal:
+        f = cal["fitted"]
+        r = cal["residuals"]
+        console.print(f"calibrated from {cal['from']}: {cal['n_prefill_points']} prefill + {cal['n_decode_points']} decode points, "
+                      f"API overhead {cal['api_overhead_s'] * 1e3:.1f} ms, effective {f.get('bandwidth_bytes_s', 0) / 1e9:.1f} GB/s, "
+                      f"{f.get('flops_s', 0) / 1e9:.0f} GFLOP/s; fit error prefill {_pct(r.get('prefill_rel_err_median'))}, "
+                      f"decode {_pct(r.get('decode_rel_err_median'))}")
+
+
+def _summary_table(s: dict[str, Any], title: str = "simulated") -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("metric")
+    for c in ("mean", "median", "p90", "p99"):
+        t.add_column(c, justify="right")
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency")):
+        t.add_row(label, *(_ms(s.get(f"{c}_{key}_ms")) for c in ("mean", "median", "p90", "p99")))
+    return t
+
+
+def _facts(s: dict[str, Any]) -> None:
+    console.print(
+        f"completed {s['completed']} (failed {s['failed']}) in {s['duration']:.1f} s simulated · "
+        f"{_n(s['request_throughput'])} req/s · {_n(s['output_throughput'])} output tok/s · "
+        f"{_n(s['total_token_throughput'])} total tok/s"
+        + (f" · goodput {_n(s['request_goodput'])} req/s" if s.get("request_goodput") is not None else "")
+    )
+    kv = s.get("max_kv_usage")
+    console.print(
+        f"server: queue wait mean {_ms(s.get('mean_queue_ms'))}, p99 {_ms(s.get('p99_queue_ms'))} · waiting max {s['max_waiting']} · "
+        f"KV usage max {'-' if kv is None else f'{kv * 100:.0f} %'} · preemptions {s['preemptions']} · "
+        f"prefix hits {s['prefix_hit_requests']}/{s['prefix_requests']} · {s['steps']:,} steps"
+        + (f" · KV transfer mean {_ms(s.get('mean_kv_transfer_ms'))}" if s.get("mean_kv_transfer_ms") is not None else "")
+    )
+    slo = s.get("slo")
+    if slo:
+        parts = []
+        for k, c in slo["checks"].items():
+            v = next((vv for kk, vv in c.items() if kk.endswith("_ms") and kk != "limit_ms"), None)
+            parts.append(f"{k} p{slo['percentile']:g} {_ms(v)} ≤ {_ms(c['limit_ms'])} {'✓' if c['met'] else '✗'}")
+        console.print(("[green]SLO met[/green]: " if slo["met"] else "[red]SLO missed[/red]: ") + " · ".join(parts))
+
+
+def _rows_table(rows: list[dict[str, Any]], first: str, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    cols = [(first, "value"), ("req/s", "request_throughput"), ("out tok/s", "output_throughput"),
+            ("TTFT p50", "median_ttft_ms"), ("TTFT p99", "p99_ttft_ms"), ("ITL p50", "median_itl_ms"),
+            ("ITL p99", "p99_itl_ms"), ("E2E p99", "p99_e2el_ms"), ("KV max", "max_kv_usage"),
+            ("preempt", "preemptions"), ("SLO", "slo_met")]
+    for c, _ in cols:
+        t.add_column(c, justify="right")
+    for r in rows:
+        cells = []
+        for _, k in cols:
+            v = r.get(k)
+            if k.endswith("_ms"):
+                cells.append(_ms(v))
+            elif k == "max_kv_usage":
+                cells.append("-" if v is None else f"{v * 100:.0f} %")
+            elif k == "slo_met":
+                cells.append("-" if v is None else ("✓" if v else "✗"))
+            else:
+                cells.append(_n(v) if not isinstance(v, str) else v)
+        t.add_row(*cells)
+    return t
+
+
+def plan(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog id (llama-3.1-8b), config.json or .gguf."),
+    device: Optional[str] = typer.Option(None, "--device", "-d", help="Catalog device (l40s, h100, ...) or 'local' (from `phasescope hw`)."),
+    gpus: int = typer.Option(1, "--gpus", help="Devices in all; a replica uses --tp of them (auto: smallest that fits)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree per replica (default: smallest power of two that fits)."),
+    quant: Optional[str] = typer.Option(None, "--quant", help="Weight format (bf16, fp8, q4_k_m, ...); default: the model's own."),
+    kv_dtype: str = typer.Option("fp16", "--kv-dtype", help="KV cache element type (fp16, fp8)."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Requests per second (default: all at once, as vllm bench serve)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Max requests in flight; alone = N users in a closed loop."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", "-n", help="Requests to simulate (default 500 unless --duration)."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Stop sending after this many simulated seconds."),
+    arrival: str = typer.Option("poisson", "--arrival", help="poisson | gamma | constant."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="Gamma shape for --arrival gamma (1 = Poisson)."),
+    input_len: int = typer.Option(1024, "--input-len", help="Prompt tokens per request."),
+    output_len: int = typer.Option(128, "--output-len", help="Output tokens per request."),
+    range_ratio: float = typer.Option(0.0, "--range-ratio", help="Lengths uniform in L·(1±r), as vLLM's --random-range-ratio."),
+    prefix_len: int = typer.Option(0, "--prefix-len", help="Shared prompt prefix (system prompt) in tokens."),
+    prefix_share: float = typer.Option(0.0, "--prefix-share", help="Share of requests that carry the shared prefix (0–1)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per step (chunked-prefill budget; vLLM 8192, llama.cpp n_batch 2048)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Running sequences at most (llama.cpp: --parallel slots)."),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="Share of device memory for weights + KV pool."),
+    kv_pool_tokens: Optional[int] = typer.Option(None, "--kv-pool-tokens", help="Override the KV pool size in tokens (llama.cpp: --ctx-size)."),
+    no_chunked_prefill: bool = typer.Option(False, "--no-chunked-prefill", help="A prompt must fit the budget whole."),
+    preempt: bool = typer.Option(False, "--preempt", help="Allocate KV on demand and preempt+recompute when full (vLLM); default: reserve and wait."),
+    no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="Recompute shared prefixes every time."),
+    policy: Optional[str] = typer.Option(None, "--policy", help="vllm | llamacpp (default vllm; llamacpp when calibrating from llama.cpp records)."),
+    bw_eff: Optional[float] = typer.Option(None, "--bw-eff", help="Achieved share of memory bandwidth (default 0.8 GPU, 0.6 CPU)."),
+    flops_eff: Optional[float] = typer.Option(None, "--flops-eff", help="Achieved share of peak FLOP/s (default 0.6 GPU, 0.5 CPU)."),
+    step_overhead_ms: Optional[float] = typer.Option(None, "--step-overhead-ms", help="Fixed time per engine step."),
+    api_overhead_ms: Optional[float] = typer.Option(None, "--api-overhead-ms", help="HTTP/tokenization time added to TTFT."),
+    interconnect_gb_s: Optional[float] = typer.Option(None, "--interconnect-gb-s", help="KV transfer link, one direction (default: device catalog)."),
+    calibrate_from: Optional[str] = typer.Option(None, "--calibrate-from", help="Fit the cost model to measured records: RUN_ID or records.jsonl."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="SLOs in ms, e.g. ttft:2000,itl:100 (also tpot, e2el)."),
+    slo_percentile: float = typer.Option(99.0, "--slo-percentile", help="Percentile the SLO is checked at."),
+    disaggregate: Optional[str] = typer.Option(None, "--disaggregate", help="P:D prefill:decode replicas, compared with the same GPUs colocated."),
+    sweep: Optional[str] = typer.Option(None, "--sweep", help="PARAM=v1,v2,... e.g. max_num_batched_tokens=512,2048,8192."),
+    capacity: bool = typer.Option(False, "--capacity", help="Most users (or highest --rate) within --slo."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (arrivals, lengths, prefix hits)."),
+    no_save: bool = typer.Option(False, "--no-save", help="Do not save the run in the run store."),
+    records_limit: int = typer.Option(2000, "--records-limit", help="Simulated request records saved with the run."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """What-if simulation of a continuous-batching server: TTFT/ITL/throughput for a model, device, load and flags."""
+    o = PlanOptions(
+        model=model, device=device, quant=quant, kv_dtype=kv_dtype, gpus=gpus, tp=tp, rate=rate,
+        concurrency=concurrency, num_requests=num_requests, duration_s=duration, arrival=arrival,
+        burstiness=burstiness, input_len=input_len, output_len=output_len, range_ratio=range_ratio,
+        prefix_len=prefix_len, prefix_share=prefix_share, seed=seed, policy=policy,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=gpu_memory_utilization, kv_pool_tokens=kv_pool_tokens,
+        chunked_prefill=not no_chunked_prefill, preempt=preempt, prefix_caching=not no_prefix_caching,
+        bw_eff=bw_eff, flops_eff=flops_eff, step_overhead_ms=step_overhead_ms, api_overhead_ms=api_overhead_ms,
+        interconnect_gb_s=interconnect_gb_s, calibrate_from=calibrate_from, slo=slo, slo_percentile=slo_percentile,
+        disaggregate=disaggregate, sweep=sweep, capacity=capacity, save=not no_save, records_limit=records_limit,
+    )
+    doc = run_plan(o)
+    if json_out:
+        print_json(doc)
+        return
+    _header(doc)
+    mode = doc["mode"]
+    if mode == "single":
+        console.print(_summary_table(doc["summary"]))
+        _facts(doc["summary"])
+    elif mode == "sweep":
+        sw = doc["sweep"]
+        console.print(_rows_table(sw["rows"], sw["param"], f"sweep of {sw['param']}"))
+    elif mode == "capacity":
+        cap = doc["capacity"]
+        console.print(_rows_table(cap["probes"], "users" if cap["mode"] == "users" else "req/s", "capacity search (probes)"))
+        if cap["mode"] == "users":
+            console.print(f"[bold]capacity: {cap['max_users']} concurrent users[/bold] within the SLO"
+                          + (" (search capped)" if cap.get("capped") else ""))
+        else:
+            console.print(f"[bold]capacity: {cap['max_rate']:.3g} requests/s[/bold] within the SLO")
+    elif mode == "disaggregate":
+        dz = doc["disaggregation"]
+        a, b = dz["colocated"]["summary"], dz["disaggregated"]["summary"]
+        t = Table(title=f"{dz['prefill_replicas']}:{dz['decode_replicas']} disaggregated vs {dz['gpus']} GPU(s) colocated"
+                        + (" (one shared device)" if dz["shared_device"] else ""), title_justify="left")
+        for c in ("metric", "colocated", "disaggregated", "change"):
+            t.add_column(c, justify="right" if c != "metric" else "left")
+        for k, label in (("median_ttft_ms", "TTFT p50"), ("p99_ttft_ms", "TTFT p99"), ("median_itl_ms", "ITL p50"),
+                         ("p99_itl_ms", "ITL p99"), ("output_throughput", "output tok/s"), ("request_goodput", "goodput req/s")):
+            fmt = _ms if k.endswith("_ms") else _n
+            ch = dz["relative_change"].get(k)
+            t.add_row(label, fmt(a.get(k)), fmt(b.get(k)), _pct(ch))
+        console.print(t)
+        if b.get("mean_kv_transfer_ms") is not None:
+            console.print(f"KV transfer per request: mean {_ms(b['mean_kv_transfer_ms'])}, p99 {_ms(b.get('p99_kv_transfer_ms'))}")
+        console.print(("[green]disaggregation pays[/green]: " if dz["pays"] else "[yellow]disaggregation does not pay[/yellow]: ") + dz["why"])
+    err_console.print(f"simulated in {doc['sim_wall_s']:.2f} s" + (f" · saved as run {doc['run_id']}" if doc.get("run_id") else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)

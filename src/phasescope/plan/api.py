@@ -1,0 +1,245 @@
+"""``phasescope plan`` as a library call: user-level options in, a JSON-ready result out.
+
+:func:`run_plan` resolves the cost model (catalog model × device, or calibrated from measured
+records), builds the workload and scheduler, runs the requested mode (single run, sweep, capacity,
+disaggregation comparison), and saves the run in the store (kind ``plan``) with simulated
+RequestRecords, so ``runs``/``show``/``compare``/``report`` treat it like a measured run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from phasescope.errors import InputError
+from phasescope.plan.build import cost_from_theory, resolve_model
+from phasescope.plan.calibrate import calibrate, load_calibration_records
+from phasescope.plan.costmodel import CostModel
+from phasescope.plan.metrics import parse_slo, to_records
+from phasescope.plan.planner import (
+    PlanSpec,
+    capacity,
+    compare_disaggregation,
+    cost_facts,
+    parse_sweep,
+    run_once,
+    sweep,
+)
+from phasescope.plan.sim import SchedulerConfig, SimResult
+from phasescope.plan.workload import Workload
+
+#: scheduler defaults per policy: vLLM V1 (8192-token budget, 256 sequences) and llama-server
+#: (n_batch 2048, the embedded engine's 4 slots and 16,384-token context)
+POLICY_DEFAULTS = {"vllm": (8192, 256, None), "llamacpp": (2048, 4, 16384)}
+DEFAULT_NUM_REQUESTS = 500
+
+
+@dataclass
+class PlanOptions:
+    model: str | None = None
+    device: str | None = None
+    quant: str | None = None
+    kv_dtype: str = "fp16"
+    gpus: int = 1
+    tp: int | None = None
+    rate: float | None = None
+    concurrency: int | None = None
+    num_requests: int | None = None
+    duration_s: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    input_len: int = 1024
+    output_len: int = 128
+    range_ratio: float = 0.0
+    prefix_len: int = 0
+    prefix_share: float = 0.0
+    seed: int = 0
+    policy: str | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    gpu_memory_utilization: float = 0.9
+    kv_pool_tokens: int | None = None
+    chunked_prefill: bool = True
+    preempt: bool = False
+    prefix_caching: bool = True
+    bw_eff: float | None = None
+    flops_eff: float | None = None
+    step_overhead_ms: float | None = None
+    api_overhead_ms: float | None = None
+    interconnect_gb_s: float | None = None
+    calibrate_from: str | None = None
+    slo: str | None = None
+    slo_percentile: float = 99.0
+    disaggregate: str | None = None
+    sweep: str | None = None
+    capacity: bool = False
+    save: bool = True
+    records_limit: int = 2000
+
+
+def _parse_pd(text: str) -> tuple[int, int]:
+    try:
+        p, d = text.split(":")
+        return int(p), int(d)
+    except ValueError:
+        raise InputError(f"bad --disaggregate {text!r}: use P:D, e.g. 1:3 (prefill replicas : decode replicas)") from None
+
+
+def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[str, Any]]:
+    """(spec, calibration dict or None, facts about where the numbers came from)."""
+    if o.gpus < 1:
+        raise InputError("--gpus must be ≥ 1")
+    cal_info: dict[str, Any] | None = None
+    recs = None
+    policy = o.policy
+    model = o.model
+    if o.calibrate_from:
+        recs = load_calibration_records(o.calibrate_from)
+        if model is None:
+            model = next((r.model for r in recs if r.model), None)
+        if policy is None and any((r.server or {}).get("prompt_n") is not None and (r.server or {}).get("predicted_n") is not None
+                                  and r.api != "sim" for r in recs):
+            policy = "llamacpp"
+    policy = policy or "vllm"
+    if policy not in POLICY_DEFAULTS:
+        raise InputError(f"unknown --policy {policy!r} (vllm or llamacpp)")
+    if model is None:
+        raise InputError("give --model (a catalog id such as llama-3.1-8b, a config.json or a .gguf)")
+    device = o.device
+    if device is None:
+        if o.calibrate_from:
+            from phasescope.theory.devices import load_local_device
+
+            device = "local" if load_local_device() is not None else "cpu-ddr5-5600-2ch"
+        else:
+            raise InputError("give --device (a catalog id such as l40s or h100, or 'local' after `phasescope hw`)")
+    d_budget, d_seqs, d_pool = POLICY_DEFAULTS[policy]
+    pool = o.kv_pool_tokens if o.kv_pool_tokens is not None else d_pool
+    spec_model = resolve_model(model)
+
+    def build(util: float) -> CostModel:
+        c = cost_from_theory(
+            spec_model, device, quant=o.quant, kv_dtype=o.kv_dtype, tp=o.tp, gpu_memory_utilization=util,
+            bw_eff=o.bw_eff, flops_eff=o.flops_eff,
+            step_overhead_s=None if o.step_overhead_ms is None else o.step_overhead_ms / 1e3,
+            kv_pool_tokens=pool, interconnect_gb_s=o.interconnect_gb_s,
+        )
+        return c
+
+    cost = build(o.gpu_memory_utilization)
+    api_overhead = 0.0
+    if recs is not None:
+        cal = calibrate(recs, cost)
+        cost = cal.cost
+        api_overhead = cal.api_overhead_s
+        cal_info = {"from": o.calibrate_from, **cal.to_dict()}
+    if o.api_overhead_ms is not None:
+        api_overhead = o.api_overhead_ms / 1e3
+    if o.num_requests is None and o.duration_s is None:
+        num = DEFAULT_NUM_REQUESTS
+    else:
+        num = o.num_requests
+    w = Workload(
+        rate=o.rate, concurrency=o.concurrency, num_requests=num, duration_s=o.duration_s,
+        arrival=o.arrival, burstiness=o.burstiness, input_len=o.input_len, output_len=o.output_len,
+        range_ratio=o.range_ratio, prefix_len=o.prefix_len, prefix_share=o.prefix_share, seed=o.seed,
+    )
+    w.validate()
+    sched = SchedulerConfig(
+        max_num_batched_tokens=o.max_num_batched_tokens or d_budget,
+        max_num_seqs=o.max_num_seqs or d_seqs,
+        chunked_prefill=o.chunked_prefill,
+        preempt=o.preempt,
+        prefix_caching=o.prefix_caching,
+        policy=policy,
+        api_overhead_s=api_overhead,
+    )
+    sched.validate()
+    cal_cost = cost
+
+    def rebuild(util: float) -> CostModel:
+        fresh = build(util)
+        return replace(cal_cost, kv_pool_tokens=fresh.kv_pool_tokens)
+
+    spec = PlanSpec(
+        cost=cost, workload=w, sched=sched, gpus=o.gpus,
+        disaggregate=_parse_pd(o.disaggregate) if o.disaggregate else None,
+        slo=parse_slo(o.slo), slo_percentile=o.slo_percentile, rebuild_cost=rebuild,
+    )
+    spec.deployment()  # validate the GPU arithmetic early
+    return spec, cal_info, {"model": spec_model.id, "device": device, "policy": policy}
+
+
+def run_plan(o: PlanOptions) -> dict[str, Any]:
+    """Run ``phasescope plan`` (see module docstring); returns the ``--json`` document."""
+    if sum(bool(x) for x in (o.sweep, o.capacity, o.disaggregate)) > 1:
+        raise InputError("use one of --sweep, --capacity, --disaggregate at a time")
+    spec, cal, facts = build_spec(o)
+    doc: dict[str, Any] = {
+        "kind": "plan",
+        "mode": "single",
+        "model": facts["model"],
+        "device": facts["device"],
+        "config": spec.config(),
+        "cost_model": cost_facts(spec.cost, spec.workload, spec.sched),
+        "calibration": cal,
+    }
+    res: SimResult | None = None
+    t0 = time.perf_counter()
+    if o.sweep:
+        name, values = parse_sweep(o.sweep)
+        doc["mode"] = "sweep"
+        doc["sweep"] = sweep(spec, name, values)
+    elif o.capacity:
+        doc["mode"] = "capacity"
+        doc["capacity"] = capacity(spec)
+    elif o.disaggregate:
+        doc["mode"] = "disaggregate"
+        cmp = compare_disaggregation(spec)
+        res = cmp.pop("_result")
+        doc["disaggregation"] = cmp
+        doc["summary"] = cmp["disaggregated"]["summary"]
+    else:
+        res, out = run_once(spec)
+        doc["summary"] = out["summary"]
+        doc["timeseries"] = out["timeseries"]
+    doc["sim_wall_s"] = time.perf_counter() - t0
+    doc["run_id"] = _save(doc, spec, res, o) if o.save else None
+    return doc
+
+
+def _save(doc: dict[str, Any], spec: PlanSpec, res: SimResult | None, o: PlanOptions) -> str | None:
+    try:
+        from phasescope.report.store import open_store
+    except ImportError:  # pragma: no cover
+        return None
+    store = open_store()
+    params = {"mode": doc["mode"], **doc["config"], "cost_model": doc["cost_model"]["params"],
+              "calibrated_from": o.calibrate_from}
+    target = f"sim://{doc['device']}/{doc['model']}"
+    with store.recording("plan", target, params, model=doc["model"], device=doc["device"], api="sim",
+                         engine=f"sim-{spec.sched.policy}") as run:
+        # simulated records can be regenerated from the seed: no need to fsync each one
+        writer = getattr(run, "_writer", None)
+        if writer is not None and hasattr(writer, "_fsync"):
+            writer._fsync = False
+        if res is not None:
+            for rec in to_records(res, model=doc["model"], target=target, wall_base_ns=time.time_ns(),
+                                  limit=o.records_limit, tags={"plan_mode": doc["mode"]}):
+                run.add(rec)
+        summary = dict(doc.get("summary") or {})
+        for k in ("sweep", "capacity"):
+            if k in doc:
+                summary[k] = doc[k]
+        if "disaggregation" in doc:
+            dz = doc["disaggregation"]
+            summary["disaggregation"] = {k: v for k, v in dz.items() if k not in ("colocated", "disaggregated")}
+            summary["colocated"] = dz["colocated"]["summary"]
+        run.finish(summary)
+        return run.id
+
+
+def options_dict(o: PlanOptions) -> dict[str, Any]:
+    return dataclasses.asdict(o)

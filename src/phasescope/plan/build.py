@@ -1,0 +1,144 @@
+"""Build a :class:`~phasescope.plan.costmodel.CostModel` from the theory catalogs (a ModelSpec and a Device).
+
+Every physical number comes from :mod:`phasescope.theory` (theory.md §1–§4, §6); only the
+efficiencies and the per-step overhead are planning defaults here, overridable by flags and replaced
+by measured values when calibrating (:mod:`phasescope.plan.calibrate`):
+
+* GPUs: η_bw = 0.8 (NVIDIA aiconfigurator ``mem_bw_empirical_scaling_factor``; theory.md §5 finds
+  70–82 % for ≥7B 16-bit models), η_f = 0.6 (a typical prefill MFU), 1.5 ms per step (scheduler,
+  sampling and launch work outside the kernels), roofline ``max``.
+* CPUs and ``local``: η_bw = 0.6, η_f = 0.5, 1 ms per step, additive ``sum`` (llama.cpp on a few cores
+  does not overlap memory traffic with the dequantize-and-dot work; engine.md §6–§7).
+* Apple GPUs: η_bw = 0.65, η_f = 0.5, 1 ms, ``max``.
+
+Interconnect for disaggregation: the device's first quoted link figure, which the catalog states as
+bidirectional, halved to one direction (NVLink 4 900 → 450 GB/s; PCIe Gen4 x16 64 → 32 GB/s); without
+one, 100 GbE (12.5 GB/s).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phasescope.errors import InputError
+from phasescope.plan.costmodel import CostModel, min_tp
+from phasescope.theory import roofline
+from phasescope.theory.devices import Device, get_device
+from phasescope.theory.models import ModelSpec, load_model_spec
+
+#: (bw_eff, flops_eff, step_overhead_s, overlap) by device kind
+DEFAULTS: dict[str, tuple[float, float, float, str]] = {
+    "gpu": (0.8, 0.6, 0.0015, "max"),
+    "accelerator": (0.8, 0.6, 0.0015, "max"),
+    "apple": (0.65, 0.5, 0.001, "max"),
+    "cpu": (0.6, 0.5, 0.001, "sum"),
+    "local": (0.6, 0.5, 0.001, "sum"),
+    "custom": (0.8, 0.6, 0.0015, "max"),
+}
+NETWORK_FALLBACK_BYTES_S = 12.5e9  # 100 GbE, one direction
+NO_MEMORY_POOL_TOKENS = 1_000_000  # CPUs: memory is system-dependent; a pool that never binds
+
+
+def resolve_model(model: str | ModelSpec) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else load_model_spec(model)
+
+
+def resolve_device(device: str | Device) -> Device:
+    return device if isinstance(device, Device) else get_device(device)
+
+
+def cost_from_theory(
+    model: str | ModelSpec,
+    device: str | Device,
+    *,
+    quant: str | None = None,
+    kv_dtype: str = "fp16",
+    tp: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    bw_eff: float | None = None,
+    flops_eff: float | None = None,
+    step_overhead_s: float | None = None,
+    overlap: str | None = None,
+    kv_pool_tokens: int | None = None,
+    interconnect_gb_s: float | None = None,
+) -> CostModel:
+    """A replica of ``tp`` devices serving ``model`` (see module docstring for the defaults).
+
+    ``tp=None`` picks the smallest power of two whose weight share fits (``costmodel.min_tp``).
+    """
+    spec = resolve_model(model)
+    dev = resolve_device(device)
+    if not 0 < gpu_memory_utilization <= 1:
+        raise InputError("--gpu-memory-utilization must be in (0, 1]")
+    try:
+        w_read = roofline.weight_bytes_read(spec, quant, batch=1)
+        w_total = roofline.weight_bytes_total(spec, quant)
+        n_nonemb = spec.nonembedding_active_params
+    except ValueError as exc:
+        raise InputError(f"model {spec.id}: {exc}") from None
+    if n_nonemb is None:
+        raise InputError(f"model {spec.id}: parameter count unknown, cannot time prefill")
+    if not spec.shape_known:
+        raise InputError(f"model {spec.id}: layer/head shape unknown, cannot size the KV cache")
+    kind = dev.kind if dev.kind in DEFAULTS else "gpu"
+    d_bw, d_f, d_ov, d_overlap = DEFAULTS[kind]
+    if tp is None:
+        tp = min_tp(dev.memory_bytes, w_total, gpu_memory_utilization)
+    if tp < 1:
+        raise InputError("tensor-parallel degree must be ≥ 1")
+    kv_tok = roofline.kv_bytes_per_token(spec, kv_dtype)
+    kv_layer = roofline.kv_bytes_per_layer_token(spec, kv_dtype)
+    n_local = spec.n_sliding_layers if spec.sliding_window else 0
+    peak = dev.peak_flops(roofline.compute_path(spec, quant))
+    if not peak:
+        raise InputError(f"device {dev.id} has no published compute peak; pass a calibrated profile")
+    if kv_pool_tokens is None:
+        if dev.memory_bytes:
+            cap = roofline.pool_capacity(
+                memory_bytes=dev.memory_bytes * tp,
+                weight_bytes=w_total,
+                kv_bytes_per_token=kv_tok,
+                gpu_memory_utilization=gpu_memory_utilization,
+            )
+            kv_pool_tokens = cap.pool_tokens
+            if kv_pool_tokens <= 0:
+                raise InputError(
+                    f"{spec.id} ({w_total / 1e9:.1f} GB of weights) does not fit in {tp}× {dev.id} "
+                    f"at --gpu-memory-utilization {gpu_memory_utilization}",
+                    hint="raise --gpus/--tp or use a smaller quantization",
+                )
+        else:
+            kv_pool_tokens = NO_MEMORY_POOL_TOKENS
+    link = interconnect_gb_s * 1e9 if interconnect_gb_s else (
+        dev.interconnect_gb_s * 1e9 / 2 if dev.interconnect_gb_s else NETWORK_FALLBACK_BYTES_S
+    )
+    # attention FLOPs per (query, key) pair over all layers: decode_attention_flops at context 1
+    attn_pair = roofline.decode_attention_flops(spec, 1) if not spec.is_mla else roofline._attn_pair_flops(spec, False) * (spec.n_layers or 0)  # noqa: SLF001
+    source: dict[str, Any] = {
+        "from": "theory",
+        "model": spec.id,
+        "device": dev.id,
+        "quant": quant or spec.dtype,
+        "kv_dtype": kv_dtype,
+        "gpu_memory_utilization": gpu_memory_utilization,
+    }
+    return CostModel(
+        name=f"{spec.id}@{dev.id}" + (f"×{tp}" if tp > 1 else ""),
+        weight_bytes=w_read / tp,
+        kv_bytes_per_token=kv_tok / tp,
+        flops_per_token=2.0 * n_nonemb,
+        attn_flops_per_pair=attn_pair,
+        lm_head_flops=2.0 * float(spec.embedding_params or 0),
+        bandwidth_bytes_s=dev.mem_bandwidth_bytes_s * tp,
+        peak_flops=peak * tp,
+        bw_eff=d_bw if bw_eff is None else bw_eff,
+        flops_eff=d_f if flops_eff is None else flops_eff,
+        step_overhead_s=d_ov if step_overhead_s is None else step_overhead_s,
+        kv_pool_tokens=int(kv_pool_tokens),
+        overlap=overlap or d_overlap,
+        kv_bytes_per_token_local=(kv_layer * n_local) / tp,
+        kv_window_tokens=spec.sliding_window if n_local else None,
+        interconnect_bytes_s=link,
+        tp=tp,
+        source=source,
+    )
