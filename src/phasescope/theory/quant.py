@@ -125,6 +125,10 @@ _ALIASES: dict[str, str] = {
 }
 
 
+#: names without underscores (``bf-16`` → ``bf16``, ``Q4KM`` → ``q4_k_m``)
+_COMPACT: dict[str, str] = {n.replace("_", ""): n for n in QUANT_FORMATS}
+
+
 def _norm(name: str) -> str:
     n = re.sub(r"[\s\-.]+", "_", name.strip().lower())
     if n.startswith("mostly_") and n not in _ALIASES:
@@ -135,7 +139,7 @@ def _norm(name: str) -> str:
 def get_quant(name: str) -> QuantFormat:
     """The :class:`QuantFormat` for a name (case/dash-insensitive, aliases allowed), else UnknownQuantError."""
     key = _norm(name)
-    fmt = QUANT_FORMATS.get(key)
+    fmt = QUANT_FORMATS.get(key) or QUANT_FORMATS.get(_COMPACT.get(key.replace("_", ""), ""))
     if fmt is None:
         known = ", ".join(sorted(QUANT_FORMATS))
         raise UnknownQuantError(f"unknown quantization or dtype {name!r}", hint=f"known: {known}")

@@ -1,0 +1,172 @@
+"""`phasescope ceiling | kv | devices | models | hw` through the real entry point: JSON contracts and
+bad input → one line on stderr, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from phasescope.cli import main
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["phasescope", *argv])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path / "cfg"))
+    return tmp_path / "cfg"
+
+
+def test_ceiling_json_seed_contract(capsys, monkeypatch) -> None:
+    code, out, _ = run(["ceiling", "--weights-gb", "16", "--json"], capsys, monkeypatch)
+    assert code == 0
+    doc = json.loads(out)
+    rows = doc["devices"]
+    assert [r["device"] for r in rows] == ["cpu-ddr5-5600-2ch", "a10g", "l40s", "rtx-4090", "a100-80gb-sxm", "h100-sxm"]
+    assert [r["mem_bandwidth_gb_s"] for r in rows] == [90, 600, 864, 1008, 2039, 3350]
+    assert [round(r["decode_ceiling_tok_s"]) for r in rows] == [6, 38, 54, 63, 127, 209]
+    for r in rows:
+        assert r["prefill_floor_s"] > 0
+        assert r["binding_roof"] == "bandwidth" and r["compute_roof_tok_s"] > r["bandwidth_roof_tok_s"]
+        assert r["ridge_batch"] > 1
+
+
+def test_ceiling_table_prints_the_six(capsys, monkeypatch) -> None:
+    code, out, _ = run(["ceiling", "--weights-gb", "16"], capsys, monkeypatch)
+    assert code == 0
+    for dev, ceil in [("cpu-ddr5-5600-2ch", "6"), ("a10g", "38"), ("l40s", "54"), ("rtx-4090", "63"),
+                      ("a100-80gb-sxm", "127"), ("h100-sxm", "209")]:
+        line = next(ln for ln in out.splitlines() if dev in ln)
+        assert f" {ceil} " in line
+
+
+def test_ceiling_model_quant_devices(capsys, monkeypatch) -> None:
+    code, out, _ = run(["ceiling", "-m", "llama-3.1-8b", "--quant", "fp8", "-d", "h100", "-d", "a100-80gb-sxm",
+                        "--bandwidth-gb-s", "100", "--context", "4096", "--batch", "32", "--prompt", "4096", "--json"],
+                       capsys, monkeypatch)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["model"]["weight_format"] == "fp8"
+    ids = [r["device"] for r in doc["devices"]]
+    assert ids == ["h100-sxm", "a100-80gb-sxm", "custom"]
+    h100 = doc["devices"][0]
+    assert h100["compute_path"] == "fp8" and h100["peak_tflops"] == 1978.9
+    assert doc["devices"][1]["compute_path"] == "fp8" and doc["devices"][1]["peak_tflops"] == 312  # no FP8 on A100
+    assert h100["kv_bytes_read"] == 4096 * 131_072
+    assert h100["aggregate_ceiling_tok_s"] > h100["decode_ceiling_tok_s"]
+    code, out, _ = run(["ceiling", "-m", "llama-3.1-8b", "-d", "all", "--json"], capsys, monkeypatch)
+    assert code == 0 and len(json.loads(out)["devices"]) >= 35
+
+
+def test_kv_json(capsys, monkeypatch) -> None:
+    code, out, _ = run(["kv", "-m", "llama-3.1-8b", "--context", "8000", "--json"], capsys, monkeypatch)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["kv_bytes_per_token"] == 131_072
+    assert doc["kv_bytes_per_sequence"] == 1_048_576_000
+    assert doc["max_concurrent_sequences"] is None and doc["pool"] is None
+    code, out, _ = run(["kv", "-m", "llama-3.1-8b", "--context", "8000", "-d", "a100-80gb-sxm", "--json"], capsys, monkeypatch)
+    doc = json.loads(out)
+    pool = 80e9 * 0.9 - 8_030_261_248 * 2
+    assert doc["max_concurrent_sequences"] == int(pool // 1_048_576_000)
+    assert doc["pool_tokens"] == int(pool // 131_072)
+    code, out, _ = run(["kv", "-m", "deepseek-v3", "--kv-dtype", "bf16", "--gpu-mem-gb", "1128",
+                        "--gpu-memory-utilization", "0.95", "--context", "1000", "--json"], capsys, monkeypatch)
+    doc = json.loads(out)
+    assert doc["kind"] == "mla" and doc["kv_bytes_per_token"] == 70_272
+    assert doc["pool"]["gpu_memory_utilization"] == 0.95
+    code, out, _ = run(["kv", "-m", "llama-3.1-8b", "--kv-dtype", "q8_0", "--gpu-mem-gb", "24", "--weights-gb", "4.9",
+                        "--context", "8000", "--json"], capsys, monkeypatch)
+    doc = json.loads(out)
+    assert doc["pool"]["weight_bytes"] == 4.9e9 and doc["kv_bytes_per_token"] == 131_072 * 34 / 64
+
+
+def test_devices_and_models_json(capsys, monkeypatch) -> None:
+    code, out, _ = run(["devices", "--json"], capsys, monkeypatch)
+    assert code == 0 and len(json.loads(out)["devices"]) >= 35
+    code, out, _ = run(["models", "--json"], capsys, monkeypatch)
+    models = json.loads(out)["models"]
+    assert code == 0 and len(models) >= 30
+    assert {m["id"]: m["kv_bytes_per_token_fp16"] for m in models}["llama-3.1-8b"] == 131_072
+    code, out, _ = run(["devices"], capsys, monkeypatch)
+    assert code == 0 and "h100-sxm" in out
+
+
+def test_hw_saves_local_device_used_by_ceiling(capsys, monkeypatch, _home: Path) -> None:
+    code, out, _ = run(["hw", "--size-mb", "8", "--repeats", "2", "--matmul-n", "128", "--json"], capsys, monkeypatch)
+    assert code == 0
+    doc = json.loads(out)
+    bw = doc["measurement"]["bandwidth"]
+    assert bw["best_gb_s"] >= bw["median_gb_s"] >= bw["min_gb_s"] > 0
+    assert bw["method"] in ("c-threads", "numpy-threads") and len(bw["runs_gb_s"]) == 2
+    assert doc["measurement"]["matmul"]["best_gflop_s"] > 0
+    assert doc["device"]["mem_bandwidth_gb_s"] == pytest.approx(bw["best_gb_s"], rel=1e-3)
+    assert "measured by `phasescope hw`" in doc["device"]["source"]
+    assert Path(doc["saved_to"]) == _home / "local_device.json"
+    code, out, _ = run(["ceiling", "--weights-gb", "1", "-d", "local", "--json"], capsys, monkeypatch)
+    row = json.loads(out)["devices"][0]
+    assert row["device"] == "local"
+    assert row["bandwidth_roof_tok_s"] == pytest.approx(doc["device"]["mem_bandwidth_gb_s"] / 1.0)
+
+
+BAD = [
+    (["ceiling", "--config", "/nonexistent/config.json"], "not found"),
+    (["ceiling", "--gguf", "/nonexistent/m.gguf"], "not found"),
+    (["ceiling", "--weights-gb", "16", "-d", "h900"], "unknown device"),
+    (["ceiling", "--weights-gb", "16", "--quant", "q9_x"], "unknown quantization"),
+    (["ceiling", "-m", "no-such-model"], "unknown model"),
+    (["ceiling"], "no model given"),
+    (["ceiling", "-m", "llama-3.1-8b", "--weights-gb", "3"], "only one of"),
+    (["ceiling", "--weights-gb", "-1"], "must be > 0"),
+    (["ceiling", "--weights-gb", "16", "--batch", "0"], "--batch"),
+    (["kv", "-m", "llama-3.1-8b", "--kv-dtype", "fp7"], "unknown KV-cache dtype"),
+    (["kv", "-m", "llama-3.1-8b", "-d", "cpu"], "no fixed memory size"),
+    (["kv", "-m", "llama-3.1-8b", "--gpu-mem-gb", "24", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
+    (["ceiling", "-d", "local", "--weights-gb", "1"], "no local device"),
+]
+
+
+@pytest.mark.parametrize("argv,msg", BAD, ids=[" ".join(a[:3]) + f" [{m}]" for a, m in BAD])
+def test_bad_input_one_line_exit_2(argv, msg, capsys, monkeypatch) -> None:
+    code, out, err = run(argv, capsys, monkeypatch)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("phasescope: error: "), err
+    assert msg in lines[0]
+    assert "Traceback" not in err and out == ""
+
+
+def test_bad_files_via_subprocess(tmp_path: Path) -> None:
+    """The installed entry point: malformed JSON, a config lacking keys, a non-GGUF file."""
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text('{"hidden_size": 4096,')
+    lacking = tmp_path / "config.json"
+    lacking.write_text(json.dumps({"hidden_size": 4096, "num_attention_heads": 32}))
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"\x00" * 64)
+    env = {**os.environ, "PHASESCOPE_HOME": str(tmp_path / "cfg")}
+    for argv, msg in [
+        (["ceiling", "--config", str(bad_json)], "malformed JSON"),
+        (["kv", "--config", str(lacking)], "lacks num_hidden_layers"),
+        (["ceiling", "--gguf", str(fake)], "not a GGUF file"),
+        (["ceiling", "--model", str(lacking)], "lacks"),
+    ]:
+        p = subprocess.run([sys.executable, "-m", "phasescope", *argv], capture_output=True, text=True, env=env, timeout=60)
+        assert p.returncode == 2, (argv, p.stderr)
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("phasescope: error:") and msg in lines[0], p.stderr
+        assert p.stdout == ""
