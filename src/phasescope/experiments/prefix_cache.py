@@ -15,7 +15,7 @@ Two groups (two different S) give two cold samples. Then
 
 ``cache_detected`` is ``True`` when repeats save at least half of the expected saving, ``False``
 when they save at most a fifth of it, and ``None`` (cannot tell) when the expected saving is not
-clearly above the noise (4 × robust σ of the repeat/short TTFTs, floor 2 ms) or the saving is in
+clearly above the noise (4 × robust σ of the repeat TTFTs, floor 2 ms) or the saving is in
 between. The server's own view is read alongside: cached prompt tokens per response (OpenAI
 ``usage.prompt_tokens_details.cached_tokens``, llama.cpp ``timings.cache_n``), the server-timed
 prefill (llama.cpp ``prompt_ms``, Ollama ``prompt_eval_duration``) and the vLLM/SGLang/llama.cpp
@@ -139,7 +139,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         return res
     res.saved_s = res.ttft_first_s - res.ttft_repeat_s
     res.saved_fraction = res.saved_s / res.ttft_first_s if res.ttft_first_s > 0 else None
-    res.noise_s = max(mad_sigma(t_rep), mad_sigma(t_short), NOISE_FLOOR_S)
+    res.noise_s = max(mad_sigma(t_rep), NOISE_FLOOR_S)
     if res.ttft_short_s is None:
         res.reason = "no baseline (user-turn-only) request succeeded"
         return res
@@ -182,14 +182,14 @@ async def run(ctx: RunContext, budget_s: float, *, user_tokens: int = 24, output
     assert c is not None, "calibrate first"
     cap = max(64, min(2048, ctx.ctx_limit() - user_tokens - output_tokens - 16))
     if system_tokens is None:
-        per_req = 0.8 * budget_s / (groups * (1 + repeats) + 3)
+        per_req = 0.8 * budget_s / (groups * (1 + repeats) + 4)
         system_tokens = int(max(128, min(cap, (per_req - request_time_s(c, user_tokens, output_tokens)) * c.prefill_tok_s)))
     system_tokens = min(system_tokens, cap)
     ctx.say(f"{NAME}: {system_tokens}-token system prompt, {groups} × (1 cold + {repeats} repeats), "
             f"{user_tokens}-token user turns")
     before = await _scrape_counters(ctx)
     await ctx.send((await ctx.prompt(user_tokens)).request(output_tokens), NAME, phase="warmup")
-    for i in range(2):
+    for i in range(3):
         await ctx.send((await ctx.prompt(user_tokens)).request(output_tokens), NAME, phase="short", i=i)
     for g in range(groups):
         sysp = await ctx.prompt(system_tokens)

@@ -1,0 +1,103 @@
+"""``phasescope explain [URL]`` and ``phasescope experiment NAME [URL]`` (parse, call, print)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from phasescope.apis.base import Timeouts
+from phasescope.cli._common import console, err_console, print_json
+from phasescope.experiments import NAMES
+
+_URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."
+
+
+def _common(url: Optional[str], names: list[str], budget: str, api: str, model: Optional[str], api_key: Optional[str],
+            model_spec: Optional[str], device: Optional[str], save: bool, json_out: bool, connect_timeout: float,
+            ttft_timeout: float, itl_timeout: float, single: bool) -> None:
+    from phasescope.experiments.render import render_experiments, render_findings
+    from phasescope.experiments.suite import parse_budget, run_explain
+
+    budget_s = parse_budget(budget)
+
+    def progress(msg: str) -> None:
+        err_console.print(f"[dim]…[/dim] {msg}")
+
+    rep = run_explain(url, budget_s=budget_s, names=names, api=api, model=model, api_key=api_key or None,
+                      model_spec=model_spec, device=device, progress=progress, save=save,
+                      timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout))
+    doc = rep.to_json()
+    if json_out:
+        if single:
+            one = dict(doc["experiments"].get(names[0], {}))
+            one.update({"findings": doc["findings"], "undecided": doc["undecided"], "run_id": doc["run_id"],
+                        "target": doc["target"], "engine": doc["engine"], "model": doc["model"]})
+            print_json(one)
+        else:
+            print_json(doc)
+        return
+    console.print(f"[bold]phasescope explain[/bold] {doc['target']} — {doc['engine'] or 'unknown engine'}, "
+                  f"model {doc['model']}, {doc['duration_s']:.0f} s of a {budget_s:.0f} s budget")
+    render_findings(doc, console)
+    console.rule("supporting measurements")
+    render_experiments(doc["experiments"], console)
+    if doc.get("run_id"):
+        console.print(f"[dim]saved as run {doc['run_id']} (raw records: {doc['records_path']})[/dim]")
+
+
+def explain(
+    url: Optional[str] = typer.Argument(None, help=_URL_HELP),
+    budget: str = typer.Option("3m", "--budget", help="Time for the whole suite (e.g. 3m, 90s); experiments size themselves to it."),
+    only: Optional[str] = typer.Option(None, "--only", help=f"Comma-separated subset of: {', '.join(NAMES)}."),
+    api: str = typer.Option("auto", "--api", help="auto | openai | chat | ollama | llamacpp."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name to request (default: the server's first model)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False, help="Bearer token (never printed or saved)."),
+    model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
+    device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling (default: `local` for the embedded engine, when `phasescope hw` measured it)."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Record the run (kind explain) in the run store."),
+    json_out: bool = typer.Option(False, "--json", help="Print findings and experiments as JSON on stdout."),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
+    ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
+    itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
+) -> None:
+    """Run experiments that expose each prefill/decode effect, then say what to change and why."""
+    from phasescope.errors import InputError
+
+    names = list(NAMES)
+    if only:
+        names = [n.strip() for n in only.split(",") if n.strip()]
+        bad = [n for n in names if n not in NAMES]
+        if bad or not names:
+            raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {', '.join(NAMES)}")
+    _common(url, names, budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
+            ttft_timeout, itl_timeout, single=False)
+
+
+def experiment(
+    name: str = typer.Argument(..., help=f"One of: {', '.join(NAMES)}."),
+    url: Optional[str] = typer.Argument(None, help=_URL_HELP),
+    budget: str = typer.Option("1m", "--budget", help="Time for this experiment (e.g. 60s, 2m)."),
+    api: str = typer.Option("auto", "--api", help="auto | openai | chat | ollama | llamacpp."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model name to request."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False, help="Bearer token (never printed or saved)."),
+    model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings/predictions."),
+    device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store."),
+    json_out: bool = typer.Option(False, "--json", help="Print the experiment's result as JSON."),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
+    ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
+    itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
+) -> None:
+    """Run one experiment (prompt-scaling, prefix-cache, context-fill, batching, prefill-interference, queue)."""
+    from phasescope.errors import InputError
+
+    if name not in NAMES:
+        raise InputError(f"unknown experiment {name!r}; choose from: {', '.join(NAMES)}")
+    _common(url, [name], budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
+            ttft_timeout, itl_timeout, single=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explain")(explain)
+    app.command("experiment")(experiment)
