@@ -1,0 +1,119 @@
+"""report: every plot from records + summary, offline page, server strings escaped, skipped plots named."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from report_synth import concurrent_run, sequential_run  # noqa: E402
+
+from phasescope.errors import InputError  # noqa: E402
+from phasescope.report.html import PLOTS, build_plots, find_ceilings, find_timeline, write_report  # noqa: E402
+from phasescope.report.store import RunInfo  # noqa: E402
+
+EVIL = "<script>alert('pwned')</script>"
+
+
+def full_runs() -> list:  # type: ignore[type-arg]
+    probe_summary = {
+        "sizes": [{"prompt_tokens": 2048, "ttft_s": 0.09, "prefill_floor_s": 0.02}],
+        "decode_ceiling_tok_s": 180.0,
+        "findings": [{"id": "x", "severity": "problem", "cause": "<img src=x onerror=alert(1)> slow prefill",
+                      "evidence": [{"what": "TTFT", "value": 0.09, "unit": "s", "source": "probe n=8"}],
+                      "advice": [{"engine": "llamacpp", "change": "--ubatch-size 512", "why": "</li><script>x()</script>"}]}],
+    }
+    probe = RunInfo(id="r1", kind="probe", status="complete", started_at=1e9, model=EVIL, summary=probe_summary,
+                    target="http://127.0.0.1:8080/v1",
+                    params={"note": EVIL}, error=None)
+    recs = sequential_run(6, seed=1, sizes=(256, 1024, 2048), ttft_per_token_s=2e-5, model=EVIL)
+    recs[0].error_message = EVIL
+    tl = {"t_s": [0, 1, 2, 3], "running": [1, 4, 8, 8], "waiting": [0, 0, 3, 5], "kv_cache_usage": [0.1, 0.4, 0.9, 1.0]}
+    bench = RunInfo(id="r2", kind="bench", status="partial", started_at=1e9 + 60, model="gemma", summary={"server_timeline": tl},
+                    error="interrupted")
+    return [(probe, recs), (bench, concurrent_run((1, 2, 4), 8, seed=2))]
+
+
+def test_all_plots_present(tmp_path: Path) -> None:
+    res = write_report(full_runs(), tmp_path / "r.html")
+    assert res.plots == [name for name, _, _ in PLOTS]
+    assert res.skipped == {}
+    page = (tmp_path / "r.html").read_text()
+    for name in res.plots:
+        assert f'id="plot-{name}"' in page
+    assert res.size_bytes == (tmp_path / "r.html").stat().st_size
+
+
+def test_offline_self_contained(tmp_path: Path) -> None:
+    write_report(full_runs(), tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert not re.search(r"<script[^>]+src\s*=", page, re.I)
+    assert not re.search(r"<link[^>]+href\s*=", page, re.I)
+    markup = re.sub(r"<script>.*?</script>", "", page, flags=re.S)  # the page without inline code
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", markup, re.I)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert page.count("Plotly.register") >= 1 and page.count("plotly.js v") == 1  # the library, inlined once
+    assert len(page) > 3_000_000
+
+
+def test_server_strings_escaped(tmp_path: Path) -> None:
+    write_report(full_runs(), tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    assert EVIL not in page and "<img src=x" not in page and "</li><script>" not in page
+    # exactly our own five script elements: error hook, plotly, specs (JSON), init
+    assert len(re.findall(r"<script[\s>]", page)) == 4
+    assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in page or "&lt;script&gt;alert('pwned')&lt;/script&gt;" in page
+    specs = re.search(r'<script id="ps-specs" type="application/json">(.*?)</script>', page, re.S)
+    assert specs and "<" not in specs.group(1)  # JSON cannot close its script element
+
+
+def test_skips_plots_without_data_and_says_why(tmp_path: Path) -> None:
+    one = RunInfo(id="r9", kind="probe", status="partial", started_at=0.0, model="m", summary=None)
+    failed = sequential_run(0, seed=3, errors=4)  # nothing succeeded: nothing to plot
+    res = write_report([(one, failed)], tmp_path / "r.html")
+    assert res.plots == [] and set(res.skipped) == {name for name, _, _ in PLOTS}
+    page = (tmp_path / "r.html").read_text()
+    assert "Not plotted" in page
+    for reason in res.skipped.values():
+        assert reason.split("(")[0].strip() in page
+
+
+def test_single_size_probe_has_ttft_plot_without_fit() -> None:
+    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m")
+    plots, skipped = build_plots([(one, sequential_run(5, seed=3))])
+    names = [p.name for p in plots]
+    assert names == ["ttft_vs_prompt", "itl_cdf"]
+    assert "one prompt size" in plots[0].note
+    assert set(skipped) == {"decode_vs_context", "throughput_vs_itl", "server_timeline", "ceilings"}
+
+
+def test_fit_recovers_linear_prefill_cost() -> None:
+    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m")
+    recs = sequential_run(10, seed=4, sizes=(128, 512, 1024, 2048, 4096), ttft_s=0.02, ttft_per_token_s=5e-5, jitter=0.01)
+    plots, _ = build_plots([(one, recs)])
+    fit = next(t for t in plots[0].figure.data if "fit:" in t.name)
+    # the generator's TTFT = 20 ms + 50 µs/token · n: the fitted line at 4096 tokens must be ≈ 225 ms
+    assert fit.y[-1] == pytest.approx((0.02 + 5e-5 * fit.x[-1]) * 1e3, rel=0.03)
+
+
+def test_summary_shapes() -> None:
+    assert find_timeline({"server_timeline": [{"t_s": 0, "running": 1}, {"t_s": 1, "running": 2}]}) == {
+        "t_s": [0, 1], "running": [1, 2]}
+    assert find_timeline({"server_metrics": {"timeline": {"t": [0, 1], "waiting": [0, 3]}}}) == {"t_s": [0, 1], "waiting": [0, 3]}
+    assert find_timeline({"timeline": {"running": [1]}}) is None
+    assert find_ceilings({"a": [{"decode_ceiling_tok_s": 100}], "prefill_ceiling_tok_s": 5000}) == {
+        "decode_tok_s": 100.0, "prefill_tok_s": 5000.0}
+    assert find_ceilings({"x": {"prefill_floor_s": 0.5, "prompt_tokens": 1000}}) == {"prefill_tok_s": 2000.0}
+
+
+def test_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError):
+        write_report([], tmp_path / "r.html")
+    f = tmp_path / "file"
+    f.write_text("x")
+    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0)
+    with pytest.raises(InputError, match="cannot write"):
+        write_report([(one, [])], f / "r.html")
