@@ -1,0 +1,214 @@
+"""bench against real loopback servers: the probe owner's ground-truth fakes and the embedded engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from phasescope.apis import get_client
+from phasescope.apis.base import Target
+from phasescope.load.runner import run_load
+from phasescope.load.schedule import build_schedule
+from phasescope.load.summary import summarize
+from phasescope.load.workload import WorkItem
+from phasescope.measure.records import read_records
+from phasescope.testing.fakeserver import FakeServer
+
+ITEMS = [WorkItem(prompt=" the" * 8, output_len=4, input_len=8)]
+PS = [sys.executable, "-m", "phasescope"]
+
+
+def _target(srv: FakeServer) -> Target:
+    return Target(base_url=srv.url, api="openai", model="fake-model", engine="vllm")
+
+
+def test_rate_honoured_from_send_timestamps() -> None:
+    async def go():  # type: ignore[no-untyped-def]
+        async with FakeServer(ttft_s=0.005, itl_s=0.001) as srv:
+            sched = build_schedule(60, rate=40.0, shape="constant")
+            res = await run_load(sched, ITEMS, _target(srv), send=get_client("openai").send)
+            return sched, res, srv
+
+    sched, res, srv = asyncio.run(go())
+    assert len(res.records) == 60 and all(r.ok for r in res.records)
+    # every request left at its scheduled time (send lag = start − scheduled; loose bound for a shared box)
+    lags_ms = np.array([(r.t_start_ns - r.t_scheduled_ns) / 1e6 for r in res.records])
+    assert np.median(lags_ms) < 5.0
+    starts = np.sort([r.t_start_ns for r in res.records]) / 1e9
+    achieved = (len(starts) - 1) / (starts[-1] - starts[0])
+    assert achieved == pytest.approx(40.0, rel=0.15)
+    # the server saw every request (ground truth keyed by our record ids)
+    assert {g.id for g in srv.log} == {r.id for r in res.records}
+
+
+def test_concurrency_cap_honoured_server_side() -> None:
+    async def go():  # type: ignore[no-untyped-def]
+        async with FakeServer(ttft_s=0.03, itl_s=0.002) as srv:
+            res = await run_load(build_schedule(24, max_concurrency=3), ITEMS, _target(srv),
+                                 send=get_client("openai").send, max_concurrency=3)
+            return res, list(srv.log)
+
+    res, log = asyncio.run(go())
+    assert len(res.records) == 24
+    # overlap of [request received, last event sent] on the server's own clock
+    ev = sorted([(g.t_recv_ns, 1) for g in log] + [(g.t_events_ns[-1], -1) for g in log], key=lambda x: (x[0], x[1]))
+    cur = peak = 0
+    for _, d in ev:
+        cur += d
+        peak = max(peak, cur)
+    assert peak == 3
+    s = summarize(res.records, t0_ns=res.t0_ns)
+    assert s["max_concurrent_requests"] == 3
+    assert s["mean_client_queue_time_ms"] > 0  # capped requests waited in the client, reported apart
+
+
+def test_thousand_concurrent_streams_all_accounted(tmp_path: Path) -> None:
+    # the fake runs in its own process (as a real server would), logging ground truth per request
+    gt = tmp_path / "gt.jsonl"
+    fake, url = _start_fake(tmp_path, "--ttft-ms", "300", "--itl-ms", "2", "--log", str(gt))
+    try:
+        tgt = Target(base_url=url, api="openai", model="fake-model", engine="vllm")
+        res = asyncio.run(run_load(build_schedule(1000), ITEMS, tgt, send=get_client("openai").send))
+    finally:
+        fake.terminate()
+        fake.wait(10)
+    assert len(res.records) == 1000
+    assert len({r.id for r in res.records}) == 1000
+    failed = [r for r in res.records if not r.ok]
+    assert not failed, failed[:3]
+    server_ids = {json.loads(ln)["id"] for ln in gt.read_text().splitlines() if ln.strip()}
+    assert server_ids == {r.id for r in res.records}
+    s = summarize(res.records, t0_ns=res.t0_ns)
+    assert s["completed"] == 1000 and s["total_output_tokens"] == 4000
+
+
+def test_workers_merge_records_exactly(tmp_path: Path) -> None:
+    from phasescope.load.workers import run_workers
+
+    with FakeServer(ttft_s=0.01, itl_s=0.002).running() as srv:
+        sched = build_schedule(30, rate=100.0, warmup=2)
+        res = run_workers(sched, ITEMS, _target(srv), n_workers=2, records_dir=tmp_path)
+        server_ids = {g.id for g in srv.log}
+    assert len(res.records) == 30 and len(res.warmup_records) == 2
+    assert sorted(r.tags["index"] for r in res.records) == list(range(30))
+    assert {r.worker for r in res.records} == {"w0", "w1"}
+    assert {r.id for r in res.records + res.warmup_records} == server_ids
+    on_disk = read_records(tmp_path / "worker-0.jsonl") + read_records(tmp_path / "worker-1.jsonl")
+    assert len(on_disk) == 32
+    s = summarize(res.records)
+    assert s["completed"] == 30 and s["duration"] > 0
+
+
+def _bench_cli(args: list[str], env_extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = dict(os.environ, **(env_extra or {}))
+    return subprocess.Popen(PS + ["bench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _start_fake(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    p = subprocess.Popen([sys.executable, "-m", "phasescope.testing.fakeserver", "--flavor", "vllm", *extra],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line.startswith("READY"), line
+    return p, line.split()[1]
+
+
+def test_cli_json_with_server_metrics(tmp_path: Path) -> None:
+    fake, url = _start_fake(tmp_path, "--ttft-ms", "20", "--itl-ms", "2")
+    try:
+        p = _bench_cli([url, "-n", "12", "-c", "4", "--input-len", "8", "--output-len", "5", "--json",
+                        "--goodput", "ttft:1000", "--percentiles", "50,99", "--out", str(tmp_path / "o"),
+                        "--metrics-interval", "0.2"], {"PHASESCOPE_STORE": str(tmp_path / "store")})
+        out, err = p.communicate(timeout=60)
+    finally:
+        fake.terminate()
+        fake.wait(10)
+    assert p.returncode == 0, err
+    s = json.loads(out)
+    assert s["completed"] == 12 and s["failed"] == 0 and not s["partial"]
+    for k in ("request_throughput", "output_throughput", "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+              "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "request_goodput"):
+        assert s[k] is not None, k
+    assert s["total_output_tokens"] == 60
+    assert s["token_count_source"]["output"] == {"usage": 12}
+    sm = s["server_metrics"]
+    assert sm["available"] and sm["engine"] == "vllm"
+    # warm-ups happen before the scraper starts: the server's generation counter matches ours
+    assert sm["summary"]["generation_tokens"] == 60
+    assert (tmp_path / "o" / "summary.json").exists()
+    assert len(read_records(tmp_path / "o" / "records.jsonl")) == 13  # 12 + 1 warm-up
+    assert s["records_path"] and Path(s["records_path"]).exists()
+
+
+def test_server_killed_mid_run_gives_partial_summary(tmp_path: Path) -> None:
+    fake, url = _start_fake(tmp_path, "--ttft-ms", "10", "--itl-ms", "20")
+    p = _bench_cli([url, "-n", "400", "--request-rate", "20", "--input-len", "8", "--output-len", "20",
+                    "--out", str(tmp_path / "o"), "--no-store", "--no-server-metrics"])
+    time.sleep(4.0)
+    fake.kill()
+    fake.wait(10)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 3, (out, err)
+    assert "Partial run" in err and "stopped answering" in err
+    assert "Traceback" not in err
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["partial"] and "stopped answering" in s["stop_reason"]
+    assert s["completed"] > 0 and s["failed"] >= 8
+    recs = [r for r in read_records(tmp_path / "o" / "records.jsonl") if not r.tags.get("warmup")]
+    assert len(recs) == s["completed"] + s["failed"]
+
+
+def test_ctrl_c_leaves_partial_run(tmp_path: Path) -> None:
+    fake, url = _start_fake(tmp_path, "--ttft-ms", "10", "--itl-ms", "10")
+    try:
+        p = _bench_cli([url, "-n", "1000", "--request-rate", "10", "--input-len", "8", "--output-len", "5",
+                        "--out", str(tmp_path / "o"), "--no-store", "--no-server-metrics"])
+        time.sleep(4.0)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        fake.terminate()
+        fake.wait(10)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["partial"] and s["stop_reason"].startswith("interrupted")
+    assert 0 < s["completed"] < 1000
+
+
+def test_bad_input_is_one_line() -> None:
+    p = subprocess.run(PS + ["bench", "http://127.0.0.1:1", "--goodput", "itl:5"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip().startswith("phasescope: error:") and "Traceback" not in p.stderr
+
+
+@pytest.mark.engine
+def test_bench_on_embedded_engine(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Real batching: 8 requests over --parallel slots, server /metrics alongside."""
+    from phasescope.load.bench import BenchConfig, run_bench
+
+    cfg = BenchConfig(url=engine.url, num_prompts=8, max_concurrency=4, input_len=16, output_len=8,
+                      out_dir=str(tmp_path), store=False, metrics_interval_s=0.25)
+    r = run_bench(cfg)
+    s = r.summary
+    assert s["completed"] == 8 and s["failed"] == 0
+    assert s["engine"] == "llamacpp"
+    assert s["total_output_tokens"] == 64
+    assert s["token_count_source"]["output"] == {"usage": 8}
+    assert 2 <= s["max_concurrent_requests"] <= 4
+    # prompts were built to 16 tokens through the server's /tokenize (usage adds at most BOS)
+    assert all(16 <= rec.prompt_tokens <= 17 for rec in r.records)
+    sm = s["server_metrics"]
+    assert sm["available"] and sm["engine"] == "llamacpp"
+    assert sm["summary"]["generation_tokens"] == 64
+    assert max(row["running"] or 0 for row in sm["timeline"]) >= 1
