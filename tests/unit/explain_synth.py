@@ -1,0 +1,32 @@
+"""Synthetic request records with chosen timings, for the explain analysis and rule tests."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from phasescope.measure.records import Event, RequestRecord
+
+S = 1_000_000_000  # ns per second
+_N = [0]
+
+
+def rec(experiment: str, phase: str, *, ttft: float, t0: float = 0.0, n_out: int = 10, gap: float = 0.01,
+        gaps: Sequence[float] | None = None, prompt: int = 100, server: dict[str, Any] | None = None,
+        cached: int | None = None, ok: bool = True, max_tokens: int | None = None, **tags: Any) -> RequestRecord:
+    """A streamed request that started at ``t0`` s, first token after ``ttft`` s, then ``n_out − 1``
+    tokens separated by ``gap`` s (or the explicit ``gaps``)."""
+    _N[0] += 1
+    start = int(t0 * S)
+    t = start + int(ttft * S)
+    events = [Event(t, "content", 1, 3)]
+    gs = list(gaps) if gaps is not None else [gap] * (n_out - 1)
+    for g in gs:
+        t += int(g * S)
+        events.append(Event(t, "content", 1, 3))
+    return RequestRecord(
+        id=f"r{_N[0]}", api="openai", target="http://127.0.0.1:1", model="m", prompt_tokens=prompt,
+        prompt_tokens_source="usage", prompt_tokens_requested=prompt, output_tokens=len(events),
+        output_tokens_source="usage", max_tokens=max_tokens or len(events), t_start_ns=start, events=events,
+        t_done_ns=t + 1000, ok=ok, server=server, cached_prompt_tokens=cached,
+        tags={"experiment": experiment, "phase": phase, **tags},
+    )

@@ -1,0 +1,230 @@
+"""The explain experiments' pure analyses on synthetic records with known answers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from phasescope.experiments import batching, context_fill, prefill_interference, prefix_cache, prompt_scaling, queue
+from phasescope.experiments.queue import QueueSample
+from explain_synth import rec  # noqa: E402
+
+PS, PC, CF, BT, PI, Q = (prompt_scaling.NAME, prefix_cache.NAME, context_fill.NAME, batching.NAME,
+                         prefill_interference.NAME, queue.NAME)
+
+
+# -- prompt-scaling ------------------------------------------------------------------------------
+def _scaling(ttft_of, decode_gap_of=lambda n: 0.02, grid=(32, 128, 512, 2048)):
+    out = []
+    for n in grid:
+        for _ in range(2):
+            out.append(rec(PS, "measure", ttft=ttft_of(n), gap=decode_gap_of(n), prompt=n, n_out=16,
+                           prompt_tokens_target=n))
+    return out
+
+
+def test_prompt_scaling_recovers_the_quadratic_fit_and_flat_decode():
+    r = prompt_scaling.analyze(_scaling(lambda n: 0.05 + 1e-3 * n + 2e-7 * n * n))
+    assert r.fit is not None
+    assert r.fit.a_s == pytest.approx(0.05, rel=1e-3)
+    assert r.fit.b_s_per_token == pytest.approx(1e-3, rel=1e-3)
+    assert r.fit.c_s_per_token2 == pytest.approx(2e-7, rel=1e-2)
+    n = 2048
+    assert r.prefill_tok_s == pytest.approx(n / (1e-3 * n + 2e-7 * n * n), rel=1e-3)
+    assert r.quadratic_share == pytest.approx(2e-7 * n * n / (1e-3 * n + 2e-7 * n * n), rel=1e-2)
+    assert r.ttft_grows is True and r.decode_flat is True
+    assert abs(r.decode_change_pct) < 1
+
+
+def test_prompt_scaling_sees_decode_that_slows_with_the_prompt():
+    r = prompt_scaling.analyze(_scaling(lambda n: 0.01 + 1e-4 * n, lambda n: 0.02 * (1 + n / 1024)))
+    assert r.decode_change_pct < -50 and r.decode_flat is False
+
+
+def test_prompt_scaling_flat_ttft_is_not_called_growth():
+    r = prompt_scaling.analyze(_scaling(lambda n: 0.2))
+    assert r.ttft_grows is False
+    assert r.prefill_tok_s is None
+
+
+def test_prompt_scaling_needs_three_lengths():
+    r = prompt_scaling.analyze(_scaling(lambda n: 0.01 + 1e-4 * n, grid=(32, 64)))
+    assert r.fit is None and r.notes
+
+
+def test_geometric_grid_is_increasing_and_ends_at_max():
+    g = prompt_scaling.geometric_grid(32, 4000, 6)
+    assert g[0] == 32 and g[-1] == 4000 and g == sorted(set(g))
+
+
+# -- prefix-cache --------------------------------------------------------------------------------
+def _pc(cold: float, repeat: float, short: float = 0.05, jitter: float = 0.002, **kw):
+    rs = [rec(PC, "short", ttft=short + jitter * (i % 2), prompt=24) for i in range(3)]
+    for g in range(2):
+        rs.append(rec(PC, "cold", ttft=cold, prompt=1024, system_tokens=1000, group=g, **kw.get("cold_kw", {})))
+        for i in range(3):
+            rs.append(rec(PC, "repeat", ttft=repeat + jitter * (i % 2), prompt=1024, system_tokens=1000, group=g,
+                          **kw.get("rep_kw", {})))
+    return rs
+
+
+def test_prefix_cache_hit_miss_and_cannot_tell():
+    hit = prefix_cache.analyze(_pc(cold=1.0, repeat=0.08))
+    assert hit.cache_detected is True
+    assert hit.ttft_first_s == pytest.approx(1.0) and hit.ttft_repeat_s == pytest.approx(0.081, abs=0.002)
+    assert hit.saved_fraction == pytest.approx(0.92, abs=0.01)
+    miss = prefix_cache.analyze(_pc(cold=1.0, repeat=0.98))
+    assert miss.cache_detected is False
+    partial = prefix_cache.analyze(_pc(cold=1.0, repeat=0.6))
+    assert partial.cache_detected is None and "partial" in partial.reason
+    # the system prompt costs ~3 ms: well inside noise → cannot tell, whatever the repeats did
+    tiny = prefix_cache.analyze(_pc(cold=0.053, repeat=0.05, short=0.05, jitter=0.004))
+    assert tiny.cache_detected is None and "noise" in tiny.reason
+
+
+def test_prefix_cache_reads_the_server_view_and_flags_disagreement():
+    agree = prefix_cache.analyze(_pc(cold=1.0, repeat=0.08, rep_kw={"cached": 992}, cold_kw={"cached": 0}))
+    assert agree.server.says_cached is True and agree.agrees_with_server is True
+    assert agree.server.cached_tokens_repeat == 992
+    disagree = prefix_cache.analyze(_pc(cold=1.0, repeat=0.08, rep_kw={"cached": 0}))
+    assert disagree.server.says_cached is False and disagree.agrees_with_server is False
+    # llama.cpp-style server timings alone (no cached counts): prompt_ms collapses on repeats
+    timed = prefix_cache.analyze(_pc(cold=1.0, repeat=0.9, rep_kw={"server": {"prefill_s": 0.85}},
+                                     cold_kw={"server": {"prefill_s": 0.95}}))
+    assert timed.server.says_cached is False
+    via_metrics = prefix_cache.analyze(_pc(cold=1.0, repeat=0.1),
+                                       metrics_delta={"prefix_cache_hits": 6000, "prefix_cache_queries": 8000})
+    assert via_metrics.server.hit_rate == pytest.approx(0.75) and via_metrics.server.says_cached is True
+
+
+# -- context-fill ----------------------------------------------------------------------------------
+def _cf(per_token_of):
+    rs = []
+    for L in (64, 256, 1024, 4096):
+        for _ in range(2):
+            rs.append(rec(CF, "measure", ttft=0.1, gap=per_token_of(L), prompt=L, n_out=32, context_target=L))
+    return rs
+
+
+def test_context_fill_slowdown_fit_and_prediction():
+    r = context_fill.analyze(_cf(lambda L: 0.02 + 2e-6 * L), weight_bytes=250e6, kv_bytes_per_token=3072)
+    assert r.slows is True and r.slowdown_pct > 20
+    assert r.per_token_s_per_ctx_token == pytest.approx(2e-6, rel=0.05)
+    assert r.points[0].context_tokens == 64 + 16  # prompt + half the output
+    assert r.prediction is not None
+    l0, l1 = r.points[0].context_tokens, r.points[-1].context_tokens
+    exp = 100 * (1 - (250e6 + l0 * 3072) / (250e6 + l1 * 3072))
+    assert r.prediction.slowdown_pct == pytest.approx(exp)
+    assert r.measured_over_predicted == pytest.approx(r.slowdown_pct / exp)
+
+
+def test_context_fill_flat_and_ambiguous():
+    assert context_fill.analyze(_cf(lambda L: 0.02)).slows is False
+    mid = context_fill.analyze(_cf(lambda L: 0.02 * (1 + 0.08 * (L >= 4096))))
+    assert mid.slows is None  # 7-8 %: neither flat nor clearly slower
+    assert context_fill.analyze([]).notes
+
+
+# -- batching ----------------------------------------------------------------------------------------
+def _bt(tput_gain: dict[int, float], itl: dict[int, float] | None = None):
+    """Level c: c streams of 20 tokens; wall time chosen so aggregate = 100·gain[c] tok/s."""
+    rs = []
+    for c, gain in tput_gain.items():
+        wall = c * 20 / (100 * gain)
+        g = (itl or {}).get(c, (wall - 0.05) / 19)
+        for w in range(c):
+            rs.append(rec(BT, "measure", t0=100 * c, ttft=wall - 19 * g, gap=g, n_out=20, concurrency=c, worker=w))
+    return rs
+
+
+def test_batching_levels_and_knee():
+    r = batching.analyze(_bt({1: 1.0, 2: 1.9, 4: 3.6, 8: 3.8}))
+    assert [lv.concurrency for lv in r.levels] == [1, 2, 4, 8]
+    assert r.levels[0].output_tok_s == pytest.approx(100, rel=1e-3)
+    assert r.levels[2].output_tok_s == pytest.approx(360, rel=1e-3)
+    assert r.knee_concurrency == 4 and r.knee_reached is True
+    assert r.throughput_gain_x == pytest.approx(3.8, rel=1e-3)
+
+
+def test_batching_still_scaling_and_no_gain():
+    up = batching.analyze(_bt({1: 1.0, 2: 1.9, 4: 3.5}))
+    assert up.knee_concurrency is None and up.knee_reached is False
+    flat = batching.analyze(_bt({1: 1.0, 2: 1.02, 4: 1.05}))
+    assert flat.knee_concurrency == 1 and flat.knee_reached is True
+    assert batching.analyze(_bt({1: 1.0})).knee_reached is None
+
+
+def test_batching_itl_percentiles_per_token():
+    r = batching.analyze(_bt({1: 1.0, 4: 3.0}, itl={1: 0.01, 4: 0.02}))
+    assert r.levels[0].itl_p50_s == pytest.approx(0.01, rel=1e-3)
+    assert r.levels[1].itl_p99_s == pytest.approx(0.02, rel=1e-3)
+    assert r.itl_p99_growth_x == pytest.approx(2.0, rel=1e-2)
+
+
+def test_batching_levels_for_bound():
+    assert batching.levels_for(4) == [1, 2, 4]
+    assert batching.levels_for(6) == [1, 2, 4, 6]
+    assert batching.levels_for(1) == [1]
+
+
+# -- prefill-interference ----------------------------------------------------------------------------
+def _pi(stall: float, inject_ttft: float, gap: float = 0.02, chunks: int = 1):
+    """3 streams with 20 ms gaps from t=0; injection sent at 1.0 s; during its prefill the streams'
+    gaps grow by ``stall`` in total, spread over ``chunks`` gaps."""
+    rs = []
+    for i in range(3):
+        gaps = []
+        t = 0.05
+        while t < 1.0:
+            gaps.append(gap)
+            t += gap
+        gaps += [gap + stall / chunks] * chunks + [gap] * 30
+        rs.append(rec(PI, "stream", ttft=0.05, gaps=gaps, prompt=32, stream=i))
+    rs.append(rec(PI, "inject", t0=1.0, ttft=inject_ttft, n_out=4, prompt=2000))
+    return rs
+
+
+def test_interference_stall_is_seen():
+    r = prefill_interference.analyze(_pi(stall=0.5, inject_ttft=0.55))
+    assert r.interference is True
+    assert r.itl_baseline_s == pytest.approx(0.02, rel=1e-3)
+    assert r.itl_max_during_s == pytest.approx(0.52, rel=1e-3)
+    assert r.spike_x == pytest.approx(26, rel=1e-2)
+    assert r.chunked_prefill_likely is False  # the streams waited out ~the whole prefill
+
+
+def test_interference_chunked_spread_and_none():
+    chunked = prefill_interference.analyze(_pi(stall=0.5, inject_ttft=0.55, chunks=10))
+    assert chunked.interference is True and chunked.chunked_prefill_likely is True
+    assert chunked.spike_duration_s > 0.4
+    none = prefill_interference.analyze(_pi(stall=0.0, inject_ttft=0.5))
+    assert none.interference is False
+    short = prefill_interference.analyze(_pi(stall=0.0, inject_ttft=0.03))
+    assert short.interference is None and "too short" in short.reason
+    assert prefill_interference.analyze([]).interference is None
+
+
+# -- queue ----------------------------------------------------------------------------------------------
+def _q(server_prefill: float | None = None, ttft: float = 1.0):
+    srv = {"prefill_s": server_prefill} if server_prefill is not None else None
+    return [rec(Q, "measure", ttft=ttft, server=srv, concurrency=8, worker=i) for i in range(8)]
+
+
+def test_queue_from_metrics_and_from_server_timings():
+    busy = [QueueSample(i * 0.2, 3.0 if i < 8 else 0.0, 4.0, 0.97) for i in range(10)]
+    r = queue.analyze(_q(), busy, metrics_source="vllm")
+    assert r.queueing is True and r.waiting_max == 3 and r.waiting_share == pytest.approx(0.8)
+    assert r.kv_pool_full is True and r.concurrency == 8
+    idle = [QueueSample(i * 0.2, 0.0, 2.0, 0.3) for i in range(10)]
+    r2 = queue.analyze(_q(), idle)
+    assert r2.queueing is False and r2.kv_pool_full is False
+    timed = queue.analyze(_q(server_prefill=0.2, ttft=1.0))  # 80 % of TTFT outside prefill
+    assert timed.queueing is True and timed.ttft_queue_share == pytest.approx(0.8)
+    prompt_bound = queue.analyze(_q(server_prefill=0.95, ttft=1.0))
+    assert prompt_bound.queueing is False
+    blind = queue.analyze(_q())
+    assert blind.queueing is None and "cannot tell" in blind.reason
