@@ -115,6 +115,8 @@ def test_hw_saves_local_device_used_by_ceiling(capsys, monkeypatch, _home: Path)
     assert bw["method"] in ("c-threads", "numpy-threads") and len(bw["runs_gb_s"]) == 2
     assert doc["measurement"]["matmul"]["best_gflop_s"] > 0
     assert doc["device"]["mem_bandwidth_gb_s"] == pytest.approx(bw["best_gb_s"], rel=1e-3)
+    # compute peaks: derived from flags x cores x clock, never below the measured GEMM
+    assert doc["device"]["fp32_tflops"] * 1000 >= doc["measurement"]["matmul"]["best_gflop_s"] * 0.999
     assert "measured by `phasescope hw`" in doc["device"]["source"]
     assert Path(doc["saved_to"]) == _home / "local_device.json"
     code, out, _ = run(["ceiling", "--weights-gb", "1", "-d", "local", "--json"], capsys, monkeypatch)
@@ -170,3 +172,18 @@ def test_bad_files_via_subprocess(tmp_path: Path) -> None:
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("phasescope: error:") and msg in lines[0], p.stderr
         assert p.stdout == ""
+
+
+def test_derived_cpu_peaks() -> None:
+    from phasescope.theory.hw import derived_peaks
+
+    zen5 = derived_peaks(2, 2.6, {"avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"}, "x86_64")
+    assert zen5.fp32_flop_per_cycle == 64
+    assert zen5.fp32_tflops == pytest.approx(2 * 64 * 2.6 / 1000)
+    assert zen5.bf16_tflops == pytest.approx(2 * zen5.fp32_tflops)
+    assert zen5.int8_tops == pytest.approx(4 * zen5.fp32_tflops)
+    # the catalog's DDR5 desktop row: 16 Zen 4 cores x 32 FLOP/cycle x 5.0 GHz = 2.56 TFLOPS FP32
+    zen4 = derived_peaks(16, 5.0, {"avx", "avx2", "fma"}, "x86_64")
+    assert zen4.fp32_tflops == pytest.approx(2.56)
+    assert zen4.int8_tops == pytest.approx(2 * 2.56)
+    assert derived_peaks(4, None, set()) is None

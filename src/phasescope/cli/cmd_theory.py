@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from rich.console import Console
+from rich.markup import escape
 
 from phasescope.cli._common import console as _console
 from phasescope.cli._common import err_console, print_json
@@ -59,7 +60,7 @@ def _model_line(m: dict[str, Any]) -> str:
     fmt = m.get("weight_format") or "?"
     if m.get("expert_weight_format"):
         fmt += f" (+{m['expert_weight_format']} experts)"
-    parts = [f"[bold]{m['name']}[/bold] ({m['origin']})", f"weights {fmt}"]
+    parts = [f"[bold]{escape(str(m['name']))}[/bold] ({m['origin']})", f"weights {escape(fmt)}"]
     if bits:
         parts.append(f"{bits:.2f} bits/weight")
     parts.append(f"{_bytes(m.get('weight_bytes'))} stored, {_bytes(m.get('weight_bytes_read_batch1'))} read per token")
@@ -121,7 +122,7 @@ def ceiling(
     t.add_column("fits", justify="center")
     for r in rep["devices"]:
         cells = [
-            r["device_name"] if r["device"] in ("custom", "local") else r["device"],
+            escape(r["device_name"] if r["device"] in ("custom", "local") else r["device"]),
             f"{r['mem_bandwidth_gb_s']:,.0f}" if r["mem_bandwidth_gb_s"] >= 10 else f"{r['mem_bandwidth_gb_s']:.1f}",
             _bytes(r["bytes_per_token"]),
             _num(r["bandwidth_roof_tok_s"]),
@@ -145,7 +146,7 @@ def ceiling(
         "bandwidth roof.[/dim]"
     )
     for n in rep["notes"] + rep["model"]["notes"]:
-        console.print(f"[dim]note: {n}[/dim]")
+        console.print(f"[dim]note: {escape(n)}[/dim]")
 
 
 # --- kv --------------------------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ def kv(
             t.add_row(f"sequences of {context:,}", f"{pool['max_concurrent_sequences']:,}", "max concurrent")
     console.print(t)
     for n in rep["notes"]:
-        console.print(f"[dim]note: {n}[/dim]")
+        console.print(f"[dim]note: {escape(n)}[/dim]")
 
 
 # --- devices / models -----------------------------------------------------------------------------------
@@ -226,7 +227,7 @@ def devices(
         return "-" if x is None else f"{x:,.4g}"
 
     for d in devs:
-        t.add_row(d.id, d.name, f(d.memory_gb), f(d.mem_bandwidth_gb_s), f(d.dense_bf16_tflops), f(d.dense_fp8_tflops),
+        t.add_row(escape(d.id), escape(d.name), f(d.memory_gb), f(d.mem_bandwidth_gb_s), f(d.dense_bf16_tflops), f(d.dense_fp8_tflops),
                   f(d.dense_int8_tops), f(d.fp32_tflops), f(d.interconnect_gb_s))
     console.print(t)
     console.print("[dim]sources: `phasescope devices --json` (field `source`)[/dim]")
@@ -303,9 +304,14 @@ def hw(
         t.add_row(f"matmul, numpy float32 {m.n}×{m.n}", f"{m.best_gflop_s:.1f} GFLOP/s", f"{m.median_gflop_s:.1f}",
                   f"{m.min_gflop_s:.1f}", f"{m.spread_pct:.0f}%", str(len(m.runs_gflop_s)))
     console.print(t)
+    if result.derived:
+        d = result.derived
+        console.print(f"compute peaks \\[derived]: {d.cores} cores × {d.fp32_flop_per_cycle} FLOP/cycle × {d.ghz:.2f} GHz = "
+                      f"FP32 {d.fp32_tflops * 1000:,.0f}, BF16 {d.bf16_tflops * 1000:,.0f}, INT8 {d.int8_tops * 1000:,.0f} "
+                      f"GFLOP/s (flags: {', '.join(d.flags) or 'none'})")
     if path:
-        console.print(f"saved as device [bold]local[/bold] ({path}): "
-                      f"{dev.mem_bandwidth_gb_s:.1f} GB/s, {_num((dev.fp32_tflops or 0) * 1000)} GFLOP/s")
+        console.print(f"saved as device [bold]local[/bold] ({path}): {dev.mem_bandwidth_gb_s:.1f} GB/s memory read, "
+                      f"BF16 peak {_num((dev.dense_bf16_tflops or 0) * 1000)} GFLOP/s")
         console.print("next: [bold]phasescope ceiling --device local --model ...[/bold]")
     elif save is False:
         console.print(f"[dim]not saved (--no-save); would go to {local_device_path()}[/dim]")

@@ -17,8 +17,13 @@ together). As STREAM does, the saved figure is the *best* pass of the best metho
 ever slow a pass down); the median and the spread ``(max − min)/median`` are reported next to it.
 
 Matmul — ``numpy`` float32 GEMM (``n×n @ n×n`` = 2·n³ FLOP) through the BLAS numpy links to, all cores;
-reported as GFLOP/s (best of several runs; median and spread alongside). It is an FP32 figure: the ``local`` device uses it
-for every compute path (numpy has no BF16 GEMM), which makes CPU compute roofs conservative.
+reported as GFLOP/s (best of several runs; median and spread alongside).
+
+Compute peaks of ``local`` — a ceiling must not sit below what an engine achieves, and llama.cpp's quantized
+CPU kernels (int8 dot products on Q8 activations) beat a float32 GEMM, so the saved peaks are derived the way
+the catalog's CPU rows are (``hardware.csv``: cores × FLOP/cycle × clock; FP32 FLOP/cycle 64 with AVX-512F,
+32 with AVX2+FMA, 16 with AVX/NEON; BF16 ×2 with AVX512_BF16/AMX; INT8 ×4 with VNNI, ×2 with AVX2) and never
+below the measured GEMM. The measured GEMM is kept next to them.
 """
 
 from __future__ import annotations
@@ -108,6 +113,19 @@ class MatmulResult:
 
 
 @dataclass(frozen=True)
+class DerivedPeaks:
+    """Theoretical CPU peaks from flags, core count and clock (``[derived]`` like hardware.csv's CPU rows)."""
+
+    cores: int
+    ghz: float
+    fp32_flop_per_cycle: int
+    fp32_tflops: float
+    bf16_tflops: float
+    int8_tops: float
+    flags: list[str]
+
+
+@dataclass(frozen=True)
 class HwResult:
     cpu: str
     cores: int
@@ -115,6 +133,7 @@ class HwResult:
     bandwidth: BandwidthResult
     bandwidth_other: list[BandwidthResult] = field(default_factory=list)
     matmul: MatmulResult | None = None
+    derived: DerivedPeaks | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,6 +154,59 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_flags() -> set[str]:
+    """CPU feature flags (Linux /proc/cpuinfo ``flags``/``Features``); empty when unknown."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key = line.split(":", 1)[0].strip().lower()
+            if key in ("flags", "features"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_ghz() -> float | None:
+    """Maximum core clock in GHz: cpufreq ``cpuinfo_max_freq`` when present, else /proc/cpuinfo ``cpu MHz``."""
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text().strip()) / 1e6
+    except (OSError, ValueError):
+        pass
+    try:
+        mhz = [float(line.split(":", 1)[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.lower().startswith("cpu mhz")]
+        return max(mhz) / 1000 if mhz else None
+    except (OSError, ValueError):
+        return None
+
+
+def derived_peaks(cores: int, ghz: float | None, flags: set[str], machine: str | None = None) -> DerivedPeaks | None:
+    """Theoretical peaks: FP32 = cores × FLOP/cycle × GHz (64 AVX-512F, 32 AVX2+FMA, 16 AVX or ARM NEON/asimd,
+    8 otherwise); BF16 ×2 with avx512_bf16/amx_bf16; INT8 ×4 with avx512_vnni/avx_vnni, ×2 with AVX2/asimddp."""
+    if not ghz:
+        return None
+    machine = machine or platform.machine()
+    if "avx512f" in flags:
+        fpc = 64
+    elif "avx2" in flags and "fma" in flags:
+        fpc = 32
+    elif "avx" in flags or "asimd" in flags or machine in ("arm64", "aarch64"):
+        fpc = 16
+    else:
+        fpc = 8
+    fp32 = cores * fpc * ghz / 1000
+    bf16 = fp32 * (2 if flags & {"avx512_bf16", "amx_bf16", "bf16"} else 1)
+    if flags & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+        int8 = fp32 * 4
+    elif flags & {"avx2", "asimddp"}:
+        int8 = fp32 * 2
+    else:
+        int8 = fp32
+    used = sorted(flags & {"avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni",
+                           "amx_int8", "asimd", "asimddp", "bf16"})
+    return DerivedPeaks(cores, round(ghz, 3), fpc, fp32, bf16, int8, used)
 
 
 def total_memory_gb() -> float | None:
@@ -248,13 +320,19 @@ def measure(
         bandwidth=results[0],
         bandwidth_other=results[1:],
         matmul=mm,
+        derived=derived_peaks(usable_cores(), cpu_ghz(), cpu_flags()),
     )
 
 
 def to_device(result: HwResult) -> Device:
     """The measured machine as the catalog device ``local`` (source text says how it was measured)."""
     bw = result.bandwidth
-    tflops = result.matmul.best_gflop_s / 1000 if result.matmul else None
+    measured = result.matmul.best_gflop_s / 1000 if result.matmul else None
+    der = result.derived
+
+    def peak(derived: float | None) -> float | None:
+        vals = [v for v in (derived, measured) if v]
+        return max(vals) if vals else None
     parts = [
         f"measured by `phasescope hw` on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}: memory read bandwidth "
         f"{bw.best_gb_s:.1f} GB/s = best of {len(bw.runs_gb_s)} passes over a {bw.array_bytes / 2**30:.2f} GiB "
@@ -267,7 +345,13 @@ def to_device(result: HwResult) -> Device:
         m = result.matmul
         parts.append(
             f"matmul {m.best_gflop_s:.1f} GFLOP/s = best of {len(m.runs_gflop_s)} numpy float32 "
-            f"{m.n}x{m.n} GEMMs (median {m.median_gflop_s:.1f}, spread {m.spread_pct:.0f}%); used for every compute path (no BF16 GEMM in numpy)"
+            f"{m.n}x{m.n} GEMMs (median {m.median_gflop_s:.1f}, spread {m.spread_pct:.0f}%)"
+        )
+    if der:
+        parts.append(
+            f"compute peaks [derived, as hardware.csv CPU rows]: {der.cores} cores x {der.fp32_flop_per_cycle} FP32 "
+            f"FLOP/cycle x {der.ghz:.2f} GHz = {der.fp32_tflops * 1000:.0f} GFLOP/s FP32, BF16 {der.bf16_tflops * 1000:.0f}, "
+            f"INT8 {der.int8_tops * 1000:.0f} GOPS (flags: {', '.join(der.flags) or 'none'}); never below the measured GEMM"
         )
     return Device(
         id=LOCAL_DEVICE_ID,
@@ -276,10 +360,10 @@ def to_device(result: HwResult) -> Device:
         kind="local",
         memory_gb=round(result.memory_gb, 2) if result.memory_gb else None,
         mem_bandwidth_gb_s=round(bw.best_gb_s, 2),
-        dense_bf16_tflops=tflops,
+        dense_bf16_tflops=peak(der.bf16_tflops if der else None),
         dense_fp8_tflops=None,
-        dense_int8_tops=None,
-        fp32_tflops=tflops,
+        dense_int8_tops=peak(der.int8_tops if der else None),
+        fp32_tflops=peak(der.fp32_tflops if der else None),
         interconnect=None,
         interconnect_gb_s=None,
         tdp_w=None,
