@@ -17,7 +17,7 @@ pytestmark = pytest.mark.engine
 class Load:
     """A few concurrent short /completion requests, sent back to back from threads until stopped."""
 
-    def __init__(self, url: str, workers: int = 4, n_predict: int = 8) -> None:
+    def __init__(self, url: str, workers: int = 4, n_predict: int = 6) -> None:
         self.url, self.n_predict = url, n_predict
         self.stop = threading.Event()
         self.done = 0
@@ -51,7 +51,7 @@ def test_watch_once_json_under_load_shows_running_and_token_rates(engine):
             time.sleep(0.2)
         for _attempt in range(2):  # a scrape can land in the gap between two requests of every worker
             r = subprocess.run([sys.executable, "-m", "phasescope", "watch", engine.url, "--once", "--json",
-                                "--interval", "3"], capture_output=True, text=True, timeout=120)
+                                "--interval", "4"], capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, r.stderr
             d = json.loads(r.stdout)
             if d["running"] and d["generation_tok_s"]:

@@ -107,10 +107,10 @@ def render(state: WatchState) -> RenderableType:
         parts.append(g)
     if state.alerts:
         text = Text()
-        for a in state.alerts:
-            text.append(("CRIT " if a.level == "crit" else "WARN ") + a.code + ": ",
+        for i, a in enumerate(state.alerts):
+            text.append(("\n" if i else "") + ("CRIT " if a.level == "crit" else "WARN ") + a.code + ": ",
                         style="bold red" if a.level == "crit" else "bold yellow")
-            text.append(a.message + "\n")
+            text.append(a.message)
         parts.append(Panel(text, title="alerts", border_style="red"))
     else:
         parts.append(Text("no alerts", style="green"))
