@@ -19,9 +19,11 @@ EVIL = "<script>alert('pwned')</script>"
 
 
 def full_runs() -> list:  # type: ignore[type-arg]
+    # the shapes probe and bench store: ceilings.sizes rows, server_metrics.timeline rows
     probe_summary = {
-        "sizes": [{"prompt_tokens": 2048, "ttft_s": 0.09, "prefill_floor_s": 0.02}],
-        "decode_ceiling_tok_s": 180.0,
+        "sizes": [{"prompt_tokens": n, "ttft_s": 0.05} for n in (256, 1024, 2048)],
+        "ceilings": {"sizes": [{"prompt_tokens": n, "decode_ceiling_tok_s": 180.0 - n / 100, "prefill_floor_s": n / 1e5}
+                               for n in (256, 1024, 2048)]},
         "findings": [{"id": "x", "severity": "problem", "cause": "<img src=x onerror=alert(1)> slow prefill",
                       "evidence": [{"what": "TTFT", "value": 0.09, "unit": "s", "source": "probe n=8"}],
                       "advice": [{"engine": "llamacpp", "change": "--ubatch-size 512", "why": "</li><script>x()</script>"}]}],
@@ -31,8 +33,10 @@ def full_runs() -> list:  # type: ignore[type-arg]
                     params={"note": EVIL}, error=None)
     recs = sequential_run(6, seed=1, sizes=(256, 1024, 2048), ttft_per_token_s=2e-5, model=EVIL)
     recs[0].error_message = EVIL
-    tl = {"t_s": [0, 1, 2, 3], "running": [1, 4, 8, 8], "waiting": [0, 0, 3, 5], "kv_cache_usage": [0.1, 0.4, 0.9, 1.0]}
-    bench = RunInfo(id="r2", kind="bench", status="partial", started_at=1e9 + 60, model="gemma", summary={"server_timeline": tl},
+    tl = [{"t_s": t, "wall_s": 1.7e9 + t, "running": min(8, 2 * t), "waiting": max(0, 2 * t - 8), "kv_usage": t / 10,
+           "generation_tok_s": 100.0 * min(t, 4), "prompt_tok_s": 1000.0} for t in range(10)]
+    bench = RunInfo(id="r2", kind="bench", status="partial", started_at=1e9 + 60, model="gemma",
+                    summary={"server_metrics": {"available": True, "timeline": tl}},
                     error="interrupted")
     return [(probe, recs), (bench, concurrent_run((1, 2, 4), 8, seed=2))]
 
@@ -100,13 +104,21 @@ def test_fit_recovers_linear_prefill_cost() -> None:
 
 
 def test_summary_shapes() -> None:
-    assert find_timeline({"server_timeline": [{"t_s": 0, "running": 1}, {"t_s": 1, "running": 2}]}) == {
-        "t_s": [0, 1], "running": [1, 2]}
-    assert find_timeline({"server_metrics": {"timeline": {"t": [0, 1], "waiting": [0, 3]}}}) == {"t_s": [0, 1], "waiting": [0, 3]}
+    # bench: server_metrics.timeline is a list of rows; wall clock and cumulative counters are not plotted
+    rows = [{"t_s": 0, "wall_s": 1.7e9, "running": 1, "kv_usage": 0.5, "generation_tokens": 0.0},
+            {"t_s": 1, "wall_s": 1.7e9 + 1, "running": 2, "kv_usage": None, "generation_tokens": 10.0}]
+    assert find_timeline({"server_metrics": {"timeline": rows}}) == {"t_s": [0, 1], "running": [1, 2], "kv_usage": [0.5, None]}
+    assert find_timeline({"server_timeline": {"t": [0, 1], "waiting": [0, 3]}}) == {"t_s": [0, 1], "waiting": [0, 3]}
     assert find_timeline({"timeline": {"running": [1]}}) is None
-    assert find_ceilings({"a": [{"decode_ceiling_tok_s": 100}], "prefill_ceiling_tok_s": 5000}) == {
-        "decode_tok_s": 100.0, "prefill_tok_s": 5000.0}
-    assert find_ceilings({"x": {"prefill_floor_s": 0.5, "prompt_tokens": 1000}}) == {"prefill_tok_s": 2000.0}
+    assert find_timeline({"server_metrics": None}) is None
+    # probe: ceilings.sizes rows with a decode ceiling and a prefill floor per prompt size
+    probe = {"ceilings": {"sizes": [{"prompt_tokens": 200, "decode_ceiling_tok_s": 900.0, "prefill_floor_s": 0.001},
+                                    {"prompt_tokens": 2000, "decode_ceiling_tok_s": 850.0, "prefill_floor_s": 0.02}]}}
+    assert find_ceilings(probe) == [{"prompt_tokens": 200.0, "decode_tok_s": 900.0, "prefill_tok_s": 200000.0},
+                                    {"prompt_tokens": 2000.0, "decode_tok_s": 850.0, "prefill_tok_s": 100000.0}]
+    assert find_ceilings({"a": [{"decode_ceiling_tok_s": 100}], "prefill_ceiling_tok_s": 5000}) == [
+        {"prompt_tokens": None, "decode_tok_s": 100.0, "prefill_tok_s": 5000.0}]
+    assert find_ceilings({"ceilings": None, "decode_ceiling_tok_s": True}) == []
 
 
 def test_errors(tmp_path: Path) -> None:

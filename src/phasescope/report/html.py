@@ -200,74 +200,100 @@ def plot_itl_cdf(runs: list[Run]) -> Plot | str:
     return Plot("itl_cdf", "ITL distribution", fig)
 
 
+def _load_label(info: RunInfo, c: Any) -> str:
+    if c is not None:
+        return f"c={c}"
+    rate = info.params.get("request_rate")
+    return f"rate={rate}/s" if rate not in (None, "inf") else "rate=inf"
+
+
 def plot_throughput_vs_itl(runs: list[Run]) -> Plot | str:
+    """One point per concurrency level: tagged levels within a run, or one point per bench run
+    (its ``max_concurrency`` / ``request_rate``), runs of one model and target joined into a curve."""
     import plotly.graph_objects as go
 
-    fig = go.Figure()
+    curves: dict[tuple[Any, ...], list[tuple[float, float, str, float]]] = {}
+    colour: dict[tuple[Any, ...], str] = {}
+    names: dict[tuple[Any, ...], str] = {}
     for k, (info, recs) in enumerate(runs):
+        rs = usable(recs)
+        tagged = any(r.tags.get("concurrency") is not None for r in rs)
         levels: dict[Any, list[RequestRecord]] = {}
-        for r in usable(recs):
-            c = r.tags.get("concurrency")
-            if c is None and info.kind == "bench":
-                c = info.params.get("concurrency") or info.params.get("max_concurrency")
-            if c is not None:
-                levels.setdefault(c, []).append(r)
-        pts = []
-        for c, rs in sorted(levels.items(), key=lambda kv: float(kv[0]) if _num(kv[0]) else math.inf):
-            s = samples_of(rs)
+        if tagged:
+            for r in rs:
+                if r.tags.get("concurrency") is not None:
+                    levels.setdefault(r.tags["concurrency"], []).append(r)
+            key: tuple[Any, ...] = ("run", info.id)
+            names[key] = _label(info)
+        elif info.kind == "bench" and rs:
+            levels[info.params.get("max_concurrency") or info.params.get("concurrency")] = rs
+            key = ("bench", info.model, info.target)
+            names.setdefault(key, esc(f"bench · {info.model or '?'} · {info.target or '?'}"))
+        else:
+            continue
+        colour.setdefault(key, PALETTE[k % len(PALETTE)])
+        for c, group in levels.items():
+            s = samples_of(group)
             p99 = percentile(s.pooled_itl(), 99)
             if s.throughput_tok_s is None or p99 is None:
                 continue
-            pts.append((p99 * 1e3, s.throughput_tok_s, c))
-        if not pts:
-            continue
+            order = float(c) if _num(c) else (float(info.params.get("request_rate")) if _num(info.params.get("request_rate")) else math.inf)
+            curves.setdefault(key, []).append((p99 * 1e3, s.throughput_tok_s, esc(_load_label(info, c)), order))
+    fig = go.Figure()
+    for key, pts in curves.items():
+        pts.sort(key=lambda p: (p[3], p[1]))
         fig.add_trace(go.Scatter(
-            x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers+text", text=[f"c={esc(p[2])}" for p in pts],
-            textposition="top left", name=_label(info), line={"color": PALETTE[k % len(PALETTE)]},
+            x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers+text", text=[p[2] for p in pts],
+            textposition="top left", name=names[key], line={"color": colour[key]},
             hovertemplate="p99 ITL %{x:.2f} ms<br>%{y:.1f} tok/s<br>%{text}<extra></extra>"))
     if not fig.data:
-        return "no concurrency levels in these runs (bench records tag each request with its concurrency)"
-    _layout(fig, "Throughput vs p99 ITL across concurrency", "p99 inter-token latency (ms)", "output throughput (tok/s)")
+        return "no load levels in these runs (a bench run, or records tagged with their concurrency)"
+    _layout(fig, "Throughput vs p99 ITL across load levels", "p99 inter-token latency (ms)", "output throughput (tok/s)")
     fig.update_yaxes(rangemode="tozero")
     return Plot("throughput_vs_itl", "throughput vs p99 ITL", fig)
 
 
 def _num(v: Any) -> bool:
     try:
-        float(v)
-        return True
+        return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
 
 
-#: series names shown in the timeline, in this order (anything else numeric is shown too)
-TIMELINE_SERIES = ("running", "waiting", "kv_cache_usage", "kv_usage", "preemptions", "prefix_cache_hit_rate")
+#: timeline series: left axis (requests), right axis (fractions, shown in %), lower panel (tok/s)
+QUEUE_SERIES = ("running", "waiting", "preemptions")
+FRACTION_SERIES = ("kv_usage", "kv_cache_usage", "prefix_cache_hit_rate")
+RATE_SERIES = ("generation_tok_s", "prompt_tok_s")
 
 
-def find_timeline(summary: dict[str, Any] | None) -> dict[str, list[float]] | None:
-    """A ``{"t_s": [...], series: [...]}`` timeline from a summary: ``server_timeline`` /
-    ``timeline`` / ``server_metrics.timeline``, either a dict of lists or a list of samples."""
+def find_timeline(summary: dict[str, Any] | None) -> dict[str, list[Any]] | None:
+    """A ``{"t_s": [...], series: [...]}`` timeline from a summary: ``server_metrics.timeline``
+    (bench), ``server_timeline`` or ``timeline``; either a list of samples or a dict of lists.
+    Only the series in :data:`QUEUE_SERIES`, :data:`FRACTION_SERIES` and :data:`RATE_SERIES`."""
     if not isinstance(summary, dict):
         return None
     cands = [summary.get("server_timeline"), summary.get("timeline")]
     sm = summary.get("server_metrics")
     if isinstance(sm, dict):
-        cands += [sm.get("timeline"), sm.get("server_timeline")]
+        cands = [sm.get("timeline"), sm.get("server_timeline"), *cands]
+    wanted = QUEUE_SERIES + FRACTION_SERIES + RATE_SERIES
     for c in cands:
         if isinstance(c, list) and c and all(isinstance(x, dict) for x in c):
-            keys = [k for k in c[0] if all(isinstance(x.get(k), (int, float)) or x.get(k) is None for x in c)]
+            keys = list(dict.fromkeys(k for x in c for k in x))
             c = {k: [x.get(k) for x in c] for k in keys}
-        if isinstance(c, dict):
-            tkey = next((k for k in ("t_s", "t", "time_s", "elapsed_s") if isinstance(c.get(k), list)), None)
-            if tkey is None:
-                continue
-            n = len(c[tkey])
-            out = {"t_s": c[tkey]}
-            for k, v in c.items():
-                if k != tkey and isinstance(v, list) and len(v) == n and any(isinstance(x, (int, float)) for x in v):
-                    out[k] = v
-            if n and len(out) > 1:
-                return out
+        if not isinstance(c, dict):
+            continue
+        tkey = next((k for k in ("t_s", "t", "time_s", "elapsed_s") if isinstance(c.get(k), list)), None)
+        if tkey is None:
+            continue
+        n = len(c[tkey])
+        out: dict[str, list[Any]] = {"t_s": c[tkey]}
+        for k in wanted:
+            v = c.get(k)
+            if isinstance(v, list) and len(v) == n and any(isinstance(x, (int, float)) for x in v):
+                out[k] = v
+        if n and len(out) > 1:
+            return out
     return None
 
 
@@ -275,43 +301,64 @@ def plot_server_timeline(runs: list[Run]) -> Plot | str:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    dashes = ("solid", "dot", "dash", "dashdot", "longdash")
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.08,
+                        specs=[[{"secondary_y": True}], [{}]])
+    dashes = ("solid", "dot", "dash", "dashdot")
+    has_rates = False
     for k, (info, _) in enumerate(runs):
         tl = find_timeline(info.summary)
         if tl is None:
             continue
         c = PALETTE[k % len(PALETTE)]
-        names = [n for n in TIMELINE_SERIES if n in tl] + [n for n in tl if n not in TIMELINE_SERIES and n != "t_s"]
-        for j, name in enumerate(names):
-            kv = "kv" in name or "rate" in name or "usage" in name
+        j = 0
+        for name in QUEUE_SERIES + FRACTION_SERIES + RATE_SERIES:
+            if name not in tl:
+                continue
             vals = tl[name]
-            if kv and all(v is None or v <= 1.0 for v in vals):
+            frac = name in FRACTION_SERIES
+            if frac:
                 vals = [None if v is None else v * 100 for v in vals]
-            fig.add_trace(go.Scatter(x=tl["t_s"], y=vals, mode="lines", name=f"{_label(info)} {esc(name)}",
-                                     line={"color": c, "dash": dashes[j % len(dashes)], "shape": "hv"}),
-                          secondary_y=kv)
+            trace = go.Scatter(x=tl["t_s"], y=vals, mode="lines", name=f"{_label(info)} {esc(name)}",
+                               line={"color": c, "dash": dashes[j % len(dashes)], "shape": "hv" if name in QUEUE_SERIES else "linear"})
+            j += 1
+            if name in RATE_SERIES:
+                fig.add_trace(trace, row=2, col=1)
+                has_rates = True
+            else:
+                fig.add_trace(trace, row=1, col=1, secondary_y=frac)
     if not fig.data:
         return "no server metrics timeline in the runs' summaries (bench records one when the server exposes /metrics)"
-    _layout(fig, "Server queue and KV cache during the run", "time since start (s)", "requests")
-    fig.update_yaxes(title_text="KV cache usage / hit rate (%)", secondary_y=True, rangemode="tozero")
-    fig.update_yaxes(rangemode="tozero", secondary_y=False)
+    _layout(fig, "Server queue, KV cache and token rates during the run", "", "requests")
+    fig.update_layout(height=560)
+    fig.update_xaxes(title_text="time since start (s)", row=2, col=1)
+    fig.update_yaxes(title_text="KV usage / prefix hits (%)", secondary_y=True, rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(rangemode="tozero", secondary_y=False, row=1, col=1)
+    fig.update_yaxes(title_text="server tok/s" if has_rates else "", rangemode="tozero", row=2, col=1)
     return Plot("server_timeline", "server queue / KV timeline", fig)
 
 
-def find_ceilings(summary: Any) -> dict[str, float]:
-    """``{"decode_tok_s": ..., "prefill_tok_s": ...}`` ceilings found anywhere in a summary."""
-    found: dict[str, float] = {}
+def find_ceilings(summary: Any) -> list[dict[str, float | None]]:
+    """Ceiling rows ``{"prompt_tokens", "decode_tok_s", "prefill_tok_s"}`` found anywhere in a
+    summary: nodes with ``decode_ceiling_tok_s``, ``prefill_ceiling_tok_s`` or ``prefill_floor_s``
+    (then prefill tok/s = prompt_tokens / prefill_floor_s). ``prompt_tokens`` is None for a
+    ceiling that does not depend on the prompt size."""
+    rows: dict[Any, dict[str, float | None]] = {}
+
+    def pos(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
     def walk(o: Any) -> None:
         if isinstance(o, dict):
-            for key, name in (("decode_ceiling_tok_s", "decode_tok_s"), ("prefill_ceiling_tok_s", "prefill_tok_s")):
-                v = o.get(key)
-                if name not in found and isinstance(v, (int, float)) and v > 0:
-                    found[name] = float(v)
-            fl, n = o.get("prefill_floor_s"), o.get("prompt_tokens")
-            if "prefill_tok_s" not in found and isinstance(fl, (int, float)) and fl > 0 and isinstance(n, (int, float)) and n > 0:
-                found["prefill_tok_s"] = float(n) / float(fl)
+            n = pos(o.get("prompt_tokens"))
+            dec = pos(o.get("decode_ceiling_tok_s"))
+            pre = pos(o.get("prefill_ceiling_tok_s"))
+            floor = pos(o.get("prefill_floor_s"))
+            if pre is None and floor is not None and n is not None:
+                pre = n / floor
+            if dec is not None or pre is not None:
+                row = rows.setdefault(n, {"prompt_tokens": n, "decode_tok_s": None, "prefill_tok_s": None})
+                row["decode_tok_s"] = row["decode_tok_s"] or dec
+                row["prefill_tok_s"] = row["prefill_tok_s"] or pre
             for v in o.values():
                 walk(v)
         elif isinstance(o, list):
@@ -319,54 +366,77 @@ def find_ceilings(summary: Any) -> dict[str, float]:
                 walk(v)
 
     walk(summary)
-    return found
+    return sorted(rows.values(), key=lambda r: r["prompt_tokens"] or 0)
+
+
+def _size_of(r: RequestRecord) -> Any:
+    return r.tags.get("prompt_tokens_target") or r.tags.get("prompt_tokens") or r.prompt_tokens_requested or r.prompt_tokens
 
 
 def plot_ceilings(runs: list[Run]) -> Plot | str:
+    """Measured decode and prefill rates per prompt size (single-stream requests) next to the
+    ceilings from the summary, with efficiency = measured ÷ ceiling in the hover text."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("decode (memory-bandwidth bound)", "prefill (compute bound)"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("decode (memory-bandwidth bound)", "prefill (compute bound)"),
+                        horizontal_spacing=0.1)
     for k, (info, recs) in enumerate(runs):
         ceil = find_ceilings(info.summary)
         if not ceil:
             continue
-        ok = [r for r in usable(recs) if r.ok]
-        single = [r for r in ok if r.tags.get("concurrency") in (None, 1)]
-        measured = {
-            "decode_tok_s": median([derive.decode_tok_s(r) for r in single]),
-            "prefill_tok_s": _best_prefill(ok),
-        }
         c = PALETTE[k % len(PALETTE)]
+        ok = [r for r in usable(recs) if r.ok and r.tags.get("concurrency") in (None, 1)]
+        by: dict[float, list[RequestRecord]] = {}
+        for r in ok:
+            n = _size_of(r)
+            if _num(n):
+                by.setdefault(float(n), []).append(r)
+        sizes = sorted(by)
+        meas = {
+            "decode_tok_s": [median([derive.decode_tok_s(r) for r in by[n]]) for n in sizes],
+            "prefill_tok_s": [_prefill_rate(by[n]) for n in sizes],
+        }
         for col, key in ((1, "decode_tok_s"), (2, "prefill_tok_s")):
-            m, cap = measured[key], ceil.get(key)
-            if m is None and cap is None:
+            crow = [r for r in ceil if r[key] is not None]
+            if not crow:
                 continue
-            eff = f"{m / cap:.0%} of ceiling" if m is not None and cap else ""
-            fig.add_trace(go.Bar(x=[_label(info)], y=[cap], name=f"{_label(info)} ceiling", marker={"color": c, "opacity": 0.25},
-                                 showlegend=col == 1, offsetgroup="ceiling", hovertemplate="ceiling %{y:,.0f} tok/s<extra></extra>"),
+            if all(r["prompt_tokens"] is None for r in crow):  # one ceiling for every size
+                cx = sizes or [0]
+                cy = [crow[0][key]] * len(cx)
+            else:
+                cx = [r["prompt_tokens"] for r in crow if r["prompt_tokens"] is not None]
+                cy = [r[key] for r in crow if r["prompt_tokens"] is not None]
+            fig.add_trace(go.Scatter(x=cx, y=cy, mode="lines+markers", name=f"{_label(info)} ceiling",
+                                     line={"color": c, "dash": "dash"}, marker={"symbol": "line-ew-open", "size": 12},
+                                     showlegend=col == 1, legendgroup=f"c{k}",
+                                     hovertemplate="prompt %{x} tok<br>ceiling %{y:,.0f} tok/s<extra></extra>"),
                           row=1, col=col)
-            fig.add_trace(go.Bar(x=[_label(info)], y=[m], name=f"{_label(info)} measured", marker={"color": c},
-                                 text=[eff], textposition="outside", showlegend=col == 1, offsetgroup="measured",
-                                 hovertemplate="measured %{y:,.1f} tok/s<extra></extra>"),
-                          row=1, col=col)
+            ys = meas[key]
+            cmap = dict(zip(cx, cy))
+            eff = [f"{y / cmap[x]:.0%} of ceiling" if y and cmap.get(x) else "" for x, y in zip(sizes, ys)]
+            if any(y is not None for y in ys):
+                fig.add_trace(go.Scatter(x=sizes, y=ys, mode="lines+markers", name=f"{_label(info)} measured",
+                                         line={"color": c}, marker={"size": 9}, text=eff, showlegend=col == 1,
+                                         legendgroup=f"m{k}",
+                                         hovertemplate="prompt %{x} tok<br>measured %{y:,.1f} tok/s<br>%{text}<extra></extra>"),
+                              row=1, col=col)
     if not fig.data:
         return "no ceilings in the runs' summaries (probe adds them when model and device are known: --model, --device)"
-    _layout(fig, "Measured vs physical ceiling (roofline)", "", "tokens/s")
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(title_text="tokens/s", col=1, row=1)
-    return Plot("ceilings", "measured vs ceilings", fig, "decode: median single-stream rate; prefill: server-side rate where reported, else prompt ÷ TTFT at the largest prompt")
+    _layout(fig, "Measured vs physical ceiling (roofline view)", "prompt tokens", "decode tok/s (single stream)")
+    fig.update_xaxes(title_text="prompt tokens", row=1, col=2)
+    fig.update_yaxes(title_text="prefill tok/s", type="log", row=1, col=2)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    return Plot("ceilings", "measured vs ceilings", fig,
+                "decode: median single-stream rate per prompt size; prefill: server-side rate where reported, else prompt ÷ TTFT")
 
 
-def _best_prefill(ok: list[RequestRecord]) -> float | None:
-    srv = [derive.server_prefill_tok_s(r) for r in ok]
+def _prefill_rate(rs: list[RequestRecord]) -> float | None:
+    srv = [derive.server_prefill_tok_s(r) for r in rs]
     if any(v is not None for v in srv):
         return median(srv)
-    sized = [r for r in ok if r.prompt_tokens]
-    if not sized:
-        return None
-    big = max(r.prompt_tokens or 0 for r in sized)
-    return median([derive.prefill_tok_s(r) for r in sized if r.prompt_tokens == big])
+    return median([derive.prefill_tok_s(r) for r in rs])
+
 
 
 PLOTS: tuple[tuple[str, str, Callable[[list[Run]], Plot | str]], ...] = (

@@ -29,8 +29,8 @@ from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 
 #: record tags that name a measurement point (in this order in labels)
-GROUP_TAGS = ("experiment", "phase", "concurrency", "request_rate", "rate", "prompt_tokens", "size",
-              "context_tokens", "cached")
+GROUP_TAGS = ("experiment", "phase", "concurrency", "request_rate", "rate", "prompt_tokens_target", "prompt_tokens",
+              "size", "context_target", "context_tokens", "cached")
 #: tags that mark requests left out of metrics
 SKIP_TAGS = ("warmup",)
 
