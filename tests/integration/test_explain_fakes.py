@@ -1,0 +1,199 @@
+"""Explain experiments and rules against loopback fakes whose behaviour is known: prefix cache on/off,
+one slot so requests queue, decode that slows with context, prefill that stalls running decodes.
+
+Effects are built large (tens of ms and more) so machine noise cannot flip an answer; budgets are
+small so the file stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Awaitable, Callable
+
+import pytest
+
+from phasescope.apis import new_session
+from phasescope.apis.base import Target
+from phasescope.diagnose import diagnose
+from phasescope.experiments import batching, context_fill, prefill_interference, prefix_cache, prompt_scaling, queue
+from phasescope.experiments.context import RunContext, calibrate, discover_facts
+from phasescope.testing.behaviour_fake import Behaviour, BehaviourFake, running_behaviour_fake
+
+
+def run_on(b: Behaviour, body: Callable[[RunContext], Awaitable[Any]]) -> Any:
+    async def go() -> Any:
+        async with BehaviourFake(b) as fake:
+            engine = "llamacpp" if b.flavour == "llamacpp" else "vllm"
+            target = Target(base_url=fake.url, api="openai", model=b.model, engine=engine)
+            async with new_session() as session:
+                facts = await discover_facts(session, target)
+                ctx = RunContext(target=target, session=session, facts=facts)
+                await calibrate(ctx)
+                return await body(ctx)
+
+    return asyncio.run(go())
+
+
+FAST = dict(prefill_s_per_token=1e-4, decode_step_s=0.006, overhead_s=0.002, max_model_len=8192)
+
+
+# -- prefix cache --------------------------------------------------------------------------------------
+def test_prefix_cache_on_is_detected_and_matches_the_server():
+    r = run_on(Behaviour(prefix_cache=True, **FAST), lambda ctx: prefix_cache.run(ctx, 8, system_tokens=1024))
+    assert r.cache_detected is True, r.reason
+    assert r.ttft_repeat_s < 0.3 * r.ttft_first_s
+    assert r.server.says_cached is True and r.agrees_with_server is True
+    assert r.server.hit_rate is not None and r.server.hit_rate > 0.3  # vLLM counters scraped around the run
+    d = diagnose({"prefix-cache": r}, engine="vllm")
+    assert "prefix-cache-working" in d.ids() and "prefix-cache-absent" not in d.ids()
+
+
+def test_prefix_cache_off_is_a_problem_with_vllm_advice():
+    r = run_on(Behaviour(prefix_cache=False, **FAST), lambda ctx: prefix_cache.run(ctx, 8, system_tokens=1024))
+    assert r.cache_detected is False, r.reason
+    assert r.server.says_cached is False
+    d = diagnose({"prefix-cache": r}, engine="vllm")
+    f = d.get("prefix-cache-absent")
+    assert f is not None and any("--enable-prefix-caching" in a.change for a in f.advice)
+
+
+def test_prefix_cache_cannot_tell_when_the_system_prompt_costs_nothing():
+    b = Behaviour(prefix_cache=False, **{**FAST, "prefill_s_per_token": 1e-7})
+    r = run_on(b, lambda ctx: prefix_cache.run(ctx, 6, system_tokens=512))
+    assert r.cache_detected is None and "noise" in r.reason
+    d = diagnose({"prefix-cache": r})
+    assert "prefix-cache" in d.undecided_ids() and not d.ids()
+
+
+def test_prefix_cache_llamacpp_flavour_reads_cache_n():
+    b = Behaviour(flavour="llamacpp", prefix_cache=True, slots=2, **FAST)
+    r = run_on(b, lambda ctx: prefix_cache.run(ctx, 8, system_tokens=1024))
+    assert r.cache_detected is True
+    assert r.server.cached_tokens_repeat is not None and r.server.cached_tokens_repeat >= 900
+    assert r.server.server_prefill_repeat_s < r.server.server_prefill_cold_s
+
+
+# -- prompt scaling ------------------------------------------------------------------------------------
+def test_prompt_scaling_linear_and_quadratic():
+    lin = run_on(Behaviour(**FAST), lambda ctx: prompt_scaling.run(ctx, 8, n_max=2048, reps=1, steps=5))
+    assert lin.ttft_grows is True and lin.decode_flat is True
+    assert lin.prefill_tok_s == pytest.approx(1e4, rel=0.35)
+    assert lin.quadratic_share < 0.3
+    quad = run_on(Behaviour(**{**FAST, "prefill_s_per_token": 2e-5, "prefill_s_per_token2": 1e-7}),
+                  lambda ctx: prompt_scaling.run(ctx, 8, n_max=2048, reps=1, steps=5))
+    assert quad.quadratic_share > 0.6
+
+
+# -- context fill ---------------------------------------------------------------------------------------
+def test_decode_slowing_with_context_is_seen_and_flat_is_not():
+    slow = run_on(Behaviour(**{**FAST, "decode_s_per_ctx_token": 4e-6}),
+                  lambda ctx: context_fill.run(ctx, 10, l_max=4000, steps=4, reps=1, output_tokens=24,
+                                               weight_bytes=250e6, kv_bytes_per_token=3072))
+    assert slow.slows is True and slow.slowdown_pct > 40
+    assert slow.per_token_s_per_ctx_token == pytest.approx(4e-6, rel=0.5)
+    assert slow.measured_over_predicted > 2  # the fake's KV cost is far above the bytes model
+    d = diagnose({"context-fill": slow})
+    assert d.get("long-context-decode-penalty").severity == "problem"
+    flat = run_on(Behaviour(**FAST), lambda ctx: context_fill.run(ctx, 10, l_max=4000, steps=4, reps=1,
+                                                                   output_tokens=24))
+    assert flat.slows is not True
+    assert "long-context-decode-penalty" not in diagnose({"context-fill": flat}).ids()
+
+
+# -- one slot: queueing, no batching gain ------------------------------------------------------------------
+def test_one_slot_queues_and_batching_gains_nothing():
+    b = Behaviour(slots=1, **FAST)
+
+    async def body(ctx: RunContext) -> Any:
+        bt = await batching.run(ctx, 12, max_concurrency=4, prompt_tokens=32, output_tokens=16, per_worker=1)
+        q = await queue.run(ctx, 8, concurrency=4, prompt_tokens=32, output_tokens=16, per_worker=2, interval_s=0.05)
+        return bt, q
+
+    bt, q = run_on(b, body)
+    assert bt.knee_concurrency == 1 and bt.knee_reached is True
+    assert q.queueing is True and q.waiting_max >= 1
+    d = diagnose({"batching": bt, "queue": q}, engine="vllm")
+    assert {"batching-no-gain", "ttft-queueing"} <= set(d.ids())
+
+
+def test_many_slots_batching_scales_and_no_queue():
+    b = Behaviour(slots=8, **FAST)
+
+    async def body(ctx: RunContext) -> Any:
+        bt = await batching.run(ctx, 12, max_concurrency=4, prompt_tokens=32, output_tokens=24, per_worker=1)
+        q = await queue.run(ctx, 6, concurrency=4, prompt_tokens=32, output_tokens=16, per_worker=1, interval_s=0.05)
+        return bt, q
+
+    bt, q = run_on(b, body)
+    assert bt.levels[-1].output_tok_s > 2.5 * bt.levels[0].output_tok_s
+    assert bt.knee_concurrency != 1
+    assert q.queueing is False and q.waiting_max == 0
+    d = diagnose({"batching": bt, "queue": q})
+    assert "batching-no-gain" not in d.ids() and "ttft-queueing" not in d.ids()
+
+
+# -- prefill interference ----------------------------------------------------------------------------------
+def test_unchunked_prefill_stalls_running_streams():
+    b = Behaviour(slots=4, **{**FAST, "prefill_s_per_token": 2e-4})
+    r = run_on(b, lambda ctx: prefill_interference.run(ctx, 10, streams=3, inject_tokens=2000))
+    assert r.interference is True, r.reason
+    assert r.stall_s > 0.25 and r.chunked_prefill_likely is False
+    assert "prefill-interference" in diagnose({"prefill-interference": r}).ids()
+
+
+def test_chunked_prefill_does_not_stall():
+    b = Behaviour(slots=4, chunked_prefill_tokens=8, **{**FAST, "prefill_s_per_token": 1e-4})
+    r = run_on(b, lambda ctx: prefill_interference.run(ctx, 10, streams=3, inject_tokens=1500))
+    assert r.interference is not True, r.reason
+    assert r.spike_x < 3
+    assert "prefill-interference" not in diagnose({"prefill-interference": r}).ids()
+
+
+def test_one_slot_server_skips_interference():
+    b = Behaviour(flavour="llamacpp", slots=1, **FAST)
+    r = run_on(b, lambda ctx: prefill_interference.run(ctx, 5))
+    assert r.interference is None and r.info.skipped
+
+
+# -- the command ----------------------------------------------------------------------------------------------
+def test_explain_json_against_a_fake(tmp_path):
+    b = Behaviour(slots=2, prefix_cache=False, **FAST)
+    env = {**os.environ, "PHASESCOPE_STORE": str(tmp_path / "runs.db")}
+    with running_behaviour_fake(b) as fake:
+        out = subprocess.run([sys.executable, "-m", "phasescope", "explain", fake.url, "--budget", "25s", "--json"],
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert set(doc["experiments"]) == {"prompt-scaling", "prefix-cache", "context-fill", "batching",
+                                       "prefill-interference", "queue"}
+    for f in doc["findings"]:
+        assert set(f) >= {"id", "cause", "evidence", "advice"} and f["evidence"]
+    ps = doc["experiments"]["prompt-scaling"]
+    assert {"prefill_tok_s", "decode_change_pct", "fit"} <= set(ps)
+    assert set(ps["fit"]) >= {"a_s", "b_s_per_token", "c_s_per_token2"}
+    pc = doc["experiments"]["prefix-cache"]
+    assert {"cache_detected", "ttft_first_s", "ttft_repeat_s"} <= set(pc)
+    assert all({"context_tokens", "decode_tok_s"} <= set(p) for p in doc["experiments"]["context-fill"]["points"])
+    for lvl in doc["experiments"]["batching"]["levels"]:
+        assert {"concurrency", "output_tok_s", "itl_p50_s", "itl_p99_s", "ttft_p99_s"} <= set(lvl)
+    assert doc["run_id"] and os.path.exists(doc["records_path"])
+    with open(doc["records_path"]) as fh:
+        assert sum(1 for _ in fh) > 20  # every raw record saved
+    assert doc["duration_s"] < 25 * 1.6  # the suite keeps to its budget (loosely: loaded machines)
+
+
+def test_experiment_json_keys_and_bad_name():
+    with running_behaviour_fake(Behaviour(**FAST)) as fake:
+        out = subprocess.run([sys.executable, "-m", "phasescope", "experiment", "prefix-cache", fake.url,
+                              "--budget", "10s", "--json", "--no-save"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["cache_detected"] is True and doc["ttft_repeat_s"] < doc["ttft_first_s"]
+    assert "findings" in doc
+    bad = subprocess.run([sys.executable, "-m", "phasescope", "experiment", "warp-drive", "http://127.0.0.1:9"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "unknown experiment" in bad.stderr and "Traceback" not in bad.stderr
