@@ -179,3 +179,37 @@ def test_first_snapshot_alone_has_gauges_but_no_rates():
     s = tl.summary()
     assert s["running"] == 4
     assert s["generation_tok_s"] is None and s["ttft_p50_s"] is None
+
+
+def test_vllm_prefill_speed_decode_and_tpot_from_fake_render():
+    st = VllmMetricsState(model="m")
+    tl = Timeline(60)
+    tl.add(parse_snapshot(st.render()[0].decode(), t_ns=0))
+    # 4 requests: TTFT 0.05 s each (all prefill here), 1000 prompt tokens of which 200 cached; 10 outputs of 0.02 s
+    st.finish_requests([0.05] * 4, [0.02] * 40, prompt_tokens=1000, cached_tokens=200, gen_tokens=44)
+    tl.add(parse_snapshot(st.render()[0].decode(), t_ns=10**9))
+    s = tl.summary()
+    # Δkv_computed_tokens_sum / Δprefill_time_sum = 800 / 0.2
+    assert s["prefill_speed_tok_s"] == pytest.approx(4000.0)
+    assert s["decode_mean_s"] == pytest.approx(0.2)
+    assert s["prefill_mean_s"] == pytest.approx(0.05)
+    assert s["prefix_cache_hit_rate"] == pytest.approx(0.2)
+    # per-request TPOT 0.02 s in (0.01, 0.025]: p50 = 0.01 + 0.015·2/4
+    assert s["tpot_p50_s"] == pytest.approx(0.0175)
+
+
+@pytest.mark.parametrize(
+    "given,expected",
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000/metrics"),
+        ("http://127.0.0.1:8000/", "http://127.0.0.1:8000/metrics"),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/metrics"),
+        ("127.0.0.1:8080", "http://127.0.0.1:8080/metrics"),
+        ("http://h:9000/metrics", "http://h:9000/metrics"),
+        ("http://h:8080/metrics?model=gemma", "http://h:8080/metrics?model=gemma"),
+    ],
+)
+def test_metrics_url(given, expected):
+    from phasescope.metrics import metrics_url
+
+    assert metrics_url(given) == expected

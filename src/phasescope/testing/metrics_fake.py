@@ -38,6 +38,8 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                40.0, 80.0)
+#: vLLM's request_tokens family: a 1-2-5 series capped at max_model_len (here 32768)
+REQUEST_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
 REQ_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0, 1920.0, 7680.0)
 
@@ -80,12 +82,20 @@ class VllmMetricsState:
                                ln, buckets=REQ_BUCKETS, registry=r)
         self.prefill = Histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
                                  ln, buckets=REQ_BUCKETS, registry=r)
+        self.decode = Histogram("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+                                ln, buckets=REQ_BUCKETS, registry=r)
+        self.tpot = Histogram("vllm:request_time_per_output_token_seconds",
+                              "Histogram of time_per_output_token_seconds per request.", ln, buckets=ITL_BUCKETS,
+                              registry=r)
+        self.kv_computed = Histogram("vllm:request_prefill_kv_computed_tokens",
+                                     "Histogram of new KV tokens computed during prefill (excluding cached tokens).", ln,
+                                     buckets=REQUEST_TOKEN_BUCKETS, registry=r)
         # vLLM pre-creates every series per engine (create_metric_per_engine)
         for m in self.models:
             for e in self.engines:
                 for fam in (self.running, self.waiting, self.kv, self.queries, self.hits, self.preemptions,
                             self.prompt_tokens, self.generation_tokens, self.ttft, self.itl, self.e2e, self.queue,
-                            self.prefill):
+                            self.prefill, self.decode, self.tpot, self.kv_computed):
                     fam.labels(m, e)
                 for reason in ("stop", "length", "abort"):
                     self.success.labels(m, e, reason)
@@ -108,11 +118,18 @@ class VllmMetricsState:
                         gen_tokens: int = 0, model: str | None = None, engine: str = "0") -> None:
         """Record finished requests: TTFT and ITL observations plus token counters."""
         lab = self._l(model, engine)
+        n = max(1, len(ttfts))
+        decode_s = sum(itls) / n  # per request
+        per_req_out = len(itls) / n + 1
         for v in ttfts:
             self.ttft.labels(*lab).observe(v)
-            self.e2e.labels(*lab).observe(v + sum(itls) / max(1, len(ttfts)))
+            self.e2e.labels(*lab).observe(v + decode_s)
             self.queue.labels(*lab).observe(0.0)
             self.prefill.labels(*lab).observe(v)
+            self.decode.labels(*lab).observe(decode_s)
+            if per_req_out > 1:
+                self.tpot.labels(*lab).observe(decode_s / (per_req_out - 1))
+            self.kv_computed.labels(*lab).observe((prompt_tokens - cached_tokens) / n)
             self.success.labels(*lab, "length").inc()
         for v in itls:
             self.itl.labels(*lab).observe(v)
