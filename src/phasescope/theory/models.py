@@ -41,6 +41,7 @@ __all__ = [
     "ModelSpec",
     "load_model_spec",
     "get_catalog_model",
+    "get_catalog_ids_match",
     "list_models",
     "spec_from_config",
     "spec_from_config_file",
@@ -475,7 +476,9 @@ def spec_from_config_file(path: str | Path) -> ModelSpec:
     except json.JSONDecodeError as exc:
         raise InputError(f"{p}: malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     spec = spec_from_config(cfg, name=p.name, source=str(p))
-    return replace(spec, id=p.parent.name or spec.id, name=spec.name if spec.name != p.name else p.parent.name)
+    ident = (p.parent.name if p.name == "config.json" else p.stem) or spec.id
+    named = "_name_or_path" in cfg and bool(cfg["_name_or_path"])
+    return replace(spec, id=spec.id if named else ident, name=spec.name if named else ident)
 
 
 # --- GGUF ------------------------------------------------------------------------------------------------
@@ -825,5 +828,6 @@ def load_model_spec(spec: str) -> ModelSpec:
 
 
 def get_catalog_ids_match(s: str) -> bool:
+    """True when ``s`` is exactly a catalog id or HF repo name (case-insensitive); no fuzzy matching."""
     key = s.strip().lower()
     return any(key in (m.id, m.name.lower()) for m in _catalog().values())
