@@ -37,7 +37,7 @@ def watch(
     window: float = typer.Option(60.0, "--window", "-w", help="Seconds of history for quantiles and rates."),
     once: bool = typer.Option(False, "--once", help="Take two scrapes --interval apart, print one snapshot, exit."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (with --once; without it: one JSON line per refresh)."),
-    csv_path: Optional[str] = typer.Option(None, "--csv", help="Append every sample to this CSV file."),
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="Write every sample (one row per scrape) to this CSV file."),
     count: Optional[int] = typer.Option(None, "--count", "-n", help="Stop after this many refreshes."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Stop after this many seconds."),
     engine: str = typer.Option("auto", "--engine", help="auto | vllm | sglang | tgi | llamacpp."),
