@@ -159,7 +159,7 @@ def serve(
     threads: Optional[int] = typer.Option(None, "--threads", help="Compute threads (default: all cores)."),
     llama_server: Optional[Path] = typer.Option(None, "--llama-server", help="Use this llama-server binary (also $PHASESCOPE_LLAMA_SERVER)."),
     server_args: str = typer.Option("", "--server-args", help="Extra llama-server flags, one shell-quoted string."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON line with the URL etc. when ready."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON object (url, port, pid, model...) on stdout when ready."),
 ) -> None:
     """Run the embedded llama-server on 127.0.0.1 in the foreground until Ctrl-C."""
     from phasescope.engine.server import running_engine

@@ -238,7 +238,7 @@ def _write_stamp(version: str, build_s: float | None, args: list[str] | None) ->
 def _run_logged(cmd: list[str], log: Path, what: str, env: dict[str, str] | None = None,
                 on_line: Callable[[str], None] | None = None) -> None:
     """Run ``cmd`` with output appended to ``log``; on failure raise an EngineError with the telling line."""
-    with log.open("a") as lf:
+    with log.open("a", buffering=1) as lf:  # line-buffered: `tail -f build.log` follows along
         lf.write(f"\n$ {' '.join(cmd)}\n")
         lf.flush()
         try:
