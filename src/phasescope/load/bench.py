@@ -265,11 +265,12 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
         loop = asyncio.get_running_loop()
         astop = asyncio.Event()
 
-        def watch() -> None:
-            stop.wait()
-            loop.call_soon_threadsafe(astop.set)
+        async def watch() -> None:  # the caller's threading.Event → this loop's asyncio.Event
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+            astop.set()
 
-        threading.Thread(target=watch, daemon=True).start()
+        watcher = loop.create_task(watch())
         prev = _install_sigint(lambda: (stop.set(), loop.call_soon_threadsafe(astop.set)))
         try:
             async def gate() -> int:
@@ -287,7 +288,7 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
                                   ignore_eos=cfg.ignore_eos)
         finally:
             _restore_sigint(prev)
-            stop.set()  # release the watcher thread
+            watcher.cancel()
 
     try:
         return asyncio.run(main())
