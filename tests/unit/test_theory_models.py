@@ -287,6 +287,9 @@ def test_server_metadata_helpers() -> None:
             "size": 246587904, "ftype": "Q4_K - Medium"}
     s = from_llamacpp_meta(meta, model="gemma-3-270m")
     assert R.weight_bytes_read(s) == 246_587_904 and not s.shape_known
+    assert s.dtype == "q4_k_m"  # from "Q4_K - Medium"
+    assert from_llamacpp_meta({**meta, "ftype": "Q8_0"}).dtype == "q8_0"
+    assert from_llamacpp_meta({**meta, "ftype": "weird"}).dtype is None
     show = {"details": {"quantization_level": "Q4_K_M"}, "model_info": {
         "general.architecture": "llama", "general.parameter_count": 8030261248, "llama.block_count": 32,
         "llama.embedding_length": 4096, "llama.attention.head_count": 32, "llama.attention.head_count_kv": 8,

@@ -661,6 +661,18 @@ def from_ollama_show(show: dict[str, Any], *, model: str | None = None) -> Model
 _LLAMACPP_FTYPE = re.compile(r"^\s*(\w+?)\s*-\s*(\w+)\s*$")
 
 
+def _llamacpp_ftype(text: Any) -> str | None:
+    """llama.cpp's ``llama_model_ftype_name`` text (``"Q4_K - Medium"``, ``"Q8_0"``, ``"F16"``) → a quant name."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    m = _LLAMACPP_FTYPE.match(text)
+    name = f"{m.group(1)}_{m.group(2)[0]}" if m else text.strip()
+    try:
+        return get_quant(name).name
+    except InputError:
+        return None
+
+
 def from_llamacpp_meta(meta: dict[str, Any], *, model: str = "llama.cpp model") -> ModelSpec:
     """A size-only ModelSpec from llama-server's ``GET /v1/models`` ``data[].meta``
     (``n_params``, ``size`` = tensor bytes, ``n_embd``, ``n_vocab``, ``n_ctx_train``, ``ftype``)."""
@@ -681,7 +693,7 @@ def from_llamacpp_meta(meta: dict[str, Any], *, model: str = "llama.cpp model") 
         total_params=n_params,
         active_params=n_params,
         decode_read_params=n_params,
-        dtype=None,
+        dtype=_llamacpp_ftype(meta.get("ftype")),
         file_weight_bytes=size,
         file_read_bytes_batch1=size,
         notes=(f"ftype {meta.get('ftype')}", "layer shapes unknown: KV and attention terms omitted"),
