@@ -230,3 +230,20 @@ def test_bad_bodies_raise_one_clear_error(body, words):
         parse_snapshot(body)
     assert words in str(ei.value)
     assert "\n" not in str(ei.value)
+
+
+def test_sglang_old_docs_sample_only_model_name_and_removed_itl_name():
+    # shape of the older docs.sglang.io "Production Metrics" sample: model_name only, TTFT buckets from 0.001,
+    # sglang:time_per_output_token_seconds (removed by sgl-project/sglang#4914), counters in exponent form
+    s = load("sglang_old_docs.txt")
+    key = (("model_name", "meta-llama/Llama-3.1-8B-Instruct"),)
+    assert s.engine == "sglang"
+    assert s.sources["itl"] == "sglang:time_per_output_token_seconds"
+    assert s.hists["itl"][key].count == 7400757.0
+    assert s.counters["prompt_tokens"] == {key: 8128902.0}
+    assert s.gauges["running"] == {key: 460.0} and s.gauges["waiting"] == {key: 2826.0}
+    assert s.hists["ttft"][key].bounds[0] == 0.001
+    tl = Timeline(60)
+    tl.add(s)
+    # no cached-token counter in this version: the engine's own gauge (last prefill batch) is the fallback
+    assert tl.summary()["prefix_cache_hit_rate"] == pytest.approx(0.007507552643049313)

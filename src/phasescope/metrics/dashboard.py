@@ -98,7 +98,7 @@ def render(state: WatchState) -> RenderableType:
 
     parts: list[RenderableType] = [head, lat, load]
     if state.groups:
-        g = Table(title="Per label value", title_justify="left")
+        g = Table(title=f"Per {state.by or 'label value'}", title_justify="left")
         for c in ("group", "running", "waiting", "KV", "TTFT p99", "ITL p99", "gen tok/s"):
             g.add_column(c, justify="right" if c != "group" else "left")
         for name, gs in state.groups.items():

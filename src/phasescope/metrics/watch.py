@@ -41,6 +41,7 @@ class WatchState:
     alerts: list[Alert] = field(default_factory=list)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     refreshes: int = 0
+    by: str | None = None
     last_error: str | None = None
     started_ns: int = field(default_factory=now_ns)
 
@@ -119,6 +120,7 @@ def _refresh(state: WatchState, select: Mapping[str, str] | None, by: str | None
     state.summary = state.timeline.summary(select=select)
     state.history.append(state.summary)
     state.alerts = evaluate(list(state.history), state.engine)
+    state.by = by
     state.groups = state.timeline.summary_by(by, select=select) if by else {}
     state.refreshes += 1
 
