@@ -84,7 +84,11 @@ def test_harness_detects_js_errors_and_network(tmp_path: Path) -> None:
     assert text and "boom" in text.group(1) and "csp" in text.group(1)
 
 
-def test_png_export(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["default", "chromium"])
+def test_png_export(tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "default": kaleido when installed (phasescope[png]), else Chromium; "chromium": kaleido made unimportable
+    if engine == "chromium":
+        monkeypatch.setitem(sys.modules, "kaleido", None)
     plots, _ = build_plots(full_runs())
     files, why = write_pngs(plots[:2], tmp_path / "png")
     assert why is None, why
