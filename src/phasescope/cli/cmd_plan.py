@@ -36,6 +36,10 @@ def _n(x: Any, nd: int = 2) -> str:
     return f"{x:,.{nd}f}"
 
 
+def _flops(x: float) -> str:
+    return f"{x / 1e12:.1f} TFLOP/s" if x >= 1e12 else f"{x / 1e9:.0f} GFLOP/s"
+
+
 def _pct(x: Any) -> str:
     return "-" if x is None else f"{x * 100:+.0f} %"
 
@@ -65,7 +69,7 @@ def _header(doc: dict[str, Any]) -> None:
         r = cal["residuals"]
         console.print(f"calibrated from {cal['from']}: {cal['n_prefill_points']} prefill + {cal['n_decode_points']} decode points, "
                       f"API overhead {cal['api_overhead_s'] * 1e3:.1f} ms, effective {f.get('bandwidth_bytes_s', 0) / 1e9:.1f} GB/s, "
-                      f"{f.get('flops_s', 0) / 1e9:.0f} GFLOP/s; fit error prefill {_pct(r.get('prefill_rel_err_median'))}, "
+                      f"{_flops(f.get('flops_s', 0))}; fit error prefill {_pct(r.get('prefill_rel_err_median'))}, "
                       f"decode {_pct(r.get('decode_rel_err_median'))}")
 
 
@@ -217,6 +221,11 @@ def plan(
         if b.get("mean_kv_transfer_ms") is not None:
             console.print(f"KV transfer per request: mean {_ms(b['mean_kv_transfer_ms'])}, p99 {_ms(b.get('p99_kv_transfer_ms'))}")
         console.print(("[green]disaggregation pays[/green]: " if dz["pays"] else "[yellow]disaggregation does not pay[/yellow]: ") + dz["why"])
+        alt = dz.get("colocated_smaller_budget")
+        if alt:
+            console.print(f"colocated with --max-num-batched-tokens {alt['max_num_batched_tokens']}: TTFT p99 {_ms(alt['p99_ttft_ms'])}, "
+                          f"ITL p99 {_ms(alt['p99_itl_ms'])}, {_n(alt['output_throughput'])} output tok/s"
+                          + ("" if alt.get("slo_met") is None else (" — SLO met" if alt["slo_met"] else " — SLO missed")))
     err_console.print(f"simulated in {doc['sim_wall_s']:.2f} s" + (f" · saved as run {doc['run_id']}" if doc.get("run_id") else ""))
 
 

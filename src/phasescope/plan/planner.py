@@ -295,9 +295,31 @@ def compare_disaggregation(spec: PlanSpec) -> dict[str, Any]:
         why = "separate pools keep long prefills out of the decode steps, worth more than the KV transfer"
     else:
         why = "chunked prefill on the same GPUs already isolates decode well enough; the transfer and split pools cost more"
+    # the seed's alternative: the same GPUs with a smaller chunked-prefill budget
+    alt = None
+    cands = [b for b in (2048, 1024, 512) if b < spec.sched.max_num_batched_tokens and b >= spec.sched.max_num_seqs]
+    tried = []
+    for budget in cands:
+        _, o = run_once(replace(colo_spec, sched=replace(spec.sched, max_num_batched_tokens=budget)), points=2)
+        tried.append((budget, o["summary"]))
+        if spec.slo and o["summary"]["slo"]["met"]:
+            break
+    if tried:
+        if spec.slo:
+            met = [t for t in tried if t[1]["slo"]["met"]]
+            budget, summ = met[0] if met else tried[-1]
+        else:
+            budget, summ = min(tried, key=lambda t: t[1].get("p99_itl_ms") or math.inf)
+        alt = {"max_num_batched_tokens": budget, **compact(summ), "slo_met": (summ.get("slo") or {}).get("met")}
+        alt_enough = bool(alt["slo_met"]) if spec.slo else (
+            (alt.get("p99_itl_ms") or math.inf) <= 1.5 * (b.get("p99_itl_ms") or 0.0))
+        if pays and alt_enough and not dep.shared_device:
+            why += (f"; but --max-num-batched-tokens {budget} on the same GPUs colocated does as well without "
+                    "the transfer (chunked prefill isolates decode with one flag)")
     return {
         "prefill_replicas": p,
         "decode_replicas": d,
+        "colocated_smaller_budget": alt,
         "shared_device": dep.shared_device,
         "gpus": colo_gpus,
         "colocated": {"summary": a, "timeseries": colo["timeseries"]},

@@ -1,0 +1,208 @@
+"""Validate `phasescope plan` against the real embedded llama-server (not a timed test; prints a table).
+
+1. Speed: a simulated hour of 10 requests/s with 1,000-token prompts (Llama-3.1-8B on an H100).
+2. Calibration: `hw`-style measurements of this machine (bandwidth, GEMM; not saved) + a short probe
+   of llama-server (sequential requests at two prompt lengths) → a calibrated cost model
+   (policy ``llamacpp``: --parallel slots, n_batch 2048 budget).
+3. Bench workloads on the real server — closed loops of 1, 2 and 4 users and a Poisson rate — and
+   the same workloads (same lengths, same arrival times) in the simulator; predicted vs measured
+   median and p99 TTFT and ITL. Goal: within 10 % at the median and 20 % at p99.
+
+Usage: .venv/bin/python benchmarks/plan_validation.py [--quick] [--threads N] [--json out.json]
+Run it on a quiet machine: llama-server uses --threads cores and the client shares them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from phasescope.apis import get_client
+from phasescope.apis.base import GenRequest, Target
+from phasescope.engine import running_engine
+from phasescope.measure import derive
+from phasescope.measure.clock import now_ns
+from phasescope.measure.records import RequestRecord
+from phasescope.plan.build import cost_from_theory
+from phasescope.plan.calibrate import calibrate
+from phasescope.plan.metrics import summarize_sim
+from phasescope.plan.sim import SchedulerConfig, simulate
+from phasescope.plan.workload import Workload, build_requests
+from phasescope.theory.models import load_model_spec
+
+PARALLEL = 4
+CTX = 16384
+
+
+def speed_check() -> dict[str, Any]:
+    cost = cost_from_theory("llama-3.1-8b", "h100")
+    w = Workload(rate=10.0, duration_s=3600.0, input_len=1000, output_len=200, seed=0)
+    t = time.perf_counter()
+    res = simulate(cost, w)
+    wall = time.perf_counter() - t
+    s = summarize_sim(res)
+    return {"requests": res.n, "steps": s["steps"], "wall_s": wall, "p99_ttft_ms": s["p99_ttft_ms"], "p99_itl_ms": s["p99_itl_ms"]}
+
+
+def hw_device() -> Any:
+    from phasescope.theory.hw import measure, to_device
+
+    return to_device(measure(size_mb=512, repeats=3, matmul_n=1024))
+
+
+def _ids(rng: random.Random, n: int) -> list[int]:
+    # random ordinary vocabulary ids: no two prompts share a prefix, so no cache reuse
+    return [rng.randrange(1000, 200000) for _ in range(n)]
+
+
+async def _send(session: aiohttp.ClientSession, target: Target, ids: list[int], out: int, tag: dict[str, Any]) -> RequestRecord:
+    client = get_client("llamacpp")
+    req = GenRequest(prompt="", prompt_token_ids=ids, prompt_tokens_expected=len(ids), max_tokens=out,
+                     ignore_eos=True, cache_prompt=False, tags=tag)
+    rec = await client.send(session, target, req)
+    rec.prompt_tokens = rec.prompt_tokens or len(ids)
+    return rec
+
+
+async def closed_loop(target: Target, users: int, n: int, inp: int, out: int, seed: int) -> list[RequestRecord]:
+    rng = random.Random(seed)
+    prompts = [_ids(rng, inp) for _ in range(n)]
+    recs: list[RequestRecord] = []
+    it = iter(range(n))
+    async with aiohttp.ClientSession() as session:
+        async def user() -> None:
+            for i in it:
+                recs.append(await _send(session, target, prompts[i], out, {"users": users}))
+        await asyncio.gather(*(user() for _ in range(users)))
+    return recs
+
+
+async def open_loop(target: Target, arrivals: np.ndarray, inp: int, out: int, seed: int) -> tuple[list[RequestRecord], int]:
+    rng = random.Random(seed)
+    prompts = [_ids(rng, inp) for _ in range(len(arrivals))]
+    async with aiohttp.ClientSession() as session:
+        t0 = now_ns()
+
+        async def one(i: int) -> RequestRecord:
+            delay = t0 / 1e9 + float(arrivals[i]) - now_ns() / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return await _send(session, target, prompts[i], out, {"rate": True})
+
+        recs = await asyncio.gather(*(one(i) for i in range(len(arrivals))))
+    return list(recs), t0
+
+
+def measured_stats(recs: list[RequestRecord]) -> dict[str, float]:
+    ok = [r for r in recs if r.ok]
+    ttft = [derive.ttft_s(r) for r in ok]
+    itl = [x for r in ok for x in derive.itl_s(r)]
+    return {
+        "n": len(ok),
+        "ttft_p50": float(np.percentile(ttft, 50) * 1e3), "ttft_p99": float(np.percentile(ttft, 99) * 1e3),
+        "itl_p50": float(np.percentile(itl, 50) * 1e3), "itl_p99": float(np.percentile(itl, 99) * 1e3),
+    }
+
+
+def sim_stats(cost: Any, sched: SchedulerConfig, w: Workload) -> dict[str, float]:
+    s = summarize_sim(simulate(cost, w, sched))
+    return {"n": s["completed"], "ttft_p50": s["median_ttft_ms"], "ttft_p99": s["p99_ttft_ms"],
+            "itl_p50": s["median_itl_ms"], "itl_p99": s["p99_itl_ms"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer requests per workload")
+    ap.add_argument("--threads", type=int, default=2, help="llama-server --threads")
+    ap.add_argument("--input-len", type=int, default=256)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--rate", type=float, default=0.5)
+    ap.add_argument("--json", default=None, help="write all numbers here")
+    a = ap.parse_args()
+
+    sp = speed_check()
+    print(f"speed: simulated 1 h of 10 req/s, 1,000-token prompts ({sp['requests']:,} requests, {sp['steps']:,} steps) "
+          f"in {sp['wall_s']:.1f} s wall")
+
+    t = time.perf_counter()
+    dev = hw_device()
+    print(f"hw: {dev.mem_bandwidth_gb_s:.1f} GB/s read bandwidth, {(dev.dense_bf16_tflops or 0) * 1e3:.0f} GFLOP/s GEMM "
+          f"({time.perf_counter() - t:.0f} s)")
+    out: dict[str, Any] = {"speed": sp, "hw": {"bandwidth_gb_s": dev.mem_bandwidth_gb_s, "gflop_s": (dev.dense_bf16_tflops or 0) * 1e3}}
+    scale = 1 if not a.quick else 2
+    inp, outl = a.input_len, a.output_len
+    with running_engine(parallel=PARALLEL, ctx_size=CTX, threads=a.threads) as eng:
+        target = Target(base_url=eng.url, api="llamacpp", model=eng.model_alias, engine="llamacpp")
+        spec = load_model_spec(str(eng.model_path))
+        base = cost_from_theory(spec, dev, kv_pool_tokens=CTX)
+        # warm-up (first requests pay page faults / thread spin-up)
+        asyncio.run(closed_loop(target, 1, 2, 64, 8, seed=99))
+        # short probe: sequential, two prompt lengths
+        t = time.perf_counter()
+        probe = asyncio.run(closed_loop(target, 1, 3, inp // 2, outl // 2, seed=1))
+        probe += asyncio.run(closed_loop(target, 1, 3, inp * 2, outl // 2, seed=2))
+        cal = calibrate(probe, base)
+        cost = cal.cost
+        sched = SchedulerConfig(policy="llamacpp", max_num_seqs=PARALLEL, max_num_batched_tokens=2048,
+                                api_overhead_s=cal.api_overhead_s)
+        print(f"calibration ({time.perf_counter() - t:.0f} s probe): effective {cal.fitted['bandwidth_bytes_s'] / 1e9:.1f} GB/s "
+              f"(η_bw {cost.bw_eff:.2f}), {cal.fitted['flops_s'] / 1e9:.0f} GFLOP/s (η_f {cost.flops_eff:.2f}), "
+              f"overhead {cost.step_overhead_s * 1e3:.2f} ms/step, API {cal.api_overhead_s * 1e3:.1f} ms; "
+              f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
+        out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff, "step_overhead_s": cost.step_overhead_s}
+        rows = []
+        for users, n in ((1, 8), (2, 12), (4, 16)):
+            n = max(n // scale, users * 2)
+            t = time.perf_counter()
+            recs = asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users))
+            m = measured_stats(recs)
+            p = sim_stats(cost, sched, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl))
+            rows.append((f"{users} user(s)", m, p, time.perf_counter() - t))
+        n = 24 // scale
+        w = Workload(rate=a.rate, num_requests=n, input_len=inp, output_len=outl, seed=5)
+        arr = build_requests(w).arrival_s
+        t = time.perf_counter()
+        recs, _ = asyncio.run(open_loop(target, arr, inp, outl, seed=20))
+        m = measured_stats(recs)
+        p = sim_stats(cost, sched, w)
+        rows.append((f"Poisson {a.rate:g}/s", m, p, time.perf_counter() - t))
+
+    print()
+    print(f"workload: prompt {inp} → output {outl} tokens, llama-server --parallel {PARALLEL} --threads {a.threads}")
+    hdr = f"{'workload':<16}{'n':>4}  {'TTFT p50 meas/pred':>22}{'err':>7}  {'TTFT p99':>17}{'err':>7}  {'ITL p50':>15}{'err':>7}  {'ITL p99':>15}{'err':>7}"
+    print(hdr)
+    print("-" * len(hdr))
+    table = []
+    for name, m, p, wall in rows:
+        cells = []
+        rec: dict[str, Any] = {"workload": name, "n": m["n"], "wall_s": wall}
+        for k in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99"):
+            err = p[k] / m[k] - 1 if m[k] else float("nan")
+            rec[k] = {"measured_ms": m[k], "predicted_ms": p[k], "rel_err": err}
+            width = 22 if k == "ttft_p50" else (17 if k == "ttft_p99" else 15)
+            cells.append(f"{m[k]:>{width - 9},.1f} / {p[k]:>6,.1f}{err * 100:>+6.0f}%")
+        table.append(rec)
+        print(f"{name:<16}{m['n']:>4}  " + "  ".join(cells))
+    out["rows"] = table
+    errs = {k: [abs(r[k]["rel_err"]) for r in table] for k in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")}
+    print()
+    print("median |error|: " + ", ".join(f"{k} {np.median(v) * 100:.0f} %" for k, v in errs.items())
+          + "  (goal: 10 % at p50, 20 % at p99)")
+    if a.json:
+        with open(a.json, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
