@@ -106,24 +106,24 @@ def status(
         return f"{n / 1e6:.1f} MB" if isinstance(n, int) else "-"
 
     srv = st["llama_server"]
-    _out(f"engine dir   {st['engine_dir']}")
-    _out(f"ready        {'yes' if st['ready'] else 'no (run `phasescope engine install`)'}")
+    _out(f"engine dir          {st['engine_dir']}")
+    _out(f"ready               {'yes' if st['ready'] else 'no (run `phasescope engine install`)'}")
     src = st["source"]
-    _out(f"source       {src['package']}  sdist {'present' if src['sdist']['exists'] else 'absent'}, "
+    _out(f"source              {src['package']}  sdist {'present' if src['sdist']['exists'] else 'absent'}, "
                   f"{'unpacked' if src['unpacked'] else 'not unpacked'}")
     if srv["version"]:
-        _out(f"llama-server {srv['path']}  ({srv['source']}, version {srv['version']})")
+        _out(f"llama-server        {srv['path']}  ({srv['source']}, version {srv['version']})")
     else:
-        _out(f"llama-server {srv['error']}")
+        _out(f"llama-server        {srv['error']}")
     for name, info in st["build"]["binaries"].items():
         if name != "llama-server":
-            _out(f"{name:<12} {info['path'] if info['exists'] else 'not built'}  {mb(info['size_bytes'])}")
+            _out(f"{name:<19} {info['path'] if info['exists'] else 'not built'}  {mb(info['size_bytes'])}")
     m = st["model"]
     state = "verified" if m["verified"] else ("present, not verified" if m["exists"] else "not assembled")
-    _out(f"model        {m['path']}  {mb(m['size_bytes'])}, {state}")
+    _out(f"model               {m['path']}  {mb(m['size_bytes'])}, {state}")
     for q in st["quantized"]:
-        _out(f"quantized    {q['path']}  {mb(q['size_bytes'])}")
-    _out(f"logs         {st['logs_dir']}")
+        _out(f"quantized           {q['path']}  {mb(q['size_bytes'])}")
+    _out(f"logs                {st['logs_dir']}")
 
 
 def quantize(

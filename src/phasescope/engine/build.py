@@ -353,9 +353,12 @@ def _configure_and_build(tools: Tools, jobs: int, reporter: Reporter, log: Path)
                     log, "cmake configure", env=env)
         cfg_file.write_text(json.dumps(cfg))
     est = expected_build_s(jobs, tools.generator)
+    resuming = (build / ".ninja_log").exists() or any(build.glob("**/*.o"))
     reporter.step(
-        f"building {', '.join(paths.TARGETS)} with {jobs} job(s): expected about {est / 60:.0f} min "
-        f"(measured 5 min on 2 cores with Ninja, 11 with Makefiles); full output in {log}"
+        f"building {', '.join(paths.TARGETS)} with {jobs} job(s): "
+        + ("resuming an earlier build, only what is missing is compiled; a full build takes " if resuming
+           else "expected ")
+        + f"about {est / 60:.0f} min (measured 5 min on 2 cores with Ninja, 11 with Makefiles); full output in {log}"
     )
     t0 = time.monotonic()
     state = {"total": 0}
