@@ -156,7 +156,9 @@ def _compare_metric(
         verdict = "too few samples"
     else:
         if m.kind == "request":
-            ci = bootstrap_median_diff(sa.values(m.key), sb.values(m.key), n_boot=n_boot, confidence=confidence, seed=seed)
+            # bootstrap_median_diff holds n_boot × n indices: cap that at ~4M per side for huge runs
+            nb_eff = min(n_boot, max(400, int(4_000_000 / max(na, nb))))
+            ci = bootstrap_median_diff(sa.values(m.key), sb.values(m.key), n_boot=nb_eff, confidence=confidence, seed=seed)
             lo, hi = ci.low, ci.high
         elif m.kind == "token":
             lo, hi = _cluster_percentile_ci(sa.itl_by_request, sb.itl_by_request, m.q, min(n_boot, 1000), confidence, seed)
@@ -184,19 +186,33 @@ def _thin(clusters: list[list[float]]) -> list[np.ndarray]:
 def _cluster_percentile_ci(
     a: list[list[float]], b: list[list[float]], q: float, n_boot: int, confidence: float, seed: int
 ) -> tuple[float, float]:
-    """Percentile-bootstrap CI of pct_q(pooled B) − pct_q(pooled A), resampling requests."""
-    rng = np.random.default_rng(seed)
-    ca, cb = _thin(a), _thin(b)
+    """Percentile-bootstrap CI of pct_q(pooled B) − pct_q(pooled A), resampling whole requests.
 
-    def boots(cs: list[np.ndarray]) -> np.ndarray:
-        out = np.empty(n_boot)
+    A resample draws k requests with replacement, i.e. weights each request by how often it was
+    drawn; the pooled percentile is then a weighted percentile over the sorted samples (inverted
+    CDF), computed for all resamples at once without concatenating arrays."""
+    rng = np.random.default_rng(seed)
+
+    def boots(clusters: list[list[float]]) -> np.ndarray:
+        cs = _thin(clusters)
         k = len(cs)
-        for i in range(n_boot):
-            idx = rng.integers(0, k, size=k)
-            out[i] = np.percentile(np.concatenate([cs[j] for j in idx]), q)
+        vals = np.concatenate(cs)
+        owner = np.repeat(np.arange(k), [len(c) for c in cs])
+        order = np.argsort(vals, kind="stable")
+        vals, owner = vals[order], owner[order]
+        out = np.empty(n_boot)
+        step = max(1, 4_000_000 // max(1, vals.size))  # resamples per vectorised batch
+        for i in range(0, n_boot, step):
+            m = min(step, n_boot - i)
+            counts = np.stack([np.bincount(rng.integers(0, k, size=k), minlength=k) for _ in range(m)])
+            w = counts[:, owner].astype(float)  # (m, n) weight of each sorted sample
+            cw = np.cumsum(w, axis=1)
+            target = cw[:, -1:] * (q / 100.0)
+            idx = np.minimum((cw < target).sum(axis=1), vals.size - 1)
+            out[i : i + m] = vals[idx]
         return out
 
-    d = boots(cb) - boots(ca)
+    d = boots(b) - boots(a)
     alpha = (1 - confidence) / 2
     return float(np.quantile(d, alpha)), float(np.quantile(d, 1 - alpha))
 
