@@ -221,6 +221,12 @@ def main() -> None:
           f"{100 * srv['prefill_tok_s'] / roofs['prefill_compute_roof_tok_s']:.0f} % of the compute roof "
           f"{roofs['prefill_compute_roof_tok_s']:.0f} tok/s; llama-bench pp200 {lb['pp_tok_s']:.0f}; "
           f"server overhead {100 * (1 - srv['prefill_tok_s'] / lb['pp_tok_s']):+.0f} %")
+    eff_gb = srv["decode_tok_s"] * roofs["weight_bytes"] / 1e9
+    eff_gf = srv["decode_tok_s"] * roofs["decode_flops_per_token"] / 1e9
+    print(f"decode  uses {eff_gb:.1f} GB/s of {bw:.1f} measured and {eff_gf:.0f} GFLOP/s of {fl:.0f} (GEMM peak); "
+          f"prefill uses {srv['prefill_tok_s'] * roofs['prefill_flops_per_token'] / 1e9:.0f} GFLOP/s")
+    out["bundled"]["decode_effective_gb_s"] = eff_gb
+    out["bundled"]["decode_effective_gflop_s"] = eff_gf
     print(f"decode threads: 1 -> {T}: {lb1['tg_tok_s']:.1f} -> {lb['tg_tok_s']:.1f} tok/s "
           f"(x{lb['tg_tok_s'] / lb1['tg_tok_s']:.2f}; a bandwidth-bound decode would barely move)")
 
