@@ -121,3 +121,22 @@ def test_engine_dying_under_a_block_that_swallows_errors_still_raises() -> None:
         with running_engine(parallel=1, ctx_size=512) as eng:
             os.kill(eng.pid, signal.SIGTERM)
             eng.process.wait(timeout=10)
+
+
+def test_server_dies_with_a_sigkilled_parent() -> None:
+    """Even phasescope killed with SIGKILL (no cleanup possible) leaves no llama-server behind (Linux)."""
+    import subprocess
+    import sys
+    import time
+
+    code = ("from phasescope.engine import running_engine\nimport time\n"
+            "with running_engine(parallel=1, ctx_size=512) as e:\n    print(e.pid, flush=True)\n    time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not _gone(pid):
+        time.sleep(0.1)
+    assert _gone(pid)

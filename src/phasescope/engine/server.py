@@ -215,16 +215,26 @@ def _stop_all_at_exit() -> None:
 atexit.register(_stop_all_at_exit)
 
 
-def _preexec_parent_death_signal() -> None:  # pragma: no cover - runs in the child
-    """Linux: the server gets SIGTERM if the thread that started it dies (e.g. phasescope SIGKILLed)."""
+def _make_pdeathsig_preexec() -> Any:
+    """Linux: a pre-exec hook so the server gets SIGTERM if the thread that started it dies (e.g.
+    phasescope itself is SIGKILLed). The libc function is resolved here, in the parent, so the
+    child between fork and exec only makes one C call (no imports, no locks)."""
     try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except Exception:
-        pass
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    PR_SET_PDEATHSIG = 1
+    sig = int(signal.SIGTERM)
+
+    def _preexec() -> None:  # pragma: no cover - runs in the child
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+    return _preexec
+
+
+_PDEATHSIG_PREEXEC = _make_pdeathsig_preexec() if os.name == "posix" and os.uname().sysname == "Linux" else None
 
 
 def _new_log_path(port: int) -> Path:
@@ -348,7 +358,7 @@ def _start_once(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group: we stop it, not the terminal
-                preexec_fn=_preexec_parent_death_signal if in_main else None,  # noqa: PLW1509
+                preexec_fn=_PDEATHSIG_PREEXEC if in_main else None,  # noqa: PLW1509 - only in the main thread
                 close_fds=True,
             )
         except OSError as exc:
