@@ -195,7 +195,8 @@ def _closed_loop_requests(spec: PlanSpec, n_users: int) -> int:
 def capacity(spec: PlanSpec, *, mode: str | None = None, max_users: int = 4096, rel_tol: float = 0.03) -> dict[str, Any]:
     """Most concurrent users (closed loop) or highest Poisson rate whose percentiles meet the SLO.
 
-    Users: double N until the SLO fails, then bisect. Rate: double from a first guess (one request
+    Users: double N until the SLO fails, then bisect; each run spreads the users' first requests
+    over one request's time alone (steady state, not a synchronized burst). Rate: double from a first guess (one request
     per alone-prefill+decode time), then bisect to ``rel_tol``. Assumes the SLO gets harder with
     load (true of queueing; a simulated point that breaks it is reported)."""
     if not spec.slo:
@@ -204,8 +205,13 @@ def capacity(spec: PlanSpec, *, mode: str | None = None, max_users: int = 4096, 
         mode = "rate" if spec.workload.rate is not None else "users"
     probes: list[dict[str, Any]] = []
 
+    wl = spec.workload
+    # one request's time alone: users are spread over it so equal requests do not run in lockstep
+    alone_s = spec.cost.prefill_time_s(wl.input_len) + wl.output_len * spec.cost.decode_step_s(1, wl.input_len)
+
     def ok_users(n: int) -> bool:
-        w = replace(spec.workload, concurrency=n, rate=None, duration_s=None, num_requests=_closed_loop_requests(spec, n))
+        w = replace(spec.workload, concurrency=n, rate=None, duration_s=None, num_requests=_closed_loop_requests(spec, n),
+                    ramp_s=alone_s)
         _, out = run_once(replace(spec, workload=w), points=2)
         met = bool(out["summary"]["slo"]["met"])
         probes.append(_row(n, out["summary"]))
@@ -236,9 +242,7 @@ def capacity(spec: PlanSpec, *, mode: str | None = None, max_users: int = 4096, 
         return {"mode": "users", "max_users": lo, "probes": probes}
     if mode != "rate":
         raise InputError("capacity mode is 'users' or 'rate'")
-    w = spec.workload
-    alone = spec.cost.prefill_time_s(w.input_len) + w.output_len * spec.cost.decode_step_s(1, w.input_len)
-    r = max(0.05, 1.0 / max(alone, 1e-6))
+    r = max(0.05, 1.0 / max(alone_s, 1e-6))
     if not ok_rate(r):
         lo_r, hi_r = 0.0, r
         while hi_r > 1e-3 and not ok_rate(hi_r / 2):

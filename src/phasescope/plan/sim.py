@@ -53,7 +53,7 @@ from phasescope.plan.workload import RequestPlan, Workload, build_requests
 
 POLICIES = ("vllm", "llamacpp")
 
-_EV_VISIBLE, _EV_STEP, _EV_XFER, _EV_SEND = 0, 1, 2, 3
+_EV_VISIBLE, _EV_STEP, _EV_XFER, _EV_SEND, _EV_ISSUE = 0, 1, 2, 3, 4
 
 
 @dataclass
@@ -595,8 +595,9 @@ class Simulator:
         w = self.workload
         r = self.reqs
         if w.closed_loop:
-            for _ in range(min(int(w.concurrency or 1), len(r) if not r.growable else 10**9)):
-                self._issue_next(0.0)
+            n_users = min(int(w.concurrency or 1), len(r) if not r.growable else 10**9)
+            for u in range(n_users):  # users start together, or spread over ramp_s
+                self._push(w.ramp_s * u / n_users, _EV_ISSUE, None)
         else:
             for rid in range(len(r)):
                 self._push(float(r.arrival_s[rid]), _EV_SEND, rid)
@@ -614,6 +615,9 @@ class Simulator:
                 self._exec_running[ei] = None
                 self._kick(ei, t)
                 # a finished step may have freed KV / handed off work on other executors
+                continue
+            if kind == _EV_ISSUE:
+                self._issue_next(t)
                 continue
             if kind == _EV_SEND:
                 rid = payload

@@ -37,6 +37,9 @@ class Workload:
     prefix_len: int = 0
     prefix_share: float = 0.0
     seed: int = 0
+    #: closed loop: spread the users' first sends evenly over this many seconds (0 = all at once,
+    #: as vllm bench serve); equal-length requests otherwise stay in lockstep forever
+    ramp_s: float = 0.0
     #: replay: (arrival offset s, prompt tokens, output tokens[, prefix-hit tokens]) per request
     trace: Sequence[Sequence[float]] | None = field(default=None, repr=False)
 
