@@ -234,8 +234,8 @@ def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: li
         x, y = getattr(a, attr), getattr(b, attr)
         if x != y and (x is not None or y is not None):
             out.append(f"{name} differs: {x or '?'} → {y or '?'}")
-    if a.target != b.target:
-        out.append(f"target differs: {a.target or '?'} → {b.target or '?'} (fine if the server is what you compare)")
+    if _host(a.target) != _host(b.target):  # a new port alone (e.g. the embedded engine's) is no warning
+        out.append(f"target host differs: {a.target or '?'} → {b.target or '?'} (fine if the server is what you compare)")
     pa, pb = _lengths(ra, "prompt"), _lengths(rb, "prompt")
     if pa and pb and pa != pb:
         out.append(f"prompt lengths differ: {_fmt_set(pa)} → {_fmt_set(pb)} tokens")
@@ -249,6 +249,12 @@ def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: li
         if not [r for r in recs if r.ok]:
             out.append(f"run {name} has no successful request")
     return out
+
+
+def _host(url: str | None) -> str | None:
+    from urllib.parse import urlsplit
+
+    return None if not url else (urlsplit(url).hostname or url)
 
 
 def _lengths(recs: list[RequestRecord], which: str) -> frozenset[int]:
@@ -277,9 +283,11 @@ def _fmt_set(s: frozenset[int]) -> str:
 
 
 def param_changes(pa: dict[str, Any], pb: dict[str, Any]) -> dict[str, list[Any]]:
-    """Parameters whose values differ (flattened with dots), as ``{name: [a, b]}``."""
+    """Parameters both runs recorded whose values differ (flattened with dots), as ``{name: [a, b]}``.
+    A parameter only one run recorded (e.g. added by a newer phasescope) is unknown for the other,
+    not a difference."""
     fa, fb = _flatten(pa or {}), _flatten(pb or {})
-    return {k: [fa.get(k), fb.get(k)] for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
+    return {k: [fa[k], fb[k]] for k in sorted(set(fa) & set(fb)) if fa[k] != fb[k]}
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

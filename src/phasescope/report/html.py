@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -227,8 +228,9 @@ def plot_throughput_vs_itl(runs: list[Run]) -> Plot | str:
             names[key] = _label(info)
         elif info.kind == "bench" and rs:
             levels[info.params.get("max_concurrency") or info.params.get("concurrency")] = rs
-            key = ("bench", info.model, info.target)
-            names.setdefault(key, esc(f"bench · {info.model or '?'} · {info.target or '?'}"))
+            host = urlsplit(info.target).hostname if info.target else None  # the embedded engine's port varies
+            key = ("bench", info.model, info.engine, host)
+            names.setdefault(key, esc(f"bench · {info.model or '?'} · {info.engine or '?'} @ {host or '?'}"))
         else:
             continue
         colour.setdefault(key, PALETTE[k % len(PALETTE)])

@@ -80,7 +80,12 @@ BUSY_TIMEOUT_MS = 30_000
 #: how often (at most) ``run.add`` writes the record count to the database
 COUNT_FLUSH_S = 0.5
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|apikey|token|secret|passw(or)?d|authorization|auth[_-]?header|bearer|cookie)", re.I)
+#: parameter/summary keys whose values are secrets (whole key names, so ``max_tokens`` stays)
+_SECRET_KEY = re.compile(
+    r"^(x[_-])?(api[_-]?key|apikey|token|(access|auth|bearer|refresh|session|id)[_-]?token|secret|client[_-]?secret"
+    r"|passw(or)?d|authorization|auth[_-]?header|cookie|credentials?)$",
+    re.I,
+)
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.I)
 
 # --- schema ----------------------------------------------------------------------------------
