@@ -87,6 +87,9 @@ def _print_summary(s: dict[str, Any]) -> None:
                                f"send lag p99 {_fmt(h.get('send_lag_ms_p99'))} ms")
     t.add_row("Records", str(s.get("records_path")))
     console.print(t)
+    from phasescope.cli._bench_scale import print_scale_out
+
+    print_scale_out(s)
     for w in s.get("warnings") or []:
         err_console.print(f"[yellow]Warning:[/yellow] {w}")
     if s.get("partial"):
@@ -121,6 +124,7 @@ def _print_sweep(d: dict[str, Any]) -> None:
 
 def bench(
     url: Optional[str] = typer.Argument(None, help="Server base URL (http://host:port). Omit to use the embedded llama.cpp engine."),
+    ray_address_arg: Optional[str] = typer.Argument(None, metavar="[ADDRESS]", help="With --ray: the Ray cluster address (host:6379, ray://host:10001, auto). Omit to start a local cluster on 127.0.0.1 for the run."),
     api: str = typer.Option("auto", "--api", help="auto | openai (/v1/completions) | chat | ollama | llamacpp"),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the server's first model)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
@@ -161,6 +165,11 @@ def bench(
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds to wait for the first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (schema in docs/commands/bench.md)."),
+    target_urls: Optional[List[str]] = typer.Option(None, "--target", help="Another endpoint (repeatable); requests are routed over all of them (--route). See docs/commands/bench-ray.md."),
+    route: str = typer.Option("round-robin", "--route", help="round-robin | random | least-outstanding (several --target)."),
+    ray: bool = typer.Option(False, "--ray", help="Drive the load from Ray actors: --ray [ADDRESS] (needs pip install 'phasescope\\[ray]')."),
+    ray_workers: int = typer.Option(2, "--ray-workers", help="Ray actors (one async runner each) with --ray."),
+    ray_actor_cpus: float = typer.Option(1.0, "--ray-actor-cpus", help="CPUs each Ray actor reserves."),
 ) -> None:
     """Load benchmark with vllm-bench-serve metrics, server /metrics alongside, sweeps and multi-process load."""
     from phasescope.apis.base import Timeouts
@@ -180,6 +189,11 @@ def bench(
         store=not no_store, label=label, engine_parallel=parallel,
         timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
     )
+    from phasescope.load.ray_runner import check_scale_out_flags
+
+    cfg.url, cfg.targets, cfg.route, cfg.ray, cfg.ray_address = check_scale_out_flags(
+        url, ray_address_arg, target_urls or [], route, ray, sweep=sweep)
+    cfg.ray_workers, cfg.ray_actor_cpus = ray_workers, ray_actor_cpus
     slo_d = parse_slo(slo)
     stop = threading.Event()
     total = cfg.default_num_prompts()

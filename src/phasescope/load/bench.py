@@ -82,6 +82,13 @@ class BenchConfig:
     abort_after_errors: int = 8
     drain_timeout_s: float | None = 60.0
     engine_parallel: int = 4  # embedded engine slots when no URL
+    # scale-out (issue 10; phasescope.load.routing / ray_runner)
+    targets: list[str] = field(default_factory=list)  # --target URL (repeatable): more endpoints
+    route: str = "round-robin"  # --route round-robin|random|least-outstanding
+    ray: bool = False  # --ray [ADDRESS]
+    ray_address: str | None = None  # None = start a local cluster on 127.0.0.1 for the run
+    ray_workers: int = 2  # --ray-workers
+    ray_actor_cpus: float = 1.0  # --ray-actor-cpus
 
     def default_num_prompts(self) -> int | None:
         if self.num_prompts is None and self.duration_s is None and self.shape != "trace":
@@ -170,8 +177,15 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
     status = on_status or (lambda s: None)
     if cfg.workers < 1:
         raise InputError("--workers must be at least 1")
+    if cfg.ray and cfg.workers > 1:
+        raise InputError("--ray and --workers do not combine: use --ray-workers N")
     if target is not None:
         return _run_on_target(cfg, target, on_record, status, stop)
+    if cfg.targets:
+        from phasescope.load.routing import open_targets
+
+        with open_targets(cfg, status) as tgt:
+            return _run_on_target(cfg, tgt, on_record, status, stop)
     status("resolving target" if cfg.url else "starting the embedded engine")
     ekw = {"parallel": cfg.engine_parallel} if cfg.url is None else None
     with open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
@@ -213,11 +227,17 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     run_id = recording.id if recording is not None else (out_dir.name if out_dir else "run")
 
     recorder: ServerMetricsRecorder | None = None
-    if cfg.server_metrics:
+    from phasescope.load.routing import is_multi
+
+    if cfg.server_metrics and not is_multi(target):  # several endpoints: /metrics is not scraped (yet)
         recorder = ServerMetricsRecorder(target.base_url, interval_s=cfg.metrics_interval_s, api_key=target.api_key)
     status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
     try:
-        if cfg.workers == 1:
+        if cfg.ray:
+            from phasescope.load.ray_runner import run_bench_ray
+
+            res = run_bench_ray(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder, status)
+        elif cfg.workers == 1:
             res = _run_single(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder)
         else:
             res = _run_multi(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder)
@@ -235,6 +255,12 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
 
     summary = assemble_summary(cfg, target, res, server, sched)
     summary["run_id"] = run_id
+    from phasescope.load.ray_runner import add_ray_summary
+    from phasescope.load.routing import endpoint_breakdown
+
+    add_ray_summary(summary, res)
+    summary["endpoints"] = endpoint_breakdown(res.records, target, percentiles=cfg.percentiles,
+                                              goodput=cfg.goodput or None) or None
     rpath = None
     if recording is not None:
         rpath = str(recording.records_path)
@@ -281,7 +307,7 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
                     recorder.start(t0)  # after the warm-ups, so their tokens are not counted
                 return t0
 
-            return await run_load(sched, items, target, send=get_client(target.api).send,
+            return await run_load(sched, items, target, send=_send_for(target),
                                   max_concurrency=cfg.max_concurrency, writer=_Fanout(sinks) if sinks else None,  # type: ignore[arg-type]
                                   on_record=on_record, stop=astop, run_id=run_id, start_gate=gate,
                                   abort_after_errors=cfg.abort_after_errors, drain_timeout_s=cfg.drain_timeout_s,
@@ -310,6 +336,7 @@ def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target:
         res = run_workers(sched, items, target, n_workers=cfg.workers, records_dir=rdir,
                           on_start=(lambda: recorder.start()) if recorder is not None else None,
                           max_concurrency=cfg.max_concurrency, run_id=run_id, on_progress=on_record,  # type: ignore[arg-type]
+                          send_ref=_send_ref_for(target),
                           stop=stop, abort_after_errors=cfg.abort_after_errors,
                           drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos)
     finally:
@@ -323,6 +350,18 @@ def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target:
         for r in res.warmup_records + res.records:
             recording.add(r)
     return res
+
+
+def _send_for(target: Target) -> Any:
+    from phasescope.load.routing import send_for
+
+    return send_for(target)
+
+
+def _send_ref_for(target: Target) -> str | None:
+    from phasescope.load.routing import send_ref_for
+
+    return send_ref_for(target)
 
 
 def _install_sigint(handler: Callable[[], Any]) -> Any:
