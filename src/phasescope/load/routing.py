@@ -193,7 +193,6 @@ def endpoint_breakdown(records: Sequence[RequestRecord], target: Target, **summa
     for ep in target.endpoints:
         mine = [r for r in recs if endpoint_of(r) == ep.display_url]
         s = summarize(mine, **summarize_kw)
-        s.pop("percentiles", None)
         out.append({"endpoint": ep.display_url, "engine": ep.engine, "model_id": ep.model,
                     "share": len(mine) / len(recs) if recs else None, **s})
     return out
