@@ -58,6 +58,16 @@ def test_round_trip(tmp_path: Path) -> None:
     assert s.schema_version() == SCHEMA_VERSION
 
 
+def test_device_from_summary_when_not_given(tmp_path: Path) -> None:
+    s = open_store(tmp_path)
+    with s.recording("probe") as run:
+        run.finish({"ceilings": {"device": {"id": "h100-sxm", "name": "H100"}}})
+    assert s.get(run.id).device == "h100-sxm"
+    with s.recording("probe", device="local") as run:
+        run.finish({"ceilings": {"device": {"id": "h100-sxm"}}})
+    assert s.get(run.id).device == "local"  # what the caller said wins
+
+
 def test_ids_unique_and_filters(tmp_path: Path) -> None:
     s = open_store(tmp_path / "x.db")
     ids = []
@@ -113,7 +123,8 @@ def test_credentials_never_stored(tmp_path: Path, url: str, key: str | None) -> 
     s = open_store(tmp_path)
     t = Target(url, api_key=key)
     params = {"api_key": "sk-TOPSECRET-1234", "headers": {"Authorization": "Bearer sk-TOPSECRET-1234"},
-              "url": url, "note": "used sk-TOPSECRET-1234", "n": 1}
+              "url": url, "note": "used sk-TOPSECRET-1234", "n": 1, "token": "sk-TOPSECRET-1234",
+              "access_token": "sk-TOPSECRET-1234", "prompt_tokens": [200, 2000], "max_tokens": 128}
     with s.recording("probe", t, params) as run:
         run.add(rec(1, target=url, error_message="401 for key sk-TOPSECRET-1234"))
         run.add(rec(2, target=url))
@@ -132,6 +143,7 @@ def test_credentials_never_stored(tmp_path: Path, url: str, key: str | None) -> 
     info = s.get(run.id)
     assert info.target is not None and "@" not in info.target and "?" not in info.target
     assert info.params["n"] == 1 and "api_key" not in info.params and "headers" in info.params
+    assert info.params["prompt_tokens"] == [200, 2000] and info.params["max_tokens"] == 128  # not mistaken for keys
     assert "Authorization" not in info.params["headers"]
     recs = s.load_records(run.id)
     assert recs[0].error_message == "401 for key ***"

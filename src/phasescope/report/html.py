@@ -416,12 +416,13 @@ def plot_ceilings(runs: list[Run]) -> Plot | str:
                           row=1, col=col)
             ys = meas[key]
             cmap = dict(zip(cx, cy))
-            eff = [f"{y / cmap[x]:.0%} of ceiling" if y and cmap.get(x) else "" for x, y in zip(sizes, ys)]
+            eff = [f"{y / cmap[x]:.0%}" if y and cmap.get(x) else "" for x, y in zip(sizes, ys)]
             if any(y is not None for y in ys):
-                fig.add_trace(go.Scatter(x=sizes, y=ys, mode="lines+markers", name=f"{_label(info)} measured",
-                                         line={"color": c}, marker={"size": 9}, text=eff, showlegend=col == 1,
+                fig.add_trace(go.Scatter(x=sizes, y=ys, mode="lines+markers+text", name=f"{_label(info)} measured",
+                                         line={"color": c}, marker={"size": 9}, text=eff, textposition="top center",
+                                         showlegend=col == 1,
                                          legendgroup=f"m{k}",
-                                         hovertemplate="prompt %{x} tok<br>measured %{y:,.1f} tok/s<br>%{text}<extra></extra>"),
+                                         hovertemplate="prompt %{x} tok<br>measured %{y:,.1f} tok/s<br>%{text} of ceiling<extra></extra>"),
                               row=1, col=col)
     if not fig.data:
         return "no ceilings in the runs' summaries (probe adds them when model and device are known: --model, --device)"
@@ -430,7 +431,8 @@ def plot_ceilings(runs: list[Run]) -> Plot | str:
     fig.update_yaxes(title_text="prefill tok/s", type="log", row=1, col=2)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     return Plot("ceilings", "measured vs ceilings", fig,
-                "decode: median single-stream rate per prompt size; prefill: server-side rate where reported, else prompt ÷ TTFT")
+                "labels: measured ÷ ceiling. decode: median single-stream rate per prompt size; prefill: server-side "
+                "rate where reported, else prompt ÷ TTFT")
 
 
 def _prefill_rate(rs: list[RequestRecord]) -> float | None:

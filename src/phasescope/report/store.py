@@ -30,6 +30,9 @@ API (small and stable)::
     store.set_baseline(name, run_id); store.get_baseline(name) -> RunInfo | None
     store.baselines() -> dict[name, run_id]
 
+``finish(summary)`` fills in ``device`` from the summary (``device`` or ``ceilings.device.id``)
+when the run was started without one.
+
 Credentials never reach disk: the target is stored as :func:`~phasescope.apis.base.redact_url`
 (no ``user:password@``, no query string); parameter keys that name secrets (``api_key``, ``token``,
 ``password``, ``authorization``, ``secret``...) are dropped; URL-valued strings are redacted; and
@@ -565,6 +568,18 @@ def _loads(s: str | None) -> Any:
         return None
 
 
+def _device_in(summary: Any) -> str | None:
+    """The device a summary names (``device`` or ``ceilings.device.id``), for runs started without one."""
+    if not isinstance(summary, dict):
+        return None
+    for d in (summary.get("device"), (summary.get("ceilings") or {}).get("device") if isinstance(summary.get("ceilings"), dict) else None):
+        if isinstance(d, str) and d:
+            return d
+        if isinstance(d, dict) and isinstance(d.get("id"), str):
+            return d["id"]
+    return None
+
+
 def _new_id(t: float) -> str:
     stamp = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y%m%d-%H%M")
     return f"r{stamp}-{secrets.token_hex(2)}"
@@ -605,6 +620,10 @@ class Recording:
             return record
         return RequestRecord.from_dict(scrub(record.to_dict(), self._secrets) | {"target": _redact(t) if t else t})
 
+    @property
+    def _device_set(self) -> bool:
+        return bool(self.store.get(self.id).device)
+
     def update(self, **fields: Any) -> None:
         """Fill in what was learnt after the start: model, api, engine, engine_version, device,
         target (a URL; redacted) or params (replaces them)."""
@@ -636,6 +655,9 @@ class Recording:
         cols: dict[str, Any] = {"status": status, "ended_at": time.time(), "n_records": n, "owner": None}
         if summary is not None:
             cols["summary"] = dumps(scrub(summary, self._secrets))
+            dev = _device_in(summary)
+            if dev and not self._device_set:
+                cols["device"] = dev
         if error is not None:
             cols["error"] = scrub(error, self._secrets)
         self.store._update(self.id, **cols)
