@@ -680,6 +680,10 @@ def _restore_sigint(prev: Any) -> None:
         signal.signal(signal.SIGINT, prev)
 
 
+def u_is_http(u: str) -> bool:
+    return u.lower().startswith(("http://", "https://"))
+
+
 def check_scale_out_flags(url: str | None, extra: str | None, targets: Sequence[str], route: str, ray: bool, *,
                           sweep: bool = False) -> tuple[str | None, list[str], str, bool, str | None]:
     """Validate ``--target/--route/--ray [ADDRESS]`` and split the positionals.
@@ -695,6 +699,14 @@ def check_scale_out_flags(url: str | None, extra: str | None, targets: Sequence[
     if route not in ROUTES:
         raise InputError(f"unknown --route {route!r} (choose from {', '.join(ROUTES)})")
     targets = [t for t in targets if t]
+    from phasescope.apis.base import redact_url
+
+    seen: set[str] = set()
+    for u in ([url] if url and (not ray or u_is_http(url)) else []) + targets:
+        key = redact_url(u if "://" in u else "http://" + u).rstrip("/")
+        if key in seen:
+            raise InputError(f"--target given twice: {u}")
+        seen.add(key)
     if sweep and (targets and (url or len(targets) > 1)):
         raise InputError("--sweep runs against one endpoint; pass one URL (several --target are for bench runs)")
     if not ray:
