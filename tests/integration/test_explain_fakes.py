@@ -32,8 +32,11 @@ def run_on(b: Behaviour, body: Callable[[RunContext], Awaitable[Any]]) -> Any:
             async with new_session() as session:
                 facts = await discover_facts(session, target)
                 ctx = RunContext(target=target, session=session, facts=facts)
-                await calibrate(ctx)
-                return await body(ctx)
+                try:
+                    await calibrate(ctx)
+                    return await body(ctx)
+                finally:
+                    await ctx.close()
 
     return asyncio.run(go())
 

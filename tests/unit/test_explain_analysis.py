@@ -45,6 +45,14 @@ def test_prompt_scaling_sees_decode_that_slows_with_the_prompt():
     assert r.decode_change_pct < -50 and r.decode_flat is False
 
 
+def test_prompt_scaling_prefers_server_timed_decode():
+    rs = _scaling(lambda n: 0.01 + 1e-4 * n, lambda n: 0.02 * (1 + n / 1024))  # client sees a big slowdown
+    for r in rs:  # the server timed its decode as flat (e.g. the client was the slow part)
+        r.server = {"predicted_n": 16, "decode_s": 16 / 50.0}
+    res = prompt_scaling.analyze(rs)
+    assert res.decode_source == "server" and res.decode_flat is True and abs(res.decode_change_pct) < 1e-6
+
+
 def test_prompt_scaling_flat_ttft_is_not_called_growth():
     r = prompt_scaling.analyze(_scaling(lambda n: 0.2))
     assert r.ttft_grows is False
@@ -156,6 +164,11 @@ def test_batching_still_scaling_and_no_gain():
     flat = batching.analyze(_bt({1: 1.0, 2: 1.02, 4: 1.05}))
     assert flat.knee_concurrency == 1 and flat.knee_reached is True
     assert batching.analyze(_bt({1: 1.0})).knee_reached is None
+    # CPU pattern (engine.md §6): 2 streams gain nothing, 4 gain 2× — not a knee at 1
+    cpu = batching.analyze(_bt({1: 1.0, 2: 0.97, 4: 2.0}))
+    assert cpu.knee_concurrency is None and cpu.knee_reached is False
+    cpu8 = batching.analyze(_bt({1: 1.0, 2: 0.97, 4: 2.0, 8: 2.1}))
+    assert cpu8.knee_concurrency == 4
 
 
 def test_batching_itl_percentiles_per_token():

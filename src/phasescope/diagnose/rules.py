@@ -109,7 +109,7 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
         ]
         if ps.decode_change_pct is not None:
             ev.append(Evidence("decode speed change over the same range", ps.decode_change_pct, "%",
-                               "prompt-scaling: median client decode tok/s"))
+                               f"prompt-scaling: median {ps.decode_source or 'client'} decode tok/s"))
         per_k = 1000.0 / ps.prefill_tok_s
         diag.findings.append(Finding(
             "prompt-cost", "info",
@@ -184,9 +184,10 @@ def rule_long_context(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     if not cf.slows:
         return
     p0, p1 = cf.points[0], cf.points[-1]
-    src = f"context-fill: median client decode tok/s, {len(cf.points)} context lengths"
-    ev = [Evidence(f"decode at {p0.context_tokens} tokens of context", p0.decode_tok_s or p0.server_decode_tok_s, "tok/s", src),
-          Evidence(f"decode at {p1.context_tokens} tokens of context", p1.decode_tok_s or p1.server_decode_tok_s, "tok/s", src),
+    who = "server-timed" if p0.server_decode_tok_s and p1.server_decode_tok_s else "client"
+    src = f"context-fill: median {who} decode tok/s, {len(cf.points)} context lengths"
+    ev = [Evidence(f"decode at {p0.context_tokens} tokens of context", p0.server_decode_tok_s or p0.decode_tok_s, "tok/s", src),
+          Evidence(f"decode at {p1.context_tokens} tokens of context", p1.server_decode_tok_s or p1.decode_tok_s, "tok/s", src),
           Evidence("slowdown", cf.slowdown_pct, "%", src)]
     if cf.per_token_s_per_ctx_token is not None:
         ev.append(Evidence("added time per output token per 1000 context tokens", cf.per_token_s_per_ctx_token * 1000,

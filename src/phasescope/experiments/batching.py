@@ -10,8 +10,8 @@ loop: each worker sends its next request when the previous finishes). Per level:
 * ``queue_p50_s`` — median of TTFT − server-timed prefill, when the server times its prefill
   (llama.cpp ``prompt_ms``): time spent waiting for a slot plus transport.
 
-The knee: the first level after which doubling concurrency adds less than ``KNEE_GAIN`` (15 %)
-aggregate throughput. ``knee_concurrency`` is ``None`` with ``knee_reached = False`` when throughput
+The knee: the lowest level after which no higher level adds ``KNEE_GAIN`` (15 %) aggregate
+throughput per doubling of concurrency. ``knee_concurrency`` is ``None`` with ``knee_reached = False`` when throughput
 was still rising at the highest level tested. A knee at 1 means batching gave nothing at all.
 """
 
@@ -93,16 +93,19 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
 
 
 def find_knee(levels: Sequence[BatchLevel]) -> tuple[int | None, bool | None]:
-    """(knee concurrency, reached?) — see module docstring. (None, None) with < 2 levels."""
+    """(knee concurrency, reached?) — (None, None) with < 2 levels.
+
+    The knee is the lowest level c_k that no higher level beats by ``KNEE_GAIN`` per doubling:
+    tput(c) < tput(c_k) · KNEE_GAIN^log2(c / c_k) for every tested c > c_k. Looking past the next
+    level matters on CPUs, where 2 streams can gain nothing while 4 gain 2× (engine.md §6)."""
     lv = [x for x in levels if x.output_tok_s]
     if len(lv) < 2:
         return None, None
-    for a, b in zip(lv, lv[1:]):
-        doublings = math.log2(b.concurrency / a.concurrency)
-        if doublings <= 0:
-            continue
-        gain = (b.output_tok_s / a.output_tok_s) ** (1 / doublings)  # type: ignore[operator]
-        if gain < KNEE_GAIN:
+    for i, a in enumerate(lv[:-1]):
+        beaten = any(
+            b.output_tok_s >= a.output_tok_s * KNEE_GAIN ** math.log2(b.concurrency / a.concurrency)  # type: ignore[operator]
+            for b in lv[i + 1:] if b.concurrency > a.concurrency)
+        if not beaten:
             return a.concurrency, True
     return None, False
 

@@ -8,6 +8,7 @@ run store's JSONL, fsync'd as each request completes) and keeps it in memory for
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from phasescope.apis import get_client
 from phasescope.apis.base import GenRequest, Target
 from phasescope.experiments.common import ExperimentInfo
 from phasescope.measure import derive
-from phasescope.measure.prompts import Prompt, PromptBuilder
+from phasescope.measure.prompts import Prompt, PromptBuilder, new_nonce
 from phasescope.measure.records import RequestRecord
 
 
@@ -57,13 +58,22 @@ class RunContext:
     records: list[RequestRecord] = field(default_factory=list)
     seed: int = 0
     _prompts: PromptBuilder | None = None
+    _prompt_session: aiohttp.ClientSession | None = None
     _n: int = 0
 
     @property
     def prompts(self) -> PromptBuilder:
         if self._prompts is None:
-            self._prompts = PromptBuilder(self.session, self.target, seed=self.seed)
+            # a session of its own: a pooled connection that just carried a stream must not make
+            # a /tokenize call fail (the builder then falls back to calibration for good)
+            self._prompt_session = aiohttp.ClientSession()
+            self._prompts = PromptBuilder(self._prompt_session, self.target, seed=self.seed)
         return self._prompts
+
+    async def close(self) -> None:
+        if self._prompt_session is not None:
+            await self._prompt_session.close()
+            self._prompt_session = None
 
     def say(self, msg: str) -> None:
         if self.progress is not None:
@@ -90,7 +100,13 @@ class RunContext:
         return rec
 
     async def prompt(self, n_tokens: int, *, fresh: bool = True) -> Prompt:
-        return await self.prompts.build(max(1, int(n_tokens)), nonce=None if fresh else "")
+        p = await self.prompts.build(max(1, int(n_tokens)), nonce=None if fresh else "")
+        if fresh and p.token_ids is None and p.nonce and p.text.startswith(p.nonce) and p.source == "calibrated":
+            # calibration sent this very text once to count it: swap the nonce (same token count)
+            # so the measured request is not served from that request's prefix cache
+            nonce = new_nonce()
+            p = dataclasses.replace(p, text=nonce + p.text[len(p.nonce):], nonce=nonce)
+        return p
 
     def info(self, name: str, started: float, params: dict[str, Any]) -> ExperimentInfo:
         mine = [r for r in self.records if (r.tags or {}).get("experiment") == name]

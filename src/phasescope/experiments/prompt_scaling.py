@@ -7,15 +7,20 @@ prefix cache can help) are sent one at a time; the medians per length are fitted
 
     TTFT(n) = a + b·n + c·n²,   a, b, c ≥ 0        (measure.stats.fit_quadratic_nonneg)
 
+Physics is read from the *best* repetition of each length (shortest TTFT, fastest decode) — the
+least disturbed sample, as hyperfine and pyperf report minimum times — while the points also carry
+the medians a user would see (``ttft_s``, ``decode_tok_s``).
+
 * ``a`` (``fixed_overhead_s``): time that does not grow with the prompt (HTTP, tokenization,
   scheduling, the first sampling step).
 * ``prefill_tok_s`` = n_max / (TTFT_fit(n_max) − a): the prefill rate at the longest prompt with
   the fixed overhead removed (client-side; the server's own rate is ``server_prefill_tok_s``).
 * ``quadratic_share`` = c·n_max² / (b·n_max + c·n_max²): the share of the prefill time at the
   longest prompt that the quadratic (attention) term explains.
-* ``decode_change_pct`` = 100·(decode(n_max) − decode(n_min)) / decode(n_min) with decode = median
-  client decode tok/s ((output tokens − 1) / (last − first token)); ``decode_flat`` when
-  |change| ≤ ``DECODE_FLAT_PCT``.
+* ``decode_change_pct`` = 100·(decode(n_max) − decode(n_min)) / decode(n_min) with decode = the
+  best server-timed decode tok/s where the server reports it (llama.cpp ``timings``, Ollama
+  ``eval_*``; ``decode_source`` = ``server``), else the client's ((output tokens − 1) / (last −
+  first token)); ``decode_flat`` when |change| ≤ ``DECODE_FLAT_PCT``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Sequence
 
 from phasescope.experiments.common import (
     ExperimentInfo,
+    finite,
     med,
     ok,
     prompt_tokens_of,
@@ -58,6 +64,8 @@ class ScalingPoint:
     server_prefill_tok_s: float | None
     decode_tok_s: float | None
     server_decode_tok_s: float | None
+    decode_best_tok_s: float | None = None
+    server_decode_best_tok_s: float | None = None
 
 
 @dataclass
@@ -83,6 +91,7 @@ class PromptScalingResult:
     ttft_grows: bool | None = None
     decode_change_pct: float | None = None
     decode_flat: bool | None = None
+    decode_source: str | None = None  # server | client
     notes: list[str] = field(default_factory=list)
 
     name: str = NAME
@@ -127,6 +136,8 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
                 server_prefill_tok_s=med(derive.server_prefill_tok_s(r) for r in rs),
                 decode_tok_s=med(derive.decode_tok_s(r) for r in rs),
                 server_decode_tok_s=med(derive.server_decode_tok_s(r) for r in rs),
+                decode_best_tok_s=max(finite(derive.decode_tok_s(r) for r in rs), default=None),
+                server_decode_best_tok_s=max(finite(derive.server_decode_tok_s(r) for r in rs), default=None),
             )
         )
     pts = [p for p in res.points if p.ttft_s is not None]
@@ -134,7 +145,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         res.notes.append(f"only {len(pts)} prompt lengths answered; the fit needs at least 3")
         return res
     xs = [float(p.prompt_tokens) for p in pts]
-    ys = [float(p.ttft_s) for p in pts]  # type: ignore[arg-type]
+    ys = [float(p.ttft_min_s if p.ttft_min_s is not None else p.ttft_s) for p in pts]  # type: ignore[arg-type]
     f = fit_quadratic_nonneg(xs, ys)
     res.fit = QuadraticFit(a_s=f.a, b_s_per_token=f.b, c_s_per_token2=f.c, r2=f.r2, n_points=len(pts))
     res.fixed_overhead_s = f.a
@@ -147,11 +158,15 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         res.notes.append("TTFT did not grow with the prompt: no prefill rate can be fitted")
     res.server_prefill_tok_s = pts[-1].server_prefill_tok_s
     first, last = pts[0], pts[-1]
-    if first.ttft_s and last.ttft_s:
-        res.ttft_growth_x = last.ttft_s / first.ttft_s
+    if first.ttft_min_s and last.ttft_min_s:
+        res.ttft_growth_x = last.ttft_min_s / first.ttft_min_s
         res.ttft_grows = res.ttft_growth_x >= TTFT_GROWTH_MIN_X
-    d0 = first.decode_tok_s if first.decode_tok_s is not None else first.server_decode_tok_s
-    d1 = last.decode_tok_s if last.decode_tok_s is not None else last.server_decode_tok_s
+    # the server's own decode timing when it gives one (llama.cpp, Ollama): it leaves HTTP and
+    # client scheduling out of a physics question; else the client's
+    if first.server_decode_best_tok_s and last.server_decode_best_tok_s:
+        d0, d1, res.decode_source = first.server_decode_best_tok_s, last.server_decode_best_tok_s, "server"
+    else:
+        d0, d1, res.decode_source = first.decode_best_tok_s, last.decode_best_tok_s, "client"
     if d0 and d1:
         res.decode_change_pct = 100.0 * (d1 - d0) / d0
         res.decode_flat = abs(res.decode_change_pct) <= DECODE_FLAT_PCT

@@ -135,8 +135,16 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
     slots = ctx.facts.slots
     cq = concurrency or min(32, 2 * slots if slots else 16)
     t1 = request_time_s(c, prompt_tokens, output_tokens)
-    while cq > 2 and per_worker * cq * t1 / max(1, min(cq, slots or cq)) * 1.5 > 0.85 * budget_s:
-        cq = max(2, cq // 2)
+    floor = min(cq, slots + 2) if slots else 2  # a queue needs more requests than slots
+
+    def est(n: int, k: int) -> float:  # as if batching gave nothing (worst case)
+        return k * n * t1 * 1.2
+
+    if concurrency is None:
+        if est(cq, per_worker) > 0.85 * budget_s:
+            per_worker = 1
+        while cq > floor and est(cq, per_worker) > 0.85 * budget_s:
+            cq = max(floor, cq * 3 // 4)
     ctx.say(f"{NAME}: {cq} concurrent requests{f' on {slots} slots' if slots else ''}, sampling /metrics every "
             f"{interval_s:g} s" if ctx.facts.metrics else f"{NAME}: {cq} concurrent requests (no /metrics)")
     prompts = [[await ctx.prompt(prompt_tokens) for _ in range(per_worker)] for _ in range(cq)]

@@ -218,8 +218,11 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                     f"/metrics {'yes' if facts.metrics else 'no'}")
                 ctx = RunContext(target=target, session=session, facts=facts,
                                  sink=recording.add if recording is not None else None, progress=say)
-                results, skipped = await run_suite(ctx, budget_s, names, weight_bytes=w, kv_bytes_per_token=kv,
-                                                   model_source=msrc)
+                try:
+                    results, skipped = await run_suite(ctx, budget_s, names, weight_bytes=w, kv_bytes_per_token=kv,
+                                                       model_source=msrc)
+                finally:
+                    await ctx.close()
             diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records)
             rp = str(recording.records_path) if recording is not None else None
             for r in results.values():

@@ -1,0 +1,74 @@
+"""The seed's claims, reproduced on the real embedded llama-server (Gemma 3 270M on this CPU):
+TTFT grows with the prompt while decode stays nearly flat; a shared system prompt is cached;
+decode slows as the context fills; batching raises throughput and p99 ITL.
+
+Sizes are fixed (not budget-scaled) and small so the file stays short on a 2-core machine;
+decode speeds are the server's own timings (llama.cpp ``timings``), which leave HTTP out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import pytest
+
+from phasescope.apis import new_session
+from phasescope.apis.resolve import resolve
+from phasescope.diagnose import diagnose
+from phasescope.experiments import batching, context_fill, prefix_cache, prompt_scaling
+from phasescope.experiments.context import RunContext, calibrate, discover_facts
+
+pytestmark = pytest.mark.engine
+
+
+def run_on(url: str, body: Callable[[RunContext], Awaitable[Any]]) -> Any:
+    async def go() -> Any:
+        target, det = await resolve(url)
+        async with new_session() as session:
+            facts = await discover_facts(session, target, props=det.props)
+            ctx = RunContext(target=target, session=session, facts=facts)
+            try:
+                await calibrate(ctx)
+                return await body(ctx)
+            finally:
+                await ctx.close()
+
+    return asyncio.run(go())
+
+
+def test_ttft_grows_with_the_prompt_and_decode_stays_flat(engine):
+    r = run_on(engine.url, lambda ctx: prompt_scaling.run(ctx, 120, n_max=1024, steps=4, reps=3, output_tokens=24))
+    assert r.ttft_grows is True and r.ttft_growth_x > 3, [(p.prompt_tokens, p.ttft_s) for p in r.points]
+    assert r.decode_source == "server"
+    assert r.decode_flat is True, (r.decode_change_pct, [(p.prompt_tokens, p.server_decode_best_tok_s) for p in r.points])
+    assert r.fit is not None and r.fit.b_s_per_token > 0 and r.prefill_tok_s > 10
+
+
+def test_shared_system_prompt_is_cached(engine):
+    r = run_on(engine.url, lambda ctx: prefix_cache.run(ctx, 60, system_tokens=512, repeats=2, groups=1))
+    assert r.cache_detected is True, r.reason
+    assert r.server.says_cached is True and r.agrees_with_server is True  # timings.cache_n
+    assert r.server.cached_tokens_repeat >= 0.9 * 512
+    assert "prefix-cache-working" in diagnose({"prefix-cache": r}, engine="llamacpp").ids()
+
+
+def test_decode_slows_as_the_context_fills():
+    from phasescope.engine import running_engine
+
+    # one slot holding 8192 tokens (the shared fixture gives each of its 4 slots only 4096)
+    with running_engine(parallel=1, ctx_size=8192) as eng:
+        r = run_on(eng.url, lambda ctx: context_fill.run(ctx, 240, l_max=6000, steps=4, reps=3, output_tokens=32))
+    pts = [(p.context_tokens, p.server_decode_tok_s) for p in r.points]
+    assert r.points[-1].context_tokens > 5000, pts
+    assert r.per_token_s_per_ctx_token > 0, pts
+    assert r.slowdown_pct > 0, pts
+
+
+def test_batching_raises_throughput_and_p99_itl(engine):
+    r = run_on(engine.url, lambda ctx: batching.run(ctx, 240, prompt_tokens=32, output_tokens=32, per_worker=2))
+    by_c = {lv.concurrency: lv for lv in r.levels}
+    assert set(by_c) == {1, 2, 4}  # bounded by the 4 slots /props reports
+    assert r.max_concurrency_bound == 4 and "total_slots" in (r.bound_source or "")
+    assert by_c[4].output_tok_s > 1.2 * by_c[1].output_tok_s, [(c, x.output_tok_s) for c, x in by_c.items()]
+    assert by_c[4].itl_p99_s > by_c[1].itl_p99_s
