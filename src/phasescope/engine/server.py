@@ -398,11 +398,15 @@ def _wait_healthy(handle: EngineHandle, timeout_s: float) -> None:
             )
         try:
             with urllib.request.urlopen(f"{handle.url}/health", timeout=2.0) as resp:  # noqa: S310
-                if resp.status == 200:
+                healthy = resp.status == 200
+            if healthy:
+                # make sure the server answering is ours (not another one that won a port race)
+                props = _get_json(f"{handle.url}/props", 5.0)
+                if props.get("model_path") == str(handle.model_path) and handle.process.poll() is None:
                     return
         except urllib.error.HTTPError:
             pass  # 503 while the model loads
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
             pass
         if time.monotonic() > deadline:
             raise EngineError(
