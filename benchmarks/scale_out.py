@@ -1,0 +1,214 @@
+"""Scale-out: the highest stream count measured within 2 ms of ground truth, for one process,
+``--workers 2`` and ``--ray-workers 2`` on this machine.
+
+Setup (the same error definition as ``benchmarks/bench_vs_vllm.py``): the probe owner's fake vLLM
+server runs in its **own process** and logs when it really wrote each token event
+(``perf_counter_ns`` = CLOCK_MONOTONIC, the clock every client process on this machine also reads).
+Per request, matched by the ``X-Request-Id`` the client sends:
+
+* TTFT error = client TTFT − server TTFT (server TTFT = first token written − request received):
+  everything the client adds — building and sending the request, loopback, reading and parsing
+  the event, its event loop's delay;
+* |ITL error| = |client gap − server gap| between the same two consecutive token events.
+
+Load: closed loop ``--max-concurrency N`` with 2·N requests (two waves), 16-token prompts, 16 output
+tokens, fake TTFT 100 ms and 40 ms per token (so N streams ≈ 25·N token events/s). "Within" = mean
+TTFT error ≤ 2 ms and ≥ 95 % of requests completed and matched; levels are tried in ascending
+order per mode and the search stops at the first level that misses.
+
+Modes: ``1 process`` (one event loop), ``--workers 2`` (two spawned processes), ``--ray-workers 2``
+(two Ray actors, 1 CPU each, on a loopback Ray cluster started once by this script). All three go
+through :func:`phasescope.load.bench.run_bench`, i.e. exactly what the CLI runs.
+
+It also measures the Ray driver's ingest ceiling: how many records per second the driver can
+align, write to the JSONL (fsync per record) and count, which bounds the *completion rate* of the
+whole design however many actors there are.
+
+Run: ``.venv/bin/python benchmarks/scale_out.py [--levels 64,128,256,512,1024] [--json out.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+TTFT_MS, ITL_MS, IN_LEN, OUT_LEN = 100, 40, 16, 16
+
+
+def start_fake(log: Path) -> tuple[subprocess.Popen[str], str]:
+    p = subprocess.Popen([PY, "-m", "phasescope.testing.fakeserver", "--flavor", "vllm", "--ttft-ms", str(TTFT_MS),
+                          "--itl-ms", str(ITL_MS), "--log", str(log)],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    if not line.startswith("READY"):
+        p.kill()
+        raise RuntimeError(f"fake server did not start: {line!r}")
+    return p, line.split()[1]
+
+
+def read_truth(log: Path) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for ln in log.read_text().splitlines():
+        if ln.strip():
+            g = json.loads(ln)
+            if g.get("t_events_ns"):
+                out[g["id"]] = g
+    return out
+
+
+def errors(records: list[Any], truth: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ttft, itl = [], []
+    for r in records:
+        g = truth.get(r.id)
+        if g is None or not r.ok:
+            continue
+        ev = [e.t_ns for e in r.token_events()]
+        tev = g["t_events_ns"]
+        if not ev or len(ev) != len(tev):
+            continue
+        ttft.append(((ev[0] - r.t_start_ns) - (tev[0] - g["t_recv_ns"])) / 1e6)
+        itl.extend(abs((ev[k] - ev[k - 1]) - (tev[k] - tev[k - 1])) / 1e6 for k in range(1, len(ev)))
+    t, i = np.asarray(ttft), np.asarray(itl)
+    nan = float("nan")
+    return {"matched": len(ttft), "ttft_err_mean_ms": float(t.mean()) if t.size else nan,
+            "ttft_err_p99_ms": float(np.percentile(t, 99)) if t.size else nan,
+            "itl_abs_err_mean_ms": float(i.mean()) if i.size else nan}
+
+
+def one(mode: str, n: int) -> dict[str, Any]:
+    from phasescope.load.bench import BenchConfig, run_bench
+    from phasescope.measure.records import read_records
+
+    work = Path(tempfile.mkdtemp(prefix=f"scale-{mode}-{n}-"))
+    log = work / "truth.jsonl"
+    fake, url = start_fake(log)
+    try:
+        cfg = BenchConfig(url=url, api="openai", num_prompts=2 * n, max_concurrency=n, input_len=IN_LEN,
+                          output_len=OUT_LEN, warmup=1, seed=1, store=False, server_metrics=False,
+                          out_dir=str(work / "out"), workers=2 if mode == "workers2" else 1,
+                          ray=mode == "ray2", ray_workers=2)
+        t0 = time.monotonic()
+        br = run_bench(cfg)
+        wall = time.monotonic() - t0
+        time.sleep(0.3)  # let the fake flush its log
+        recs = [r for r in read_records(work / "out" / "records.jsonl") if not r.tags.get("warmup")]
+        res = errors(recs, read_truth(log))
+        s = br.summary
+        res.update(mode=mode, streams=n, completed=s["completed"], failed=s["failed"], wall_s=round(wall, 1),
+                   cpu_percent_max=(s.get("runner_health") or {}).get("cpu_percent"),
+                   loop_lag_p99_ms=(s.get("runner_health") or {}).get("loop_lag_ms_p99"))
+    finally:
+        fake.terminate()
+        fake.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(res), flush=True)
+    return res
+
+
+def driver_ingest_rate(n: int = 3000, fsync: bool = True) -> float:
+    """Records/s the Ray driver's per-record path sustains: align + JSONL write (fsync per record
+    as the bench writers do, or without fsync = the driver's CPU cost alone)."""
+    from phasescope.load.ray_runner import ActorState, _align
+    from phasescope.load.runner import BackgroundWriter
+    from phasescope.load.schedule import Schedule
+    from phasescope.measure.records import Event, RecordWriter, RequestRecord
+
+    d = Path(tempfile.mkdtemp(prefix="scale-ingest-"))
+    a = ActorState(0, "a0", None, Schedule(requests=[]))
+    recs = [RequestRecord(id=f"r{i}", api="openai", target="http://127.0.0.1:1", t_start_ns=i, ok=True,
+                          events=[Event(i + k, n_tokens=1) for k in range(OUT_LEN)], tags={"index": i})
+            for i in range(n)]
+    try:
+        w = RecordWriter(d / "records.jsonl", fsync=fsync)
+        bw = BackgroundWriter(w)
+        t0 = time.perf_counter()
+        for r in recs:
+            _align(r, a, 0, 0)
+            bw.put(r)
+        bw.close()
+        dt = time.perf_counter() - t0
+        w.close()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return n / dt
+
+
+def fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--levels", default="16,32,64,128,256,512,1024", help="ascending stream counts")
+    ap.add_argument("--modes", default="single,workers2,ray2")
+    ap.add_argument("--limit-ms", type=float, default=2.0)
+    ap.add_argument("--json", default=None, help="write all rows here")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    modes = args.modes.split(",")
+    if "ray2" in modes:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        import logging
+
+        import ray
+
+        ray.init(address="local", num_cpus=max(2, os.cpu_count() or 1), include_dashboard=False,
+                 _node_ip_address="127.0.0.1", logging_level=logging.ERROR, log_to_driver=False)
+    rows: list[dict[str, Any]] = []
+    best: dict[str, int | None] = {}
+    try:
+        for mode in modes:
+            best[mode] = None
+            for n in levels:
+                r = one(mode, n)
+                rows.append(r)
+                ok = (r["ttft_err_mean_ms"] <= args.limit_ms and r["matched"] >= 0.95 * 2 * n)
+                if not ok:
+                    break
+                best[mode] = n
+    finally:
+        if "ray2" in modes:
+            import ray
+
+            ray.shutdown()
+    ingest = driver_ingest_rate()
+    ingest_cpu = driver_ingest_rate(20000, fsync=False)
+    names = {"single": "1 process", "workers2": "--workers 2", "ray2": "--ray-workers 2"}
+    print()
+    print(f"machine: {os.cpu_count()} CPUs; fake server in its own process (TTFT {TTFT_MS} ms, {ITL_MS} ms/token, "
+          f"{OUT_LEN} tokens); closed loop -c N, 2N requests")
+    print()
+    print("| mode | streams | TTFT err mean / p99 (ms) | |ITL err| mean (ms) | matched | client CPU % (max) | wall s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {names[r['mode']]} | {r['streams']} | {fmt(r['ttft_err_mean_ms'])} / {fmt(r['ttft_err_p99_ms'])} | "
+              f"{fmt(r['itl_abs_err_mean_ms'])} | {r['matched']}/{2 * r['streams']} | {fmt(r['cpu_percent_max'])} | "
+              f"{r['wall_s']} |")
+    print()
+    for mode, n in best.items():
+        print(f"{names[mode]}: highest stream count with mean TTFT error ≤ {args.limit_ms} ms: "
+              f"{n if n is not None else f'< {levels[0]}'} (levels tried: {args.levels})")
+    print(f"Ray driver ingest: {ingest:,.0f} records/s with fsync per record (this disk), "
+          f"{ingest_cpu:,.0f} records/s without fsync (the driver's CPU cost per record)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "best": best, "driver_ingest_rps": ingest,
+                                                "driver_ingest_cpu_rps": ingest_cpu}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
