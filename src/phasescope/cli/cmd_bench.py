@@ -154,6 +154,7 @@ def bench(
     workers: int = typer.Option(1, "--workers", help="Client processes (spread the load over CPU cores)."),
     metrics_interval: float = typer.Option(1.0, "--metrics-interval", help="Seconds between /metrics scrapes."),
     no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape /metrics."),
+    no_prewarm: bool = typer.Option(False, "--no-prewarm", help="Do not open connections before t0 (first wave then pays TCP connect inside TTFT)."),
     sweep: bool = typer.Option(False, "--sweep", help="Synchronous → max throughput → rates in between; report the knee."),
     sweep_steps: int = typer.Option(4, "--sweep-steps", help="Constant rates tested between the two ends."),
     slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (tpot, e2el)."),
@@ -186,7 +187,7 @@ def bench(
         output_len=output_len, range_ratio=range_ratio, prefix_len=prefix_len, prefix_groups=prefix_groups,
         ignore_eos=not no_ignore_eos, percentiles=parse_percentiles(percentiles), goodput=parse_goodput(goodput),
         workers=workers, metrics_interval_s=metrics_interval, server_metrics=not no_server_metrics, out_dir=out,
-        store=not no_store, label=label, engine_parallel=parallel,
+        store=not no_store, label=label, engine_parallel=parallel, prewarm=not no_prewarm,
         timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
     )
     from phasescope.load.ray_runner import check_scale_out_flags

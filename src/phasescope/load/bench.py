@@ -29,7 +29,7 @@ from typing import Any, Callable
 from phasescope.apis.base import Target, Timeouts
 from phasescope.errors import InputError
 from phasescope.jsonutil import dumps
-from phasescope.load.runner import RunResult, health_warnings, run_load
+from phasescope.load.runner import RunResult, health_warnings, prewarm_count, run_load
 from phasescope.load.schedule import Schedule, build_schedule, read_trace
 from phasescope.load.server_metrics import ServerMetricsRecorder, ServerMetricsResult, compare_ttft
 from phasescope.load.summary import DEFAULT_PERCENTILES, summarize
@@ -80,6 +80,7 @@ class BenchConfig:
     label: str | None = None
     timeouts: Timeouts = field(default_factory=Timeouts)
     abort_after_errors: int = 8
+    prewarm: bool = True  # open the first second's connections before t0 (--no-prewarm)
     drain_timeout_s: float | None = 60.0
     engine_parallel: int = 4  # embedded engine slots when no URL
     # scale-out (issue 10; phasescope.load.routing / ray_runner)
@@ -311,7 +312,8 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
                                   max_concurrency=cfg.max_concurrency, writer=_Fanout(sinks) if sinks else None,  # type: ignore[arg-type]
                                   on_record=on_record, stop=astop, run_id=run_id, start_gate=gate,
                                   abort_after_errors=cfg.abort_after_errors, drain_timeout_s=cfg.drain_timeout_s,
-                                  ignore_eos=cfg.ignore_eos)
+                                  ignore_eos=cfg.ignore_eos,
+                                  prewarm_connections=prewarm_count(sched, cfg.max_concurrency) if cfg.prewarm else 0)
         finally:
             _restore_sigint(prev)
             watcher.cancel()
@@ -338,7 +340,9 @@ def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target:
                           max_concurrency=cfg.max_concurrency, run_id=run_id, on_progress=on_record,  # type: ignore[arg-type]
                           send_ref=_send_ref_for(target),
                           stop=stop, abort_after_errors=cfg.abort_after_errors,
-                          drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos)
+                          drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos,
+                          prewarm_connections=(-(-prewarm_count(sched, cfg.max_concurrency) // cfg.workers)
+                                               if cfg.prewarm else 0))
     finally:
         _restore_sigint(prev)
     # merged records: one JSONL in wall-clock order, and the run store

@@ -10,7 +10,9 @@ Timing rules (why the numbers can be trusted):
   (the client was late: timer resolution, a busy loop). TTFT/E2E start at ``t_start`` as in
   ``vllm bench serve``, so neither is inside the server latencies.
 * Records are written by a background thread (JSONL, fsync per record) so disk I/O never blocks the
-  event loop, and each record is on disk as soon as its request completes.
+  event loop, and each record is on disk as soon as its request completes. During the run the GIL
+  switch interval is lowered to 0.2 ms (``sys.setswitchinterval``) so that thread — or the
+  /metrics scraper — never makes the loop wait the default 5 ms to timestamp a token.
 * The runner watches itself (:class:`HealthMonitor`): event-loop lag sampled every 10 ms, process
   CPU time over wall time, and send lag; :func:`health_warnings` turns them into warnings that say
   what to change, in the spirit of hyperfine's warnings.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import math
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,6 +43,9 @@ from phasescope.measure.records import RecordWriter, RequestRecord
 
 SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
 OnRecord = Callable[[RequestRecord], None]
+
+#: GIL switch interval during a run (s); Python's default is 0.005
+GIL_SWITCH_S = 0.0002
 
 #: error kinds that mean "the server is not there any more" (used for the dead-server stop)
 CONNECTION_ERRORS = frozenset({"connect", "connect_timeout", "stream_broken"})
@@ -236,6 +242,7 @@ async def run_load(
     drain_timeout_s: float | None = None,
     ignore_eos: bool = True,
     extra_body: dict[str, Any] | None = None,
+    prewarm_connections: int = 0,
 ) -> RunResult:
     """Send ``schedule`` (items indexed by ``ScheduledRequest.item``) and return every record.
 
@@ -243,9 +250,14 @@ async def run_load(
     (multi-process runs align their t0 on the wall clock through it). Default: now.
     ``drain_timeout_s``: after a ``duration_s`` stop, in-flight requests get this long to finish
     before being cancelled (None = wait for them).
+    ``prewarm_connections``: open this many keep-alive connections before t0 (see :func:`prewarm`).
     """
     if not items:
         raise ValueError("no workload items")
+    # The record-writer and scraper threads must not hold the GIL while a token arrives: with the
+    # default 5 ms switch interval the event loop can wait up to 5 ms to timestamp an event.
+    old_switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(old_switch, GIL_SWITCH_S))
     res = RunResult(worker=worker)
     stop = stop or asyncio.Event()
     own_session = session is None
@@ -315,6 +327,8 @@ async def run_load(
             res.interrupted = res.aborted is None
             return res
 
+        if prewarm_connections > 0 and not stop.is_set():
+            await prewarm(sess, target, prewarm_connections)
         t0 = await start_gate() if start_gate is not None else now_ns()
         res.t0_ns = t0
         res.wall_t0_ns = wall_ns() - (now_ns() - t0)
@@ -381,7 +395,42 @@ async def run_load(
         bw.close()
         if own_session:
             await sess.close()
+        sys.setswitchinterval(old_switch)
     return res
+
+
+#: a cheap GET per API, used only to open pooled connections
+PREWARM_PATHS = {"openai": "/v1/models", "chat": "/v1/models", "ollama": "/api/version", "llamacpp": "/health"}
+
+
+def prewarm_count(schedule: Schedule, max_concurrency: int | None, cap: int = 512) -> int:
+    """How many connections the first second of the run will need: the cap, else the requests
+    scheduled in the first second (all of them for ``rate=inf``), at most ``cap``."""
+    if max_concurrency:
+        return min(max_concurrency, cap)
+    first = sum(1 for r in schedule.requests if r.offset_s < 1.0)
+    return min(max(first, 1), cap)
+
+
+async def prewarm(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
+    """Open ``n`` keep-alive connections before t0 with concurrent cheap GETs, so TCP connects of
+    a burst's first wave are not inside its TTFTs (the client's cost, not the server's; AIPerf's
+    first-request TTFT includes ~15 ms of connect, peers.md §2). Failures are ignored."""
+    url = target.base_url + PREWARM_PATHS.get(target.api, "/v1/models")
+    headers = target.headers()
+    ok = 0
+
+    async def one() -> bool:
+        try:
+            async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+                await r.read()
+                return True
+        except Exception:
+            return False
+
+    for res in await asyncio.gather(*(one() for _ in range(n))):
+        ok += int(res)
+    return ok
 
 
 async def _wait_or_stop(tasks: set[asyncio.Task[None]], stop: asyncio.Event, timeout: float | None = None) -> None:
