@@ -77,7 +77,7 @@ def sequential_run(
     out: list[RequestRecord] = []
     t = 10 * NS
     i = 0
-    for w in range(warmup):
+    for _ in range(warmup):
         r = make_record(i, rng, t_start_ns=t, ttft_s=ttft_s * 5, itl_s=itl_s, tags={"warmup": True}, model=model)
         out.append(r)
         t = (r.t_done_ns or t) + NS // 100

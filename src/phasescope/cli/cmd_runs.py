@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from phasescope.cli._common import console, err_console, print_json
 
+if TYPE_CHECKING:
+    from phasescope.report.store import RunStore
+
 STORE_HELP = "Run store (SQLite file or its folder); default $PHASESCOPE_STORE or ~/.local/share/phasescope/runs.db."
 
 
-def _store(path: Optional[Path]):  # type: ignore[no-untyped-def]
+def _store(path: Optional[Path]) -> "RunStore":
     from phasescope.report.store import open_store
 
     return open_store(path)
@@ -29,7 +32,7 @@ def runs(
 ) -> None:
     """List stored runs, newest first."""
     from phasescope.errors import InputError
-    from phasescope.report.console import runs_table, wide
+    from phasescope.report.console import runs_json, runs_table, wide
     from phasescope.report.store import RUN_STATUSES
 
     if status is not None and status not in RUN_STATUSES:
@@ -38,16 +41,7 @@ def runs(
     found = st.list_runs(kind=kind, target=target, model=model, status=status, limit=limit or None)
     bases = st.baselines()
     if json_out:
-        by_run: dict[str, list[str]] = {}
-        for name, rid in bases.items():
-            by_run.setdefault(rid, []).append(name)
-        out = []
-        for r in found:
-            d = r.to_dict()
-            d.pop("summary")
-            d["baselines"] = by_run.get(r.id, [])
-            out.append(d)
-        print_json({"store": str(st.db_path), "runs": out})
+        print_json({"store": str(st.db_path), "runs": runs_json(found, bases)})
         return
     if not found:
         err_console.print(f"no runs in {st.db_path}" + (" match" if any((kind, target, model, status)) else ""))

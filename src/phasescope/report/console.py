@@ -1,4 +1,4 @@
-"""Terminal renderings (rich) of stored runs and comparisons; no numbers are computed here."""
+"""Terminal (rich) and ``--json`` renderings of stored runs and comparisons; no numbers are computed here."""
 
 from __future__ import annotations
 
@@ -69,6 +69,20 @@ def _dur(s: float | None) -> str:
     if s < 60:
         return f"{s:.1f} s"
     return f"{s / 60:.1f} min"
+
+
+def runs_json(runs: list[RunInfo], baselines: dict[str, str]) -> list[dict[str, Any]]:
+    """``runs --json`` rows: the run without its summary, plus the baseline names pointing at it."""
+    by_run: dict[str, list[str]] = {}
+    for name, rid in baselines.items():
+        by_run.setdefault(rid, []).append(name)
+    out = []
+    for r in runs:
+        d = r.to_dict()
+        d.pop("summary")
+        d["baselines"] = by_run.get(r.id, [])
+        out.append(d)
+    return out
 
 
 def runs_table(runs: list[RunInfo], baselines: dict[str, str] | None = None) -> Table:
