@@ -4,9 +4,9 @@
 What it measures, in one run (numbers vary ±10–15 % on a shared 2-vCPU VM; run it on a quiet machine):
 
 1. This machine's roofs
-   * memory bandwidth BW: a read-only OpenMP sum over a 1 GiB array (compiled here with the system C
-     compiler, all cores; best and median of several passes). ``phasescope hw``'s saved ``local``
-     device is used instead when it exists (``--use-hw``).
+   * memory bandwidth BW: ``phasescope hw``'s read kernel (``phasescope.theory.hw.measure``: C helper with
+     one thread per core over 1 GiB, numpy cross-check; best and median of 10 passes); the local
+     OpenMP kernel below only when that module is missing; ``--use-hw`` reads the saved ``local`` device.
    * matmul throughput F: numpy float32 GEMM (2048³, BLAS on all cores), best of several.
 2. The roofs for each model file (formulas from ``phasescope.theory.roofline``, theory.md §1–§3)
    * bandwidth roof (decode tok/s) = BW / (weight bytes read per token + KV bytes at the context)
@@ -110,6 +110,8 @@ def measure_matmul(n: int = 2048, reps: int = 6) -> dict[str, Any]:
 
 
 def machine_roofs(use_hw: bool) -> dict[str, Any]:
+    """Bandwidth and matmul of this machine: ``phasescope hw``'s kernels (``phasescope.theory.hw``) when
+    that module is present, else the local minimal ones above; ``--use-hw`` reads its saved ``local`` device."""
     if use_hw:
         from phasescope.theory.devices import load_local_device
 
@@ -120,7 +122,21 @@ def machine_roofs(use_hw: bool) -> dict[str, Any]:
                     "matmul": {"best_gflop_s": dev.fp32_tflops * 1e3, "median_gflop_s": dev.fp32_tflops * 1e3,
                                "method": "phasescope hw (saved device 'local')"}}
         print("note: no saved `phasescope hw` device with a matmul figure; measuring here", file=sys.stderr)
-    return {"bandwidth": measure_bandwidth(), "matmul": measure_matmul()}
+    try:
+        from phasescope.theory import hw
+    except ImportError:
+        return {"bandwidth": measure_bandwidth(), "matmul": measure_matmul()}
+    r = hw.measure(size_mb=1024, repeats=10)
+    bw = {"best_gb_s": r.bandwidth.best_gb_s, "median_gb_s": r.bandwidth.median_gb_s,
+          "passes": r.bandwidth.runs_gb_s, "method": f"phasescope.theory.hw {r.bandwidth.method}, "
+          f"{r.bandwidth.threads} threads, {r.bandwidth.array_bytes / 2**20:.0f} MiB"}
+    assert r.matmul is not None
+    mm = {"best_gflop_s": r.matmul.best_gflop_s, "median_gflop_s": r.matmul.median_gflop_s,
+          "passes": r.matmul.runs_gflop_s, "method": f"phasescope.theory.hw numpy {r.matmul.dtype} GEMM n={r.matmul.n}"}
+    if r.derived is not None:
+        mm["derived_fp32_gflop_s"] = r.derived.fp32_tflops * 1e3
+        mm["derived_int8_gop_s"] = r.derived.int8_tops * 1e3
+    return {"bandwidth": bw, "matmul": mm}
 
 
 def roofs_for(model: Path, bw_gb_s: float, gflop_s: float, context: int, prompt: int) -> dict[str, Any]:
@@ -219,6 +235,9 @@ def main() -> None:
     bw, fl = m["bandwidth"]["best_gb_s"], m["matmul"]["best_gflop_s"]
     print(f"bandwidth  best {bw:.1f} GB/s, median {m['bandwidth']['median_gb_s']:.1f}  [{m['bandwidth']['method']}]")
     print(f"matmul     best {fl:.0f} GFLOP/s, median {m['matmul']['median_gflop_s']:.0f}  [{m['matmul']['method']}]")
+    if "derived_fp32_gflop_s" in m["matmul"]:
+        print(f"           (derived from CPU flags x cores x clock: fp32 {m['matmul']['derived_fp32_gflop_s']:.0f} GFLOP/s, "
+              f"int8 {m['matmul']['derived_int8_gop_s']:.0f} GOP/s; the compute roof below uses the measured GEMM)")
 
     print("\n== bundled Gemma 3 270M Q4_K_M: engine vs roofs")
     roofs = roofs_for(model, bw, fl, context=64, prompt=200)
