@@ -98,6 +98,17 @@ def test_warmup_and_errors() -> None:
     assert next(r for r in rows if r["metric"] == "errors")["value"] == 3
 
 
+def test_experiment_warmup_phase_left_out() -> None:
+    recs = sequential_run(4, seed=1)
+    for r in recs[:2]:
+        r.tags = {"experiment": "x", "phase": "warmup"}
+    for r in recs[2:]:
+        r.tags = {"experiment": "x", "phase": "measure"}
+    rows = metric_table(recs)
+    assert {r["group"] for r in rows} == {"experiment=x, phase=measure"}
+    assert next(r for r in rows if r["metric"] == "ttft_s")["n"] == 2
+
+
 def test_few_samples() -> None:
     a, b = sequential_run(2, seed=1), sequential_run(2, seed=2, ttft_s=1.0)
     assert set(verdicts(compare_runs(info("a"), a, info("b"), b)).values()) == {"too few samples"}

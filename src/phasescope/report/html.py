@@ -501,6 +501,8 @@ def _findings_html(runs: list[Run]) -> str:
 def _ev_text(e: Any) -> str:
     if isinstance(e, dict):
         v, u = e.get("value"), e.get("unit") or ""
+        if isinstance(v, float):
+            v = f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
         return f"{e.get('what', '')}: {v}{(' ' + u) if u else ''}" + (f" ({e['source']})" if e.get("source") else "")
     return str(e)
 

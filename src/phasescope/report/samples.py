@@ -13,7 +13,7 @@ Every sample comes from :mod:`phasescope.measure.derive` (one hop to its definit
   tokens landing in each window give per-window rates (token times on the wall clock:
   ``wall_start_ns + (t − t_start_ns)``, so records from several worker processes line up).
 
-Records tagged ``warmup`` are left out. Requests are grouped by the workload tags that define a
+Warm-up records (``tags.warmup``, or ``tags.phase == "warmup"``) are left out. Requests are grouped by the workload tags that define a
 measurement point (:data:`GROUP_TAGS`, e.g. ``prompt_tokens=512`` or ``concurrency=8``); a run
 whose tags say nothing but whose requested prompt lengths vary is grouped by
 ``prompt_tokens_requested``.
@@ -73,7 +73,9 @@ def group_label(group: Group) -> str:
 
 
 def usable(records: Iterable[RequestRecord]) -> list[RequestRecord]:
-    return [r for r in records if not any(r.tags.get(t) for t in SKIP_TAGS)]
+    """Records that count: not warm-ups (``tags.warmup`` as probe/bench mark them, or
+    ``tags.phase == "warmup"`` as experiments do)."""
+    return [r for r in records if not any(r.tags.get(t) for t in SKIP_TAGS) and r.tags.get("phase") != "warmup"]
 
 
 def group_records(records: list[RequestRecord]) -> dict[Group, list[RequestRecord]]:
