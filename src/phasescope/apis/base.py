@@ -40,7 +40,7 @@ class Timeouts:
 class Target:
     """A server to measure. ``base_url`` has no trailing slash; ``api_key`` never leaves memory."""
 
-    base_url: str
+    base_url: str = field(repr=False)
     api: str = "openai"  # openai | chat | ollama | llamacpp (resolved, never "auto")
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -51,6 +51,9 @@ class Target:
     @property
     def display_url(self) -> str:
         return redact_url(self.base_url)
+
+    def __repr__(self) -> str:  # the URL may hold user:password@ or ?key=: show it redacted
+        return f"Target(url={self.display_url!r}, api={self.api!r}, model={self.model!r}, engine={self.engine!r})"
 
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json"}

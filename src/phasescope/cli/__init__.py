@@ -58,8 +58,20 @@ def _discover() -> None:
 _discover()
 
 
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    # SIGTERM (kill, timeout, a CI runner) takes the same path as Ctrl-C: context managers
+    # stop the embedded engine and partial results are saved, instead of dying mid-write.
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     """Console-script entry point: run the app, turning our errors into one clear line."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    except ValueError:  # not the main thread (embedded use): leave signals alone
+        pass
     try:
         app()
     except PhasescopeError as exc:
