@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from phasescope.apis import get_client
+from phasescope.apis import get_client, new_session
 from phasescope.apis.base import GenRequest, Target
 from phasescope.engine import running_engine
 from phasescope.measure import derive
@@ -79,7 +79,7 @@ async def closed_loop(target: Target, users: int, n: int, inp: int, out: int, se
     prompts = [_ids(rng, inp) for _ in range(n)]
     recs: list[RequestRecord] = []
     it = iter(range(n))
-    async with aiohttp.ClientSession() as session:
+    async with new_session() as session:
         async def user() -> None:
             for i in it:
                 recs.append(await _send(session, target, prompts[i], out, {"users": users}))
@@ -90,7 +90,7 @@ async def closed_loop(target: Target, users: int, n: int, inp: int, out: int, se
 async def open_loop(target: Target, arrivals: np.ndarray, inp: int, out: int, seed: int) -> tuple[list[RequestRecord], int]:
     rng = random.Random(seed)
     prompts = [_ids(rng, inp) for _ in range(len(arrivals))]
-    async with aiohttp.ClientSession() as session:
+    async with new_session() as session:
         t0 = now_ns()
 
         async def one(i: int) -> RequestRecord:

@@ -212,3 +212,23 @@ def test_duration_bounds_closed_loop_and_rate() -> None:
     assert np.max(res.t_send) < 20.0
     r2 = simulate(COST, Workload(duration_s=30.0, rate=2.0, input_len=200, output_len=30, seed=1))
     assert 30 < r2.n < 95 and np.max(r2.t_send) < 30.0
+
+
+def test_arrivals_are_benchs_schedule() -> None:
+    from phasescope.load.schedule import build_schedule
+
+    w = Workload(num_requests=50, rate=3.0, arrival="gamma", burstiness=0.5, seed=9)
+    sched = build_schedule(50, rate=3.0, burstiness=0.5, seed=9)
+    assert np.allclose(build_requests(w).arrival_s, [r.offset_s for r in sched.requests])
+    c = build_requests(Workload(num_requests=5, rate=4.0, arrival="constant"))
+    assert np.allclose(c.arrival_s, [0, 0.25, 0.5, 0.75, 1.0])
+
+
+def test_cost_model_from_theory_catalog() -> None:
+    c = CostModel.from_theory("llama-3.1-8b", "h100")
+    # Llama-3.1-8B BF16: 128 KiB KV per token, ~15 GB read per decode step (theory.md §2)
+    assert c.kv_bytes_per_token == 131072
+    assert 14.5e9 < c.weight_bytes < 15.5e9
+    assert c.tp == 1 and c.kv_pool_tokens > 100_000
+    big = CostModel.from_theory("llama-3.1-70b", "h100")
+    assert big.tp == 4  # 141 GB of weights need 4 × 80 GB

@@ -12,7 +12,8 @@ queueing and batching do not leak into the per-step constants:
 
 Fit, with x_p(n) = n·F_tok + F_attn·n(n+1)/2 + F_head (prefill FLOPs) and x_d(s) = F_tok + F_head + F_attn·s:
 
-* ``overlap = "sum"`` (CPUs): joint least squares of ``prefill(n) = T0 + x_p(n)/F_eff`` and
+* ``overlap = "sum"`` (CPUs): joint least squares (relative errors, so milliseconds of decode weigh as
+  much as seconds of prefill) of ``prefill(n) = T0 + x_p(n)/F_eff`` and
   ``step(s) = T0 + KV_tok·s/BW_eff + x_d(s)/F_eff`` for (T0, 1/F_eff); then T0 = overhead + W/BW_eff
   with the overhead prior kept (at most half of T0).
 * ``overlap = "max"`` (GPUs): prefill points give a line y = overhead + x_p/F_eff; decode points give
@@ -163,8 +164,10 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
             rows.append([1.0, x_d(s_)])
             ys.append(y - c.kv_read_bytes(1, s_) / bw_eff_abs)
         if rows:
-            A = np.asarray(rows)
-            Y = np.asarray(ys)
+            # relative errors: a decode step (ms) must weigh as much as a prefill (s)
+            wts = 1.0 / np.maximum(np.abs(np.asarray(ys)), 1e-9)
+            A = np.asarray(rows) * wts[:, None]
+            Y = np.asarray(ys) * wts
             if pre and dec:
                 coef, *_ = np.linalg.lstsq(A, Y, rcond=None)
                 t0, inv_f = float(coef[0]), float(coef[1])

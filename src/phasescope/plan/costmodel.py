@@ -71,6 +71,14 @@ class CostModel:
         if self.overlap not in ("max", "sum"):
             raise ValueError(f"overlap must be 'max' or 'sum', not {self.overlap!r}")
 
+    @classmethod
+    def from_theory(cls, model: Any, device: Any, **kw: Any) -> "CostModel":
+        """A replica from the catalogs: ``model`` = ModelSpec or spec string, ``device`` = Device or id;
+        keywords as :func:`phasescope.plan.build.cost_from_theory` (quant, tp, efficiencies...)."""
+        from phasescope.plan.build import cost_from_theory
+
+        return cost_from_theory(model, device, **kw)
+
     # -- derived rates -------------------------------------------------------------------------
     @property
     def eff_bandwidth_bytes_s(self) -> float:

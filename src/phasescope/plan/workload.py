@@ -1,6 +1,8 @@
 """Simulated workloads: when requests arrive, how long their prompts and answers are, who shares a prefix.
 
-Arrival processes follow ``vllm bench serve`` (``vllm/benchmarks/serve.py:get_request``):
+Arrival offsets come from ``bench``'s own schedule builder (:func:`phasescope.load.schedule.build_schedule`,
+so the same seed sends at the same instants in ``bench`` and in ``plan``). They follow
+``vllm bench serve`` (``vllm/benchmarks/serve.py:get_request``):
 inter-arrival gaps are Gamma(shape = burstiness, scale = 1 / (rate · burstiness)) — burstiness 1
 is a Poisson process, ``constant`` spaces them exactly 1/rate apart, and no rate sends everything
 at t = 0. ``concurrency`` caps requests in flight (vLLM's ``--max-concurrency`` semaphore); with no
@@ -116,12 +118,21 @@ def _lengths(rng: np.random.Generator, n: int, mean: int, ratio: float) -> np.nd
     return rng.integers(lo, hi + 1, size=n, dtype=np.int64)
 
 
-def _gaps(rng: np.random.Generator, w: Workload, n: int) -> np.ndarray:
+def _arrivals(w: Workload) -> np.ndarray:
+    """Send offsets from ``bench``'s own schedule builder (``phasescope.load.schedule``), so a
+    simulated workload and ``phasescope bench`` with the same seed send at the same instants."""
+    from phasescope.load.schedule import build_schedule
+
     assert w.rate is not None
-    if w.arrival == "constant":
-        return np.full(n, 1.0 / w.rate)
-    shape = 1.0 if w.arrival == "poisson" else w.burstiness
-    return rng.gamma(shape, 1.0 / (w.rate * shape), size=n)
+    sched = build_schedule(
+        w.num_requests,
+        rate=w.rate,
+        burstiness=1.0 if w.arrival == "poisson" else w.burstiness,
+        shape="constant" if w.arrival == "constant" else "poisson",
+        duration_s=w.duration_s,
+        seed=w.seed,
+    )
+    return np.array([r.offset_s for r in sched.requests if not r.warmup], dtype=float)
 
 
 def build_requests(w: Workload) -> RequestPlan:
@@ -141,26 +152,7 @@ def build_requests(w: Workload) -> RequestPlan:
         pre = np.array([int(r[3]) if len(r) > 3 else 0 for r in rows], dtype=np.int64)[order]
         return RequestPlan(arr[order], inp, out, np.minimum(pre, inp))
     if w.rate is not None:
-        if w.num_requests is not None:
-            n = w.num_requests
-            arr = np.cumsum(_gaps(rng, w, n)) - 0.0
-            arr = np.concatenate([[0.0], arr[:-1]])  # first request at t = 0, as vLLM sends it at once
-            if w.duration_s is not None:
-                arr = arr[arr < w.duration_s]
-        else:
-            assert w.duration_s is not None
-            est = int(w.rate * w.duration_s * 1.2 + 10 * np.sqrt(w.rate * w.duration_s) + 10)
-            parts: list[np.ndarray] = []
-            total = 0.0
-            while True:
-                g = _gaps(rng, w, est)
-                c = total + np.cumsum(g)
-                parts.append(c)
-                total = float(c[-1])
-                if total >= w.duration_s:
-                    break
-            arr = np.concatenate([[0.0], np.concatenate(parts)])
-            arr = arr[arr < w.duration_s]
+        arr = _arrivals(w)
         n = int(arr.size)
     else:
         if w.num_requests is not None:
