@@ -620,6 +620,7 @@ def _merge(res: RayRunResult, actors: list[ActorState], schedule: Schedule, t0_d
 def add_ray_summary(summary: dict[str, Any], res: RunResult) -> None:
     """Put the Ray section and the per-actor warnings into a bench summary."""
     if not isinstance(res, RayRunResult):
+        summary.setdefault("ray", None)
         return
     summary["ray"] = res.ray
     summary["workers"] = res.ray.get("n_actors", summary.get("workers"))
@@ -648,6 +649,14 @@ def run_bench_ray(cfg: Any, sched: Schedule, items: list[WorkItem], target: Targ
         sinks.append(file_writer)
     if recording is not None:
         sinks.append(recording)
+    extra: dict[str, Any] = {}
+    if getattr(cfg, "prewarm", False):  # the runner's connection pre-warm, when it has one: split over actors
+        import inspect
+
+        from phasescope.load import runner as _runner
+
+        if "prewarm_connections" in inspect.signature(run_load).parameters and hasattr(_runner, "prewarm_count"):
+            extra["prewarm_connections"] = -(-_runner.prewarm_count(sched, cfg.max_concurrency) // cfg.ray_workers)
     prev = _install_sigint(stop.set)
     try:
         return run_ray(sched, items, target, n_actors=cfg.ray_workers, address=cfg.ray_address,
@@ -655,7 +664,7 @@ def run_bench_ray(cfg: Any, sched: Schedule, items: list[WorkItem], target: Targ
                        send_ref=send_ref_for(target), writer=_Fanout(sinks) if sinks else None, on_record=on_record,
                        on_start=(lambda t0: recorder.start(t0)) if recorder is not None else None,
                        on_status=status, stop=stop, abort_after_errors=cfg.abort_after_errors,
-                       drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos)
+                       drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos, **extra)
     finally:
         _restore_sigint(prev)
         if file_writer is not None:
