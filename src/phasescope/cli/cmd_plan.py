@@ -115,6 +115,9 @@ def _rows_table(rows: list[dict[str, Any]], first: str, title: str) -> Table:
     for c, _ in cols:
         t.add_column(c, justify="right")
     for r in rows:
+        if "error" in r:
+            t.add_row(_n(r["value"]) if not isinstance(r["value"], str) else r["value"], *(["-"] * (len(cols) - 2)), "error")
+            continue
         cells = []
         for _, k in cols:
             v = r.get(k)
@@ -197,6 +200,9 @@ def plan(
     elif mode == "sweep":
         sw = doc["sweep"]
         console.print(_rows_table(sw["rows"], sw["param"], f"sweep of {sw['param']}"))
+        for r in sw["rows"]:
+            if "error" in r:
+                console.print(f"[red]{sw['param']} = {r['value']}[/red]: {r['error']}")
     elif mode == "capacity":
         cap = doc["capacity"]
         console.print(_rows_table(cap["probes"], "users" if cap["mode"] == "users" else "req/s", "capacity search (probes)"))

@@ -119,9 +119,9 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
     pool = o.kv_pool_tokens if o.kv_pool_tokens is not None else d_pool
     spec_model = resolve_model(model)
 
-    def build(util: float) -> CostModel:
+    def build(util: float, tp: int | None = o.tp) -> CostModel:
         c = cost_from_theory(
-            spec_model, device, quant=o.quant, kv_dtype=o.kv_dtype, tp=o.tp, gpu_memory_utilization=util,
+            spec_model, device, quant=o.quant, kv_dtype=o.kv_dtype, tp=tp, gpu_memory_utilization=util,
             bw_eff=o.bw_eff, flops_eff=o.flops_eff,
             step_overhead_s=None if o.step_overhead_ms is None else o.step_overhead_ms / 1e3,
             kv_pool_tokens=pool, interconnect_gb_s=o.interconnect_gb_s,
@@ -160,7 +160,7 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
     cal_cost = cost
 
     def rebuild(util: float) -> CostModel:
-        fresh = build(util)
+        fresh = build(util, tp=cal_cost.tp)  # same replica shape; only the pool changes
         return replace(cal_cost, kv_pool_tokens=fresh.kv_pool_tokens)
 
     spec = PlanSpec(

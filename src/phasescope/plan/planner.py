@@ -180,10 +180,16 @@ def sweep(spec: PlanSpec, param: str, values: Sequence[float]) -> dict[str, Any]
     """One simulation per value; rows of headline metrics (the trade-off table)."""
     rows = []
     for v in values:
-        s = _apply(spec, param, v)
-        _, out = run_once(s, points=2)
         shown: Any = int(v) if float(v).is_integer() else v
+        try:
+            s = _apply(spec, param, v)
+            _, out = run_once(s, points=2)
+        except InputError as exc:  # e.g. the weights no longer fit: a row that says why
+            rows.append({"value": shown, "error": str(exc)})
+            continue
         rows.append(_row(shown, out["summary"]))
+    if all("error" in r for r in rows):
+        raise InputError(f"every --sweep value failed: {rows[0]['error']}")
     return {"param": param, "rows": rows}
 
 
