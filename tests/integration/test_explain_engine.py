@@ -13,11 +13,10 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from phasescope.apis import new_session
 from phasescope.apis.resolve import resolve
 from phasescope.diagnose import diagnose
 from phasescope.experiments import batching, context_fill, prefix_cache, prompt_scaling
-from phasescope.experiments.context import RunContext, calibrate, discover_facts
+from phasescope.experiments.context import RunContext, calibrate, discover_facts, experiment_session
 
 pytestmark = pytest.mark.engine
 
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.engine
 def run_on(url: str, body: Callable[[RunContext], Awaitable[Any]]) -> Any:
     async def go() -> Any:
         target, det = await resolve(url)
-        async with new_session() as session:
+        async with experiment_session() as session:
             facts = await discover_facts(session, target, props=det.props)
             ctx = RunContext(target=target, session=session, facts=facts)
             try:

@@ -16,11 +16,10 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from phasescope.apis import new_session
 from phasescope.apis.base import Target
 from phasescope.diagnose import diagnose
 from phasescope.experiments import batching, context_fill, prefill_interference, prefix_cache, prompt_scaling, queue
-from phasescope.experiments.context import RunContext, calibrate, discover_facts
+from phasescope.experiments.context import RunContext, calibrate, discover_facts, experiment_session
 from phasescope.testing.behaviour_fake import Behaviour, BehaviourFake, running_behaviour_fake
 
 
@@ -29,7 +28,7 @@ def run_on(b: Behaviour, body: Callable[[RunContext], Awaitable[Any]]) -> Any:
         async with BehaviourFake(b) as fake:
             engine = "llamacpp" if b.flavour == "llamacpp" else "vllm"
             target = Target(base_url=fake.url, api="openai", model=b.model, engine=engine)
-            async with new_session() as session:
+            async with experiment_session() as session:
                 facts = await discover_facts(session, target)
                 ctx = RunContext(target=target, session=session, facts=facts)
                 try:

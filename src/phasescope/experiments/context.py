@@ -64,9 +64,9 @@ class RunContext:
     @property
     def prompts(self) -> PromptBuilder:
         if self._prompts is None:
-            # a session of its own: a pooled connection that just carried a stream must not make
-            # a /tokenize call fail (the builder then falls back to calibration for good)
-            self._prompt_session = aiohttp.ClientSession()
+            # a session of its own with fresh connections: a /tokenize call that fails on a stale
+            # pooled connection makes the builder fall back to calibration for good
+            self._prompt_session = experiment_session()
             self._prompts = PromptBuilder(self._prompt_session, self.target, seed=self.seed)
         return self._prompts
 
@@ -115,6 +115,22 @@ class RunContext:
             api=self.target.api, started_unix_s=started, duration_s=time.time() - started,
             n_requests=len(mine), n_failed=sum(1 for r in mine if not r.ok), params=params,
         )
+
+
+def experiment_session(connect_timeout_s: float | None = 10.0) -> aiohttp.ClientSession:
+    """A session for experiments: one fresh connection per request (``force_close``).
+
+    Experiments leave connections idle for seconds between phases; llama-server (cpp-httplib)
+    closes idle keep-alive connections after 5 s, and a request written onto such a socket fails
+    before its first byte (seen here as ``stream_broken``, 0 events). Loopback connects cost
+    well under a millisecond, and ``t_conn_ready_ns`` keeps that time visible in every record."""
+    from phasescope.apis import trace_config
+
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=True),
+        trace_configs=[trace_config()],
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+    )
 
 
 def join_prompts(a: Prompt, b: Prompt) -> GenRequest:

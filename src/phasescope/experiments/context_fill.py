@@ -164,8 +164,8 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 32, step
     grid = geometric_grid(min(64, top // 4), top, steps)
     ctx.say(f"{NAME}: decode {output_tokens} tokens at {len(grid)} context lengths {grid[0]}…{grid[-1]} × {reps}")
     long_p = await ctx.prompt(grid[-1])
-    for rep in range(reps):
-        for n in grid:
+    for rep in range(reps):  # shortest first (each prefix extends the cached one), then re-measured
+        for n in (grid if rep % 2 == 0 else grid[::-1]):
             req = prefix_of(long_p, n)
             req.max_tokens = output_tokens
             await ctx.send(req, NAME, phase="measure", context_target=n, rep=rep)

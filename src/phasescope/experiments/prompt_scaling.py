@@ -198,8 +198,8 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
     grid = geometric_grid(max(8, min(32, top // 4)), max(top, 16), steps)
     ctx.say(f"{NAME}: {len(grid)} prompt lengths {grid[0]}…{grid[-1]} tokens × {reps}, {output_tokens} output tokens")
     await ctx.send((await ctx.prompt(grid[0])).request(4, cache_prompt=False), NAME, phase="warmup")
-    for rep in range(reps):
-        for n in grid:
+    for rep in range(reps):  # ascending, then descending: a load drift cannot pose as a length effect
+        for n in (grid if rep % 2 == 0 else grid[::-1]):
             p = await ctx.prompt(n)
             await ctx.send(p.request(output_tokens, cache_prompt=False), NAME, phase="measure",
                            prompt_tokens_target=n, rep=rep)

@@ -184,8 +184,8 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                        model_spec: str | None, device: str | None, api_key: str | None,
                        progress: Callable[[str], None] | None, save: bool, timeouts: Timeouts | None,
                        store_path: str | None) -> ExplainReport:
-    from phasescope.apis import new_session
     from phasescope.apis.resolve import open_target
+    from phasescope.experiments.context import experiment_session
 
     say = progress or (lambda _m: None)
     if url is None:
@@ -211,7 +211,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
             except ImportError:
                 recording = None
         try:
-            async with new_session() as session:
+            async with experiment_session(ot.timeouts.connect_s) as session:
                 facts = await discover_facts(session, target, props=getattr(det, "props", None))
                 say(f"target {target.display_url}: {target.engine or 'unknown engine'}, model {target.model}, "
                     f"slots {facts.slots or '?'}, context/seq {facts.ctx_per_seq or '?'}, "
