@@ -100,6 +100,9 @@ class _Watchdog:
         self.deadline = self.loop.time() + seconds
         if self.handle is None:
             self.handle = self.loop.call_at(self.deadline, self._fire)
+        elif self.handle.when() > self.deadline:  # a sooner deadline (first token → between tokens)
+            self.handle.cancel()
+            self.handle = self.loop.call_at(self.deadline, self._fire)
 
     def _fire(self) -> None:
         self.handle = None

@@ -84,6 +84,13 @@ def fake_tokenize(text: str) -> list[int]:
     return [100 + zlib.crc32(w.encode()) % 50000 for w in _WORD_RE.findall(text)]
 
 
+def _const(make: Any, *args: Any, **kw: Any) -> Any:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return make(*args, **kw)
+
+    return handler
+
+
 @dataclass
 class GroundTruth:
     id: str
@@ -230,8 +237,8 @@ class FakeServer:
         r = app.router
         f = self.flavor
         if f == "ollama":
-            r.add_get("/", lambda req: web.Response(text="Ollama is running"))
-            r.add_get("/api/version", lambda req: web.json_response({"version": "0.33.0"}))
+            r.add_get("/", _const(web.Response, text="Ollama is running"))
+            r.add_get("/api/version", _const(web.json_response, {"version": "0.33.0"}))
             r.add_get("/api/tags", self._ollama_tags)
             r.add_post("/api/show", self._ollama_show)
             r.add_post("/api/generate", self._ollama_gen)
@@ -249,7 +256,7 @@ class FakeServer:
                 r.add_post("/completion", self._llamacpp_completion)
                 r.add_post("/completions", self._llamacpp_completion)
             else:
-                r.add_get("/version", lambda req: web.json_response({"version": "0.33.0" if f == "vllm" else "0.5.23"}))
+                r.add_get("/version", _const(web.json_response, {"version": "0.33.0" if f == "vllm" else "0.5.23"}))
 
     # -- helpers --------------------------------------------------------------------------
     def _err_body(self, status: int, message: str, etype: str) -> Any:

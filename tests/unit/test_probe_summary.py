@@ -1,0 +1,91 @@
+"""Probe metrics and the one-minute-test verdict on synthetic records."""
+
+from __future__ import annotations
+
+import pytest
+
+from phasescope.measure.records import Event, RequestRecord
+from phasescope.probe.runner import error_from_record
+from phasescope.probe.summary import size_summary, verdict, warmup_summary
+from phasescope import errors as E
+
+MS = 1_000_000
+
+
+def rec(ttft_ms: float, n_out: int, gap_ms: float, *, prompt: int, per_event: int = 1, conn_ms: float = 1.0,
+        server=None, tag=None) -> RequestRecord:
+    r = RequestRecord(id="x", api="openai", target="t", t_start_ns=0, t_conn_ready_ns=int(conn_ms * MS),
+                      prompt_tokens=prompt, prompt_tokens_source="usage", output_tokens=n_out, output_tokens_source="usage",
+                      ok=True, server=server, tags={"prompt_tokens_target": tag or prompt})
+    t = int(ttft_ms * MS)
+    r.events.append(Event(t // 2, "role"))
+    r.events.append(Event(t, "content", 1))
+    left = n_out - 1
+    while left > 0:
+        k = min(per_event, left)
+        t += int(gap_ms * k * MS)
+        r.events.append(Event(t, "content", k))
+        left -= k
+    r.events.append(Event(t + MS, "usage"))
+    r.t_done_ns = t + 2 * MS
+    return r
+
+
+def test_size_summary_medians_and_per_token_itl_unaffected_by_coalescing():
+    one = size_summary(200, [rec(100, 33, 20, prompt=200), rec(120, 33, 20, prompt=200), rec(110, 33, 20, prompt=200)])
+    four = size_summary(200, [rec(110, 33, 20, prompt=200, per_event=4)])
+    assert one["ttft_s"] == pytest.approx(0.110)
+    assert one["ttft_net_s"] == pytest.approx(0.109)
+    assert one["prefill_tok_s"] == pytest.approx(200 / 0.110)
+    for s in (one, four):
+        assert s["decode_tok_s"] == pytest.approx(50.0)
+        assert s["itl_p50_s"] == pytest.approx(0.020)
+    assert four["event_gap_p50_s"] == pytest.approx(0.080)  # what vLLM calls ITL
+    assert one["server"] is None and one["ok"] == 3
+
+
+def test_failed_records_are_counted_not_measured():
+    bad = RequestRecord(id="b", api="openai", target="t", ok=False, error_kind="stream_broken", tags={"prompt_tokens_target": 200})
+    s = size_summary(200, [rec(100, 9, 10, prompt=200), bad])
+    assert s["requests"] == 2 and s["ok"] == 1 and s["ttft_s"] == pytest.approx(0.1)
+
+
+def test_server_side_timings_are_summarised():
+    srv = {"source": "llamacpp_timings", "prefill_s": 0.4, "ttft_s": 0.4, "decode_s": 1.0, "prompt_n": 200, "predicted_n": 51, "cache_n": 0}
+    s = size_summary(200, [rec(420, 51, 20, prompt=200, server=srv)])
+    assert s["server"]["prefill_tok_s"] == pytest.approx(500.0)
+    assert s["server"]["decode_tok_s"] == pytest.approx(50.0)
+    assert s["server"]["ttft_s"] == pytest.approx(0.4)
+
+
+def test_verdict_prefill_scales_decode_flat():
+    small = size_summary(200, [rec(450, 65, 20, prompt=200)])
+    big = size_summary(2000, [rec(4500, 65, 21, prompt=2000)])
+    v = verdict([small, big])
+    assert v["prompt_ratio"] == pytest.approx(10)
+    assert v["ttft_ratio"] == pytest.approx(10)
+    assert v["decode_change_pct"] == pytest.approx((20 / 21 - 1) * 100)
+    assert v["phases_separate"] is True
+    assert v["marginal_prefill_tok_s"] == pytest.approx(1800 / 4.05)
+
+
+def test_verdict_flags_fixed_overhead_and_decode_drop():
+    small = size_summary(200, [rec(100, 65, 20, prompt=200)])
+    big = size_summary(2000, [rec(120, 65, 40, prompt=2000)])
+    v = verdict([small, big])
+    assert v["phases_separate"] is False
+    assert "barely grew" in v["text"][0]
+    assert "fell 50%" in v["text"][1]
+    assert verdict([small]) is None
+
+
+def test_warmup_cold_start_and_error_from_record():
+    sizes = [size_summary(200, [rec(100, 9, 10, prompt=200)])]
+    w = rec(900, 9, 10, prompt=200, server={"load_s": 0.7})
+    w.tags["warmup"] = True
+    ws = warmup_summary(w, sizes)
+    assert ws["cold_start_s"] == pytest.approx(0.8) and ws["load_s"] == 0.7
+    r = RequestRecord(id="e", api="openai", target="t", ok=False, error_kind="overloaded", error_message="busy", retry_after_s=3.0)
+    exc = error_from_record(r)
+    assert isinstance(exc, E.OverloadedError) and exc.retry_after_s == 3.0 and exc.exit_code == 3
+    assert isinstance(error_from_record(RequestRecord(id="e", api="a", target="t", error_kind="auth")), E.AuthError)
