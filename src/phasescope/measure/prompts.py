@@ -97,6 +97,7 @@ class PromptBuilder:
         self.rng = random.Random(seed)
         self._calib: tuple[float, float] | None = None  # tokens = a + b * words
         self._tokenizer_ok: bool | None = None if has_tokenizer(target) else False
+        self.last_error: str | None = None
 
     # -- the server's tokenizer ---------------------------------------------------------------
     async def tokenize(self, text: str) -> list[int] | None:
@@ -110,15 +111,23 @@ class PromptBuilder:
             body = {"prompt": text, "add_special_tokens": True}
             if t.model:
                 body["model"] = t.model
-        try:
-            async with self.session.post(t.base_url + "/tokenize", json=body, headers=t.headers(),
-                                         timeout=aiohttp.ClientTimeout(total=30)) as r:
-                if r.status != 200:
-                    self._tokenizer_ok = False
-                    return None
-                obj = await r.json(content_type=None)
-        except (aiohttp.ClientError, ValueError, TimeoutError):
-            self._tokenizer_ok = False
+        obj: Any = None
+        for attempt in range(3):
+            try:
+                async with self.session.post(t.base_url + "/tokenize", json=body, headers=t.headers(),
+                                             timeout=aiohttp.ClientTimeout(total=60)) as r:
+                    if r.status in (404, 405, 501):  # no tokenizer endpoint here
+                        self._tokenizer_ok = False
+                        return None
+                    if r.status == 200:
+                        obj = await r.json(content_type=None)
+                        break
+                    self.last_error = f"/tokenize HTTP {r.status}"
+            except (aiohttp.ClientError, ValueError, TimeoutError) as exc:
+                self.last_error = f"/tokenize {type(exc).__name__}: {exc}"
+        if obj is None:
+            if self._tokenizer_ok is None:
+                self._tokenizer_ok = False
             return None
         toks = obj.get("tokens") if isinstance(obj, dict) else None
         if not isinstance(toks, list):

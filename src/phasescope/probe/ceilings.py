@@ -14,6 +14,7 @@ or ``/v1/models`` ``meta`` (size, n_params); Ollama ``POST /api/show``. Device: 
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import aiohttp
@@ -30,6 +31,13 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
         return None, f"theory module unavailable ({exc})"
     if model_spec:
         return M.load_model_spec(model_spec), None  # bad input → InputError, the user asked for it
+    props = getattr(detected, "props", None) if detected is not None else None
+    path = props.get("model_path") if isinstance(props, dict) else None
+    if path and os.path.isfile(str(path)):  # the served GGUF itself: exact bytes and shapes
+        try:
+            return M.spec_from_gguf(str(path)), None
+        except (E.PhasescopeError, OSError, ValueError):
+            pass
     if target.model:
         try:
             if M.get_catalog_ids_match(target.model):
@@ -37,8 +45,8 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
         except (E.PhasescopeError, AttributeError):
             pass
     try:
-        if detected is not None and getattr(detected, "props", None):
-            return M.from_llamacpp_props(detected.props, meta=getattr(detected, "model_meta", None)), None
+        if props:
+            return M.from_llamacpp_props(props, meta=getattr(detected, "model_meta", None)), None
         if detected is not None and getattr(detected, "model_meta", None):
             return M.from_llamacpp_meta(detected.model_meta, model=target.model or "llama.cpp model"), None
         if target.engine == "ollama" and target.model:
