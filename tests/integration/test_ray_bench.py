@@ -160,3 +160,28 @@ def test_cli_ray_address_json(ray_address: str, tmp_path: Path) -> None:
     assert s["completed"] == 12 and s["workers"] == 2 and s["endpoints"] is None
     assert s["ray"]["cluster"] == ray_address and not s["ray"]["cluster_started_here"]
     assert [a["records_returned"] for a in s["ray"]["actors"]] == [6, 6]
+
+
+def test_ctrl_c_stops_every_actor_and_leaves_partial_run(ray_address: str, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    with FakeServer(ttft_s=0.01, itl_s=0.005).running() as srv:
+        p = subprocess.Popen(PS + ["bench", srv.url, ray_address, "--ray", "-n", "1000", "--request-rate", "10",
+                                   "--input-len", "8", "--output-len", "5", "--no-store", "--no-server-metrics",
+                                   "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        jsonl = tmp_path / "records.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not jsonl.exists() or len(jsonl.read_text().splitlines()) < 6):
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "Partial run" in err
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["partial"] and s["stop_reason"].startswith("interrupted")
+    assert 0 < s["completed"] < 1000 and s["failed"] == 0  # stopped, not lost: nothing marked worker_lost
+    recs = [r for r in read_records(jsonl) if not r.tags.get("warmup")]
+    assert len(recs) == s["completed"] + s["failed"]
+    assert all(a["status"] == "ok" for a in s["ray"]["actors"])
+    assert not [a for a in ray.util.list_named_actors() if a.startswith("phasescope-")]
