@@ -402,6 +402,7 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
             break
     rec.t_done_ns = now_ns()
     if proto.done:
+        dog.arm("done", None)  # the answer is complete: no timeout may fail it now
         await _drain(content)
         return
     if buf.strip():
@@ -455,6 +456,7 @@ async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watc
                 dog.arm("between_tokens", between)
     rec.t_done_ns = now_ns()
     if proto.done:
+        dog.arm("done", None)  # the answer is complete: no timeout may fail it now
         await _drain(content)
         return
     if buf.strip():

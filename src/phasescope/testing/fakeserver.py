@@ -30,7 +30,7 @@ Constructor (all keyword arguments)::
 Use it as ``async with FakeServer(...) as srv:`` (inside a loop), ``with FakeServer(...).running()
 as srv:`` (from sync code: it runs its own loop in a thread), or as a separate process::
 
-    python -m phasescope.testing.fakeserver --flavor vllm --ttft-ms 20 --itl-ms 5 --log gt.jsonl
+    python -m phasescope.testing --flavor vllm --ttft-ms 20 --itl-ms 5 --log gt.jsonl
     # prints "READY http://127.0.0.1:PORT" on stdout, serves until SIGTERM/SIGINT
 
 ``srv.url`` is ``http://127.0.0.1:PORT``; ``srv.log`` is a list of :class:`GroundTruth`, one per
@@ -844,7 +844,7 @@ class FakeServer:
 
 # --- a separate process (benchmarks: client and server must not share an event loop) -------
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m phasescope.testing.fakeserver")
+    ap = argparse.ArgumentParser(prog="python -m phasescope.testing")
     ap.add_argument("--flavor", default="vllm", choices=FLAVORS)
     ap.add_argument("--model", default="fake-model")
     ap.add_argument("--port", type=int, default=0)
