@@ -32,10 +32,11 @@ def _print_summary(s: dict[str, Any]) -> None:
     def row(label: str, key: str, nd: int = 2) -> None:
         t.add_row(label, _fmt(s.get(key), nd))
 
-    t.add_row("Target", f"{s.get('target')} ({s.get('engine') or '?'}, {s.get('backend')}, model {s.get('model_id')})")
-    t.add_row("Load", f"rate {s.get('request_rate')}  burstiness {s.get('burstiness')}  "
-                      f"max concurrency {s.get('max_concurrency') or '-'}  shape {s.get('load_shape')}  "
-                      f"workers {s.get('workers')}")
+    console.print(f"Target: {s.get('target')} ({s.get('engine') or '?'}, api {s.get('backend')}, model {s.get('model_id')})",
+                  highlight=False, soft_wrap=True)
+    console.print(f"Load: rate {s.get('request_rate')} req/s, burstiness {s.get('burstiness')}, "
+                  f"max concurrency {s.get('max_concurrency') or '-'}, shape {s.get('load_shape')}, "
+                  f"workers {s.get('workers')}", highlight=False, soft_wrap=True)
     row("Successful requests", "completed")
     row("Failed requests", "failed")
     if s.get("errors_by_kind"):
@@ -66,7 +67,8 @@ def _print_summary(s: dict[str, Any]) -> None:
             pw = str(int(p)) if float(p).is_integer() else str(p)
             row(f"  P{pw} (ms)", f"p{pw}_{key}_ms")
     src = s.get("token_count_source") or {}
-    t.add_row("Token counts from", f"output {src.get('output')}, input {src.get('input')}")
+    t.add_row("Token counts from", "output " + ", ".join(f"{k} {v}" for k, v in (src.get("output") or {}).items())
+              + "; input " + ", ".join(f"{k} {v}" for k, v in (src.get("input") or {}).items()))
     sm = (s.get("server_metrics") or {})
     if sm.get("available"):
         ss = sm.get("summary") or {}
@@ -83,10 +85,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     elif sm:
         t.add_row("Server /metrics", f"not available ({sm.get('reason')})")
     h = s.get("runner_health") or {}
-    t.add_row("Client health", f"loop lag p99 {_fmt(h.get('loop_lag_ms_p99'))} ms, CPU {_fmt(h.get('cpu_percent'), 0)} %, "
-                               f"send lag p99 {_fmt(h.get('send_lag_ms_p99'))} ms")
-    t.add_row("Records", str(s.get("records_path")))
     console.print(t)
+    console.print(f"Client health: event-loop lag p99 {_fmt(h.get('loop_lag_ms_p99'))} ms, CPU {_fmt(h.get('cpu_percent'), 0)} % "
+                  f"of a core, send lag p99 {_fmt(h.get('send_lag_ms_p99'))} ms", highlight=False, soft_wrap=True)
+    console.print(f"Records: {s.get('records_path')}", highlight=False, soft_wrap=True)
     from phasescope.cli._bench_scale import print_scale_out
 
     print_scale_out(s)

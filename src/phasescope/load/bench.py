@@ -303,9 +303,11 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
             async def gate() -> int:
                 from phasescope.measure.clock import now_ns
 
+                if recorder is not None:  # after the warm-ups, so their tokens are not counted
+                    await asyncio.get_running_loop().run_in_executor(None, recorder.start)
                 t0 = now_ns()
                 if recorder is not None:
-                    recorder.start(t0)  # after the warm-ups, so their tokens are not counted
+                    recorder.t0_ns = t0
                 return t0
 
             return await run_load(sched, items, target, send=_send_for(target),

@@ -154,6 +154,7 @@ class ServerMetricsRecorder:
         self._snaps: list[Snapshot] = []
         self._errors: list[str] = []
         self._stop = threading.Event()
+        self._first = threading.Event()
         self._thread: threading.Thread | None = None
         self.t0_ns = now_ns()
         self.wall_t0_ns = wall_ns()
@@ -168,6 +169,8 @@ class ServerMetricsRecorder:
         self.t0_ns = t0_ns if t0_ns is not None else now_ns()
         self._thread = threading.Thread(target=self._run, name="phasescope-scrape", daemon=True)
         self._thread.start()
+        # the baseline scrape must precede the first request, or its tokens fall outside the deltas
+        self._first.wait(timeout=max(2.0, self.interval_s))
 
     def _run(self) -> None:
         asyncio.run(self._loop())
@@ -181,7 +184,9 @@ class ServerMetricsRecorder:
                 except Exception as exc:  # keep going; report the first reason
                     self._errors.append(f"{type(exc).__name__}: {exc}")
                     if not self._snaps and len(self._errors) >= 2:
+                        self._first.set()
                         return  # /metrics is not there; stop trying
+                self._first.set()
                 left = self.interval_s - (now_ns() - t) / 1e9
                 if self._stop.wait(max(0.0, left)):
                     # one final scrape so the last interval is covered

@@ -204,9 +204,9 @@ def run_workers(
             except queue_mod.Empty:
                 if _t.monotonic() > deadline or not any(p.is_alive() for p in procs):
                     break
-        t0_wall.value = wall_ns() + 50_000_000  # 50 ms ahead so every worker sees it before t0
         if on_start is not None:
             on_start()
+        t0_wall.value = wall_ns() + 50_000_000  # 50 ms ahead so every worker sees it before t0
         go.set()
         while len(metas) < n_workers:
             if stop is not None and stop.is_set():
