@@ -185,3 +185,20 @@ def test_ctrl_c_stops_every_actor_and_leaves_partial_run(ray_address: str, tmp_p
     assert len(recs) == s["completed"] + s["failed"]
     assert all(a["status"] == "ok" for a in s["ray"]["actors"])
     assert not [a for a in ray.util.list_named_actors() if a.startswith("phasescope-")]
+
+
+@pytest.mark.engine
+def test_ray_actors_against_the_embedded_engine(engine, ray_address: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The real llama-server: two actors, a capped closed loop split 2 + 2, server /metrics on the driver's clock."""
+    br = run_bench(BenchConfig(url=engine.url, num_prompts=8, max_concurrency=4, input_len=16, output_len=6,
+                               ray=True, ray_workers=2, warmup=1, out_dir=str(tmp_path), store=False,
+                               metrics_interval_s=0.25))
+    s = br.summary
+    assert s["completed"] == 8 and s["failed"] == 0 and s["engine"] == "llamacpp"
+    assert sorted(r.tags["index"] for r in br.records) == list(range(8))
+    assert s["total_output_tokens"] == 48 and all(16 <= r.prompt_tokens <= 17 for r in br.records)
+    assert 2 <= s["max_concurrent_requests"] <= 4  # the cap C=4 split 2 + 2 over the actors
+    sm = s["server_metrics"]
+    assert sm is not None and sm["available"] and sm["timeline"]
+    assert min(row["t_s"] for row in sm["timeline"]) >= -0.5  # timeline starts at the shared t0
+    _same_summary(s, br.records)
