@@ -328,7 +328,8 @@ async def run_load(
             return res
 
         if prewarm_connections > 0 and not stop.is_set():
-            await prewarm(sess, target, prewarm_connections)
+            for ep in getattr(target, "endpoints", None) or [target]:  # every endpoint of a routed target
+                await prewarm(sess, ep, prewarm_connections)
         t0 = await start_gate() if start_gate is not None else now_ns()
         res.t0_ns = t0
         res.wall_t0_ns = wall_ns() - (now_ns() - t0)
