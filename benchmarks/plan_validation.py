@@ -9,7 +9,9 @@
    median and p99 TTFT and ITL. Goal: within 10 % at the median and 20 % at p99.
 
 Usage: .venv/bin/python benchmarks/plan_validation.py [--quick] [--threads N] [--json out.json]
-Run it on a quiet machine: llama-server uses --threads cores and the client shares them.
+Run it on a quiet machine: llama-server uses --threads cores and the client shares them. Each step
+waits for other processes to go quiet and is re-run (--attempts) when they disturbed it; the table
+reports the CPU other processes used during each measured workload.
 """
 
 from __future__ import annotations
@@ -137,6 +139,17 @@ class Foreign:
         self.foreign_s = max((b[0] - self.a[0]) - (b[1] - self.a[1]) - (b[2] - self.a[2]), 0.0)
 
 
+def wait_quiet(max_wait_s: float, threshold: float) -> float:
+    """Wait until other processes use < ``threshold`` cores over a 2 s window; returns that load."""
+    t_end = time.perf_counter() + max_wait_s
+    while True:
+        a, me = _cpu_busy_s(), _proc_cpu_s(os.getpid())
+        time.sleep(2.0)
+        load = max((_cpu_busy_s() - a) - (_proc_cpu_s(os.getpid()) - me), 0.0) / 2.0
+        if load < threshold or time.perf_counter() > t_end:
+            return load
+
+
 def measured_stats(recs: list[RequestRecord]) -> dict[str, float]:
     ok = [r for r in recs if r.ok]
     ttft = [derive.ttft_s(r) for r in ok]
@@ -162,6 +175,9 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--rate", type=float, default=0.5)
     ap.add_argument("--json", default=None, help="write all numbers here")
+    ap.add_argument("--attempts", type=int, default=3, help="re-run a workload disturbed by other processes")
+    ap.add_argument("--quiet", type=float, default=0.25, help="foreign CPU (cores) below which the machine counts as quiet")
+    ap.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for quiet before each attempt")
     a = ap.parse_args()
 
     sp = speed_check()
@@ -181,10 +197,17 @@ def main() -> int:
         base = cost_from_theory(spec, dev, kv_pool_tokens=CTX)
         # warm-up (first requests pay page faults / thread spin-up)
         asyncio.run(closed_loop(target, 1, 2, 64, 8, seed=99))
-        # short probe: sequential, two prompt lengths
+        # short probe: sequential, two prompt lengths (on a quiet machine, retried like the workloads)
         t = time.perf_counter()
-        probe = asyncio.run(closed_loop(target, 1, 3, inp // 2, outl // 2, seed=1))
-        probe += asyncio.run(closed_loop(target, 1, 3, inp * 2, outl // 2, seed=2))
+        probe: list[RequestRecord] = []
+        for attempt in range(a.attempts):
+            wait_quiet(a.max_wait, a.quiet)
+            with Foreign(eng.pid) as fg:
+                probe = asyncio.run(closed_loop(target, 1, 3, inp // 2, outl // 2, seed=1))
+                probe += asyncio.run(closed_loop(target, 1, 3, inp * 2, outl // 2, seed=2))
+            if fg.foreign_s / fg.wall_s < a.quiet:
+                break
+        out["calibration_foreign_cpu"] = fg.foreign_s / fg.wall_s
         cal = calibrate(probe, base)
         cost = cal.cost
         sched = SchedulerConfig(policy="llamacpp", max_num_seqs=PARALLEL, max_num_batched_tokens=2048,
@@ -195,18 +218,30 @@ def main() -> int:
               f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
         out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff, "step_overhead_s": cost.step_overhead_s}
         rows = []
+        def quietest(run: Any) -> tuple[list[RequestRecord], Foreign]:
+            """Run a workload up to --attempts times; keep the one with the least foreign CPU."""
+            best: tuple[list[RequestRecord], Foreign] | None = None
+            for _ in range(a.attempts):
+                wait_quiet(a.max_wait, a.quiet)
+                with Foreign(eng.pid) as fg:
+                    recs = run()
+                if best is None or fg.foreign_s / fg.wall_s < best[1].foreign_s / best[1].wall_s:
+                    best = (recs, fg)
+                if fg.foreign_s / fg.wall_s < a.quiet:
+                    break
+            assert best is not None
+            return best
+
         for users, n in ((1, 8), (2, 12), (4, 16)):
             n = max(n // scale, users * 2)
-            with Foreign(eng.pid) as fg:
-                recs = asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users))
+            recs, fg = quietest(lambda: asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users)))
             m = measured_stats(recs)
             p = sim_stats(cost, sched, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl))
             rows.append((f"{users} user(s)", m, p, fg))
         n = 24 // scale
         w = Workload(rate=a.rate, num_requests=n, input_len=inp, output_len=outl, seed=5)
         arr = build_requests(w).arrival_s
-        with Foreign(eng.pid) as fg:
-            recs, _ = asyncio.run(open_loop(target, arr, inp, outl, seed=20))
+        recs, fg = quietest(lambda: asyncio.run(open_loop(target, arr, inp, outl, seed=20))[0])
         m = measured_stats(recs)
         p = sim_stats(cost, sched, w)
         rows.append((f"Poisson {a.rate:g}/s", m, p, fg))
