@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 GB = 1e9
-#: vLLM's activation / CUDA-graph reserve is not a fixed number; 1 GiB + 5 % of memory is a fair
-#: planning guess for ≤ 80 GB devices (its profile run measures the real peak).
+#: share of device memory kept for activations / CUDA graphs when choosing a tensor-parallel degree
+#: (vLLM's profile run measures the real peak; 5 % is a planning guess)
 ACTIVATION_RESERVE_FRAC = 0.05
 
 
@@ -163,18 +163,6 @@ def chunk_pairs(p: int, c: int) -> float:
     return c * p + c * (c + 1) / 2.0
 
 
-def pool_tokens(
-    memory_bytes: float, weight_bytes: float, kv_bytes_per_token: float, gpu_memory_utilization: float = 0.9,
-    reserve_frac: float = ACTIVATION_RESERVE_FRAC,
-) -> int:
-    """KV pool size in tokens, as vLLM sizes it: (memory·utilization − weights − activations) / KV_tok.
-    Zero when the weights do not fit."""
-    free = memory_bytes * gpu_memory_utilization - weight_bytes - memory_bytes * reserve_frac
-    if free <= 0 or kv_bytes_per_token <= 0:
-        return 0
-    return int(free // kv_bytes_per_token)
-
-
 def min_tp(memory_bytes: float | None, weight_bytes: float, gpu_memory_utilization: float = 0.9) -> int:
     """Smallest power-of-two tensor-parallel degree whose per-device weight share fits with room
     for at least 10 % of memory as KV pool."""
@@ -184,7 +172,3 @@ def min_tp(memory_bytes: float | None, weight_bytes: float, gpu_memory_utilizati
     while tp < 64 and weight_bytes / tp > memory_bytes * (gpu_memory_utilization - ACTIVATION_RESERVE_FRAC - 0.1):
         tp *= 2
     return tp
-
-
-def finite_or(x: float | None, default: float) -> float:
-    return default if x is None or not math.isfinite(x) else float(x)

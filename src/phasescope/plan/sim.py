@@ -115,7 +115,7 @@ class _Seq:
         "rid", "prompt", "out", "prefix", "t_send", "t_visible", "t_admit", "t_first", "t_last",
         "computed", "target", "generated", "cached", "alloc", "join_step", "gen_at_join", "version",
         "worker", "segments", "tokens", "extra_itl", "preemptions", "state", "slot", "failed",
-        "t_prefill_done", "prefill_compute_s", "xfer_s",
+        "t_prefill_done", "xfer_s",
     )
 
     def __init__(self, rid: int, prompt: int, out: int, prefix: int, t_send: float, t_visible: float) -> None:
@@ -145,7 +145,6 @@ class _Seq:
         self.slot = -1
         self.failed: str | None = None
         self.t_prefill_done = math.nan
-        self.prefill_compute_s = 0.0
         self.xfer_s = math.nan
 
 
@@ -378,7 +377,6 @@ class _Worker:
                 sampled += 1
         dt = cost.step_time_s(n_dec, self.ctx_sum, p_tok, pairs, kvtok, len(chunks), sampled)
         self._plan = (chunks, n_dec, self.fresh, dt)
-        self.sim._prefill_time_share(chunks, dt, p_tok, n_dec)
         return dt
 
     def end_step(self, t: float) -> None:
@@ -537,13 +535,6 @@ class Simulator:
             if math.isnan(best) or te > best:
                 best = te
         return best
-
-    def _prefill_time_share(self, chunks: list[tuple[_Seq, int, int]], dt: float, p_tok: int, n_dec: int) -> None:
-        if not chunks or p_tok <= 0:
-            return
-        tot = p_tok + n_dec
-        for s, _, c in chunks:
-            s.prefill_compute_s += dt * c / tot
 
     def _fail(self, s: _Seq, t: float, why: str) -> None:
         s.failed = why
