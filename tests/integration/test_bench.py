@@ -204,7 +204,8 @@ def test_bench_on_embedded_engine(engine, tmp_path: Path) -> None:  # type: igno
     assert s["completed"] == 8 and s["failed"] == 0
     assert s["engine"] == "llamacpp"
     assert s["total_output_tokens"] == 64
-    assert s["token_count_source"]["output"] == {"usage": 8}
+    assert sum(s["token_count_source"]["output"].values()) == 8
+    assert set(s["token_count_source"]["output"]) <= {"usage", "server"}
     assert 2 <= s["max_concurrent_requests"] <= 4
     # prompts were built to 16 tokens through the server's /tokenize (usage adds at most BOS)
     assert all(16 <= rec.prompt_tokens <= 17 for rec in r.records)
@@ -212,3 +213,67 @@ def test_bench_on_embedded_engine(engine, tmp_path: Path) -> None:  # type: igno
     assert sm["available"] and sm["engine"] == "llamacpp"
     assert sm["summary"]["generation_tokens"] == 64
     assert max(row["running"] or 0 for row in sm["timeline"]) >= 1
+
+
+def test_exact_prompt_lengths_through_server_tokenizer() -> None:
+    """Prompts built to N tokens by the server's /tokenize arrive as exactly N prompt tokens."""
+    from phasescope.load.prompting import TokenizePromptMaker, prompt_maker_for
+    from phasescope.load.workload import random_workload
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with FakeServer(ttft_s=0.001, itl_s=0.001) as srv:
+            from phasescope.apis import new_session
+
+            tgt = _target(srv)
+            async with new_session() as s:
+                maker = await prompt_maker_for(s, tgt)
+                items = await random_workload(6, input_len=37, output_len=3, maker=maker, range_ratio=0.3, seed=2)
+            res = await run_load(build_schedule(6), items, tgt, send=get_client("openai").send)
+            return maker, items, res, {g.id: g for g in srv.log}
+
+    maker, items, res, truth = asyncio.run(go())
+    assert isinstance(maker, TokenizePromptMaker) and maker.source == "tokenize"
+    by_index = {r.tags["index"]: r for r in res.records}
+    for i, it in enumerate(items):
+        assert it.prompt_token_ids is not None and len(it.prompt_token_ids) == it.input_len
+        assert truth[by_index[i].id].prompt_tokens == it.input_len  # what the server counted
+    s = summarize(res.records)
+    assert not any("Prompt token counts disagree" in w for w in s["count_warnings"])
+
+
+def test_calibrated_prompts_without_tokenizer() -> None:
+    """Ollama has no /tokenize: the probe's usage calibration gives lengths close to the target."""
+    from phasescope.load.prompting import CalibratedPromptMaker, prompt_maker_for
+
+    async def go():  # type: ignore[no-untyped-def]
+        async with FakeServer(flavor="ollama", ttft_s=0.001, itl_s=0.001) as srv:
+            from phasescope.apis import new_session
+
+            tgt = Target(base_url=srv.url, api="ollama", model="fake-model", engine="ollama")
+            async with new_session() as s:
+                maker = await prompt_maker_for(s, tgt)
+                text, ids = await maker.make(40, 1)
+            return maker, text, ids
+
+    maker, text, ids = asyncio.run(go())
+    assert isinstance(maker, CalibratedPromptMaker) and maker.source == "calibrated"
+    assert ids is None and abs(len(text.split()) - 40) <= 2  # the fake counts one token per word
+
+
+def test_sweep_on_fake_writes_table(tmp_path: Path) -> None:
+    from phasescope.load.bench import BenchConfig
+    from phasescope.load.sweep import run_sweep
+
+    with FakeServer(ttft_s=0.01, itl_s=0.002).running() as srv:
+        tgt = _target(srv)
+        cfg = BenchConfig(url=srv.url, num_prompts=6, input_len=8, output_len=4, store=False,
+                          out_dir=str(tmp_path), server_metrics=False, warmup=0)
+        res = run_sweep(cfg, slo={"ttft": 5000.0, "itl": 5000.0}, steps=2, target=tgt)
+    assert [r["profile"] for r in res.rows] == ["synchronous", "throughput", "rate", "rate"]
+    rates = [r["requested_rate"] for r in res.rows[2:]]
+    assert rates[0] < rates[1]
+    assert all(r["completed"] == 6 for r in res.rows)
+    assert res.knee is not None and res.knee["requested_rate"] == rates[1]  # generous SLO: highest rate
+    assert (tmp_path / "sweep.csv").read_text().count("\n") == 5
+    assert json.loads((tmp_path / "sweep.json").read_text())["knee"]["requested_rate"] == rates[1]
+    assert (tmp_path / "synchronous" / "records.jsonl").exists()

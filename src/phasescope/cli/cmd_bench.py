@@ -103,7 +103,8 @@ def _print_sweep(d: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(title="sweep: throughput vs p99 latency")
-    for c in ("profile", "req. rate", "achieved", "req/s", "out tok/s", "p50 TTFT ms", "p99 TTFT ms",
+    t.add_column("profile", no_wrap=True)
+    for c in ("req. rate", "achieved", "req/s", "out tok/s", "p50 TTFT ms", "p99 TTFT ms",
               "p50 ITL ms", "p99 ITL ms", "within SLO"):
         t.add_column(c, justify="right")
     for r in d["rows"]:
@@ -231,7 +232,7 @@ def bench(
         if progress is not None:
             progress.stop()
             progress = None
-        elif not json_out:
+        elif not json_out and live.done:
             err_console.print(f"[dim]bench: {live.done} requests done — {live.line()}[/dim]")
 
     if sweep:

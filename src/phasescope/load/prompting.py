@@ -7,9 +7,10 @@ the same: random ids → decode → re-encode → truncate). For ``/v1/completio
 are sent, so the server sees exactly ``n`` prompt tokens (plus BOS where the server adds one);
 for chat, the text is sent and the length is calibrated, not exact (chat templates add tokens).
 
-Without a tokenizer endpoint (Ollama, some fakes) :class:`WordPromptMaker` builds texts of ``n``
-common words — about one token each in most BPE vocabularies — and says so (``source="estimate"``),
-so the summary can flag the count as approximate.
+Without a tokenizer endpoint (Ollama, TGI's OpenAI route) :class:`CalibratedPromptMaker` uses the
+probe's usage-count calibration (:mod:`phasescope.measure.prompts`); when even that fails,
+:class:`WordPromptMaker` builds texts of ``n`` common words — about one token each in most BPE
+vocabularies — and says so (``source="estimate"``), so the summary can flag the count as approximate.
 """
 
 from __future__ import annotations
@@ -111,8 +112,32 @@ class TokenizePromptMaker:
             return None
 
 
-async def prompt_maker_for(session: aiohttp.ClientSession, target: Target) -> WordPromptMaker | TokenizePromptMaker:
-    """The best maker the server allows: its ``/tokenize`` if any flavor answers, else words."""
+class CalibratedPromptMaker:
+    """No tokenizer endpoint (Ollama, TGI's OpenAI route, unknown servers): the probe's
+    :class:`phasescope.measure.prompts.PromptBuilder` fits tokens = a + b·words from the server's own
+    ``usage`` counts of two calibration requests and solves for N (``source="calibrated"``; falls
+    back to ``estimate`` when the server reports no counts). The achieved length of every request
+    is still read back from ``usage`` and compared in the summary."""
+
+    def __init__(self, session: aiohttp.ClientSession, target: Target, seed: int = 0) -> None:
+        from phasescope.measure.prompts import PromptBuilder
+
+        self._pb = PromptBuilder(session, target, seed=seed)
+        self.source = "calibrated"
+
+    async def make(self, n_tokens: int, salt: int) -> tuple[str, list[int] | None]:
+        p = await self._pb.build(n_tokens, nonce=f"[#{10**7 + salt % (9 * 10**7)}]")
+        self.source = p.source
+        return p.text, p.token_ids
+
+    async def count(self, text: str) -> int | None:
+        return None
+
+
+async def prompt_maker_for(session: aiohttp.ClientSession, target: Target, *,
+                           calibrate: bool = True) -> WordPromptMaker | TokenizePromptMaker | CalibratedPromptMaker:
+    """The best maker the server allows: its ``/tokenize`` if any flavor answers, else a usage-based
+    calibration (``calibrate``), else words."""
     send_ids = target.api == "openai"  # /v1/completions accepts token-id prompts (vLLM, SGLang, llama.cpp)
     order = ("content", "prompt", "inputs")
     if target.engine in ("vllm", "sglang"):
@@ -120,14 +145,20 @@ async def prompt_maker_for(session: aiohttp.ClientSession, target: Target) -> Wo
     elif target.engine == "tgi":
         order = ("inputs", "prompt", "content")
         send_ids = False  # TGI's /v1/completions takes text
-    if target.api in ("ollama",):
-        return WordPromptMaker()
-    for flavor in order:
-        m = TokenizePromptMaker(session, target, flavor, send_ids=send_ids)
+    if target.api not in ("ollama",):
+        for flavor in order:
+            m = TokenizePromptMaker(session, target, flavor, send_ids=send_ids)
+            try:
+                ids = await m.tokenize(" the world")
+            except Exception:
+                continue
+            if ids:
+                return m
+    if calibrate:
         try:
-            ids = await m.tokenize(" the world")
+            cm = CalibratedPromptMaker(session, target)
+            await cm.make(8, 0)  # runs the calibration once; words if the server gives no counts
+            return cm
         except Exception:
-            continue
-        if ids:
-            return m
+            pass
     return WordPromptMaker()
