@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
@@ -130,18 +131,25 @@ class RequestRecord:
 
 
 class RecordWriter:
-    """Append records to a JSONL file, one line each, flushed and fsync'd as they complete.
+    """Append records to a JSONL file, one line each, written out as they complete.
 
-    Thread-safe; usable as a context manager. A killed process leaves every completed record
-    on disk (at worst a final partial line, which :func:`read_records` skips).
+    Each record is flushed to the OS at once, so a killed or interrupted process leaves every
+    completed record on disk (at worst a final partial line, which :func:`read_records` skips).
+    ``fsync`` (to survive a machine crash too) runs at most every ``fsync_interval_s`` and at
+    close: one fsync per record capped a 1,000-stream run at a few hundred records/s on this disk.
+    Thread-safe; usable as a context manager.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, fsync: bool = True, fsync_interval_s: float = 0.5
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh: IO[str] = open(self.path, "a", encoding="utf-8")
         self._lock = threading.Lock()
         self._fsync = fsync
+        self._fsync_interval_ns = int(fsync_interval_s * 1e9)
+        self._last_fsync_ns = time.monotonic_ns()
         self.count = 0
 
     def write(self, record: RequestRecord) -> None:
@@ -150,12 +158,18 @@ class RecordWriter:
             self._fh.write(line)
             self._fh.flush()
             if self._fsync:
-                os.fsync(self._fh.fileno())
+                now = time.monotonic_ns()
+                if now - self._last_fsync_ns >= self._fsync_interval_ns:
+                    os.fsync(self._fh.fileno())
+                    self._last_fsync_ns = now
             self.count += 1
 
     def close(self) -> None:
         with self._lock:
             if not self._fh.closed:
+                self._fh.flush()
+                if self._fsync:
+                    os.fsync(self._fh.fileno())
                 self._fh.close()
 
     def __enter__(self) -> "RecordWriter":
