@@ -155,6 +155,7 @@ async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, outp
     from phasescope.experiments.context import request_time_s
 
     started = time.time()
+    ctx.start_clock(budget_s)
     c = ctx.calib
     assert c is not None, "calibrate first"
     if max_concurrency is not None:
@@ -176,11 +177,15 @@ async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, outp
     ctx.say(f"{NAME}: concurrency {', '.join(map(str, levels))} (bound {bound}: {src}), "
             f"{prompt_tokens}-token prompts, {output_tokens} output tokens")
     for lv in levels:
+        if ctx.over():
+            break
         k = per_worker + 1 if lv == 1 else per_worker
         prompts = [[await ctx.prompt(prompt_tokens) for _ in range(k)] for _ in range(lv)]
 
         async def worker(w: int, lv: int = lv, prompts: list = prompts) -> None:
             for i, p in enumerate(prompts[w]):
+                if i and ctx.over():
+                    break
                 await ctx.send(p.request(output_tokens), NAME, phase="measure", concurrency=lv, worker=w, i=i)
 
         await asyncio.gather(*(worker(w) for w in range(lv)))

@@ -57,6 +57,8 @@ class RunContext:
     calib: Calibration | None = None
     records: list[RequestRecord] = field(default_factory=list)
     seed: int = 0
+    #: monotonic time after which the running experiment sends nothing new (set per experiment)
+    deadline: float | None = None
     _prompts: PromptBuilder | None = None
     _prompt_session: aiohttp.ClientSession | None = None
     _n: int = 0
@@ -78,6 +80,13 @@ class RunContext:
     def say(self, msg: str) -> None:
         if self.progress is not None:
             self.progress(msg)
+
+    def start_clock(self, budget_s: float, slack: float = 1.15) -> None:
+        """Start an experiment's clock: past ``slack × budget_s`` it stops sending new requests."""
+        self.deadline = time.monotonic() + slack * budget_s
+
+    def over(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
 
     def ctx_limit(self, default: int = 4096) -> int:
         """Tokens one sequence may hold (prompt + output)."""

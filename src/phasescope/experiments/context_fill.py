@@ -149,6 +149,7 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 32, step
     from phasescope.experiments.context import prefix_of, request_time_s
 
     started = time.time()
+    ctx.start_clock(budget_s)
     c = ctx.calib
     assert c is not None, "calibrate first"
     cap = max(128, int(ctx.ctx_limit() * ctx_fraction) - output_tokens)
@@ -166,6 +167,8 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 32, step
     long_p = await ctx.prompt(grid[-1])
     for rep in range(reps):  # shortest first (each prefix extends the cached one), then re-measured
         for n in (grid if rep % 2 == 0 else grid[::-1]):
+            if ctx.over():
+                break
             req = prefix_of(long_p, n)
             req.max_tokens = output_tokens
             await ctx.send(req, NAME, phase="measure", context_target=n, rep=rep)

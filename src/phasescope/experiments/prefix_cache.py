@@ -178,6 +178,7 @@ async def run(ctx: RunContext, budget_s: float, *, user_tokens: int = 24, output
     from phasescope.experiments.context import join_prompts, request_time_s
 
     started = time.time()
+    ctx.start_clock(budget_s)
     c = ctx.calib
     assert c is not None, "calibrate first"
     cap = max(64, min(2048, ctx.ctx_limit() - user_tokens - output_tokens - 16))
@@ -192,8 +193,12 @@ async def run(ctx: RunContext, budget_s: float, *, user_tokens: int = 24, output
     for i in range(3):
         await ctx.send((await ctx.prompt(user_tokens)).request(output_tokens), NAME, phase="short", i=i)
     for g in range(groups):
+        if g and ctx.over():
+            break
         sysp = await ctx.prompt(system_tokens)
         for i in range(1 + repeats):
+            if i > 1 and ctx.over():
+                break
             req = join_prompts(sysp, await ctx.prompt(user_tokens))
             req.max_tokens = output_tokens
             await ctx.send(req, NAME, phase="cold" if i == 0 else "repeat", group=g, i=i, system_tokens=system_tokens)

@@ -187,6 +187,7 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
     from phasescope.experiments.context import request_time_s
 
     started = time.time()
+    ctx.start_clock(budget_s)
     assert ctx.calib is not None, "calibrate first"
     cap = max(64, int(ctx.ctx_limit() * ctx_fraction) - output_tokens)
     top = min(n_max or cap, cap)
@@ -200,9 +201,14 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
     await ctx.send((await ctx.prompt(grid[0])).request(4, cache_prompt=False), NAME, phase="warmup")
     for rep in range(reps):  # ascending, then descending: a load drift cannot pose as a length effect
         for n in (grid if rep % 2 == 0 else grid[::-1]):
+            if ctx.over():
+                break
             p = await ctx.prompt(n)
             await ctx.send(p.request(output_tokens, cache_prompt=False), NAME, phase="measure",
                            prompt_tokens_target=n, rep=rep)
     params = {"grid": grid, "reps": reps, "output_tokens": output_tokens, "budget_s": budget_s}
-    return analyze(ctx.records, ctx.info(NAME, started, params))
+    res = analyze(ctx.records, ctx.info(NAME, started, params))
+    if ctx.over():
+        res.info.warnings.append("stopped at the time budget: the server was slower than its calibration")
+    return res
 

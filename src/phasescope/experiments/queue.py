@@ -124,6 +124,7 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
     from phasescope.experiments.context import counter, gauge, request_time_s, scrape_snapshot
 
     started = time.time()
+    ctx.start_clock(budget_s)
     c = ctx.calib
     assert c is not None, "calibrate first"
     timed = ctx.target.engine == "llamacpp"  # server-timed prefill in every response
@@ -169,6 +170,8 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
 
     async def worker(w: int) -> None:
         for i, p in enumerate(prompts[w]):
+            if i and ctx.over():
+                break
             await ctx.send(p.request(output_tokens), NAME, phase="measure", concurrency=cq, worker=w, i=i)
 
     samp = asyncio.create_task(sampler()) if ctx.facts.metrics else None
