@@ -19,7 +19,9 @@ def _rate(x: float | None) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{x * 100:.0f}%"
+    if x is None:
+        return "—"
+    return f"{x * 100:.1f}%" if x < 0.1 else f"{x * 100:.0f}%"
 
 
 def render(result: dict[str, Any]) -> Panel:
