@@ -219,20 +219,21 @@ class PromptBuilder:
             words = max(1, round(n / TOKENS_PER_WORD_GUESS))
             return Prompt(head + filler(words, self.rng), None, None, n, "estimate", nonce)
         a, b = cal
-        words = max(1, round((n - a) / b))
-        text = head + filler(words, self.rng)
-        got = await self._server_count(text)
+        words = filler(max(1, round((n - a) / b)), self.rng).split(" ")
+        # measured with a throw-away nonce: the prompt we return must not be in the server's cache
+        probe_head = (new_nonce() + " ") if nonce else ""
+        got = await self._server_count(probe_head + " ".join(words))
         if got is not None and got != n:
-            # one correction round on the same text: add or drop words at the measured rate
+            # one correction round: add or drop words at the measured rate
             delta = n - got
-            words_list = text.split(" ")
             if delta > 0:
-                text = text + " " + filler(max(1, math.floor(delta / b)), self.rng)
-            elif delta < 0:
-                keep = max(1 + bool(head), len(words_list) - max(1, math.ceil(-delta / b)))
-                text = " ".join(words_list[:keep])
-            got = await self._server_count(text)
-        return Prompt(text, None, got, n, "calibrated", nonce)
+                words += filler(max(1, math.floor(delta / b)), self.rng).split(" ")
+            else:
+                words = words[: max(1, len(words) - max(1, math.ceil(-delta / b)))]
+            probe_head = (new_nonce() + " ") if nonce else ""
+            got = await self._server_count(probe_head + " ".join(words))
+        # nonces are same-length digit strings, so the fresh one tokenizes like the probe's
+        return Prompt(head + " ".join(words), None, got, n, "calibrated", nonce)
 
 
 async def build_prompts(session: aiohttp.ClientSession, target: Target, sizes: list[int], *, count: int = 1,
