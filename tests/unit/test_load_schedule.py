@@ -80,6 +80,9 @@ def test_ramp_rates_increase() -> None:
 def test_warmup_and_partition() -> None:
     s = build_schedule(10, rate=5.0, warmup=3, seed=0)
     assert len(s.warmups) == 3 and all(w.warmup for w in s.warmups)
+    # warm-ups use their own items: no measured prompt is seen by the server beforehand
+    assert {w.item for w in s.warmups} == {10, 11, 12}
+    assert not {w.item for w in s.warmups} & {r.item for r in s.requests}
     parts = s.partition(3)
     merged = sorted((r for p in parts for r in p.requests), key=lambda r: r.index)
     assert merged == s.requests

@@ -151,6 +151,11 @@ def make_schedule(cfg: BenchConfig, n_items: int | None = None) -> Schedule:
     trace = read_trace(cfg.trace_path) if cfg.shape == "trace" else None
     if cfg.shape == "trace" and not cfg.trace_path:
         raise InputError("--load-shape trace needs --trace FILE")
+    if (n_items is None and cfg.default_num_prompts() is None and math.isinf(cfg.request_rate)
+            and cfg.max_concurrency and cfg.shape != "trace"):
+        # closed loop bounded by --duration only: cycle through enough distinct prompts that a
+        # repeated prompt is not a prefix-cache hit within a few rounds
+        n_items = max(4 * cfg.max_concurrency, 64)
     return build_schedule(
         cfg.default_num_prompts(), rate=cfg.request_rate, burstiness=cfg.burstiness, shape=cfg.shape,
         ramp_start_rate=cfg.ramp_start_rate, ramp_end_rate=cfg.ramp_end_rate, duration_s=cfg.duration_s,
@@ -198,8 +203,9 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
                    stop: threading.Event | None) -> BenchResult:
     stop = stop or threading.Event()
     sched = make_schedule(cfg)
-    n_items = max(1, len(sched.requests))
-    lengths = [(r.input_len, r.output_len) for r in sched.requests] if cfg.shape == "trace" else None
+    n_items = max(1, len(sched.requests)) + len(sched.warmups)  # warm-ups use items after the measured ones
+    lengths = ([(r.input_len, r.output_len) for r in sched.requests] + [(None, None)] * len(sched.warmups)
+               if cfg.shape == "trace" else None)
     status(f"building {n_items} prompts")
 
     async def _items() -> list[WorkItem]:

@@ -20,8 +20,9 @@ Load shapes (names and formulas as in ``vllm bench serve``, ``vllm/benchmarks/se
 
 Bounds: ``num_prompts`` and/or ``duration_s`` (arrivals at offsets ≥ duration are dropped; with a
 closed loop and no ``num_prompts`` the schedule *repeats* until the runner's duration expires).
-Warm-up requests come first, flagged ``warmup=True``; the runner sends them before t0 and the
-summary excludes them.
+Warm-up requests come first, flagged ``warmup=True``, with their own workload items (numbered after
+the measured ones: ``num_items`` or the number of measured requests); the runner sends them before
+t0 and the summary excludes them.
 """
 
 from __future__ import annotations
@@ -177,8 +178,14 @@ def build_schedule(
     def item_of(i: int) -> int:
         return i if not num_items else i % num_items
 
-    warmups = [ScheduledRequest(i, 0.0, item_of(i), True) for i in range(warmup)]
-    common = dict(warmups=warmups, duration_s=duration_s, shape=shape, burstiness=burstiness, seed=seed)
+    common = dict(duration_s=duration_s, shape=shape, burstiness=burstiness, seed=seed)
+
+    def finish(sched: Schedule) -> Schedule:
+        # warm-ups get their own items after the measured ones, so no measured prompt was already
+        # seen by the server (a prefix-cache hit would flatter the first requests' TTFT)
+        base = num_items or len(sched.requests)
+        sched.warmups = [ScheduledRequest(i, 0.0, base + i, True) for i in range(warmup)]
+        return sched
 
     if shape == "trace":
         if not trace:
@@ -195,7 +202,7 @@ def build_schedule(
             if num_prompts is not None and i >= num_prompts:
                 break
             reqs.append(ScheduledRequest(i, off, item_of(i), False, e.input_len, e.output_len))
-        return Schedule(requests=reqs, rate=math.inf, **common)  # type: ignore[arg-type]
+        return finish(Schedule(requests=reqs, rate=math.inf, **common))  # type: ignore[arg-type]
 
     if shape == "ramp":
         if ramp_start_rate is None or ramp_end_rate is None:
@@ -211,7 +218,7 @@ def build_schedule(
         offs = np.concatenate([[0.0], np.cumsum(gaps[:-1])])
         reqs = [ScheduledRequest(i, float(o), item_of(i)) for i, o in enumerate(offs)
                 if duration_s is None or o < duration_s]
-        return Schedule(requests=reqs, rate=float(np.mean(rates)), **common)  # type: ignore[arg-type]
+        return finish(Schedule(requests=reqs, rate=float(np.mean(rates)), **common))  # type: ignore[arg-type]
 
     if math.isinf(rate):
         if num_prompts is None:
@@ -221,9 +228,9 @@ def build_schedule(
                 raise InputError("--duration alone with an infinite rate needs --max-concurrency (closed loop)")
             n = num_items or max_concurrency
             reqs = [ScheduledRequest(i, 0.0, item_of(i)) for i in range(n)]
-            return Schedule(requests=reqs, repeat=True, rate=rate, **common)  # type: ignore[arg-type]
+            return finish(Schedule(requests=reqs, repeat=True, rate=rate, **common))  # type: ignore[arg-type]
         reqs = [ScheduledRequest(i, 0.0, item_of(i)) for i in range(num_prompts)]
-        return Schedule(requests=reqs, rate=rate, **common)  # type: ignore[arg-type]
+        return finish(Schedule(requests=reqs, rate=rate, **common))  # type: ignore[arg-type]
 
     # finite rate: Poisson / gamma / constant arrivals
     if num_prompts is None and duration_s is None:
@@ -247,7 +254,7 @@ def build_schedule(
             t += float(g)
         if done:
             break
-    return Schedule(requests=reqs, rate=rate, **common)  # type: ignore[arg-type]
+    return finish(Schedule(requests=reqs, rate=rate, **common))  # type: ignore[arg-type]
 
 
 def read_trace(path: str | Path) -> list[TraceEntry]:
