@@ -277,3 +277,38 @@ def test_sweep_on_fake_writes_table(tmp_path: Path) -> None:
     assert (tmp_path / "sweep.csv").read_text().count("\n") == 5
     assert json.loads((tmp_path / "sweep.json").read_text())["knee"]["requested_rate"] == rates[1]
     assert (tmp_path / "synchronous" / "records.jsonl").exists()
+
+
+def test_metrics_recorder_on_saturated_vllm() -> None:
+    """The background recorder over a live vLLM /metrics (queue growing, KV full, preemptions)."""
+    from phasescope.load.server_metrics import ServerMetricsRecorder, compare_ttft
+    from phasescope.testing.metrics_fake import MetricsFakeServer, saturated
+
+    with MetricsFakeServer(scenario=saturated()).running() as srv:
+        rec = ServerMetricsRecorder(srv.url, interval_s=0.1)
+        rec.start()
+        time.sleep(0.55)
+        res = rec.stop()
+    assert res.available and res.engine == "vllm"
+    s = res.summary
+    assert s["scrapes"] >= 4
+    assert s["max_waiting"] >= 8 and s["time_with_queue_s"] > 0
+    assert s["kv_usage_peak"] == pytest.approx(0.985)
+    assert s["preemptions"] >= 2
+    assert s["server_ttft_mean_ms"] is not None and s["server_ttft_mean_ms"] > 50
+    waiting = [r["waiting"] for r in res.timeline]
+    assert waiting == sorted(waiting)  # the queue grows scrape after scrape
+    cmp = compare_ttft({"mean_ttft_ms": s["server_ttft_mean_ms"] + 5.0}, s)
+    assert cmp is not None and cmp["client_minus_server_mean_ms"] == pytest.approx(5.0)
+
+
+def test_metrics_unavailable_is_reported() -> None:
+    from phasescope.load.server_metrics import ServerMetricsRecorder
+    from phasescope.testing.metrics_fake import MetricsFakeServer
+
+    with MetricsFakeServer(mode="501").running() as srv:
+        rec = ServerMetricsRecorder(srv.url, interval_s=0.05)
+        rec.start()
+        time.sleep(0.2)
+        res = rec.stop()
+    assert not res.available and res.reason
