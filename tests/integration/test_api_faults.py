@@ -210,3 +210,29 @@ def test_api_key_never_printed_or_saved(tmp_path):
     for f in files:
         assert KEY.encode() not in f.read_bytes(), f
     assert json.loads(ok.stdout)["run_id"]
+
+
+def test_ctrl_c_leaves_partial_run_and_records(tmp_path):
+    import signal
+    import time
+
+    env = dict(os.environ, PHASESCOPE_STORE=str(tmp_path / "store"))
+    env.pop("OPENAI_API_KEY", None)
+    out = tmp_path / "out"
+    with FakeServer(flavor="vllm", ttft_s=0.02, itl_s=0.03).running() as srv:
+        p = subprocess.Popen([sys.executable, "-m", "phasescope", "probe", srv.url, "-n", "30", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            f = out / "records.jsonl"
+            if f.exists() and len(f.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.1)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in err
+    assert len(read_records(out / "records.jsonl")) >= 2
+    runs = subprocess.run([sys.executable, "-m", "phasescope", "runs", "--store", str(tmp_path / "store"), "--json"],
+                          capture_output=True, text=True, env=env)
+    info = json.loads(runs.stdout)["runs"][0]
+    assert info["status"] == "partial" and info["n_records"] >= 2

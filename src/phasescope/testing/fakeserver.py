@@ -571,6 +571,9 @@ class FakeServer:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
             return resp
+        except ConnectionResetError:  # the client went away (Ctrl-C, timeout): not a server error
+            gt.fault = gt.fault or "client_gone"
+            return resp
         finally:
             self._running -= 1
             self._record(gt)
@@ -689,6 +692,9 @@ class FakeServer:
                 return resp
             await send(final(sent, t_first, time.perf_counter(), ""))
             await resp.write_eof()
+            return resp
+        except ConnectionResetError:  # the client went away (Ctrl-C, timeout): not a server error
+            gt.fault = gt.fault or "client_gone"
             return resp
         finally:
             self._running -= 1
@@ -836,6 +842,9 @@ class FakeServer:
                 await asyncio.sleep(ttft)
             await resp.write(json.dumps(final(sent, t_pe, time.perf_counter()), separators=(",", ":")).encode() + b"\n")
             await resp.write_eof()
+            return resp
+        except ConnectionResetError:  # the client went away (Ctrl-C, timeout): not a server error
+            gt.fault = gt.fault or "client_gone"
             return resp
         finally:
             self._running -= 1
