@@ -187,3 +187,22 @@ def test_retry_after_forms_and_error_text_shapes():
     assert _http.error_message_of({"detail": "d"}) == "d"
     assert _http._sse_data(b"data: {}\ndata: x") == b"{}\nx"
     assert _http._sse_data(b": ping") is None
+
+
+def test_engine_from_metrics_names():
+    from phasescope.apis.detect import engine_from_metrics
+
+    assert engine_from_metrics('# HELP x\nvllm:num_requests_running{engine="0"} 1.0\n') == "vllm"
+    assert engine_from_metrics("sglang:num_running_reqs 0\n") == "sglang"
+    assert engine_from_metrics("tgi_request_count 3\n") == "tgi"
+    assert engine_from_metrics("llamacpp:prompt_tokens_total 49\n") == "llamacpp"
+    assert engine_from_metrics("python_gc_objects_collected_total 1\n") is None
+
+
+def test_url_normalisation_and_api_names():
+    from phasescope.apis.resolve import _normalise_url, open_target
+
+    assert _normalise_url("127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"
+    assert _normalise_url("http://h:1/api/generate") == "http://h:1"
+    with pytest.raises(E.InputError):
+        open_target("http://h:1", api="grpc")
