@@ -8,12 +8,12 @@ the key disappear, so a missing key means 0/unknown, never an error):
 * ``load_duration`` — scheduling + model load → ``server.load_s`` (reported as cold start, kept
   out of prefill);
 * ``prompt_eval_count`` — since Ollama 0.30.1 the **full** prompt including cached tokens;
-  ``prompt_eval_duration`` covers only the evaluated (non-cached) part. Ollama does not expose
+  ``prompt_eval_duration`` covers only the evaluated (non-cached) part, and Ollama does not expose
   the cached count, so ``prompt_eval_count / prompt_eval_duration`` overstates prefill speed on a
-  cache hit. We store ``server.prompt_n = None`` (unknown evaluated count) whenever the prompt
-  may have been cached, i.e. when ``prompt_eval_count`` exceeds what the evaluated duration
-  plausibly covers is not knowable — so the server prefill rate is reported only for requests
-  sent with a fresh (nonce-prefixed) prompt, where evaluated = full (``tags["fresh_prompt"]``);
+  cache hit. ``server.prompt_n`` (the evaluated count behind the server prefill rate) is therefore
+  set only for requests whose prompt could not have been cached — those built with a fresh nonce
+  (``req.tags["fresh_prompt"]``, set by :mod:`phasescope.measure.prompts`); otherwise it is ``None``
+  and no server prefill rate is claimed;
 * ``eval_count`` / ``eval_duration`` — generated tokens and end of prompt → last token
   (= llama-server ``predicted_n``/``predicted_ms``).
 
