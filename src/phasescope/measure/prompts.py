@@ -3,7 +3,8 @@
 Three ways, best first (the one used is reported as :attr:`Prompt.source`):
 
 1. ``tokenizer`` — the server tokenizes for us: llama.cpp ``POST /tokenize {"content",
-   "add_special": true}``, vLLM/SGLang ``POST /tokenize {"prompt", "add_special_tokens": true}``.
+   "add_special": true}``, vLLM/SGLang ``POST /tokenize {"prompt", "add_special_tokens": true}``,
+   TGI ``POST /tokenize {"inputs"}`` (a list of ``{"id", "text"}``).
    We build filler text, tokenize it, extend until it is long enough and cut the token list to
    exactly N (BOS included, as the server would add it). Where the API accepts token ids
    (llama.cpp ``/completion``; ``/v1/completions`` on vLLM, SGLang and llama.cpp) the ids are
@@ -76,7 +77,7 @@ def accepts_token_ids(target: Target) -> bool:
 
 
 def has_tokenizer(target: Target) -> bool:
-    return target.engine in ("vllm", "sglang", "llamacpp") and target.api != "ollama"
+    return target.engine in ("vllm", "sglang", "llamacpp", "tgi") and target.api != "ollama"
 
 
 def filler(n_words: int, rng: random.Random) -> str:
@@ -107,6 +108,8 @@ class PromptBuilder:
         t = self.target
         if t.engine == "llamacpp":
             body: dict[str, Any] = {"content": text, "add_special": True}
+        elif t.engine == "tgi":  # TGI: POST /tokenize {"inputs"} → [{"id", "text", "start", "stop"}, ...]
+            body = {"inputs": text}
         else:
             body = {"prompt": text, "add_special_tokens": True}
             if t.model:
@@ -129,7 +132,7 @@ class PromptBuilder:
             if self._tokenizer_ok is None:
                 self._tokenizer_ok = False
             return None
-        toks = obj.get("tokens") if isinstance(obj, dict) else None
+        toks = obj.get("tokens") if isinstance(obj, dict) else (obj if isinstance(obj, list) else None)
         if not isinstance(toks, list):
             self._tokenizer_ok = False
             return None
