@@ -100,6 +100,7 @@ def test_prefix_cache_reads_the_server_view_and_flags_disagreement():
     assert agree.server.cached_tokens_repeat == 992
     disagree = prefix_cache.analyze(_pc(cold=1.0, repeat=0.08, rep_kw={"cached": 0}))
     assert disagree.server.says_cached is False and disagree.agrees_with_server is False
+    assert disagree.cache_detected is None and "server reports" in disagree.reason
     # llama.cpp-style server timings alone (no cached counts): prompt_ms collapses on repeats
     timed = prefix_cache.analyze(_pc(cold=1.0, repeat=0.9, rep_kw={"server": {"prefill_s": 0.85}},
                                      cold_kw={"server": {"prefill_s": 0.95}}))

@@ -80,11 +80,6 @@ def rule_prefix_cache(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             f"A repeated system prompt is served from the prefix cache: TTFT drops "
             f"{(pc.saved_fraction or 0):.0%} ({pc.ttft_first_s * 1e3:.0f} → {pc.ttft_repeat_s * 1e3:.0f} ms).",
             ev))
-    if pc.agrees_with_server is False:
-        diag.undecided.append(Undecided(
-            "prefix-cache-server-disagrees",
-            f"timing says cache {'on' if pc.cache_detected else 'off'} but {sv.source} says "
-            f"{'cached' if sv.says_cached else 'not cached'}"))
 
 
 def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:

@@ -153,13 +153,23 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 32, step
     c = ctx.calib
     assert c is not None, "calibrate first"
     cap = max(128, int(ctx.ctx_limit() * ctx_fraction) - output_tokens)
-    top = min(l_max or cap, cap)
-    decode_cost = steps * reps * request_time_s(c, 0, output_tokens)
-    while top > 128:
-        prefill = (top if cache_known is not False else 1.7 * top * reps) / c.prefill_tok_s
-        if prefill + decode_cost <= 0.8 * budget_s:
+
+    def fit_top(reps: int, out: int) -> int:
+        top = min(l_max or cap, cap)
+        decode_cost = steps * reps * request_time_s(c, 0, out)
+        while top > 128:
+            prefill = (top if cache_known is not False else 1.7 * top * reps) / c.prefill_tok_s
+            if prefill + decode_cost <= 0.8 * budget_s:
+                break
+            top = int(top / 1.3)
+        return top
+
+    # a slow decoder gets fewer repetitions and shorter outputs before it gets shorter contexts
+    for r2, o2 in ((reps, output_tokens), (1, output_tokens), (1, max(12, output_tokens // 2))):
+        top = fit_top(r2, o2)
+        reps, output_tokens = r2, o2
+        if top >= 2048 or top >= min(l_max or cap, cap):
             break
-        top = int(top / 1.3)
     from phasescope.experiments.prompt_scaling import geometric_grid
 
     grid = geometric_grid(min(64, top // 4), top, steps)

@@ -15,8 +15,8 @@ Two groups (two different S) give two cold samples. Then
 
 ``cache_detected`` is ``True`` when repeats save at least half of the expected saving, ``False``
 when they save at most a fifth of it, and ``None`` (cannot tell) when the expected saving is not
-clearly above the noise (4 × robust σ of the repeat TTFTs, floor 2 ms) or the saving is in
-between. The server's own view is read alongside: cached prompt tokens per response (OpenAI
+clearly above the noise (4 × robust σ of the repeat TTFTs, floor 2 ms), the saving is in between,
+or the timing verdict contradicts what the server itself reports (``agrees_with_server`` False). The server's own view is read alongside: cached prompt tokens per response (OpenAI
 ``usage.prompt_tokens_details.cached_tokens``, llama.cpp ``timings.cache_n``), the server-timed
 prefill (llama.cpp ``prompt_ms``, Ollama ``prompt_eval_duration``) and the vLLM/SGLang/llama.cpp
 prefix-cache counters scraped before and after (``metrics_delta``).
@@ -159,6 +159,11 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             res.reason = f"repeats saved {share:.0%} of the system prompt's prefill: partial, cannot tell"
     if res.cache_detected is not None and res.server.says_cached is not None:
         res.agrees_with_server = res.cache_detected == res.server.says_cached
+        if not res.agrees_with_server:  # a direct report against noisy timing: do not pick a side
+            res.reason = (f"timing says the cache is {'on' if res.cache_detected else 'off'} ({res.reason}) but the "
+                          f"server reports it {'used' if res.server.says_cached else 'unused'} "
+                          f"({res.server.source}): cannot tell")
+            res.cache_detected = None
     return res
 
 
@@ -172,7 +177,7 @@ async def run(ctx: RunContext, budget_s: float, *, user_tokens: int = 24, output
     """Shorts, then per group a cold request and ``repeats`` repeats (see module docstring).
 
     The system prompt is as long as the budget allows if nothing were cached (every request pays
-    it), between 128 and 2048 tokens and within the context per sequence."""
+    it), between 256 and 2048 tokens and within the context per sequence."""
     import time
 
     from phasescope.experiments.context import join_prompts, request_time_s
@@ -184,7 +189,7 @@ async def run(ctx: RunContext, budget_s: float, *, user_tokens: int = 24, output
     cap = max(64, min(2048, ctx.ctx_limit() - user_tokens - output_tokens - 16))
     if system_tokens is None:
         per_req = 0.8 * budget_s / (groups * (1 + repeats) + 4)
-        system_tokens = int(max(128, min(cap, (per_req - request_time_s(c, user_tokens, output_tokens)) * c.prefill_tok_s)))
+        system_tokens = int(max(256, min(cap, (per_req - request_time_s(c, user_tokens, output_tokens)) * c.prefill_tok_s)))
     system_tokens = min(system_tokens, cap)
     ctx.say(f"{NAME}: {system_tokens}-token system prompt, {groups} × (1 cold + {repeats} repeats), "
             f"{user_tokens}-token user turns")

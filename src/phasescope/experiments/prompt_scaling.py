@@ -190,12 +190,23 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
     ctx.start_clock(budget_s)
     assert ctx.calib is not None, "calibrate first"
     cap = max(64, int(ctx.ctx_limit() * ctx_fraction) - output_tokens)
-    top = min(n_max or cap, cap)
-    while top > 64:
-        grid = geometric_grid(min(32, top // 4), top, steps)
-        if reps * sum(request_time_s(ctx.calib, n, output_tokens) for n in grid) <= 0.8 * budget_s:
+
+    def fit_top(reps: int, out: int) -> int:
+        top = min(n_max or cap, cap)
+        while top > 64:
+            grid = geometric_grid(min(32, top // 4), top, steps)
+            if reps * sum(request_time_s(ctx.calib, n, out) for n in grid) <= 0.8 * budget_s:
+                break
+            top = int(top / 1.4)
+        return top
+
+    # a slow server gets fewer repetitions and shorter outputs before it gets shorter prompts
+    top = fit_top(reps, output_tokens)
+    for r2, o2 in ((reps, output_tokens), (1, output_tokens), (1, max(8, output_tokens // 2))):
+        t2 = fit_top(r2, o2)
+        reps, output_tokens, top = r2, o2, t2
+        if t2 >= 1024 or t2 >= min(n_max or cap, cap):
             break
-        top = int(top / 1.4)
     grid = geometric_grid(max(8, min(32, top // 4)), max(top, 16), steps)
     ctx.say(f"{NAME}: {len(grid)} prompt lengths {grid[0]}…{grid[-1]} tokens × {reps}, {output_tokens} output tokens")
     await ctx.send((await ctx.prompt(grid[0])).request(4, cache_prompt=False), NAME, phase="warmup")
