@@ -168,11 +168,46 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
     ctx.say(f"{NAME}: {k} streams of {m} tokens, a {inject_tokens}-token prompt injected after ≈{pre_s:.1f} s")
     sp = [await ctx.prompt(stream_prompt_tokens) for _ in range(k)]
     ip = await ctx.prompt(inject_tokens)
+    base = await _generated_now(ctx)
+    t_go = time.monotonic()
     tasks = [asyncio.create_task(ctx.send(p.request(m), NAME, phase="stream", stream=i)) for i, p in enumerate(sp)]
-    await asyncio.sleep(pre_s)
+    # inject once the streams are visibly decoding (server progress), else after the calibrated time
+    want = k * 15
+    while time.monotonic() - t_go < 4 * pre_s + 5:
+        await asyncio.sleep(0.1)
+        now = await _generated_now(ctx)
+        if now is None or base is None:
+            if time.monotonic() - t_go >= pre_s:
+                break
+        elif now - base >= want:
+            break
+    pre_s = time.monotonic() - t_go
     inj = asyncio.create_task(ctx.send(ip.request(4, cache_prompt=False), NAME, phase="inject"))
     await asyncio.gather(inj, *tasks)
     params = {"streams": k, "stream_tokens": m, "inject_tokens": inject_tokens, "inject_after_s": pre_s,
               "budget_s": budget_s}
     return analyze(ctx.records, ctx.info(NAME, started, params))
+
+
+async def _generated_now(ctx: RunContext) -> float | None:
+    """Tokens the server has generated so far: llama.cpp ``/slots`` (Σ ``n_decoded`` of busy
+    slots), else the ``generation_tokens`` counter in /metrics; None when neither says."""
+    import aiohttp
+
+    if ctx.target.engine == "llamacpp":
+        try:
+            async with ctx.session.get(ctx.target.base_url + "/slots", headers=ctx.target.headers(),
+                                       timeout=aiohttp.ClientTimeout(total=2)) as r:
+                if r.status == 200:
+                    slots = await r.json(content_type=None)
+                    return float(sum(int((s.get("next_token") or [{}])[0].get("n_decoded", 0) or 0)
+                                     for s in slots if isinstance(s, dict) and s.get("is_processing")))
+        except (aiohttp.ClientError, ValueError, TimeoutError, IndexError, AttributeError):
+            pass
+    if ctx.facts.metrics:
+        from phasescope.experiments.context import counter, scrape_snapshot
+
+        snap = await scrape_snapshot(ctx)
+        return counter(snap, "generation_tokens") if snap is not None else None
+    return None
 

@@ -16,7 +16,9 @@ Two groups (two different S) give two cold samples. Then
 ``cache_detected`` is ``True`` when repeats save at least half of the expected saving, ``False``
 when they save at most a fifth of it, and ``None`` (cannot tell) when the expected saving is not
 clearly above the noise (4 × robust σ of the repeat TTFTs, floor 2 ms), the saving is in between,
-or the timing verdict contradicts what the server itself reports (``agrees_with_server`` False). The server's own view is read alongside: cached prompt tokens per response (OpenAI
+or the timing verdict contradicts what the server itself reports (``agrees_with_server`` False).
+
+The server's own view is read alongside: cached prompt tokens per response (OpenAI
 ``usage.prompt_tokens_details.cached_tokens``, llama.cpp ``timings.cache_n``), the server-timed
 prefill (llama.cpp ``prompt_ms``, Ollama ``prompt_eval_duration``) and the vLLM/SGLang/llama.cpp
 prefix-cache counters scraped before and after (``metrics_delta``).
