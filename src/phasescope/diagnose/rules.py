@@ -141,8 +141,8 @@ def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | Non
         return
     if ceil is None or not ceil.decode_ceiling_tok_s:
         diag.undecided.append(Undecided(
-            "decode-ceiling", "the bandwidth ceiling is unknown: pass --model and --device so the decode speed can be "
-                              "set against it"))
+            "decode-ceiling", "the bandwidth ceiling is unknown: pass --model-spec and --device (or run `phasescope hw` "
+                              "for the embedded engine) so the decode speed can be set against it"))
         return
     share = d / ceil.decode_ceiling_tok_s
     ev = [Evidence("single-stream decode", d, "tok/s", src),

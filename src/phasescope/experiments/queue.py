@@ -127,7 +127,7 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
     ctx.start_clock(budget_s)
     c = ctx.calib
     assert c is not None, "calibrate first"
-    timed = ctx.target.engine == "llamacpp"  # server-timed prefill in every response
+    timed = ctx.target.engine in ("llamacpp", "ollama")  # server-timed prefill in every response
     if not ctx.facts.metrics and not timed:
         res = QueueResult(info=ctx.info(NAME, started, {}))
         res.info.skipped = "no /metrics and no server-timed prefill: queueing cannot be observed"
