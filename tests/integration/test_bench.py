@@ -312,3 +312,20 @@ def test_metrics_unavailable_is_reported() -> None:
         time.sleep(0.2)
         res = rec.stop()
     assert not res.available and res.reason
+
+
+def test_sharegpt_output_lengths_from_replies(tmp_path: Path) -> None:
+    """ShareGPT without --output-len asks for each reply's length in server tokens (vLLM's rule)."""
+    from phasescope.load.bench import BenchConfig, run_bench
+
+    convs = [{"conversations": [{"from": "human", "value": "the quick brown fox " * (2 + i)},
+                                {"from": "gpt", "value": "lazy dog " * (3 + i)}]} for i in range(5)]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(convs))
+    with FakeServer(ttft_s=0.002, itl_s=0.001).running() as srv:
+        cfg = BenchConfig(url=srv.url, num_prompts=5, dataset="sharegpt", dataset_path=str(path), store=False,
+                          out_dir=str(tmp_path / "o"), server_metrics=False, warmup=0)
+        r = run_bench(cfg, target=_target(srv))
+    assert r.summary["completed"] == 5 and r.summary["output_len"] is None
+    got = sorted((rec.prompt_tokens, rec.output_tokens) for rec in r.records)
+    assert got == [(4 * (2 + i), 2 * (3 + i)) for i in range(5)]  # the fake counts one token per word

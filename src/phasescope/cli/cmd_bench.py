@@ -147,7 +147,7 @@ def bench(
     dataset: str = typer.Option("random", "--dataset", help="random | sharegpt | jsonl"),
     dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="ShareGPT JSON or prompts JSONL file."),
     input_len: int = typer.Option(128, "--input-len", help="Prompt tokens (random dataset)."),
-    output_len: int = typer.Option(64, "--output-len", help="Output tokens per request."),
+    output_len: Optional[int] = typer.Option(None, "--output-len", help="Output tokens per request (default 64; ShareGPT: each reply's length)."),
     range_ratio: float = typer.Option(0.0, "--range-ratio", help="Lengths uniform in [L(1-r), L(1+r)]."),
     prefix_len: int = typer.Option(0, "--prefix-len", help="Shared prefix tokens per group."),
     prefix_groups: int = typer.Option(1, "--prefix-groups", help="Number of distinct shared prefixes."),

@@ -64,7 +64,7 @@ class BenchConfig:
     dataset: str = "random"  # --dataset random|sharegpt|jsonl
     dataset_path: str | None = None
     input_len: int = 128
-    output_len: int = 64
+    output_len: int | None = None  # None: 64 for random/jsonl, the dataset's reply length for ShareGPT
     range_ratio: float = 0.0
     prefix_len: int = 0
     prefix_groups: int = 1
@@ -128,21 +128,21 @@ async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
             # trace replay: one item per trace entry with its own lengths
             items = []
             for i, (il, ol) in enumerate(per_request_lengths):
-                one = await random_workload(1, input_len=il or cfg.input_len, output_len=ol or cfg.output_len,
+                one = await random_workload(1, input_len=il or cfg.input_len, output_len=ol or cfg.output_len or 64,
                                             maker=maker, seed=cfg.seed * 7_919 + i)
                 items.extend(one)
             return items
-        return await random_workload(n, input_len=cfg.input_len, output_len=cfg.output_len, maker=maker,
+        return await random_workload(n, input_len=cfg.input_len, output_len=cfg.output_len or 64, maker=maker,
                                      range_ratio=cfg.range_ratio, prefix_len=cfg.prefix_len,
                                      prefix_groups=cfg.prefix_groups, seed=cfg.seed)
     if not cfg.dataset_path:
         raise InputError(f"--dataset {cfg.dataset} needs --dataset-path FILE")
     if cfg.dataset == "sharegpt":
         return await sharegpt_workload(cfg.dataset_path, n, count=maker.count, seed=cfg.seed,
-                                       output_len=None if cfg.output_len is None else cfg.output_len,
+                                       output_len=cfg.output_len,
                                        count_source=maker.source)
     if cfg.dataset == "jsonl":
-        return await jsonl_workload(cfg.dataset_path, n, default_output_len=cfg.output_len, count=maker.count,
+        return await jsonl_workload(cfg.dataset_path, n, default_output_len=cfg.output_len or 64, count=maker.count,
                                     count_source=maker.source)
     raise InputError(f"unknown --dataset {cfg.dataset!r} (choose random, sharegpt or jsonl)")
 
@@ -410,7 +410,7 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
         "workers": cfg.workers,
         "dataset": cfg.dataset,
         "input_len": cfg.input_len if cfg.dataset == "random" else None,
-        "output_len": cfg.output_len,
+        "output_len": cfg.output_len if cfg.output_len is not None else (None if cfg.dataset == "sharegpt" else 64),
     }
     s = summarize(res.records, percentiles=cfg.percentiles, goodput=cfg.goodput or None,
                   t0_ns=res.t0_ns if cfg.workers == 1 and res.t0_ns else None,
