@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -142,7 +143,10 @@ def cli(*args: str, env=None) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.pop("OPENAI_API_KEY", None)
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "phasescope", "probe", *args], capture_output=True, text=True, env=e, timeout=120)
+    # run in a scratch folder: with --no-save and no --out, probe writes ./phasescope-runs/
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run([sys.executable, "-m", "phasescope", "probe", *args], capture_output=True, text=True,
+                              env=e, timeout=120, cwd=cwd)
 
 
 def _one_line_error(p: subprocess.CompletedProcess, code: int = 3) -> str:
