@@ -219,6 +219,11 @@ class FakeServer:
             ready.set()
             loop.run_forever()
             loop.run_until_complete(self.stop())
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:  # stalled handlers ("stall" fault) must not outlive the loop
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.close()
 
         th = threading.Thread(target=run, name=f"fake-{self.flavor}", daemon=True)
