@@ -63,6 +63,37 @@ class ExplainReport:
         })
 
 
+class BackgroundSink:
+    """Hands records to ``write`` (the store's fsync'd JSONL append) on a thread of its own, so
+    a disk flush never stalls the event loop while other streams' tokens are being timestamped."""
+
+    def __init__(self, write: Callable[[Any], None]) -> None:
+        import queue
+        import threading
+
+        self._write = write
+        self._q: queue.Queue[Any] = queue.Queue()
+        self._th = threading.Thread(target=self._run, name="explain-records", daemon=True)
+        self._th.start()
+
+    def _run(self) -> None:
+        while True:
+            rec = self._q.get()
+            if rec is None:
+                return
+            try:
+                self._write(rec)
+            except Exception:  # noqa: BLE001 - a closed run must not kill the measurement
+                pass
+
+    def __call__(self, rec: Any) -> None:
+        self._q.put(rec)
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._th.join(timeout=30)
+
+
 def parse_budget(text: str) -> float:
     """``3m``, ``90s``, ``90``, ``1.5m``, ``1h`` → seconds."""
     s = str(text).strip().lower()
@@ -216,13 +247,15 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                 say(f"target {target.display_url}: {target.engine or 'unknown engine'}, model {target.model}, "
                     f"slots {facts.slots or '?'}, context/seq {facts.ctx_per_seq or '?'}, "
                     f"/metrics {'yes' if facts.metrics else 'no'}")
-                ctx = RunContext(target=target, session=session, facts=facts,
-                                 sink=recording.add if recording is not None else None, progress=say)
+                sink = BackgroundSink(recording.add) if recording is not None else None
+                ctx = RunContext(target=target, session=session, facts=facts, sink=sink, progress=say)
                 try:
                     results, skipped = await run_suite(ctx, budget_s, names, weight_bytes=w, kv_bytes_per_token=kv,
                                                        model_source=msrc)
                 finally:
                     await ctx.close()
+                    if sink is not None:
+                        sink.close()  # every record is on disk before the run is finished
             diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records)
             rp = str(recording.records_path) if recording is not None else None
             for r in results.values():
