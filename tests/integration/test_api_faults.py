@@ -63,6 +63,11 @@ def test_first_token_and_between_token_timeouts():
     assert r.error_kind == "inter_token_timeout" and len(r.token_events()) == 3
     r = run(one("ollama", "ollama", fault="stall", fault_after=2, timeouts=Timeouts(between_tokens_s=0.3)))
     assert r.error_kind == "inter_token_timeout"
+    # keep-alive comments during the stall do not count as tokens (llama.cpp sse_ping_interval)
+    r = run(one("llamacpp", "llamacpp", fault="stall", fault_after=2, ping_s=0.05, timeouts=Timeouts(between_tokens_s=0.3)))
+    assert r.error_kind == "inter_token_timeout"
+    r = run(one("vllm", "chat", fault="stall", fault_after=0, ping_s=0.05, timeouts=Timeouts(first_token_s=0.3)))
+    assert r.error_kind == "first_token_timeout" and [e.kind for e in r.events] == ["role"]
 
 
 def test_timeouts_do_not_cancel_the_callers_other_work():

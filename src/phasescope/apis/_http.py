@@ -366,6 +366,16 @@ async def _drain(content: aiohttp.StreamReader) -> None:
         pass
 
 
+def _rearm(rec: RequestRecord, n_before: int, proto: Protocol, dog: _Watchdog, between: float | None) -> None:
+    """Restart the between-tokens clock only when this read brought a token: keep-alive comments,
+    role chunks or progress events do not count as the stream being alive."""
+    for e in rec.events[n_before:]:
+        if e.kind in ("content", "reasoning"):
+            proto.got_token = True
+            dog.arm("between_tokens", between)
+            return
+
+
 async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdog) -> None:
     """Frame ``data:`` events out of raw reads. Comments (``:``), ``event:``/``id:`` lines ignored."""
     rec, target, path = proto.rec, proto.target, proto.path
@@ -376,8 +386,7 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
         chunk = await content.readany()
         if not chunk:
             break
-        if proto.got_token:
-            dog.arm("between_tokens", between)
+        n_before = len(rec.events)
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf += chunk
@@ -395,9 +404,7 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
             obj = _decode_json(payload, target, path)
             t = now_ns()
             proto.on_message(obj, t)
-            if not proto.got_token and rec.events and rec.events[-1].kind in ("content", "reasoning"):
-                proto.got_token = True
-                dog.arm("between_tokens", between)
+        _rearm(rec, n_before, proto, dog, between)
         if proto.done:
             break
     rec.t_done_ns = now_ns()
@@ -438,8 +445,7 @@ async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watc
         chunk = await content.readany()
         if not chunk:
             break
-        if proto.got_token:
-            dog.arm("between_tokens", between)
+        n_before = len(rec.events)
         buf += chunk
         while True:
             i = buf.find(b"\n")
@@ -451,9 +457,7 @@ async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watc
             obj = _decode_json(line, target, path)
             t = now_ns()
             proto.on_message(obj, t)
-            if not proto.got_token and rec.events and rec.events[-1].kind in ("content", "reasoning"):
-                proto.got_token = True
-                dog.arm("between_tokens", between)
+        _rearm(rec, n_before, proto, dog, between)
     rec.t_done_ns = now_ns()
     if proto.done:
         dog.arm("done", None)  # the answer is complete: no timeout may fail it now

@@ -22,6 +22,7 @@ Constructor (all keyword arguments)::
         fault_count=None,         # only the first N requests get the fault (None = all) — for retry tests
         retry_after=1,            # Retry-After seconds for overloaded / unavailable (None = header omitted)
         stall_s=3600.0,           # how long "stall" stays silent
+        ping_s=None,              # during a stall, SSE keep-alive comments ":\n\n" every ping_s (llama.cpp sse_ping_interval)
         load_s=0.0,               # Ollama: load_duration (and delay) of the first request
         max_model_len=32768,
         log_path=None,            # also append each request's ground truth as JSONL here
@@ -129,6 +130,7 @@ class FakeServer:
         fault_count: int | None = None,
         retry_after: float | None = 1,
         stall_s: float = 3600.0,
+        ping_s: float | None = None,
         load_s: float = 0.0,
         max_model_len: int = 32768,
         log_path: str | None = None,
@@ -153,6 +155,7 @@ class FakeServer:
         self.fault_count = fault_count
         self.retry_after = retry_after
         self.stall_s = stall_s
+        self.ping_s = ping_s
         self.load_s = load_s
         self.max_model_len = max_model_len
         self.log_path = log_path
@@ -523,7 +526,7 @@ class FakeServer:
                 await send(chunk({"index": 0, "delta": role, "logprobs": None, "finish_reason": None},
                                  usage(0) if continuous else None))
             if fault == "stall" and self.fault_after <= 0:
-                await asyncio.sleep(self.stall_s)
+                await self._stall(resp)
             sched = self._schedule(n_out)
             t_first_tok = t0 + ttft
             sent = 0
@@ -583,6 +586,18 @@ class FakeServer:
             self._running -= 1
             self._record(gt)
 
+    async def _stall(self, resp: web.StreamResponse) -> None:
+        end = time.perf_counter() + self.stall_s
+        while True:
+            left = end - time.perf_counter()
+            if left <= 0:
+                return
+            if self.ping_s and self.flavor != "ollama":
+                await asyncio.sleep(min(self.ping_s, left))
+                await resp.write(b":\n\n")
+            else:
+                await asyncio.sleep(left)
+
     async def _fault_mid(self, fault: str, request: web.Request, resp: web.StreamResponse, gt: GroundTruth) -> None:
         if fault == "cut":
             if request.transport is not None:
@@ -603,7 +618,7 @@ class FakeServer:
             await resp.write_eof()
             return
         if fault == "stall":
-            await asyncio.sleep(self.stall_s)
+            await self._stall(resp)
             return
         if fault == "no_done":
             await resp.write_eof()
@@ -674,7 +689,7 @@ class FakeServer:
                 await send({"index": 0, "content": "", "tokens": [0], "stop": False, "id_slot": -1, "tokens_predicted": 0,
                             "tokens_evaluated": len(ids), "prompt_progress": {"total": len(ids), "cache": cached, "processed": cached, "time_ms": 0}})
             if fault == "stall" and self.fault_after <= 0:
-                await asyncio.sleep(self.stall_s)
+                await self._stall(resp)
             t_first = t0 + ttft
             sent = 0
             for ev_i, (i, k) in enumerate(self._schedule(n_out)):
@@ -821,7 +836,7 @@ class FakeServer:
         self._running += 1
         try:
             if fault == "stall" and self.fault_after <= 0:
-                await asyncio.sleep(self.stall_s)
+                await self._stall(resp)
             t_pe = t0 + ttft
             sent = 0
             for ev_i, (i, k) in enumerate(self._schedule(n_out)):
