@@ -14,6 +14,9 @@ Reported per client and concurrency (milliseconds, median and p99 over requests 
 
 * ``ttft_err`` = client TTFT − server TTFT, where server TTFT = first-token write − request
   arrival in the handler. The peers' definition (reference/peers.md §4): what the client adds.
+* ``vs rx`` = the same against the server TTFT counted from when the server process read the request
+  bytes (before its own HTTP parsing): the yardstick that charges the client only for its own stack
+  and the kernel;
 * ``send_lag`` = server arrival − client start; ``recv_lag`` = client first-token stamp − server
   write: the two halves of ``ttft_err``.
 * ``itl_err`` = client gap − server gap between consecutive events (per event).
@@ -137,7 +140,7 @@ def load_gt(path: Path) -> dict[str, dict]:
 
 
 def errors(results: list[dict], gt: dict[str, dict]) -> dict[str, float | int | None]:
-    ttft_err, send_lag, recv_lag, itl_err, net_err = [], [], [], [], []
+    ttft_err, send_lag, recv_lag, itl_err, net_err, rx_err = [], [], [], [], [], []
     for r in results:
         g = gt.get(r["id"])
         if not r["ok"] or g is None or r["first_ns"] is None or not g["t_events_ns"]:
@@ -145,6 +148,8 @@ def errors(results: list[dict], gt: dict[str, dict]) -> dict[str, float | int | 
         server_ttft = g["t_events_ns"][0] - g["t_recv_ns"]
         client_ttft = r["first_ns"] - r["t_start_ns"]
         ttft_err.append((client_ttft - server_ttft) / 1e6)
+        if g.get("t_rx_ns"):
+            rx_err.append((client_ttft - (g["t_events_ns"][0] - g["t_rx_ns"])) / 1e6)
         if r.get("t_conn_ns") is not None:
             net_err.append(((r["first_ns"] - r["t_conn_ns"]) - server_ttft) / 1e6)
         send_lag.append((g["t_recv_ns"] - r["t_start_ns"]) / 1e6)
@@ -158,6 +163,7 @@ def errors(results: list[dict], gt: dict[str, dict]) -> dict[str, float | int | 
         return float(np.percentile(xs, p)) if xs else None
     return {"n": len(ttft_err), "ttft_err_p50_ms": q(ttft_err, 50), "ttft_err_p99_ms": q(ttft_err, 99),
             "ttft_net_err_p50_ms": q(net_err, 50), "ttft_net_err_p99_ms": q(net_err, 99),
+            "ttft_err_vs_arrival_p50_ms": q(rx_err, 50), "ttft_err_vs_arrival_p99_ms": q(rx_err, 99),
             "send_lag_p50_ms": q(send_lag, 50), "recv_lag_p50_ms": q(recv_lag, 50), "recv_lag_p99_ms": q(recv_lag, 99),
             "itl_err_p50_ms": q(itl_err, 50), "itl_err_p99_ms": q(itl_err, 99),
             "itl_abs_err_p50_ms": q([abs(x) for x in itl_err], 50)}
@@ -209,10 +215,10 @@ def main() -> None:
     # merge the two passes of each (client, concurrency) by taking the pass medians' mean
     print(f"fake server: TTFT {TTFT_MS:g} ms, {ITL_MS:g} ms/token, {OUT_TOKENS} tokens; separate process; "
           f"{os.cpu_count()} CPUs, load {out['config']['loadavg_start'][0]:.1f}")
-    print(f"{'client':<11}{'streams':>8}{'n':>6}{'TTFT err p50':>14}{'p99':>9}{'net p50':>9}{'send lag':>10}{'recv lag':>10}{'ITL err p50':>13}{'p99':>9}")
+    print(f"{'client':<11}{'streams':>8}{'n':>6}{'TTFT err p50':>14}{'p99':>9}{'net p50':>9}{'vs rx p50':>10}{'send lag':>10}{'recv lag':>10}{'ITL err p50':>13}{'p99':>9}")
     for r in out["runs"]:
         f = lambda v: "—" if v is None else f"{v:+.2f}"  # noqa: E731
-        print(f"{r['client']:<11}{r['concurrency']:>8}{r['n']:>6}{f(r['ttft_err_p50_ms']):>14}{f(r['ttft_err_p99_ms']):>9}{f(r['ttft_net_err_p50_ms']):>9}"
+        print(f"{r['client']:<11}{r['concurrency']:>8}{r['n']:>6}{f(r['ttft_err_p50_ms']):>14}{f(r['ttft_err_p99_ms']):>9}{f(r['ttft_net_err_p50_ms']):>9}{f(r['ttft_err_vs_arrival_p50_ms']):>10}"
               f"{f(r['send_lag_p50_ms']):>10}{f(r['recv_lag_p50_ms']):>10}{f(r['itl_err_p50_ms']):>13}{f(r['itl_err_p99_ms']):>9}")
     c = out["coalescing"]
     print(f"coalescing (4 tokens/event, true {ITL_MS:g} ms/token): phasescope ITL p50 {c['itl_p50_ms']:.2f} ms, "

@@ -60,6 +60,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, AsyncIterator, Iterator
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_server import Server
 
 FAULTS = (
     "forbidden",  # 403 on generation endpoints
@@ -85,6 +87,24 @@ def fake_tokenize(text: str) -> list[int]:
     return [100 + zlib.crc32(w.encode()) % 50000 for w in _WORD_RE.findall(text)]
 
 
+class _StampingHandler(RequestHandler):
+    """aiohttp's connection protocol, noting when the server process read the latest bytes of the
+    connection (before any HTTP parsing): the arrival time of a request on a keep-alive connection."""
+
+    def data_received(self, data: bytes) -> None:
+        self._ps_rx_ns = time.perf_counter_ns()
+        super().data_received(data)
+
+
+class _StampingServer(Server):
+    def __call__(self) -> RequestHandler:
+        return _StampingHandler(self, loop=self._loop, **self._kwargs)
+
+
+def _rx_ns(request: web.Request, fallback: int) -> int:
+    return int(getattr(request.protocol, "_ps_rx_ns", None) or fallback)
+
+
 def _const(make: Any, *args: Any, **kw: Any) -> Any:
     async def handler(request: web.Request) -> web.StreamResponse:
         return make(*args, **kw)
@@ -97,6 +117,7 @@ class GroundTruth:
     id: str
     path: str
     t_recv_ns: int  # handler entered (headers parsed)
+    t_rx_ns: int = 0  # the server process read the request's bytes (before HTTP parsing)
     t_body_ns: int = 0  # request body read and parsed
     t_headers_ns: int | None = None  # response headers written
     t_events_ns: list[int] = field(default_factory=list)  # token-carrying events, after write
@@ -181,6 +202,8 @@ class FakeServer:
         self._routes(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
+        if type(self._runner.server) is Server:  # stamp byte arrival (see _StampingHandler)
+            self._runner.server.__class__ = _StampingServer
         site = web.TCPSite(self._runner, self.host, self.port, backlog=1024, reuse_address=True)
         await site.start()
         server = getattr(site, "_server", None)
@@ -432,7 +455,8 @@ class FakeServer:
     # -- OpenAI-compatible generation -------------------------------------------------------
     async def _openai(self, request: web.Request) -> web.StreamResponse:
         t_recv = time.perf_counter_ns()
-        gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv)
+        gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv,
+                         t_rx_ns=_rx_ns(request, t_recv))
         if (resp := self._auth(request)) is not None:
             gt.status = 401
             self._record(gt)
@@ -626,7 +650,8 @@ class FakeServer:
     # -- llama.cpp native /completion -------------------------------------------------------
     async def _llamacpp_completion(self, request: web.Request) -> web.StreamResponse:
         t_recv = time.perf_counter_ns()
-        gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv)
+        gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv,
+                         t_rx_ns=_rx_ns(request, t_recv))
         if (resp := self._auth(request)) is not None:
             gt.status = 401
             self._record(gt)
@@ -745,7 +770,8 @@ class FakeServer:
 
     async def _ollama_gen(self, request: web.Request) -> web.StreamResponse:
         t_recv = time.perf_counter_ns()
-        gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv)
+        gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv,
+                         t_rx_ns=_rx_ns(request, t_recv))
         try:
             body = await request.json()
         except ValueError:
