@@ -67,7 +67,7 @@ def test_decode_slows_as_the_context_fills():
     # one slot holding 8192 tokens (the shared fixture gives each of its 4 slots only 4096)
     with running_engine(parallel=1, ctx_size=8192) as eng:
         r = run_on(eng.url, lambda ctx: context_fill.run(ctx, 240, l_max=6000, steps=4, reps=3, output_tokens=32))
-    pts = [(p.context_tokens, p.server_decode_tok_s) for p in r.points]
+    pts = [(p.context_tokens, p.per_token_s, p.server_decode_tok_s) for p in r.points]
     assert r.points[-1].context_tokens > 5000, pts
     assert r.per_token_s_per_ctx_token > 0, pts
     assert r.slowdown_pct > 0, pts

@@ -4,8 +4,9 @@ Every decode step reads the weights (fixed) plus the KV cache of every earlier t
 the time per output token should rise linearly with the context:
 
     t_token(L) ≈ t0 + k·L      (fit over the points; L = prompt tokens + output tokens / 2,
-                                the mean context during the measured decode; t_token = 1 / the best
-                                repetition's decode tok/s, server-timed where the server reports it)
+                                the mean context during the measured decode; t_token = the median
+                                gap between tokens within a request, best repetition — robust to
+                                bursts of load — or the server's decode time when there are no gaps)
 
 Prompts are nested prefixes of one long random text, sent shortest first, so a server with a
 prefix cache only prefills the new part of each (that keeps long contexts affordable; decode is
@@ -98,10 +99,11 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         o = med(output_tokens_of(r) for r in rs) or 0
         d = med(derive.decode_tok_s(r) for r in rs)
         sd = med(derive.server_decode_tok_s(r) for r in rs)
-        # the physics: best repetition (least disturbed), server-timed when reported (no HTTP noise)
+        # the physics: the typical step — median token gap within a request (a burst of load hits a
+        # few gaps, not the median), best repetition; the server's mean decode time if no gaps
+        steps = finite(med(derive.itl_s(r)) for r in rs if len(derive.itl_s(r)) >= 4)
         best_s = max(finite(derive.server_decode_tok_s(r) for r in rs), default=None)
-        best_c = max(finite(derive.decode_tok_s(r) for r in rs), default=None)
-        rate = best_s if best_s is not None else best_c
+        rate = (1.0 / min(steps)) if steps and min(steps) > 0 else best_s
         res.points.append(ContextPoint(
             context_tokens=int(round(p + o / 2)), prompt_tokens=int(round(p)), n=len(rs),
             decode_tok_s=d, server_decode_tok_s=sd, per_token_s=(1.0 / rate) if rate else None,
