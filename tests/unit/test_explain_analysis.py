@@ -59,6 +59,23 @@ def test_prompt_scaling_flat_ttft_is_not_called_growth():
     assert r.prefill_tok_s is None
 
 
+def test_relative_fit_keeps_the_intercept_of_short_prompts():
+    # one noisy long prompt (+30 %) must not drag the intercept far from the short prompts' TTFT
+    def ttft(n):
+        return (0.05 + 1e-3 * n) * (1.3 if n == 2048 else 1.0)
+
+    r = prompt_scaling.analyze(_scaling(ttft))
+    assert r.fit.a_s == pytest.approx(0.05, abs=0.02)
+    assert prompt_scaling.fit_relative([1, 2, 3], [2.0, 3.0, 4.0]).b == pytest.approx(1.0)
+
+
+def test_prompt_scaling_client_overhead_from_server_timings():
+    rs = _scaling(lambda n: 0.3 + 1e-3 * n)
+    for r in rs:
+        r.server = {"prefill_s": (r.events[0].t_ns - r.t_start_ns) / 1e9 - 0.25}
+    assert prompt_scaling.analyze(rs).client_overhead_s == pytest.approx(0.25, abs=1e-6)
+
+
 def test_prompt_scaling_needs_three_lengths():
     r = prompt_scaling.analyze(_scaling(lambda n: 0.01 + 1e-4 * n, grid=(32, 64)))
     assert r.fit is None and r.notes

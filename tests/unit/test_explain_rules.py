@@ -196,6 +196,13 @@ def test_fixed_overhead_only_when_large_and_dominant():
     assert "ttft-fixed-overhead" not in ids(diagnose({"prompt-scaling": ps(a=0.01)}))
     flat = diagnose({"prompt-scaling": ps(a=0.3, b=0.0, grows=False)})
     assert "prompt-cost" not in ids(flat) and "prompt-cost" in flat.undecided_ids()
+    # the server timed its prefill and it accounts for the TTFT: a slow engine, not an overhead
+    inside = ps(a=0.4)
+    inside.client_overhead_s = 0.004
+    assert "ttft-fixed-overhead" not in ids(diagnose({"prompt-scaling": inside}))
+    outside = ps(a=0.01)
+    outside.client_overhead_s = 0.3
+    assert "ttft-fixed-overhead" in ids(diagnose({"prompt-scaling": outside}))
 
 
 def test_model_load_rule():

@@ -111,13 +111,18 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
             f"Every 1000 prompt tokens add about {per_k:.2f} s to TTFT (prefill at {ps.prefill_tok_s:.0f} tok/s); "
             f"decode speed {'hardly moves' if ps.decode_flat else 'also changes'} with the prompt.",
             ev, advice_for("prefill_slow", diag.engine)))
-    a = ps.fixed_overhead_s or 0.0
+    # When the server times its own prefill, the overhead is what lies outside it (measured per
+    # request); otherwise the fit's intercept a.
+    if ps.client_overhead_s is not None:
+        a, a_ev = ps.client_overhead_s, Evidence("TTFT − server-timed prefill (median)", ps.client_overhead_s, "s",
+                                                 "prompt-scaling: client TTFT − server prompt time")
+    else:
+        a, a_ev = ps.fixed_overhead_s or 0.0, Evidence("fixed TTFT overhead a", ps.fixed_overhead_s, "s", src)
     if pts and pts[0].ttft_s and a >= OVERHEAD_MIN_S and a / pts[0].ttft_s >= OVERHEAD_MIN_SHARE:
         diag.findings.append(Finding(
             "ttft-fixed-overhead", "problem",
             f"{a * 1e3:.0f} ms of every TTFT does not depend on the prompt: it is spent outside prefill.",
-            [Evidence("fixed TTFT overhead a", a, "s", src),
-             Evidence(f"TTFT at {pts[0].prompt_tokens} prompt tokens", pts[0].ttft_s, "s", "prompt-scaling: median client TTFT")],
+            [a_ev, Evidence(f"TTFT at {pts[0].prompt_tokens} prompt tokens", pts[0].ttft_s, "s", "prompt-scaling: median client TTFT")],
             advice_for("fixed_overhead", diag.engine)))
 
 

@@ -179,7 +179,8 @@ async def run(ctx: RunContext, budget_s: float, *, user_tokens: int = 24, output
     """Shorts, then per group a cold request and ``repeats`` repeats (see module docstring).
 
     The system prompt is as long as the budget allows if nothing were cached (every request pays
-    it), between 256 and 2048 tokens and within the context per sequence."""
+    it), between 512 and 2048 tokens (llama.cpp cannot reuse a shorter prefix of a Gemma-3 SWA
+    model after the prompt diverges: a 256-token system prompt got ``cache_n`` 0 here, 512 got all) and within the context per sequence."""
     import time
 
     from phasescope.experiments.context import join_prompts, request_time_s
@@ -191,7 +192,7 @@ async def run(ctx: RunContext, budget_s: float, *, user_tokens: int = 24, output
     cap = max(64, min(2048, ctx.ctx_limit() - user_tokens - output_tokens - 16))
     if system_tokens is None:
         per_req = 0.8 * budget_s / (groups * (1 + repeats) + 4)
-        system_tokens = int(max(256, min(cap, (per_req - request_time_s(c, user_tokens, output_tokens)) * c.prefill_tok_s)))
+        system_tokens = int(max(512, min(cap, (per_req - request_time_s(c, user_tokens, output_tokens)) * c.prefill_tok_s)))
     system_tokens = min(system_tokens, cap)
     ctx.say(f"{NAME}: {system_tokens}-token system prompt, {groups} × (1 cold + {repeats} repeats), "
             f"{user_tokens}-token user turns")

@@ -5,7 +5,8 @@ quadratic attention term that shows on long prompts — while decode speed after
 hardly moves. Prompts of n tokens on a geometric grid (each with a unique random start so no
 prefix cache can help) are sent one at a time; the medians per length are fitted with
 
-    TTFT(n) = a + b·n + c·n²,   a, b, c ≥ 0        (measure.stats.fit_quadratic_nonneg)
+    TTFT(n) = a + b·n + c·n²,   a, b, c ≥ 0        (non-negative least squares on relative
+                                                   errors, :func:`fit_relative`)
 
 Physics is read from the *best* repetition of each length (shortest TTFT, fastest decode) — the
 least disturbed sample, as hyperfine and pyperf report minimum times — while the points also carry
@@ -30,6 +31,8 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from phasescope.experiments.common import (
     ExperimentInfo,
     finite,
@@ -41,7 +44,7 @@ from phasescope.experiments.common import (
 )
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
-from phasescope.measure.stats import fit_quadratic_nonneg
+from phasescope.measure.stats import QuadFit, fit_quadratic_nonneg
 
 
 if TYPE_CHECKING:
@@ -84,6 +87,9 @@ class PromptScalingResult:
     points: list[ScalingPoint] = field(default_factory=list)
     fit: QuadraticFit | None = None
     fixed_overhead_s: float | None = None
+    #: median TTFT − server-timed prefill over all requests (time outside the engine's prefill:
+    #: HTTP, queueing, tokenization); None when the server does not time its prefill
+    client_overhead_s: float | None = None
     prefill_tok_s: float | None = None
     server_prefill_tok_s: float | None = None
     quadratic_share: float | None = None
@@ -109,6 +115,41 @@ def geometric_grid(n_min: int, n_max: int, steps: int) -> list[int]:
             out.append(v)
     out[-1] = n_max
     return out
+
+
+def fit_relative(xs: Sequence[float], ys: Sequence[float]) -> QuadFit:
+    """:func:`measure.stats.fit_quadratic_nonneg` on relative errors: minimise Σ((y − f(x)) / y)².
+
+    TTFT noise grows with TTFT, so unweighted least squares lets the longest prompts decide the
+    intercept; weighting by 1/y lets each length count alike. Same exact active-set search over the
+    non-empty subsets of {a, b, c} with every coefficient ≥ 0."""
+    x = np.asarray(xs, dtype=float)
+    y = np.asarray(ys, dtype=float)
+    if np.any(y <= 0):
+        return fit_quadratic_nonneg(xs, ys)
+    w = 1.0 / y
+    cols = [np.ones_like(x), x, x * x]
+    best: tuple[float, np.ndarray] | None = None
+    for mask in range(1, 8):
+        idx = [i for i in range(3) if mask >> i & 1]
+        if len(idx) > x.size:
+            continue
+        A = np.stack([cols[i] * w for i in idx], axis=1)
+        coef, *_ = np.linalg.lstsq(A, y * w, rcond=None)
+        if np.any(coef < -1e-15):
+            continue
+        full = np.zeros(3)
+        full[idx] = np.clip(coef, 0, None)
+        resid = float(np.sum(((y - (full[0] + full[1] * x + full[2] * x * x)) * w) ** 2))
+        if best is None or resid < best[0] - 1e-18:
+            best = (resid, full)
+    if best is None:
+        return fit_quadratic_nonneg(xs, ys)
+    c = best[1]
+    pred = c[0] + c[1] * x + c[2] * x * x
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
+    return QuadFit(float(c[0]), float(c[1]), float(c[2]), r2)
 
 
 def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None) -> PromptScalingResult:
@@ -146,7 +187,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         return res
     xs = [float(p.prompt_tokens) for p in pts]
     ys = [float(p.ttft_min_s if p.ttft_min_s is not None else p.ttft_s) for p in pts]  # type: ignore[arg-type]
-    f = fit_quadratic_nonneg(xs, ys)
+    f = fit_relative(xs, ys)
     res.fit = QuadraticFit(a_s=f.a, b_s_per_token=f.b, c_s_per_token2=f.c, r2=f.r2, n_points=len(pts))
     res.fixed_overhead_s = f.a
     n_max = xs[-1]
@@ -157,6 +198,8 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     else:
         res.notes.append("TTFT did not grow with the prompt: no prefill rate can be fitted")
     res.server_prefill_tok_s = pts[-1].server_prefill_tok_s
+    outside = [t - p for t, p in ((derive.ttft_s(r), server_prefill_s(r)) for r in measured) if t is not None and p is not None]
+    res.client_overhead_s = med(outside) if outside else None
     first, last = pts[0], pts[-1]
     if first.ttft_min_s and last.ttft_min_s:
         res.ttft_growth_x = last.ttft_min_s / first.ttft_min_s
@@ -205,7 +248,7 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
     for r2, o2 in ((reps, output_tokens), (1, output_tokens), (1, max(8, output_tokens // 2))):
         t2 = fit_top(r2, o2)
         reps, output_tokens, top = r2, o2, t2
-        if t2 >= 1024 or t2 >= min(n_max or cap, cap):
+        if t2 >= 512 or t2 >= min(n_max or cap, cap):
             break
     grid = geometric_grid(max(8, min(32, top // 4)), max(top, 16), steps)
     ctx.say(f"{NAME}: {len(grid)} prompt lengths {grid[0]}…{grid[-1]} tokens × {reps}, {output_tokens} output tokens")
@@ -219,6 +262,8 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
                            prompt_tokens_target=n, rep=rep)
     params = {"grid": grid, "reps": reps, "output_tokens": output_tokens, "budget_s": budget_s}
     res = analyze(ctx.records, ctx.info(NAME, started, params))
+    if res.prefill_tok_s and ctx.calib is not None:  # later experiments size from the better number
+        ctx.calib.prefill_tok_s = res.prefill_tok_s
     if ctx.over():
         res.info.warnings.append("stopped at the time budget: the server was slower than its calibration")
     return res
