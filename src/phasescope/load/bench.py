@@ -285,8 +285,6 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
 def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Path | None,
                 recording: Any, on_record: ProgressFn | None, stop: threading.Event, run_id: str,
                 recorder: ServerMetricsRecorder | None) -> RunResult:
-    from phasescope.apis import get_client
-
     sinks: list[Any] = []
     file_writer = RecordWriter(out_dir / "records.jsonl") if out_dir is not None else None
     if file_writer is not None:
