@@ -2,7 +2,8 @@
 
 1. Speed: a simulated hour of 10 requests/s with 1,000-token prompts (Llama-3.1-8B on an H100).
 2. Calibration: `hw`-style measurements of this machine (bandwidth, GEMM; not saved) + a short probe
-   of llama-server (sequential requests at two prompt lengths) → a calibrated cost model
+   of llama-server (sequential requests at two prompt lengths, then one batch of 4 short requests
+   sent together for the batched decode rate) → a calibrated cost model
    (policy ``llamacpp``: --parallel slots, n_batch 2048 budget).
 3. Bench workloads on the real server — closed loops of 1, 2 and 4 users and a Poisson rate — and
    the same workloads (same lengths, same arrival times) in the simulator; predicted vs measured
@@ -205,6 +206,8 @@ def main() -> int:
             with Foreign(eng.pid) as fg:
                 probe = asyncio.run(closed_loop(target, 1, 3, inp // 2, outl // 2, seed=1))
                 probe += asyncio.run(closed_loop(target, 1, 3, inp * 2, outl // 2, seed=2))
+                # one batch of 4 sent together: decode rows batched (the llama.cpp decode math rate)
+                probe += asyncio.run(closed_loop(target, PARALLEL, PARALLEL, inp // 4, outl, seed=3))
             if fg.foreign_s / fg.wall_s < a.quiet:
                 break
         out["calibration_foreign_cpu"] = fg.foreign_s / fg.wall_s
@@ -214,9 +217,12 @@ def main() -> int:
                                 api_overhead_s=cal.api_overhead_s)
         print(f"calibration ({time.perf_counter() - t:.0f} s probe): effective {cal.fitted['bandwidth_bytes_s'] / 1e9:.1f} GB/s "
               f"(η_bw {cost.bw_eff:.2f}), {cal.fitted['flops_s'] / 1e9:.0f} GFLOP/s (η_f {cost.flops_eff:.2f}), "
+              f"decode math {(cal.fitted.get('decode_flops_s') or cal.fitted['flops_s']) / 1e9:.0f} GFLOP/s "
+              f"({cal.fitted['n_batched_decode_points']} batched points), "
               f"overhead {cost.step_overhead_s * 1e3:.2f} ms/step, API {cal.api_overhead_s * 1e3:.1f} ms; "
               f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
-        out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff, "step_overhead_s": cost.step_overhead_s}
+        out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff,
+                              "decode_flops_eff": cost.decode_flops_eff, "step_overhead_s": cost.step_overhead_s}
         rows = []
         def quietest(run: Any) -> tuple[list[RequestRecord], Foreign]:
             """Run a workload up to --attempts times; keep the one with the least foreign CPU."""

@@ -19,6 +19,12 @@ Fit, with x_p(n) = n·F_tok + F_attn·n(n+1)/2 + F_head (prefill FLOPs) and x_d(
 * ``overlap = "max"`` (GPUs): prefill points give a line y = overhead + x_p/F_eff; decode points give
   BW_eff = (W + KV_tok·s) / (step − overhead) (median).
 
+Requests that decoded together in a clean batch (nobody else prefilling for > 10 % of their decode
+window; batch size = 1 + the overlap of other decode windows ÷ their own) add points
+``step = T0 + B·(KV_tok·s/BW + x_d(s)/F_dec)``: with them the decode math gets its own efficiency
+``F_dec`` (a few decode rows run matrix-vector kernels far below a prompt's GEMM rate; on the 2-core
+llama.cpp engine 3× below). Without them F_dec = F_eff.
+
 Efficiencies are reported against the device's catalog peaks (η = fitted ÷ peak), so the same profile
 can be re-scaled for another device of the same kind. Missing phases keep the prior values.
 """
@@ -123,6 +129,43 @@ def _decode_point(r: RequestRecord) -> tuple[float, float] | None:
     return ctx, t
 
 
+def _windows(r: RequestRecord) -> tuple[int, int | None, int | None, int]:
+    """(start, first token, last token, done) in ns."""
+    ft, lt = derive.first_token_ns(r), derive.last_token_ns(r)
+    done = r.t_done_ns if r.t_done_ns is not None else (lt or r.t_start_ns)
+    return r.t_start_ns, ft, lt, done
+
+
+def _overlap(a0: int, a1: int, b0: int, b1: int) -> int:
+    return max(0, min(a1, b1) - max(a0, b0))
+
+
+def batch_context(recs: Sequence[RequestRecord], limit: int = 500) -> list[tuple[float, float]]:
+    """Per record: (mean number of sequences decoding alongside it, itself included; share of its
+    decode window during which another request was prefilling). Interval overlaps, O(n²) over the
+    first ``limit`` records (same clock assumed)."""
+    w = [_windows(r) for r in recs[:limit]]
+    out: list[tuple[float, float]] = []
+    for i, (s0, f0, l0, _) in enumerate(w):
+        if f0 is None or l0 is None or l0 <= f0:
+            out.append((1.0, 0.0))
+            continue
+        span = l0 - f0
+        dec = pre = 0
+        for j, (s1, f1, l1, d1) in enumerate(w):
+            if j == i:
+                continue
+            if f1 is not None:
+                pre += _overlap(f0, l0, s1, f1)
+                if l1 is not None:
+                    dec += _overlap(f0, l0, f1, l1)
+            else:
+                pre += _overlap(f0, l0, s1, d1)
+        out.append((1.0 + dec / span, pre / span))
+    out.extend((1.0, 1.0) for _ in recs[limit:])
+    return out
+
+
 def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
     """Fit ``base``'s efficiencies and overhead to the records (see module docstring)."""
     recs = [r for r in records if r.ok]
@@ -141,7 +184,18 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
             gaps.append(t - float(s["prefill_s"]))
     api = max(float(np.median(gaps)), 0.0) if gaps else 0.0
     pre = [p for p in (_prefill_point(r, api) for r in alone) if p is not None]
-    dec = [p for p in (_decode_point(r) for r in alone) if p is not None]
+    # decode points: (context, batch, step) from requests decoding alone or in a clean batch
+    # (no other request prefilling during more than 10 % of their decode window)
+    dec3: list[tuple[float, float, float]] = []
+    alone_ids = {id(r) for r in alone}
+    for r, (b, contam) in zip(recs, batch_context(recs)):
+        if contam > 0.10 or (b < 1.05 and id(r) not in alone_ids):
+            continue
+        p = _decode_point(r)
+        if p is not None:
+            dec3.append((p[0], b, p[1]))
+    dec = [(s_, y) for s_, b, y in dec3 if b < 1.05]
+    batched = [(s_, b, y) for s_, b, y in dec3 if b >= 1.5]
     c = base
     F_tok, F_att, F_head = c.flops_per_token, c.attn_flops_per_pair, c.lm_head_flops
 
@@ -153,38 +207,55 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
 
     bw_eff_abs = c.eff_bandwidth_bytes_s
     f_eff_abs = c.eff_flops
+    f_dec_abs: float | None = None
     ov = c.step_overhead_s
-    fitted: dict[str, Any] = {"overlap": c.overlap}
+    fitted: dict[str, Any] = {"overlap": c.overlap, "n_batched_decode_points": len(batched)}
     if c.overlap == "sum":
+        split = bool(batched) and bool(pre)
         rows, ys = [], []
         for n, y in pre:
-            rows.append([1.0, x_p(n)])
+            rows.append([1.0, x_p(n), 0.0] if split else [1.0, x_p(n)])
             ys.append(y - c.kv_read_bytes(1, n) / bw_eff_abs)
-        for s_, y in dec:
-            rows.append([1.0, x_d(s_)])
-            ys.append(y - c.kv_read_bytes(1, s_) / bw_eff_abs)
+        for s_, b, y in (dec3 if split else [(s_, 1.0, y) for s_, y in dec]):
+            rows.append([1.0, 0.0, b * x_d(s_)] if split else [1.0, x_d(s_)])
+            ys.append(y - c.kv_read_bytes(1, s_) * b / bw_eff_abs)
         if rows:
             # relative errors: a decode step (ms) must weigh as much as a prefill (s)
             wts = 1.0 / np.maximum(np.abs(np.asarray(ys)), 1e-9)
             A = np.asarray(rows) * wts[:, None]
             Y = np.asarray(ys) * wts
-            if pre and dec:
+            if split:
                 coef, *_ = np.linalg.lstsq(A, Y, rcond=None)
+                t0, inv_f, inv_fd = (float(x) for x in coef)
+                if t0 < 0 or inv_f <= 0 or inv_fd <= 0:
+                    split = False
+                else:
+                    f_dec_abs = 1.0 / inv_fd
+            if not split and pre and dec:
+                A2 = A[:, :2] if A.shape[1] == 2 else None
+                if A2 is None:  # rebuild the two-column system
+                    rows2 = [[1.0, x_p(n)] for n, _ in pre] + [[1.0, x_d(s_)] for s_, _ in dec]
+                    ys2 = [y - c.kv_read_bytes(1, n) / bw_eff_abs for n, y in pre] + \
+                          [y - c.kv_read_bytes(1, s_) / bw_eff_abs for s_, y in dec]
+                    w2 = 1.0 / np.maximum(np.abs(np.asarray(ys2)), 1e-9)
+                    A2, Y = np.asarray(rows2) * w2[:, None], np.asarray(ys2) * w2
+                coef, *_ = np.linalg.lstsq(A2, Y, rcond=None)
                 t0, inv_f = float(coef[0]), float(coef[1])
                 if inv_f <= 0 or t0 < 0:  # degenerate: take decode for T0, prefill for F
                     t0 = max(float(np.median([y for _, y in dec])) - x_d(dec[0][0]) / f_eff_abs, 0.0)
                     inv_f = max(float(np.median([(y - t0) / x_p(n) for n, y in pre])), 1e-18)
-            elif pre:
+            elif not split and pre:
                 t0 = ov + c.weight_bytes / bw_eff_abs
                 inv_f = max(float(np.median([(y - t0) / x_p(n) for n, y in pre])), 1e-18)
-            else:
+            elif not split:
                 inv_f = 1.0 / f_eff_abs
                 t0 = max(float(np.median([y - x_d(s_) * inv_f - c.kv_read_bytes(1, s_) / bw_eff_abs for s_, y in dec])), 0.0)
             f_eff_abs = 1.0 / inv_f
             ov = min(ov, t0 / 2.0)
             mem = t0 - ov
             bw_eff_abs = c.weight_bytes / mem if mem > 0 else bw_eff_abs
-            fitted.update({"t0_s": t0, "flops_s": f_eff_abs, "bandwidth_bytes_s": bw_eff_abs, "step_overhead_s": ov})
+            fitted.update({"t0_s": t0, "flops_s": f_eff_abs, "bandwidth_bytes_s": bw_eff_abs, "step_overhead_s": ov,
+                           "decode_flops_s": f_dec_abs})
     else:
         if len(pre) >= 2 and len({n for n, _ in pre}) >= 2:
             xs = np.array([x_p(n) for n, _ in pre])
@@ -203,12 +274,14 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
     new = c.with_(
         bw_eff=bw_eff_abs / c.bandwidth_bytes_s,
         flops_eff=f_eff_abs / c.peak_flops,
+        decode_flops_eff=None if f_dec_abs is None else f_dec_abs / c.peak_flops,
         step_overhead_s=ov,
         name=c.name + " (calibrated)",
         source={**c.source, "calibrated": True},
     )
     fitted["bw_eff"] = new.bw_eff
     fitted["flops_eff"] = new.flops_eff
+    fitted["decode_flops_eff"] = new.decode_flops_eff
     # residuals of the fitted model on its own points
     res: dict[str, Any] = {}
     if pre:
@@ -219,4 +292,7 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
         de = [new.decode_step_s(1, s_) / y - 1 for s_, y in dec]
         res["decode_rel_err_median"] = float(np.median(np.abs(de)))
         res["decode_step_ms_measured_median"] = float(np.median([y for _, y in dec]) * 1e3)
+    if batched:
+        be = [new.step_time_s(int(round(b)), round(b) * s_) / y - 1 for s_, b, y in batched]
+        res["batched_decode_rel_err_median"] = float(np.median(np.abs(be)))
     return Calibration(new, api, len(pre), len(dec), fitted, res)

@@ -8,8 +8,9 @@ and the FLOPs it does (theory.md §1–3, Pope et al. arXiv:2211.05102 §2–3):
     flops(step) = F_tok · (n_dec + Σ c_j)                       # 2·N per token, linear layers
                 + F_attn · (Σ_dec s_i + Σ_chunks (c_j·p_j + c_j(c_j+1)/2))   # 4·L·n_q·d_h per (query, key) pair
                 + F_head · n_sampled                            # 2·d·V logits, only for sampled tokens
-    t_step = t_overhead + max(bytes / (BW·η_bw), flops / (F·η_f))          (overlap = "max", GPUs)
-    t_step = t_overhead + bytes / (BW·η_bw) + flops / (F·η_f)              (overlap = "sum", CPUs)
+    t_step = t_overhead + max(bytes / (BW·η_bw), t_math)          (overlap = "max", GPUs)
+    t_step = t_overhead + bytes / (BW·η_bw) + t_math              (overlap = "sum", CPUs)
+    t_math = flops_prefill / (F·η_f) + flops_decode / (F·η_dec)   (η_dec = η_f unless calibrated apart)
 
 where ``s_i`` is the context of decoding sequence *i*, chunk *j* covers prompt positions
 ``p_j+1 … p_j+c_j`` and ``n_sampled`` = decodes + prompts whose last chunk ends this step.
@@ -66,6 +67,9 @@ class CostModel:
     interconnect_bytes_s: float = 64 * GB
     tp: int = 1
     source: dict[str, Any] = field(default_factory=dict)
+    #: efficiency of the decode tokens' math when it differs from prefill's (``None`` = ``flops_eff``):
+    #: a batch of a few decode rows runs matrix-vector kernels, far below the GEMM rate of a prompt
+    decode_flops_eff: float | None = None
 
     def __post_init__(self) -> None:
         if self.overlap not in ("max", "sum"):
@@ -87,6 +91,10 @@ class CostModel:
     @property
     def eff_flops(self) -> float:
         return self.peak_flops * self.flops_eff
+
+    @property
+    def eff_decode_flops(self) -> float:
+        return self.peak_flops * (self.flops_eff if self.decode_flops_eff is None else self.decode_flops_eff)
 
     def kv_read_bytes(self, n_seqs: int, ctx_sum: float) -> float:
         """KV bytes read by ``n_seqs`` sequences holding ``ctx_sum`` tokens in all. Sliding-window
@@ -117,13 +125,14 @@ class CostModel:
         sampled = n_decode if n_sampled is None else n_sampled
         nbytes = self.weight_bytes + self.kv_read_bytes(n_decode, decode_ctx_sum)
         nbytes += self.kv_read_bytes(n_prefill_chunks, prefill_kv_tokens)
-        flops = (
-            self.flops_per_token * (n_decode + prefill_tokens)
-            + self.attn_flops_per_pair * (decode_ctx_sum + prefill_pairs)
-            + self.lm_head_flops * sampled
+        f_dec = (self.flops_per_token + self.lm_head_flops) * n_decode + self.attn_flops_per_pair * decode_ctx_sum
+        f_pre = (
+            self.flops_per_token * prefill_tokens
+            + self.attn_flops_per_pair * prefill_pairs
+            + self.lm_head_flops * max(sampled - n_decode, 0)
         )
         t_mem = nbytes / self.eff_bandwidth_bytes_s
-        t_cmp = flops / self.eff_flops
+        t_cmp = f_pre / self.eff_flops + f_dec / self.eff_decode_flops
         core = max(t_mem, t_cmp) if self.overlap == "max" else t_mem + t_cmp
         return self.step_overhead_s + core
 
