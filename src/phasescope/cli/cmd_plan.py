@@ -62,7 +62,9 @@ def _header(doc: dict[str, Any]) -> None:
                   + f", seed {w['seed']}")
     console.print(f"cost model: one request alone → prefill {_ms(cm['prefill_alone_ms'])}, decode step {_ms(cm['decode_step_alone_ms'])} "
                   f"({_n(cm['decode_tok_s_alone'], 1)} tok/s); KV pool {cm['kv_pool_tokens']:,} tokens; "
-                  f"η_bw {p['bw_eff']:.2f}, η_flops {p['flops_eff']:.2f}, overhead {p['step_overhead_s'] * 1e3:.2f} ms/step, {p['overlap']}")
+                  f"η_bw {p['bw_eff']:.2f}, η_flops {p['flops_eff']:.2f}"
+                  + (f" (decode {p['decode_flops_eff']:.2f})" if p.get("decode_flops_eff") is not None else "")
+                  + f", overhead {p['step_overhead_s'] * 1e3:.2f} ms/step, {p['overlap']}")
     cal = doc.get("calibration")
     if cal:
         f = cal["fitted"]
