@@ -48,7 +48,7 @@ def test_ttft_grows_with_the_prompt_and_decode_stays_flat(engine):
     r = min(attempts, key=lambda x: abs(x.decode_change_pct if x.decode_change_pct is not None else 1e9))
     assert r.ttft_grows is True and r.ttft_growth_x > 3, [(p.prompt_tokens, p.ttft_min_s) for p in r.points]
     assert r.fit is not None and r.fit.b_s_per_token > 0 and r.prefill_tok_s > 10
-    assert r.decode_source == "server"
+    assert r.decode_source in ("gaps", "server")
     assert r.decode_flat is True, [(x.decode_change_pct, [(p.prompt_tokens, p.server_decode_best_tok_s) for p in x.points])
                                    for x in attempts]
 

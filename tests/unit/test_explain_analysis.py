@@ -45,12 +45,26 @@ def test_prompt_scaling_sees_decode_that_slows_with_the_prompt():
     assert r.decode_change_pct < -50 and r.decode_flat is False
 
 
-def test_prompt_scaling_prefers_server_timed_decode():
-    rs = _scaling(lambda n: 0.01 + 1e-4 * n, lambda n: 0.02 * (1 + n / 1024))  # client sees a big slowdown
-    for r in rs:  # the server timed its decode as flat (e.g. the client was the slow part)
-        r.server = {"predicted_n": 16, "decode_s": 16 / 50.0}
+def test_prompt_scaling_decode_from_the_typical_gap_then_the_server():
+    # a burst: one 1-s stall in every long-prompt request inflates its mean time per token 4×,
+    # but not its median gap
+    def burst(n):
+        return 0.02
+
+    rs = _scaling(lambda n: 0.01 + 1e-4 * n, burst)
+    for r in rs:
+        if r.tags["prompt_tokens_target"] == 2048:
+            r.events[5].t_ns += 10**9
+            for e in r.events[6:]:
+                e.t_ns += 10**9
     res = prompt_scaling.analyze(rs)
-    assert res.decode_source == "server" and res.decode_flat is True and abs(res.decode_change_pct) < 1e-6
+    assert res.decode_source == "gaps" and res.decode_flat is True and abs(res.decode_change_pct) < 1e-6
+    few = _scaling(lambda n: 0.01 + 1e-4 * n)
+    for r in few:  # too few tokens for a typical gap: fall back to the server's timing
+        r.events = r.events[:3]
+        r.output_tokens = 3
+        r.server = {"predicted_n": 16, "decode_s": 16 / 50.0}
+    assert prompt_scaling.analyze(few).decode_source == "server"
 
 
 def test_prompt_scaling_flat_ttft_is_not_called_growth():

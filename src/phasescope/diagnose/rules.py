@@ -104,7 +104,7 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
         ]
         if ps.decode_change_pct is not None:
             ev.append(Evidence("decode speed change over the same range", ps.decode_change_pct, "%",
-                               f"prompt-scaling: median {ps.decode_source or 'client'} decode tok/s"))
+                               f"prompt-scaling: decode from {ps.decode_source or 'client'} timing, best repetition"))
         per_k = 1000.0 / ps.prefill_tok_s
         diag.findings.append(Finding(
             "prompt-cost", "info",

@@ -18,8 +18,10 @@ the medians a user would see (``ttft_s``, ``decode_tok_s``).
   the fixed overhead removed (client-side; the server's own rate is ``server_prefill_tok_s``).
 * ``quadratic_share`` = c·n_max² / (b·n_max + c·n_max²): the share of the prefill time at the
   longest prompt that the quadratic (attention) term explains.
-* ``decode_change_pct`` = 100·(decode(n_max) − decode(n_min)) / decode(n_min) with decode = the
-  best server-timed decode tok/s where the server reports it (llama.cpp ``timings``, Ollama
+* ``decode_change_pct`` = 100·(decode(n_max) − decode(n_min)) / decode(n_min) with decode =
+  1 / the typical step (median gap between tokens within a request, best repetition;
+  ``decode_source`` = ``gaps``: a burst of load hits a few gaps, not the median), else the best
+  server-timed decode tok/s where the server reports it (llama.cpp ``timings``, Ollama
   ``eval_*``; ``decode_source`` = ``server``), else the client's ((output tokens − 1) / (last −
   first token)); ``decode_flat`` when |change| ≤ ``DECODE_FLAT_PCT``.
 """
@@ -69,6 +71,8 @@ class ScalingPoint:
     server_decode_tok_s: float | None
     decode_best_tok_s: float | None = None
     server_decode_best_tok_s: float | None = None
+    #: the typical decode step: median gap between tokens within a request, best repetition
+    decode_step_s: float | None = None
 
 
 @dataclass
@@ -97,7 +101,7 @@ class PromptScalingResult:
     ttft_grows: bool | None = None
     decode_change_pct: float | None = None
     decode_flat: bool | None = None
-    decode_source: str | None = None  # server | client
+    decode_source: str | None = None  # gaps | server | client
     notes: list[str] = field(default_factory=list)
 
     name: str = NAME
@@ -179,6 +183,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
                 server_decode_tok_s=med(derive.server_decode_tok_s(r) for r in rs),
                 decode_best_tok_s=max(finite(derive.decode_tok_s(r) for r in rs), default=None),
                 server_decode_best_tok_s=max(finite(derive.server_decode_tok_s(r) for r in rs), default=None),
+                decode_step_s=min(finite(med(derive.itl_s(r)) for r in rs if len(derive.itl_s(r)) >= 4), default=None),
             )
         )
     pts = [p for p in res.points if p.ttft_s is not None]
@@ -206,7 +211,9 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         res.ttft_grows = res.ttft_growth_x >= TTFT_GROWTH_MIN_X
     # the server's own decode timing when it gives one (llama.cpp, Ollama): it leaves HTTP and
     # client scheduling out of a physics question; else the client's
-    if first.server_decode_best_tok_s and last.server_decode_best_tok_s:
+    if first.decode_step_s and last.decode_step_s:
+        d0, d1, res.decode_source = 1.0 / first.decode_step_s, 1.0 / last.decode_step_s, "gaps"
+    elif first.server_decode_best_tok_s and last.server_decode_best_tok_s:
         d0, d1, res.decode_source = first.server_decode_best_tok_s, last.server_decode_best_tok_s, "server"
     else:
         d0, d1, res.decode_source = first.decode_best_tok_s, last.decode_best_tok_s, "client"
