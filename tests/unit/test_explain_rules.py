@@ -243,3 +243,12 @@ def test_advice_maps_each_engine_to_its_knobs():
     assert len(advice_for("queueing", None)) == len(KNOBS["queueing"])  # unknown engine: everything
     for topic in KNOBS:
         assert not any(a.engine == "vllm" for a in advice_for(topic, "ollama"))
+
+
+def test_decode_ceiling_prefers_the_typical_gap_over_a_disturbed_mean():
+    p = ps(a=0.05)
+    p.points[0].decode_step_s = 0.01  # 100 tok/s typical step
+    b = bt([lv(1, 40.0, decode=40.0), lv(2, 76.0)], None, False)  # a mean dragged down by stalls
+    d = diagnose({"prompt-scaling": p, "batching": b}, ceilings=Ceilings(110.0, "theory: test"))
+    f = d.get("decode-at-ceiling")
+    assert f is not None and f.evidence[0].value == pytest.approx(100.0)

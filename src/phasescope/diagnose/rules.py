@@ -127,6 +127,11 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
 
 
 def _single_stream_decode(r: dict[str, Any]) -> tuple[float | None, str]:
+    ps = r.get("prompt-scaling")
+    p0 = ps.points[0] if ps is not None and ps.points else None
+    if p0 is not None and getattr(p0, "decode_step_s", None):
+        return 1.0 / p0.decode_step_s, (f"prompt-scaling: {p0.prompt_tokens}-token prompt, 1 / typical token gap "
+                                         f"(median within a request, best of {p0.n})")
     b = r.get("batching")
     if b is not None:
         for lv in b.levels:
