@@ -198,32 +198,6 @@ def main() -> int:
         base = cost_from_theory(spec, dev, kv_pool_tokens=CTX)
         # warm-up (first requests pay page faults / thread spin-up)
         asyncio.run(closed_loop(target, 1, 2, 64, 8, seed=99))
-        # short probe: sequential, two prompt lengths (on a quiet machine, retried like the workloads)
-        t = time.perf_counter()
-        probe: list[RequestRecord] = []
-        for attempt in range(a.attempts):
-            wait_quiet(a.max_wait, a.quiet)
-            with Foreign(eng.pid) as fg:
-                probe = asyncio.run(closed_loop(target, 1, 3, inp // 2, outl // 2, seed=1))
-                probe += asyncio.run(closed_loop(target, 1, 3, inp * 2, outl // 2, seed=2))
-                # one batch of 4 sent together: decode rows batched (the llama.cpp decode math rate)
-                probe += asyncio.run(closed_loop(target, PARALLEL, PARALLEL, inp // 4, outl, seed=3))
-            if fg.foreign_s / fg.wall_s < a.quiet:
-                break
-        out["calibration_foreign_cpu"] = fg.foreign_s / fg.wall_s
-        cal = calibrate(probe, base)
-        cost = cal.cost
-        sched = SchedulerConfig(policy="llamacpp", max_num_seqs=PARALLEL, max_num_batched_tokens=2048,
-                                api_overhead_s=cal.api_overhead_s)
-        print(f"calibration ({time.perf_counter() - t:.0f} s probe): effective {cal.fitted['bandwidth_bytes_s'] / 1e9:.1f} GB/s "
-              f"(η_bw {cost.bw_eff:.2f}), {cal.fitted['flops_s'] / 1e9:.0f} GFLOP/s (η_f {cost.flops_eff:.2f}), "
-              f"decode math {(cal.fitted.get('decode_flops_s') or cal.fitted['flops_s']) / 1e9:.0f} GFLOP/s "
-              f"({cal.fitted['n_batched_decode_points']} batched points), "
-              f"overhead {cost.step_overhead_s * 1e3:.2f} ms/step, API {cal.api_overhead_s * 1e3:.1f} ms; "
-              f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
-        out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff,
-                              "decode_flops_eff": cost.decode_flops_eff, "step_overhead_s": cost.step_overhead_s}
-        rows = []
         def quietest(run: Any) -> tuple[list[RequestRecord], Foreign]:
             """Run a workload up to --attempts times; keep the one with the least foreign CPU."""
             best: tuple[list[RequestRecord], Foreign] | None = None
@@ -238,6 +212,30 @@ def main() -> int:
             assert best is not None
             return best
 
+        # short probe: sequential, two prompt lengths (on a quiet machine, retried like the workloads)
+        t = time.perf_counter()
+        def run_probe() -> list[RequestRecord]:
+            p = asyncio.run(closed_loop(target, 1, 3, inp // 2, outl // 2, seed=1))
+            p += asyncio.run(closed_loop(target, 1, 3, inp * 2, outl // 2, seed=2))
+            # one batch of 4 sent together: decode rows batched (the llama.cpp decode math rate)
+            p += asyncio.run(closed_loop(target, PARALLEL, PARALLEL, inp // 4, outl, seed=3))
+            return p
+
+        probe, fg = quietest(run_probe)
+        out["calibration_foreign_cpu"] = fg.foreign_s / fg.wall_s
+        cal = calibrate(probe, base)
+        cost = cal.cost
+        sched = SchedulerConfig(policy="llamacpp", max_num_seqs=PARALLEL, max_num_batched_tokens=2048,
+                                api_overhead_s=cal.api_overhead_s)
+        print(f"calibration ({time.perf_counter() - t:.0f} s probe): effective {cal.fitted['bandwidth_bytes_s'] / 1e9:.1f} GB/s "
+              f"(η_bw {cost.bw_eff:.2f}), {cal.fitted['flops_s'] / 1e9:.0f} GFLOP/s (η_f {cost.flops_eff:.2f}), "
+              f"decode math {(cal.fitted.get('decode_flops_s') or cal.fitted['flops_s']) / 1e9:.0f} GFLOP/s "
+              f"({cal.fitted['n_batched_decode_points']} batched points), "
+              f"overhead {cost.step_overhead_s * 1e3:.2f} ms/step, API {cal.api_overhead_s * 1e3:.1f} ms; "
+              f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
+        out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff,
+                              "decode_flops_eff": cost.decode_flops_eff, "step_overhead_s": cost.step_overhead_s}
+        rows = []
         for users, n in ((1, 8), (2, 12), (4, 16)):
             n = max(n // scale, users * 2)
             recs, fg = quietest(lambda: asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users)))
