@@ -56,7 +56,7 @@ def test_serve_prints_url_serves_and_stops_cleanly(sig: int) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert rc == (0 if sig == signal.SIGINT else 128 + sig)
+    assert rc == 0  # the CLI turns SIGTERM into the Ctrl-C path: serve stops the engine and exits 0
     assert _wait_gone(info["pid"]), "llama-server left behind"
     assert "Traceback" not in proc.stderr.read()
 
