@@ -213,15 +213,18 @@ async def discover_facts(session: aiohttp.ClientSession, target: Target, props: 
 async def calibrate(ctx: RunContext) -> Calibration:
     """Warm up, then a short and a longer prompt: fixed overhead, prefill and decode rates."""
     ctx.say("calibrating: a warm-up and two probe requests")
-    await ctx.send((await ctx.prompt(16)).request(8), "calibrate", phase="warmup")
+    warm = await ctx.send((await ctx.prompt(16)).request(8), "calibrate", phase="warmup")
     short = await ctx.send((await ctx.prompt(16)).request(16), "calibrate", phase="short")
     n = min(256, max(32, ctx.ctx_limit() // 4))
     long_ = await ctx.send((await ctx.prompt(n)).request(16), "calibrate", phase="long")
-    t_s = derive.ttft_s(short) or 0.05
+    # robust to a burst of load: the better of two short TTFTs, decode from the typical gap
+    shorts = [t for t in (derive.ttft_s(short), derive.ttft_s(warm)) if t]
+    t_s = min(shorts) if shorts else 0.05
     t_l = derive.ttft_s(long_) or (t_s + n / 500)
     prefill = (n - 16) / (t_l - t_s) if t_l > t_s else float(n) / max(t_l, 1e-3)
-    d = [x for x in (derive.decode_tok_s(short), derive.decode_tok_s(long_)) if x]
-    decode = sum(d) / len(d) if d else 20.0
+    gaps = [g for r in (short, long_, warm) for g in derive.itl_s(r)]
+    gaps.sort()
+    decode = 1.0 / gaps[len(gaps) // 2] if gaps and gaps[len(gaps) // 2] > 0 else 20.0
     if not (short.ok and long_.ok):
         from phasescope.errors import TargetError
 

@@ -159,7 +159,7 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
     if inject_tokens is None:
         t_inj = min(max(25 * gap, 0.3), 0.35 * budget_s)
         inject_tokens = int(t_inj * c.prefill_tok_s)
-    inject_tokens = max(64, min(inject_tokens, ctx.ctx_limit() - 16, 8192))
+    inject_tokens = max(64, min(inject_tokens, ctx.ctx_limit() - 16, 4096))
     t_inj = inject_tokens / c.prefill_tok_s
     pre_s = c.overhead_s + k * stream_prompt_tokens / c.prefill_tok_s + 15 * gap
     total = pre_s + t_inj + 15 * gap
