@@ -10,7 +10,7 @@ TEST_STAMP := $(VENV)/.phasescope-test-extras
 .PHONY: demo test venv engine browser unit clean help
 
 help:
-	@echo "make demo   - set up, build the embedded engine (cached), run 'phasescope probe' on it"
+	@echo "make demo   - set up, build the embedded engine (cached), measure this machine once, run 'phasescope probe'"
 	@echo "make test   - set up, build the embedded engine (cached), run the whole test suite"
 	@echo "make unit   - unit tests only (no engine needed)"
 
@@ -40,7 +40,9 @@ browser:
 	  || echo "chromium not installed: the browser test will skip"; \
 	  else echo "chromium not installed (needs root and apt-get): the browser test will skip"; fi; }
 
+# The main job: measure this machine once (so the card shows ceilings), then probe the embedded engine.
 demo: engine
+	$(PS) hw --if-missing
 	$(PS) probe
 
 test: engine browser $(TEST_STAMP)

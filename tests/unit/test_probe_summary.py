@@ -89,3 +89,18 @@ def test_warmup_cold_start_and_error_from_record():
     exc = error_from_record(r)
     assert isinstance(exc, E.OverloadedError) and exc.retry_after_s == 3.0 and exc.exit_code == 3
     assert isinstance(error_from_record(RequestRecord(id="e", api="a", target="t", error_kind="auth")), E.AuthError)
+
+
+def test_local_device_only_describes_servers_on_this_machine(tmp_path, monkeypatch) -> None:
+    from phasescope.probe import ceilings as C
+
+    assert C.is_loopback("http://127.0.0.1:8000") and C.is_loopback("http://localhost:1/v1")
+    assert C.is_loopback("http://[::1]:8080")
+    assert not C.is_loopback("http://10.0.0.5:8000") and not C.is_loopback("https://llm.example.com")
+    monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path))  # no local device saved here
+    dev, why = C.get_device(None, same_machine=False)
+    assert dev is None and "remote server" in (why or "")
+    dev, why = C.get_device("h100-sxm", same_machine=False)
+    assert dev is not None and why is None
+    dev, why = C.get_device(None, same_machine=True)
+    assert dev is None and "phasescope hw" in (why or "")

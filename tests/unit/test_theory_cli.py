@@ -124,6 +124,21 @@ def test_hw_saves_local_device_used_by_ceiling(capsys, monkeypatch, _home: Path)
     assert row["device"] == "local"
     assert row["bandwidth_roof_tok_s"] == pytest.approx(doc["device"]["mem_bandwidth_gb_s"] / 1.0)
 
+    # --if-missing (make demo): a saved device is reused, nothing is re-measured
+    code, out, err = run(["hw", "--if-missing", "--json"], capsys, monkeypatch)
+    again = json.loads(out)
+    assert code == 0 and again["skipped"] is True and again["measurement"] is None
+    assert again["device"]["mem_bandwidth_gb_s"] == pytest.approx(doc["device"]["mem_bandwidth_gb_s"])
+    assert "already measured" in err
+
+
+def test_hw_if_missing_measures_when_nothing_saved(capsys, monkeypatch, _home: Path) -> None:
+    code, out, _ = run(["hw", "--if-missing", "--size-mb", "8", "--repeats", "1", "--matmul-n", "64", "--json"],
+                       capsys, monkeypatch)
+    doc = json.loads(out)
+    assert code == 0 and doc.get("skipped") is None and doc["measurement"]["bandwidth"]["best_gb_s"] > 0
+    assert (_home / "local_device.json").exists()
+
 
 BAD = [
     (["ceiling", "--config", "/nonexistent/config.json"], "not found"),

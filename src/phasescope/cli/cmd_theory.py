@@ -274,10 +274,21 @@ def hw(
     no_c: bool = typer.Option(False, "--no-c", help="Skip the compiled C kernel even when `cc` exists."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save as device `local` for `ceiling --device local`."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/hw.md)."),
+    if_missing: bool = typer.Option(
+        False, "--if-missing", help="Measure only when no `local` device is saved yet (what `make demo` runs)."
+    ),
 ) -> None:
     """Measure this machine's memory read bandwidth (all cores) and matmul throughput; save as device `local`."""
     from phasescope.theory import hw as hwlib
-    from phasescope.theory.devices import local_device_path, save_local_device
+    from phasescope.theory.devices import load_local_device, local_device_path, save_local_device
+
+    existing = load_local_device() if if_missing else None
+    if existing is not None:
+        err_console.print(f"hw: this machine is already measured ({local_device_path()}); run `phasescope hw` to re-measure")
+        if as_json:
+            print_json({"schema": 1, "measurement": None, "device": existing.to_dict(),
+                        "saved_to": str(local_device_path()), "skipped": True})
+        return
 
     if not as_json:
         err_console.print(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes) and a {matmul_n}² GEMM ...")

@@ -113,7 +113,7 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 }
                 result.update(summarize_run(run))
                 spec, why_spec = await C.discover_spec(session, target, ot.detected, model_spec)
-                dev, why_dev = C.get_device(device)
+                dev, why_dev = C.get_device(device, same_machine=C.is_loopback(target.base_url))
                 if spec is not None and dev is not None:
                     try:
                         result["ceilings"] = C.ceilings(spec, dev, result["sizes"])

@@ -59,13 +59,25 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
     return None, "model unknown: pass --model-spec (catalog id, config.json or .gguf)"
 
 
-def get_device(device: str | None) -> tuple[Any, str | None]:
+def is_loopback(url: str) -> bool:
+    """True when the server runs on this machine (so ``hw``'s ``local`` device describes it)."""
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def get_device(device: str | None, *, same_machine: bool = True) -> tuple[Any, str | None]:
+    """The device for the ceilings: the one asked for, else ``local`` — but only for a server on
+    this machine; a remote server's hardware is not this box's, so we ask instead of guessing."""
     try:
         from phasescope.theory import devices as Dv
     except ImportError as exc:
         return None, f"theory module unavailable ({exc})"
     if device:
         return Dv.get_device(device), None  # unknown id → InputError: the user asked for it
+    if not same_machine:
+        return None, "device unknown for a remote server: pass --device ID (see `phasescope devices`)"
     try:
         return Dv.get_device("local"), None
     except E.PhasescopeError:
