@@ -182,8 +182,13 @@ def rule_long_context(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     if cf is None:
         return
     if cf.slows is None:
-        why = "; ".join(cf.notes) if cf.slowdown_pct is None else (
-            f"decode changed {cf.slowdown_pct:.1f}% over the context range: between noise and a clear slowdown")
+        if cf.slowdown_pct is None:
+            why = "; ".join(cf.notes) or "no decode speed at two context lengths"
+        elif cf.slowdown_pct < 0:
+            why = (f"decode got {-cf.slowdown_pct:.0f}% faster with more context: the measurement is noisier "
+                   f"than the effect (a busy machine?)")
+        else:
+            why = f"decode slowed {cf.slowdown_pct:.1f}% over the context range: between noise and a clear slowdown"
         diag.undecided.append(Undecided("long-context-decode-penalty", why))
         return
     if not cf.slows:
