@@ -66,7 +66,9 @@ def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0) -> ai
     """A ClientSession ready for :func:`send`: our trace hook, no connection cap by default
     (``limit=0``; aiohttp's default of 100 silently queues requests above 100 streams), no total
     timeout (timeouts are per request), no auto-decompression surprises."""
-    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300)
+    # keepalive_timeout 4 s: llama-server and uvicorn (vLLM, SGLang) close idle keep-alive connections
+    # after 5 s; aiohttp's default 15 s keeps reusing connections the server already dropped.
+    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=4.0)
     return aiohttp.ClientSession(
         connector=conn,
         trace_configs=[trace_config()],
