@@ -24,3 +24,18 @@ def engine() -> Iterator[object]:
     ctx = int(os.environ.get("PHASESCOPE_TEST_CTX", "16384"))
     with running_engine(parallel=parallel, ctx_size=ctx) as eng:
         yield eng
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_run_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Runs recorded by tests go to a scratch store, never the user's ``~/.local/share/phasescope``.
+    A test that passes its own ``--store``/``PHASESCOPE_STORE`` still wins."""
+    old = os.environ.get("PHASESCOPE_STORE")
+    os.environ["PHASESCOPE_STORE"] = str(tmp_path_factory.mktemp("store") / "runs.db")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PHASESCOPE_STORE", None)
+        else:
+            os.environ["PHASESCOPE_STORE"] = old
