@@ -2,7 +2,7 @@
 
 One SQLite database (stdlib ``sqlite3``, WAL journal, 30 s busy timeout, so several processes can
 record at once) holds one row per run; each run's raw :class:`~phasescope.measure.records.RequestRecord`
-stream lives next to it as JSONL, ``<store dir>/records/<run_id>.jsonl``, appended and fsync'd as
+stream lives next to it as JSONL, ``<store dir>/records/<run_id>.jsonl``, appended and flushed (fsync'd every 0.5 s and at the end) as
 each request completes (:class:`~phasescope.measure.records.RecordWriter`). A run interrupted by
 an exception or Ctrl-C is marked ``partial``; one whose process was killed outright is found
 ``running`` with a dead owner process and marked ``partial`` the next time the store is read.
@@ -21,7 +21,7 @@ API (small and stable)::
                          engine_version=...) as run:
         run.id               # "r20261201-0412-3fa9": UTC start minute + 4 random hex digits
         run.records_path     # Path of the JSONL
-        run.add(record)      # append one RequestRecord (fsync'd); updates the count
+        run.add(record)      # append one RequestRecord (flushed at once); updates the count
         run.update(model=..., engine=..., engine_version=..., device=..., api=..., params=...)
         run.finish(summary)  # complete (status="partial" to keep a cut-short run); leaving the block without finish() keeps it as partial
     store.list_runs(kind=None, target=None, model=None, status=None, limit=50) -> list[RunInfo]
@@ -603,7 +603,7 @@ class Recording:
         return 0 if self._writer is None else self._writer.count
 
     def add(self, record: RequestRecord) -> None:
-        """Append one record to the JSONL (fsync'd before returning), credentials removed."""
+        """Append one record to the JSONL (flushed before returning), credentials removed."""
         if self._writer is None:
             raise RuntimeError(f"run {self.id} is closed")
         self._writer.write(self._clean(record))
