@@ -88,5 +88,7 @@ def render(result: dict[str, Any]) -> Panel:
     if result.get("records_path"):
         notes.append(f"[dim]records: {result['records_path']}" + (f"  run: {result['run_id']}" if result.get("run_id") else "") + "[/dim]")
     parts.append(Text.from_markup("\n" + "\n".join(notes)))
-    title = f"phasescope probe — {result.get('model') or '?'} @ {result.get('target')} ({result.get('engine')}, api {result.get('api')})"
+    engine, api = result.get("engine"), result.get("api")
+    how = engine if engine == api or not api else f"{engine}, api {api}"  # fits an 80-column terminal
+    title = f"phasescope probe — {result.get('model') or '?'} @ {result.get('target')} ({how})"
     return Panel(Group(*parts), title=title, title_align="left")
