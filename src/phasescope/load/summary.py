@@ -63,28 +63,38 @@ def parse_percentiles(text: str | Sequence[float] | None) -> tuple[float, ...]:
     return vals
 
 
-def parse_goodput(specs: Iterable[str] | str | None) -> dict[str, float]:
-    """``["ttft:500", "tpot:50"]`` (or one space-separated string) → {"ttft": 500.0, ...} in ms.
-    Same syntax as ``vllm bench serve --goodput``."""
+def parse_ms_pairs(
+    specs: Iterable[str] | str | None, *, allowed: Sequence[str], usage: str, aliases: dict[str, str] | None = None
+) -> dict[str, float]:
+    """``"ttft:500 itl:50"``, ``"ttft:500,itl:50"`` or a list of such → ``{"ttft": 500.0, "itl": 50.0}``
+    (milliseconds, each > 0). The one parser behind ``--goodput`` and every ``--slo``; ``usage`` is the
+    sentence a bad value is reported with."""
     if not specs:
         return {}
     if isinstance(specs, str):
-        specs = specs.split()
+        specs = [specs]
     out: dict[str, float] = {}
     for s in specs:
-        for part in str(s).split():
+        for part in str(s).replace(",", " ").split():
             key, sep, val = part.partition(":")
             key = key.strip().lower()
-            if not sep or key not in GOODPUT_METRICS:
-                raise InputError(f"--goodput takes ttft:MS tpot:MS e2el:MS (got {part!r})")
+            key = (aliases or {}).get(key, key)
+            if not sep or key not in allowed:
+                raise InputError(f"{usage} (got {part!r})")
             try:
                 ms = float(val)
             except ValueError:
-                raise InputError(f"--goodput value for {key} must be milliseconds (got {val!r})") from None
+                raise InputError(f"{usage}: the value for {key} must be milliseconds (got {val!r})") from None
             if not ms > 0:
-                raise InputError(f"--goodput value for {key} must be positive")
+                raise InputError(f"{usage}: the value for {key} must be positive (got {val!r})")
             out[key] = ms
     return out
+
+
+def parse_goodput(specs: Iterable[str] | str | None) -> dict[str, float]:
+    """``["ttft:500", "tpot:50"]`` (or one space-separated string) → {"ttft": 500.0, ...} in ms.
+    Same syntax as ``vllm bench serve --goodput``."""
+    return parse_ms_pairs(specs, allowed=GOODPUT_METRICS, usage="--goodput takes ttft:MS tpot:MS e2el:MS")
 
 
 def _pword(p: float) -> str:

@@ -25,6 +25,7 @@ from phasescope.apis.base import Target
 from phasescope.errors import InputError
 from phasescope.jsonutil import dumps
 from phasescope.load.bench import BenchConfig, BenchResult, run_bench
+from phasescope.load.summary import parse_ms_pairs
 
 SLO_KEYS = ("ttft", "itl", "tpot", "e2el")
 TABLE_COLUMNS = ("profile", "requested_rate", "achieved_rate", "request_throughput", "output_throughput",
@@ -34,25 +35,7 @@ TABLE_COLUMNS = ("profile", "requested_rate", "achieved_rate", "request_throughp
 
 def parse_slo(specs: Any) -> dict[str, float]:
     """``"ttft:500 itl:50"`` (or a list of such) → {"ttft": 500.0, "itl": 50.0} (ms, compared with p99)."""
-    if not specs:
-        return {}
-    if isinstance(specs, str):
-        specs = [specs]
-    out: dict[str, float] = {}
-    for s in specs:
-        for part in str(s).replace(",", " ").split():
-            k, sep, v = part.partition(":")
-            k = k.strip().lower()
-            if not sep or k not in SLO_KEYS:
-                raise InputError(f"--slo takes ttft:MS itl:MS tpot:MS e2el:MS (got {part!r})")
-            try:
-                ms = float(v)
-            except ValueError:
-                raise InputError(f"--slo value for {k} must be milliseconds (got {v!r})") from None
-            if not ms > 0:
-                raise InputError(f"--slo value for {k} must be positive")
-            out[k] = ms
-    return out
+    return parse_ms_pairs(specs, allowed=SLO_KEYS, usage="--slo takes ttft:MS itl:MS tpot:MS e2el:MS")
 
 
 def within_slo(summary: dict[str, Any], slo: dict[str, float]) -> bool | None:

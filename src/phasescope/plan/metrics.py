@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from phasescope.errors import InputError
+from phasescope.load.summary import parse_ms_pairs
 from phasescope.measure.records import Event, RequestRecord
 from phasescope.plan.sim import SimResult
 
@@ -34,30 +34,9 @@ SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
 
 
 def parse_slo(text: str | None) -> dict[str, float]:
-    """``"ttft:500,itl:50"`` → ``{"ttft": 500.0, "itl": 50.0}`` (milliseconds)."""
-    out: dict[str, float] = {}
-    if not text:
-        return out
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if ":" not in part:
-            raise InputError(f"bad SLO {part!r}: use NAME:MS, e.g. ttft:500,itl:50")
-        k, v = part.split(":", 1)
-        k = k.strip().lower()
-        if k == "e2e":
-            k = "e2el"
-        if k not in SLO_KEYS:
-            raise InputError(f"unknown SLO {k!r} (use {', '.join(SLO_KEYS)})")
-        try:
-            ms = float(v)
-        except ValueError:
-            raise InputError(f"bad SLO value {v!r} for {k}: a number of milliseconds") from None
-        if not ms > 0:
-            raise InputError(f"SLO {k} must be > 0 ms")
-        out[k] = ms
-    return out
+    """``"ttft:500,itl:50"`` → ``{"ttft": 500.0, "itl": 50.0}`` (milliseconds; ``e2e`` means ``e2el``)."""
+    return parse_ms_pairs(text, allowed=SLO_KEYS, usage="--slo takes NAME:MS, e.g. ttft:500,itl:50 (NAME: "
+                          + ", ".join(SLO_KEYS) + ")", aliases={"e2e": "e2el"})
 
 
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float | None:
