@@ -65,6 +65,7 @@ from typing import Any, Callable, Sequence
 
 from phasescope.apis.base import Target
 from phasescope.errors import InputError, PhasescopeError, TargetError
+from phasescope.load.bench import _install_sigint, _restore_sigint
 from phasescope.load.runner import BackgroundWriter, RunnerHealth, RunResult, health_warnings, run_load
 from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workers import _result_meta, resolve_send, split_concurrency
@@ -669,24 +670,6 @@ def run_bench_ray(cfg: Any, sched: Schedule, items: list[WorkItem], target: Targ
         _restore_sigint(prev)
         if file_writer is not None:
             file_writer.close()
-
-
-def _install_sigint(handler: Callable[[], Any]) -> Any:
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        return signal.signal(signal.SIGINT, lambda *_: handler())
-    except ValueError:
-        return None
-
-
-def _restore_sigint(prev: Any) -> None:
-    import signal
-
-    if prev is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, prev)
 
 
 def u_is_http(u: str) -> bool:
