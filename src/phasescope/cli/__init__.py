@@ -44,10 +44,17 @@ def _root(
     """phasescope: prefill and decode, measured apart."""
 
 
+#: help lists commands in this order (the main job first); modules not named here follow by name
+_ORDER = ("cmd_probe", "cmd_explain", "cmd_bench", "cmd_watch", "cmd_runs", "cmd_plan", "cmd_theory", "cmd_engine")
+
+
 def _discover() -> None:
     import phasescope.cli as pkg
 
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+    def rank(name: str) -> tuple[int, str]:
+        return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: rank(m.name)):
         if info.name.startswith("cmd_"):
             module = importlib.import_module(f"phasescope.cli.{info.name}")
             register = getattr(module, "register", None)
