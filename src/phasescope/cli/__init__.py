@@ -71,6 +71,23 @@ def _sigterm_as_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
+    """Usage, other click and abort exception classes: typer ≥ 0.25 vendors click as
+    ``typer._click``, older typer uses the ``click`` package; catch whichever is in use."""
+    mods = []
+    for name in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mods.append(importlib.import_module(name))
+        except ImportError:
+            pass
+    aborts = {typer.Abort, *(m.Abort for m in mods if hasattr(m, "Abort"))}
+    return (
+        tuple(m.UsageError for m in mods),
+        tuple(m.ClickException for m in mods),
+        tuple(aborts),
+    )
+
+
 def main() -> None:
     """Console-script entry point: run the app, turning our errors into one clear line."""
     import signal
@@ -79,11 +96,27 @@ def main() -> None:
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     except ValueError:  # not the main thread (embedded use): leave signals alone
         pass
+    usage_errors, click_errors, aborts = _click_exception_types()
     try:
-        app()
+        # standalone_mode=False: click hands usage errors to us instead of drawing a panel, so bad
+        # flags get the same one line as every other bad input
+        code = app(standalone_mode=False)
     except PhasescopeError as exc:
         print(f"phasescope: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except usage_errors as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:  # bare `phasescope`: the help
+            print(ctx.get_help())
+            sys.exit(0)
+        where = ctx.command_path if ctx is not None else "phasescope"
+        print(f"phasescope: error: {exc.format_message()} (see `{where} --help`)", file=sys.stderr)
+        sys.exit(2)
+    except click_errors as exc:
+        print(f"phasescope: error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 1))
+    except (KeyboardInterrupt, *aborts):
         print("phasescope: interrupted", file=sys.stderr)
         sys.exit(130)
+    if isinstance(code, int) and code:
+        sys.exit(code)
