@@ -221,10 +221,6 @@ def _save(doc: dict[str, Any], spec: PlanSpec, res: SimResult | None, o: PlanOpt
     target = f"sim://{doc['device']}/{doc['model']}"
     with store.recording("plan", target, params, model=doc["model"], device=doc["device"], api="sim",
                          engine=f"sim-{spec.sched.policy}") as run:
-        # simulated records can be regenerated from the seed: no need to fsync each one
-        writer = getattr(run, "_writer", None)
-        if writer is not None and hasattr(writer, "_fsync"):
-            writer._fsync = False
         if res is not None:
             for rec in to_records(res, model=doc["model"], target=target, wall_base_ns=time.time_ns(),
                                   limit=o.records_limit, tags={"plan_mode": doc["mode"]}):
