@@ -13,6 +13,7 @@ import pytest
 
 from phasescope.load.bench import BenchConfig, run_bench
 from phasescope.load.summary import summarize
+from phasescope.testing.behaviour_fake import Behaviour, running_behaviour_fake
 from phasescope.testing.fakeserver import FakeServer
 
 PS = [sys.executable, "-m", "phasescope"]
@@ -96,3 +97,42 @@ def test_cli_bad_route_and_duplicate_target_are_one_line_errors(tmp_path: Path) 
             assert p.returncode == 2, (args, p.stderr)
             assert needle in p.stderr and "Traceback" not in p.stderr
             assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_each_endpoint_is_scraped_and_one_without_metrics_does_not_fail_the_run(tmp_path: Path) -> None:
+    # a vLLM-style fake with /metrics (counters it really served) and a server answering 501 on /metrics
+    with FakeServer(ttft_s=0.01, itl_s=0.002).running() as a, \
+            running_behaviour_fake(Behaviour(model="fake-model", metrics=False)) as b:
+        br = run_bench(_cfg([a.url, b.url], tmp_path, num_prompts=12, server_metrics=True, metrics_interval_s=0.2))
+        served_a = sum(1 for g in a.log if g.path.endswith("completions"))
+    assert all(r.ok for r in br.records) and br.summary["completed"] == 12
+    eps = {e["endpoint"]: e for e in br.summary["endpoints"]}
+    sa, sb = eps[a.url]["server_metrics"], eps[b.url]["server_metrics"]
+    assert served_a == 6
+    assert sa["available"] and sa["engine"] == "vllm" and sa["summary"]["scrapes"] >= 2
+    # the server's own generation counter over the run = the tokens the client got from that endpoint
+    assert sa["summary"]["generation_tokens"] == eps[a.url]["total_output_tokens"] == 6 * 4
+    assert sa["timeline"] and sa["timeline"][-1]["generation_tokens"] == 24
+    assert sb["available"] is False and sb["reason"] and sb["summary"] == {}
+    assert eps[b.url]["ttft_client_vs_server"] is None
+    agg = br.summary["server_metrics"]
+    assert agg["available"] and agg["summary"]["endpoints"] == 2 and agg["summary"]["endpoints_with_metrics"] == 1
+    assert agg["summary"]["generation_tokens"] == 24
+    assert any(b.url in n for n in agg["notes"])
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["endpoints"][0]["server_metrics"]["summary"]["generation_tokens"] == 24
+
+
+def test_cli_prints_per_endpoint_server_metrics(tmp_path: Path) -> None:
+    with FakeServer(ttft_s=0.01, itl_s=0.002).running() as a, FakeServer(ttft_s=0.01, itl_s=0.002).running() as b:
+        p = subprocess.run(PS + ["bench", a.url, "--target", b.url, "-n", "8", "--request-rate", "50",
+                                 "--input-len", "6", "--output-len", "4", "--warmup", "0", "--no-store",
+                                 "--metrics-interval", "0.2", "--out", str(tmp_path)],
+                           capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
+                                                                            "COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "per endpoint: server /metrics" in p.stdout, p.stdout[-3000:]
+    rows = [ln for ln in p.stdout.splitlines() if ln.startswith((a.url, b.url)) and "scrapes" in ln]
+    assert len(rows) == 2, p.stdout[-3000:]
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert [e["server_metrics"]["summary"]["generation_tokens"] for e in s["endpoints"]] == [16, 16]

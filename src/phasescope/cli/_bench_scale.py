@@ -16,6 +16,29 @@ def _f(v: Any, nd: int = 1) -> str:
     return str(v)
 
 
+def _print_endpoint_server_metrics(eps: list[dict[str, Any]]) -> None:
+    """Each endpoint's own /metrics summary (``endpoints[i].server_metrics``), one row per endpoint."""
+    from rich.table import Table
+
+    t = Table(title="per endpoint: server /metrics", box=None, pad_edge=False)
+    for c in ("endpoint", "/metrics", "max running", "max waiting", "KV peak", "preempt.", "gen tokens",
+              "srv TTFT p50 ms", "client-srv TTFT ms"):
+        t.add_column(c, justify="left" if c in ("endpoint", "/metrics") else "right")
+    for e in eps:
+        sm = e.get("server_metrics") or {}
+        if not sm.get("available"):
+            t.add_row(str(e.get("endpoint")), f"none ({sm.get('reason') or 'not scraped'})"[:60],
+                      *["-"] * 7)
+            continue
+        ss = sm.get("summary") or {}
+        cmp_ = e.get("ttft_client_vs_server") or {}
+        t.add_row(str(e.get("endpoint")), f"{sm.get('engine')}, {ss.get('scrapes')} scrapes",
+                  _f(ss.get("max_running"), 0), _f(ss.get("max_waiting"), 0), _f(ss.get("kv_usage_peak"), 3),
+                  _f(ss.get("preemptions"), 0), _f(ss.get("generation_tokens"), 0),
+                  _f(ss.get("server_ttft_p50_ms")), _f(cmp_.get("client_minus_server_mean_ms")))
+    console.print(t, soft_wrap=True)
+
+
 def print_scale_out(s: dict[str, Any]) -> None:
     """The ``endpoints`` and ``ray`` sections of a bench summary, when present."""
     from rich.table import Table
@@ -33,6 +56,8 @@ def print_scale_out(s: dict[str, Any]) -> None:
                       _f(e.get("median_ttft_ms")), _f(e.get("p99_ttft_ms")), _f(e.get("median_itl_ms"), 2),
                       _f(e.get("p99_itl_ms"), 2))
         console.print(t)
+        if any(e.get("server_metrics") for e in eps):
+            _print_endpoint_server_metrics(eps)
     ray = s.get("ray")
     if ray:
         t = Table(title=f"Ray actors ({ray.get('cluster')}; clock alignment ± "

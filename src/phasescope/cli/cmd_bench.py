@@ -72,12 +72,19 @@ def _print_summary(s: dict[str, Any]) -> None:
     sm = (s.get("server_metrics") or {})
     if sm.get("available"):
         ss = sm.get("summary") or {}
-        t.add_row("[dim]Server /metrics[/dim]", f"{sm.get('engine')}, {ss.get('scrapes')} scrapes")
-        t.add_row("  max running / waiting", f"{_fmt(ss.get('max_running'), 0)} / {_fmt(ss.get('max_waiting'), 0)}")
-        t.add_row("  time with queue > 0 (s)", _fmt(ss.get("time_with_queue_s")))
+        if "endpoints_with_metrics" in ss:  # several endpoints: the fleet aggregate (per endpoint below)
+            t.add_row("[dim]Server /metrics (all endpoints)[/dim]",
+                      f"{sm.get('engine')}, {ss.get('endpoints_with_metrics')} of {ss.get('endpoints')} endpoints")
+            t.add_row("  Σ max running / waiting",
+                      f"{_fmt(ss.get('max_running_sum'), 0)} / {_fmt(ss.get('max_waiting_sum'), 0)}")
+        else:
+            t.add_row("[dim]Server /metrics[/dim]", f"{sm.get('engine')}, {ss.get('scrapes')} scrapes")
+            t.add_row("  max running / waiting", f"{_fmt(ss.get('max_running'), 0)} / {_fmt(ss.get('max_waiting'), 0)}")
+            t.add_row("  time with queue > 0 (s)", _fmt(ss.get("time_with_queue_s")))
         t.add_row("  KV-cache usage peak", _fmt(ss.get("kv_usage_peak"), 3))
         t.add_row("  preemptions", _fmt(ss.get("preemptions"), 0))
-        t.add_row("  prefix-cache hit rate", _fmt(ss.get("prefix_cache_hit_rate"), 3))
+        if "endpoints_with_metrics" not in ss:
+            t.add_row("  prefix-cache hit rate", _fmt(ss.get("prefix_cache_hit_rate"), 3))
         t.add_row("  server generation tokens", _fmt(ss.get("generation_tokens"), 0))
         cmp_ = s.get("ttft_client_vs_server")
         if cmp_:

@@ -31,7 +31,12 @@ from phasescope.errors import InputError
 from phasescope.jsonutil import dumps
 from phasescope.load.runner import RunResult, health_warnings, prewarm_count, run_load
 from phasescope.load.schedule import Schedule, build_schedule, read_trace
-from phasescope.load.server_metrics import ServerMetricsRecorder, ServerMetricsResult, compare_ttft
+from phasescope.load.server_metrics import (
+    MultiServerMetricsRecorder,
+    ServerMetricsRecorder,
+    ServerMetricsResult,
+    compare_ttft,
+)
 from phasescope.load.summary import DEFAULT_PERCENTILES, summarize
 from phasescope.load.workload import WorkItem, jsonl_workload, random_workload, sharegpt_workload
 from phasescope.measure.records import RecordWriter, RequestRecord
@@ -233,10 +238,14 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
         out_dir.mkdir(parents=True, exist_ok=True)
     run_id = recording.id if recording is not None else (out_dir.name if out_dir else "run")
 
-    recorder: ServerMetricsRecorder | None = None
-    from phasescope.load.routing import is_multi
+    recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None = None
+    from phasescope.load.routing import MultiTarget, is_multi
 
-    if cfg.server_metrics and not is_multi(target):  # several endpoints: /metrics is not scraped (yet)
+    if cfg.server_metrics and is_multi(target):  # one scraper per endpoint
+        assert isinstance(target, MultiTarget)
+        recorder = MultiServerMetricsRecorder({e.display_url: e.base_url for e in target.endpoints},
+                                              interval_s=cfg.metrics_interval_s, api_key=target.api_key)
+    elif cfg.server_metrics:
         recorder = ServerMetricsRecorder(target.base_url, interval_s=cfg.metrics_interval_s, api_key=target.api_key)
     status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
     try:
@@ -255,10 +264,13 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
             recording.__exit__(*__import__("sys").exc_info())
         raise
     server = recorder.stop() if recorder is not None and recorder.started else None
+    per_ep: dict[str, ServerMetricsResult] = (
+        recorder.per_endpoint if server is not None and isinstance(recorder, MultiServerMetricsRecorder) else {})
     if server is not None and cfg.workers > 1 and res.wall_t0_ns:
         # workers' t0 is a wall-clock instant: place the timeline on it
-        for row in server.timeline:
-            row["t_s"] = row["wall_s"] - res.wall_t0_ns / 1e9
+        for one in [server, *per_ep.values()]:
+            for row in one.timeline:
+                row["t_s"] = row["wall_s"] - res.wall_t0_ns / 1e9
 
     summary = assemble_summary(cfg, target, res, server, sched)
     summary["run_id"] = run_id
@@ -268,6 +280,10 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     add_ray_summary(summary, res)
     summary["endpoints"] = endpoint_breakdown(res.records, target, percentiles=cfg.percentiles,
                                               goodput=cfg.goodput or None) or None
+    for ep in summary["endpoints"] or []:  # each endpoint's own /metrics (None: not scraped)
+        one = per_ep.get(ep["endpoint"])
+        ep["server_metrics"] = one.to_dict() if one is not None else None
+        ep["ttft_client_vs_server"] = compare_ttft(ep, one.summary) if one is not None and one.available else None
     rpath = None
     if recording is not None:
         rpath = str(recording.records_path)
@@ -284,7 +300,7 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
 
 def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Path | None,
                 recording: Any, on_record: ProgressFn | None, stop: threading.Event, run_id: str,
-                recorder: ServerMetricsRecorder | None) -> RunResult:
+                recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None) -> RunResult:
     sinks: list[Any] = []
     file_writer = RecordWriter(out_dir / "records.jsonl") if out_dir is not None else None
     if file_writer is not None:
@@ -333,7 +349,7 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
 
 def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Path | None,
                recording: Any, on_record: ProgressFn | None, stop: threading.Event, run_id: str,
-               recorder: ServerMetricsRecorder | None) -> RunResult:
+               recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None) -> RunResult:
     import tempfile
 
     from phasescope.load.workers import run_workers

@@ -163,13 +163,18 @@ class ServerMetricsRecorder:
     def started(self) -> bool:
         return self._thread is not None
 
-    def start(self, t0_ns: int | None = None) -> None:
+    def start(self, t0_ns: int | None = None, *, wait: bool = True) -> None:
         if self._thread is not None:
             return
         self.t0_ns = t0_ns if t0_ns is not None else now_ns()
         self._thread = threading.Thread(target=self._run, name="phasescope-scrape", daemon=True)
         self._thread.start()
-        # the baseline scrape must precede the first request, or its tokens fall outside the deltas
+        if wait:
+            self.wait_first()
+
+    def wait_first(self) -> None:
+        """Block until the baseline scrape is in (or failed): it must precede the first request,
+        or that request's tokens fall outside the deltas."""
         self._first.wait(timeout=max(2.0, self.interval_s))
 
     def _run(self) -> None:
@@ -204,3 +209,91 @@ class ServerMetricsRecorder:
         if not self._snaps:
             res.reason = self._errors[0] if self._errors else "no scrape completed"
         return res
+
+
+# Summary keys that add up over endpoints (counters and rates of disjoint servers) and keys whose
+# fleet value is the largest endpoint's (a gauge peak of one server, not of the sum).
+_SUM_KEYS = ("preemptions", "generation_tokens", "prompt_tokens", "generation_tok_s", "server_ttft_observations")
+_MAX_KEYS = ("kv_usage_peak",)
+
+
+def aggregate_results(per_endpoint: dict[str, ServerMetricsResult]) -> ServerMetricsResult:
+    """The fleet view of several endpoints' results.
+
+    ``summary``: Σ over endpoints with metrics of ``generation_tokens``, ``prompt_tokens``,
+    ``preemptions``, ``generation_tok_s``, ``server_ttft_observations``; ``kv_usage_peak`` = max over
+    endpoints; ``max_running_sum`` / ``max_waiting_sum`` = Σ of each endpoint's peak (an upper
+    bound of the fleet's simultaneous peak); ``server_ttft_mean_ms`` = observation-weighted mean of
+    the endpoints' histogram means; ``endpoints_with_metrics`` / ``endpoints`` counts. Percentiles do
+    not aggregate (no merged histogram) and are left out. ``timeline`` is empty: each endpoint
+    keeps its own (scrapes are not simultaneous across servers).
+    """
+    ok = {u: r for u, r in per_endpoint.items() if r.available}
+    res = ServerMetricsResult(available=bool(ok), interval_s=next(iter(per_endpoint.values())).interval_s
+                              if per_endpoint else 1.0)
+    if not ok:
+        reasons = sorted({r.reason or "unavailable" for r in per_endpoint.values()})
+        res.reason = "no endpoint exposed /metrics (" + "; ".join(reasons) + ")"
+        return res
+    engines = sorted({r.engine for r in ok.values() if r.engine})
+    res.engine = engines[0] if len(engines) == 1 else (",".join(engines) or None)
+    summ: dict[str, Any] = {"endpoints": len(per_endpoint), "endpoints_with_metrics": len(ok)}
+    for k in _SUM_KEYS:
+        vals = [r.summary.get(k) for r in ok.values() if r.summary.get(k) is not None]
+        summ[k] = float(sum(vals)) if vals else None
+    for k in _MAX_KEYS:
+        vals = [r.summary.get(k) for r in ok.values() if r.summary.get(k) is not None]
+        summ[k] = max(vals) if vals else None
+    for k in ("max_running", "max_waiting"):
+        vals = [r.summary.get(k) for r in ok.values() if r.summary.get(k) is not None]
+        summ[k + "_sum"] = float(sum(vals)) if vals else None
+    pairs = [(r.summary.get("server_ttft_mean_ms"), r.summary.get("server_ttft_observations")) for r in ok.values()]
+    pairs = [(m, n) for m, n in pairs if m is not None and n]
+    summ["server_ttft_mean_ms"] = (sum(m * n for m, n in pairs) / sum(n for _, n in pairs)) if pairs else None
+    res.summary = summ
+    res.notes = [f"{u}: {n}" for u, r in per_endpoint.items() for n in r.notes]
+    missing = [u for u, r in per_endpoint.items() if not r.available]
+    if missing:
+        res.notes.append("no /metrics from " + ", ".join(missing))
+    return res
+
+
+class MultiServerMetricsRecorder:
+    """One :class:`ServerMetricsRecorder` per endpoint (own thread each), behind the recorder's
+    interface (``start``/``t0_ns``/``started``/``stop``). ``stop()`` returns the aggregate
+    (:func:`aggregate_results`); the per-endpoint results are in ``per_endpoint`` after it, keyed
+    by URL. An endpoint without /metrics only marks its own result unavailable."""
+
+    def __init__(self, endpoints: dict[str, str], *, interval_s: float = 1.0, api_key: str | None = None) -> None:
+        """``endpoints``: display URL → base URL to scrape."""
+        self.recorders = {u: ServerMetricsRecorder(base, interval_s=interval_s, api_key=api_key)
+                          for u, base in endpoints.items()}
+        self.per_endpoint: dict[str, ServerMetricsResult] = {}
+        self._t0_ns = now_ns()
+
+    @property
+    def t0_ns(self) -> int:
+        return self._t0_ns
+
+    @t0_ns.setter
+    def t0_ns(self, v: int) -> None:
+        self._t0_ns = v
+        for r in self.recorders.values():
+            r.t0_ns = v
+
+    @property
+    def started(self) -> bool:
+        return any(r.started for r in self.recorders.values())
+
+    def start(self, t0_ns: int | None = None) -> None:
+        self._t0_ns = t0_ns if t0_ns is not None else now_ns()
+        for r in self.recorders.values():  # all threads first, then wait: baselines in parallel
+            r.start(self._t0_ns, wait=False)
+        for r in self.recorders.values():
+            r.wait_first()
+
+    def stop(self) -> ServerMetricsResult:
+        for r in self.recorders.values():
+            r._stop.set()
+        self.per_endpoint = {u: r.stop() for u, r in self.recorders.items()}
+        return aggregate_results(self.per_endpoint)
