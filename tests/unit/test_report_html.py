@@ -12,7 +12,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from report_synth import concurrent_run, sequential_run  # noqa: E402
 
 from phasescope.errors import InputError  # noqa: E402
-from phasescope.report.html import PLOTS, build_plots, find_ceilings, find_timeline, write_report  # noqa: E402
+from phasescope.report.html import (  # noqa: E402
+    PLOTS,
+    build_plots,
+    endpoint_rows,
+    esc,
+    find_ceilings,
+    find_timeline,
+    write_report,
+)
 from phasescope.report.store import RunInfo  # noqa: E402
 
 EVIL = "<script>alert('pwned')</script>"
@@ -129,3 +137,53 @@ def test_errors(tmp_path: Path) -> None:
     one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0)
     with pytest.raises(InputError, match="cannot write"):
         write_report([(one, [])], f / "r.html")
+
+
+def _two_endpoint_run() -> tuple:  # type: ignore[type-arg]
+    # a bench run routed round-robin over a fast and a slow endpoint (second one's name is hostile)
+    fast = "http://127.0.0.1:8001"
+    slow = "http://127.0.0.1:8002/" + EVIL
+    recs = concurrent_run((2,), 12, seed=5)
+    slow_recs = concurrent_run((2,), 12, seed=6, ttft_s=0.5, itl_s=0.05)
+    for r in recs:
+        r.tags["endpoint"] = fast
+    for r in slow_recs:
+        r.tags["endpoint"] = slow
+    summary = {"endpoints": [
+        {"endpoint": fast, "server_metrics": {"available": True, "engine": "vllm",
+                                              "summary": {"max_running": 2.0, "kv_usage_peak": 0.25,
+                                                          "generation_tokens": 384.0}}},
+        {"endpoint": slow, "server_metrics": {"available": False, "reason": "HTTP 501 " + EVIL, "summary": {}}}]}
+    info = RunInfo(id="r7", kind="bench", status="complete", started_at=1e9, model="m", summary=summary)
+    return (info, recs + slow_recs), fast, slow
+
+
+def test_per_endpoint_section_for_a_multi_endpoint_run(tmp_path: Path) -> None:
+    run, fast, slow = _two_endpoint_run()
+    res = write_report([run], tmp_path / "r.html")
+    assert "per_endpoint" in res.plots and "per_endpoint" not in res.skipped
+    page = (tmp_path / "r.html").read_text()
+    assert "<h3>Per endpoint</h3>" in page and 'id="plot-per_endpoint"' in page
+    assert EVIL not in page and esc(slow) in page
+    assert "vllm: max running 2, KV peak 0.250, gen tokens 384" in page
+    assert "none (HTTP 501 " in page
+    assert len(re.findall(r"<script[\s>]", page)) == 4
+    rows = endpoint_rows([run])
+    assert [(r["endpoint"], r["requests"], r["share"]) for r in rows] == [(fast, 12, 0.5), (slow, 12, 0.5)]
+    # each row is that endpoint's records alone: the slow one's TTFT and ITL are the larger
+    assert rows[1]["median_ttft_ms"] > 5 * rows[0]["median_ttft_ms"]
+    assert rows[1]["p99_itl_ms"] > 3 * rows[0]["p99_itl_ms"]
+    plot = next(p for p in build_plots([run])[0] if p.name == "per_endpoint")
+    p50 = next(t for t in plot.figure.data if t.name == "p50 TTFT")
+    assert list(p50.y) == [rows[0]["median_ttft_ms"], rows[1]["median_ttft_ms"]]
+    assert all("<script>" not in str(x) for x in p50.x)
+
+
+def test_no_per_endpoint_section_for_one_endpoint(tmp_path: Path) -> None:
+    run, fast, _ = _two_endpoint_run()
+    info, recs = run
+    only_fast = [r for r in recs if r.tags["endpoint"] == fast]
+    res = write_report([(info, only_fast), *full_runs()], tmp_path / "r.html")
+    assert "per_endpoint" not in res.plots and "per_endpoint" not in res.skipped
+    page = (tmp_path / "r.html").read_text()
+    assert "Per endpoint" not in page and "plot-per_endpoint" not in page

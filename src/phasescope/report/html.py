@@ -17,6 +17,9 @@ left out, and the page says why):
   (records tagged ``concurrency``), the latency/throughput trade-off curve.
 * ``server_timeline`` — running / waiting requests and KV-cache usage over the run, from the
   summary's ``server_timeline`` (bench scrapes the server's /metrics).
+* ``per_endpoint`` (only when a run's records went to more than one endpoint, ``bench --target``)
+  — p50/p99 TTFT and ITL per endpoint, from the records' ``tags.endpoint``; with a table of each
+  endpoint's requests, share, req/s, output tok/s, latency percentiles and its own /metrics summary.
 * ``ceilings`` — measured decode and prefill rates next to their physical ceilings
   (roofline-style), from ceilings found in the summary (``decode_ceiling_tok_s``,
   ``prefill_ceiling_tok_s``, or ``prefill_floor_s`` with ``prompt_tokens``).
@@ -453,7 +456,106 @@ PLOTS: tuple[tuple[str, str, Callable[[list[Run]], Plot | str]], ...] = (
 )
 
 
+# --- several endpoints (bench --target, issue 10) -----------------------------------------------
+def endpoint_groups(recs: list[RequestRecord]) -> dict[str, list[RequestRecord]]:
+    """A run's measured records by endpoint (``tags.endpoint``, as :mod:`phasescope.load.routing`
+    tags them), in first-seen order. Records without the tag are left out."""
+    out: dict[str, list[RequestRecord]] = {}
+    for r in usable(recs):
+        ep = r.tags.get("endpoint")
+        if ep:
+            out.setdefault(str(ep), []).append(r)
+    return out
+
+
+def endpoint_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    """One row per (run, endpoint) for every run whose records went to more than one endpoint:
+    ``run``, ``endpoint``, ``requests``, ``share`` (fraction of the run's tagged requests),
+    ``completed``, ``failed``, ``request_throughput`` (req/s), ``output_throughput`` (tok/s),
+    ``{median,p99}_{ttft,itl}_ms`` — :func:`phasescope.load.summary.summarize` over that
+    endpoint's records alone (the same numbers ``bench`` prints per endpoint) — and
+    ``server_metrics`` (that endpoint's /metrics summary from the stored bench summary, or None)."""
+    from phasescope.load.summary import summarize
+
+    rows: list[dict[str, Any]] = []
+    for info, recs in runs:
+        groups = endpoint_groups(recs)
+        if len(groups) < 2:
+            continue
+        total = sum(len(g) for g in groups.values())
+        stored = {}
+        summ = info.summary if isinstance(info.summary, dict) else {}
+        for e in summ.get("endpoints") or []:
+            if isinstance(e, dict) and e.get("endpoint"):
+                stored[str(e["endpoint"])] = e.get("server_metrics")
+        for ep, group in groups.items():
+            s = summarize(group, percentiles=(50.0, 99.0))
+            rows.append({"run": info.id, "endpoint": ep, "requests": len(group), "share": len(group) / total,
+                         "completed": s.get("completed"), "failed": s.get("failed"),
+                         "request_throughput": s.get("request_throughput"),
+                         "output_throughput": s.get("output_throughput"),
+                         **{k: s.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms")},
+                         "server_metrics": stored.get(ep)})
+    return rows
+
+
+def plot_per_endpoint(runs: list[Run]) -> Plot | str:
+    """Grouped bars: p50/p99 TTFT and p50/p99 ITL (ms) for each endpoint of each multi-endpoint run."""
+    import plotly.graph_objects as go
+
+    rows = endpoint_rows(runs)
+    if not rows:
+        return "no run sent requests to more than one endpoint"
+    several = len({r["run"] for r in rows}) > 1
+    xs = [esc(f"{r['run']} · {r['endpoint']}" if several else r["endpoint"]) for r in rows]
+    fig = go.Figure()
+    for k, (key, name) in enumerate((("median_ttft_ms", "p50 TTFT"), ("p99_ttft_ms", "p99 TTFT"),
+                                     ("median_itl_ms", "p50 ITL"), ("p99_itl_ms", "p99 ITL"))):
+        fig.add_trace(go.Bar(x=xs, y=[r[key] for r in rows], name=name, marker={"color": PALETTE[k % len(PALETTE)]},
+                             hovertemplate="%{x}<br>" + name + " %{y:.2f} ms<extra></extra>"))
+    _layout(fig, "Latency per endpoint", "endpoint", "ms (log)", barmode="group")
+    fig.update_yaxes(type="log")
+    return Plot("per_endpoint", "latency per endpoint", fig,
+                note="Each endpoint's requests alone (records tagged with their endpoint); ITL per token.")
+
+
+def _endpoints_html(runs: list[Run]) -> str:
+    """The per-endpoint table (only runs with more than one endpoint; empty string otherwise)."""
+    rows = endpoint_rows(runs)
+    if not rows:
+        return ""
+
+    def f(v: Any, nd: int = 2) -> str:
+        return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else (
+            f"{v:.{nd}f}" if isinstance(v, float) else esc(v))
+
+    body = []
+    for r in rows:
+        sm = r["server_metrics"] if isinstance(r["server_metrics"], dict) else None
+        if sm is None:
+            srv = "-"
+        elif sm.get("available"):
+            ss = sm.get("summary") or {}
+            srv = (f"{sm.get('engine')}: max running {f(ss.get('max_running'), 0)}, KV peak "
+                   f"{f(ss.get('kv_usage_peak'), 3)}, gen tokens {f(ss.get('generation_tokens'), 0)}")
+        else:
+            srv = f"none ({sm.get('reason') or 'unavailable'})"
+        body.append(
+            f"<tr><td>{esc(r['run'])}</td><td>{esc(r['endpoint'])}</td><td>{r['requests']}</td>"
+            f"<td>{100 * r['share']:.0f}%</td><td>{f(r['completed'], 0)}</td><td>{f(r['failed'], 0)}</td>"
+            f"<td>{f(r['request_throughput'])}</td><td>{f(r['output_throughput'], 1)}</td>"
+            f"<td>{f(r['median_ttft_ms'])}</td><td>{f(r['p99_ttft_ms'])}</td>"
+            f"<td>{f(r['median_itl_ms'])}</td><td>{f(r['p99_itl_ms'])}</td><td>{esc(srv)}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("run", "endpoint", "requests", "share", "ok", "failed", "req/s",
+                                             "out tok/s", "p50 TTFT ms", "p99 TTFT ms", "p50 ITL ms", "p99 ITL ms",
+                                             "server /metrics"))
+    return (f"<h3>Per endpoint</h3><table class=\"runs endpoints\"><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
 def build_plots(runs: list[Run]) -> tuple[list[Plot], dict[str, str]]:
+    """Every plot of :data:`PLOTS` that has data (the rest in ``skipped`` with the reason), plus
+    ``per_endpoint`` when a run went to more than one endpoint (never listed as skipped)."""
     plots: list[Plot] = []
     skipped: dict[str, str] = {}
     for name, _, fn in PLOTS:
@@ -462,6 +564,9 @@ def build_plots(runs: list[Run]) -> tuple[list[Plot], dict[str, str]]:
             skipped[name] = res
         else:
             plots.append(res)
+    pe = plot_per_endpoint(runs)
+    if not isinstance(pe, str):
+        plots.append(pe)
     return plots, skipped
 
 
@@ -583,6 +688,7 @@ document.addEventListener("securitypolicyviolation", function (e) {{ window.__ps
 <div class=meta>generated {now} by phasescope {esc(__version__)} · opens offline · {len(plots)} plots</div>
 {findings}
 {_runs_table(runs)}
+{_endpoints_html(runs)}
 {''.join(divs)}
 {f'<div class=skipped>Not plotted (no data in these runs):<ul>{skipped_html}</ul></div>' if skipped_html else ''}
 <pre id="ps-errors"></pre>
