@@ -132,7 +132,7 @@ def test_cli_prints_per_endpoint_server_metrics(tmp_path: Path) -> None:
                                                                             "COLUMNS": "200"})
     assert p.returncode == 0, p.stderr[-2000:]
     assert "per endpoint: server /metrics" in p.stdout, p.stdout[-3000:]
-    rows = [ln for ln in p.stdout.splitlines() if ln.startswith((a.url, b.url)) and "scrapes" in ln]
+    rows = [ln for ln in p.stdout.splitlines() if ln.startswith((a.url, b.url)) and " vllm " in ln]
     assert len(rows) == 2, p.stdout[-3000:]
     s = json.loads((tmp_path / "summary.json").read_text())
     assert [e["server_metrics"]["summary"]["generation_tokens"] for e in s["endpoints"]] == [16, 16]

@@ -17,26 +17,30 @@ def _f(v: Any, nd: int = 1) -> str:
 
 
 def _print_endpoint_server_metrics(eps: list[dict[str, Any]]) -> None:
-    """Each endpoint's own /metrics summary (``endpoints[i].server_metrics``), one row per endpoint."""
+    """Each endpoint's own /metrics summary (``endpoints[i].server_metrics``), one row per endpoint;
+    why an endpoint has none is printed under the table."""
     from rich.table import Table
 
     t = Table(title="per endpoint: server /metrics", box=None, pad_edge=False)
-    for c in ("endpoint", "/metrics", "max running", "max waiting", "KV peak", "preempt.", "gen tokens",
-              "srv TTFT p50 ms", "client-srv TTFT ms"):
-        t.add_column(c, justify="left" if c in ("endpoint", "/metrics") else "right")
+    for c in ("endpoint", "/metrics", "max run", "max wait", "KV peak", "preempt", "gen tok", "srv TTFT p50",
+              "cli-srv TTFT"):
+        t.add_column(c, justify="left" if c in ("endpoint", "/metrics") else "right", no_wrap=c == "endpoint")
+    why = []
     for e in eps:
         sm = e.get("server_metrics") or {}
         if not sm.get("available"):
-            t.add_row(str(e.get("endpoint")), f"none ({sm.get('reason') or 'not scraped'})"[:60],
-                      *["-"] * 7)
+            t.add_row(str(e.get("endpoint")), "none", *["-"] * 7)
+            why.append(f"  no /metrics from {e.get('endpoint')}: {sm.get('reason') or 'not scraped'}")
             continue
         ss = sm.get("summary") or {}
         cmp_ = e.get("ttft_client_vs_server") or {}
-        t.add_row(str(e.get("endpoint")), f"{sm.get('engine')}, {ss.get('scrapes')} scrapes",
-                  _f(ss.get("max_running"), 0), _f(ss.get("max_waiting"), 0), _f(ss.get("kv_usage_peak"), 3),
-                  _f(ss.get("preemptions"), 0), _f(ss.get("generation_tokens"), 0),
-                  _f(ss.get("server_ttft_p50_ms")), _f(cmp_.get("client_minus_server_mean_ms")))
-    console.print(t, soft_wrap=True)
+        t.add_row(str(e.get("endpoint")), str(sm.get("engine")), _f(ss.get("max_running"), 0),
+                  _f(ss.get("max_waiting"), 0), _f(ss.get("kv_usage_peak"), 3), _f(ss.get("preemptions"), 0),
+                  _f(ss.get("generation_tokens"), 0), _f(ss.get("server_ttft_p50_ms")),
+                  _f(cmp_.get("client_minus_server_mean_ms")))
+    console.print(t)
+    for w in why:
+        console.print(w, highlight=False, soft_wrap=True)
 
 
 def print_scale_out(s: dict[str, Any]) -> None:
