@@ -80,43 +80,47 @@ def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0) -> ai
 class _Watchdog:
     """One timer per request that cancels the running task when a deadline passes.
 
-    ``arm(kind, seconds)`` moves the deadline; the timer re-schedules itself lazily when it fires
-    early, so re-arming on every read is a couple of attribute stores.
+    The deadline is a ``now_ns()`` number: ``arm(kind, seconds)`` sets it (and reschedules the
+    timer only when the new deadline is sooner), and the receive loop moves it on with one store
+    (``dog.deadline_ns = t + period_ns``) per read that brought a token. The timer re-schedules
+    itself lazily when it fires before the current deadline, so nothing is re-armed per event.
     """
 
-    __slots__ = ("loop", "task", "kind", "deadline", "handle", "fired")
+    __slots__ = ("loop", "task", "kind", "deadline_ns", "handle", "fired")
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()
         self.kind: str | None = None
-        self.deadline = float("inf")
+        self.deadline_ns: float = float("inf")
         self.handle: asyncio.TimerHandle | None = None
         self.fired: str | None = None
 
     def arm(self, kind: str, seconds: float | None) -> None:
         if seconds is None or self.task is None:
-            self.kind, self.deadline = None, float("inf")
+            self.kind, self.deadline_ns = None, float("inf")
             return
         self.kind = kind
-        self.deadline = self.loop.time() + seconds
+        delay = float(seconds)
+        self.deadline_ns = now_ns() + delay * 1e9
+        when = self.loop.time() + delay
         if self.handle is None:
-            self.handle = self.loop.call_at(self.deadline, self._fire)
-        elif self.handle.when() > self.deadline:  # a sooner deadline (first token → between tokens)
+            self.handle = self.loop.call_at(when, self._fire)
+        elif self.handle.when() > when:  # a sooner deadline (first token → between tokens)
             self.handle.cancel()
-            self.handle = self.loop.call_at(self.deadline, self._fire)
+            self.handle = self.loop.call_at(when, self._fire)
 
     def _fire(self) -> None:
         self.handle = None
         if self.kind is None or self.fired:
             return
-        now = self.loop.time()
-        if now >= self.deadline:
+        left_ns = self.deadline_ns - now_ns()
+        if left_ns <= 0:
             self.fired = self.kind
             assert self.task is not None
             self.task.cancel()
         else:
-            self.handle = self.loop.call_at(self.deadline, self._fire)
+            self.handle = self.loop.call_later(left_ns / 1e9, self._fire)
 
     def close(self) -> None:
         self.kind = None
@@ -261,10 +265,15 @@ def new_record(target: Target, req: GenRequest) -> RequestRecord:
     )
 
 
+#: ``str`` decoder: SSE and NDJSON are UTF-8 by definition, so decoding the bytes ourselves skips
+#: ``json.loads``' encoding detection (same result: it decodes UTF-8 with ``surrogatepass`` too)
+_json_decode = json.JSONDecoder().decode
+
+
 def _decode_json(payload: bytes, target: Target, path: str) -> Any:
     try:
-        return json.loads(payload)
-    except ValueError:
+        return _json_decode(payload.decode("utf-8", "surrogatepass"))
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
         shown = payload[:120].decode("utf-8", "replace")
         raise E.MalformedEventError(f"{target.display_url}{path}: malformed event (not JSON): {shown!r}") from None
 
@@ -368,45 +377,79 @@ async def _drain(content: aiohttp.StreamReader) -> None:
         pass
 
 
-def _rearm(rec: RequestRecord, n_before: int, proto: Protocol, dog: _Watchdog, between: float | None) -> None:
-    """Restart the between-tokens clock only when this read brought a token: keep-alive comments,
-    role chunks or progress events do not count as the stream being alive."""
-    for e in rec.events[n_before:]:
-        if e.kind in ("content", "reasoning"):
-            proto.got_token = True
-            dog.arm("between_tokens", between)
-            return
+def _token_in(events: list[Event], n_before: int) -> bool:
+    """Did this read bring a token? Only token events restart the between-tokens clock:
+    keep-alive comments, role chunks or progress events do not count as the stream being alive."""
+    for i in range(n_before, len(events)):
+        if events[i].kind in _TOKEN_KINDS:
+            return True
+    return False
+
+
+_TOKEN_KINDS = frozenset(("content", "reasoning"))
+
+
+def _rearm(proto: Protocol, dog: _Watchdog, between: float | None, t_ns: int) -> None:
+    """A token arrived at ``t_ns``: the first one switches the timer to between-tokens (a sooner
+    deadline, so the timer is rescheduled); later ones only move the deadline number."""
+    if proto.got_token:
+        if dog.kind == "between_tokens":
+            dog.deadline_ns = t_ns + between * 1e9 if between is not None else float("inf")
+        return
+    proto.got_token = True
+    dog.arm("between_tokens", between)
 
 
 async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdog) -> None:
-    """Frame ``data:`` events out of raw reads. Comments (``:``), ``event:``/``id:`` lines ignored."""
+    """Frame ``data:`` events out of raw reads. Comments (``:``), ``event:``/``id:`` lines ignored.
+
+    Hot loop (runs once per read, i.e. per event at high concurrency): events are cut out of the
+    buffer by offset (no re-slicing of the remainder per event), each stamped with
+    ``perf_counter_ns`` right after its JSON is decoded, and the between-tokens deadline moves
+    with one store when the read brought a token.
+    """
     rec, target, path = proto.rec, proto.target, proto.path
     between = target.timeouts.between_tokens_s
+    events = rec.events
+    on_message = proto.on_message
+    clock = now_ns
+    decode = _json_decode
     buf = b""
     content = resp.content
     while True:
         chunk = await content.readany()
         if not chunk:
             break
-        n_before = len(rec.events)
+        n_before = len(events)
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buf += chunk
+        buf = buf + chunk if buf else chunk
+        pos = 0
+        t = 0
         while True:
-            i = buf.find(b"\n\n")
+            i = buf.find(b"\n\n", pos)
             if i < 0:
                 break
-            block, buf = buf[:i], buf[i + 2 :]
-            payload = _sse_data(block)
-            if payload is None:
-                continue
+            block = buf[pos:i]
+            pos = i + 2
+            if block[:6] == b"data: " and b"\n" not in block:
+                payload = block[6:]
+            else:
+                payload = _sse_data(block)
+                if payload is None:
+                    continue
             if payload == b"[DONE]":
-                proto.on_done_marker(now_ns())
+                proto.on_done_marker(clock())
                 continue
-            obj = _decode_json(payload, target, path)
-            t = now_ns()
-            proto.on_message(obj, t)
-        _rearm(rec, n_before, proto, dog, between)
+            try:
+                obj = decode(payload.decode("utf-8", "surrogatepass"))
+            except ValueError:
+                obj = _decode_json(payload, target, path)  # raises the one-line error
+            t = clock()
+            on_message(obj, t)
+        buf = buf[pos:] if pos else buf
+        if len(events) > n_before and _token_in(events, n_before):
+            _rearm(proto, dog, between, t)
         if proto.done:
             break
     rec.t_done_ns = now_ns()
@@ -439,27 +482,36 @@ def _sse_data(block: bytes) -> bytes | None:
 
 
 async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdog) -> None:
+    """One JSON message per line; the same hot-loop shape as :func:`_read_sse`."""
     rec, target, path = proto.rec, proto.target, proto.path
     between = target.timeouts.between_tokens_s
+    events = rec.events
+    on_message = proto.on_message
+    clock = now_ns
     buf = b""
     content = resp.content
     while not proto.done:
         chunk = await content.readany()
         if not chunk:
             break
-        n_before = len(rec.events)
-        buf += chunk
+        n_before = len(events)
+        buf = buf + chunk if buf else chunk
+        pos = 0
+        t = 0
         while True:
-            i = buf.find(b"\n")
+            i = buf.find(b"\n", pos)
             if i < 0:
                 break
-            line, buf = buf[:i].strip(), buf[i + 1 :]
+            line = buf[pos:i].strip()
+            pos = i + 1
             if not line:
                 continue
             obj = _decode_json(line, target, path)
-            t = now_ns()
-            proto.on_message(obj, t)
-        _rearm(rec, n_before, proto, dog, between)
+            t = clock()
+            on_message(obj, t)
+        buf = buf[pos:] if pos else buf
+        if len(events) > n_before and _token_in(events, n_before):
+            _rearm(proto, dog, between, t)
     rec.t_done_ns = now_ns()
     if proto.done:
         dog.arm("done", None)  # the answer is complete: no timeout may fail it now
