@@ -340,9 +340,16 @@ class RunStore:
 
     def _migrate(self) -> None:
         with self._conn() as con:
-            mode = con.execute("PRAGMA journal_mode=WAL").fetchone()
-            if mode and str(mode[0]).lower() != "wal":  # e.g. a network file system: still works
-                pass
+            # Switching a fresh database to WAL takes an exclusive lock and SQLite answers "database
+            # is locked" at once (no busy handler) when another writer races us: retry briefly.
+            for attempt in range(50):
+                try:
+                    con.execute("PRAGMA journal_mode=WAL").fetchone()  # not WAL on e.g. NFS: still works
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or attempt == 49:
+                        raise
+                    time.sleep(0.1)
             if _read_version(con) == SCHEMA_VERSION:
                 return
         with self._tx() as con:
