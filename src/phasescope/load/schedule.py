@@ -31,7 +31,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -257,6 +257,25 @@ def build_schedule(
     return finish(Schedule(requests=reqs, rate=rate, **common))  # type: ignore[arg-type]
 
 
+def iter_jsonl_objects(path: Path, *, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of a JSONL file; a missing file, a line
+    that is not JSON or not an object is an :class:`InputError` naming the file and line."""
+    if not path.is_file():
+        raise InputError(f"{what} not found: {path}")
+    with path.open(encoding="utf-8") as fh:
+        for ln, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{ln}: not JSON ({e.msg})") from None
+            if not isinstance(d, dict):
+                raise InputError(f"{path}:{ln}: expected a JSON object")
+            yield ln, d
+
+
 def read_trace(path: str | Path) -> list[TraceEntry]:
     """Read a JSONL trace: one object per request with its arrival time and optional lengths.
 
@@ -265,31 +284,19 @@ def read_trace(path: str | Path) -> list[TraceEntry]:
     ``output_len``/``output_length``. Offsets are made relative to the earliest entry.
     """
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"trace file not found: {p}")
     out: list[TraceEntry] = []
-    with p.open(encoding="utf-8") as fh:
-        for ln, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{p}:{ln}: not JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise InputError(f"{p}:{ln}: expected a JSON object")
-            if "offset_s" in d:
-                off = float(d["offset_s"])
-            elif "timestamp_s" in d:
-                off = float(d["timestamp_s"])
-            elif "timestamp" in d:
-                off = float(d["timestamp"]) / 1000.0
-            else:
-                raise InputError(f"{p}:{ln}: needs offset_s, timestamp_s or timestamp (ms)")
-            il = d.get("input_len", d.get("input_length"))
-            ol = d.get("output_len", d.get("output_length"))
-            out.append(TraceEntry(off, None if il is None else int(il), None if ol is None else int(ol)))
+    for ln, d in iter_jsonl_objects(p, what="trace file"):
+        if "offset_s" in d:
+            off = float(d["offset_s"])
+        elif "timestamp_s" in d:
+            off = float(d["timestamp_s"])
+        elif "timestamp" in d:
+            off = float(d["timestamp"]) / 1000.0
+        else:
+            raise InputError(f"{p}:{ln}: needs offset_s, timestamp_s or timestamp (ms)")
+        il = d.get("input_len", d.get("input_length"))
+        ol = d.get("output_len", d.get("output_length"))
+        out.append(TraceEntry(off, None if il is None else int(il), None if ol is None else int(ol)))
     if not out:
         raise InputError(f"trace file is empty: {p}")
     return out

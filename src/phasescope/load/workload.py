@@ -175,36 +175,28 @@ async def jsonl_workload(
     count_source: str = "tokenize",
 ) -> list[WorkItem]:
     """Read ``{"prompt": ..., "output_len"|"max_tokens": ...}`` lines (in file order)."""
+    from phasescope.load.schedule import iter_jsonl_objects
+
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"dataset file not found: {p}")
     items: list[WorkItem] = []
-    with p.open(encoding="utf-8") as fh:
-        for ln, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{p}:{ln}: not JSON ({e.msg})") from None
-            if not isinstance(d, dict) or not isinstance(d.get("prompt"), str):
-                raise InputError(f"{p}:{ln}: each line needs a string \"prompt\"")
-            ol = d.get("output_len", d.get("max_tokens", default_output_len))
-            try:
-                ol = int(ol)
-            except (TypeError, ValueError):
-                raise InputError(f"{p}:{ln}: output_len must be an integer") from None
-            if ol < 1:
-                raise InputError(f"{p}:{ln}: output_len must be at least 1")
-            il = d.get("input_len")
-            src = "file" if il is not None else "estimate"
-            if il is None and count is not None:
-                il = await count(d["prompt"])
-                src = count_source if il is not None else "estimate"
-            items.append(WorkItem(prompt=d["prompt"], output_len=ol, input_len=il, input_len_source=src))
-            if n is not None and len(items) >= n:
-                break
+    for ln, d in iter_jsonl_objects(p, what="dataset file"):
+        if not isinstance(d.get("prompt"), str):
+            raise InputError(f"{p}:{ln}: each line needs a string \"prompt\"")
+        ol = d.get("output_len", d.get("max_tokens", default_output_len))
+        try:
+            ol = int(ol)
+        except (TypeError, ValueError):
+            raise InputError(f"{p}:{ln}: output_len must be an integer") from None
+        if ol < 1:
+            raise InputError(f"{p}:{ln}: output_len must be at least 1")
+        il = d.get("input_len")
+        src = "file" if il is not None else "estimate"
+        if il is None and count is not None:
+            il = await count(d["prompt"])
+            src = count_source if il is not None else "estimate"
+        items.append(WorkItem(prompt=d["prompt"], output_len=ol, input_len=il, input_len_source=src))
+        if n is not None and len(items) >= n:
+            break
     if not items:
         raise InputError(f"{p}: no prompts in the file")
     return _cycle(items, n) if n is not None else items
