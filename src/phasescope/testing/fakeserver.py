@@ -452,21 +452,34 @@ class FakeServer:
             )
         return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={})
 
-    # -- OpenAI-compatible generation -------------------------------------------------------
-    async def _openai(self, request: web.Request) -> web.StreamResponse:
+    async def _begin(
+        self, request: web.Request, *, bad_json_status: int, bad_json_body: Any, check_auth: bool = True
+    ) -> tuple[GroundTruth, Any, web.StreamResponse | None]:
+        """Every generation handler's first steps: the ground-truth entry (stamped on arrival), the
+        auth check and the JSON body. Returns ``(gt, body, None)``, or ``(gt, None, response)`` for a
+        refused request, already recorded."""
         t_recv = time.perf_counter_ns()
         gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv,
                          t_rx_ns=_rx_ns(request, t_recv))
-        if (resp := self._auth(request)) is not None:
+        if check_auth and (resp := self._auth(request)) is not None:
             gt.status = 401
             self._record(gt)
-            return resp
+            return gt, None, resp
         try:
             body = await request.json()
         except ValueError:
-            gt.status = 400 if self.flavor != "llamacpp" else 500
+            gt.status = bad_json_status
             self._record(gt)
-            return web.json_response(self._err_body(gt.status, "malformed JSON body", "invalid_request_error"), status=gt.status)
+            return gt, None, web.json_response(bad_json_body, status=bad_json_status)
+        return gt, body, None
+
+    # -- OpenAI-compatible generation -------------------------------------------------------
+    async def _openai(self, request: web.Request) -> web.StreamResponse:
+        bad = 400 if self.flavor != "llamacpp" else 500
+        gt, body, err = await self._begin(
+            request, bad_json_status=bad, bad_json_body=self._err_body(bad, "malformed JSON body", "invalid_request_error"))
+        if err is not None:
+            return err
         t0 = time.perf_counter()
         gt.t_body_ns = time.perf_counter_ns()
         self.requests += 1
@@ -649,19 +662,11 @@ class FakeServer:
 
     # -- llama.cpp native /completion -------------------------------------------------------
     async def _llamacpp_completion(self, request: web.Request) -> web.StreamResponse:
-        t_recv = time.perf_counter_ns()
-        gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv,
-                         t_rx_ns=_rx_ns(request, t_recv))
-        if (resp := self._auth(request)) is not None:
-            gt.status = 401
-            self._record(gt)
-            return resp
-        try:
-            body = await request.json()
-        except ValueError:
-            gt.status = 500
-            self._record(gt)
-            return web.json_response(self._err_body(500, "[json.exception.parse_error.101] parse error", "server_error"), status=500)
+        gt, body, err = await self._begin(
+            request, bad_json_status=500,
+            bad_json_body=self._err_body(500, "[json.exception.parse_error.101] parse error", "server_error"))
+        if err is not None:
+            return err
         t0 = time.perf_counter()
         gt.t_body_ns = time.perf_counter_ns()
         self.requests += 1
@@ -769,15 +774,11 @@ class FakeServer:
             "capabilities": ["completion"], "modified_at": "2026-01-01T00:00:00Z"})
 
     async def _ollama_gen(self, request: web.Request) -> web.StreamResponse:
-        t_recv = time.perf_counter_ns()
-        gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv,
-                         t_rx_ns=_rx_ns(request, t_recv))
-        try:
-            body = await request.json()
-        except ValueError:
-            gt.status = 400
-            self._record(gt)
-            return web.json_response({"error": "invalid character 'x' looking for beginning of value"}, status=400)
+        gt, body, err = await self._begin(  # Ollama has no API keys: no auth check
+            request, check_auth=False, bad_json_status=400,
+            bad_json_body={"error": "invalid character 'x' looking for beginning of value"})
+        if err is not None:
+            return err
         t0 = time.perf_counter()
         t0_ns = time.perf_counter_ns()
         gt.t_body_ns = t0_ns
