@@ -127,33 +127,10 @@ def fit_relative(xs: Sequence[float], ys: Sequence[float]) -> QuadFit:
     TTFT noise grows with TTFT, so unweighted least squares lets the longest prompts decide the
     intercept; weighting by 1/y lets each length count alike. Same exact active-set search over the
     non-empty subsets of {a, b, c} with every coefficient ≥ 0."""
-    x = np.asarray(xs, dtype=float)
     y = np.asarray(ys, dtype=float)
     if np.any(y <= 0):
         return fit_quadratic_nonneg(xs, ys)
-    w = 1.0 / y
-    cols = [np.ones_like(x), x, x * x]
-    best: tuple[float, np.ndarray] | None = None
-    for mask in range(1, 8):
-        idx = [i for i in range(3) if mask >> i & 1]
-        if len(idx) > x.size:
-            continue
-        A = np.stack([cols[i] * w for i in idx], axis=1)
-        coef, *_ = np.linalg.lstsq(A, y * w, rcond=None)
-        if np.any(coef < -1e-15):
-            continue
-        full = np.zeros(3)
-        full[idx] = np.clip(coef, 0, None)
-        resid = float(np.sum(((y - (full[0] + full[1] * x + full[2] * x * x)) * w) ** 2))
-        if best is None or resid < best[0] - 1e-18:
-            best = (resid, full)
-    if best is None:
-        return fit_quadratic_nonneg(xs, ys)
-    c = best[1]
-    pred = c[0] + c[1] * x + c[2] * x * x
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot if ss_tot > 0 else 1.0
-    return QuadFit(float(c[0]), float(c[1]), float(c[2]), r2)
+    return fit_quadratic_nonneg(xs, ys, weights=1.0 / y)
 
 
 def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None) -> PromptScalingResult:

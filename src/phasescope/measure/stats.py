@@ -69,38 +69,52 @@ class QuadFit:
         return self.a + self.b * x + self.c * x * x
 
 
-def fit_quadratic_nonneg(xs: Sequence[float], ys: Sequence[float]) -> QuadFit:
+def fit_quadratic_nonneg(
+    xs: Sequence[float], ys: Sequence[float], *, weights: Sequence[float] | None = None
+) -> QuadFit:
     """Least squares for y = a + b x + c x² with every coefficient ≥ 0.
 
     Exact active-set search over the 7 non-empty subsets of {a, b, c} (tiny problem): fit each
     subset by ordinary least squares, keep those with all coefficients ≥ 0, take the smallest
-    residual. Needs at least one point.
+    residual. Needs at least one point. ``weights`` minimises Σ(w·(y − f(x)))² instead (e.g.
+    w = 1/y for relative errors); if no subset fits non-negatively with weights, the unweighted
+    fit is used. ``r2`` is always the unweighted coefficient of determination.
     """
     x = np.asarray(xs, dtype=float)
     y = np.asarray(ys, dtype=float)
     if x.size == 0:
         raise ValueError("need at least one point")
+    c = None
+    if weights is not None:
+        c = _nonneg_quad_coefs(x, y, np.asarray(weights, dtype=float))
+    if c is None:
+        c = _nonneg_quad_coefs(x, y, np.ones_like(x))
+    if c is None:  # every subset had a negative coefficient: fall back to the mean
+        c = np.array([max(y.mean(), 0.0), 0.0, 0.0])
+    resid = float(np.sum((y - (c[0] + c[1] * x + c[2] * x * x)) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - resid / ss_tot if ss_tot > 0 else 1.0
+    return QuadFit(float(c[0]), float(c[1]), float(c[2]), r2)
+
+
+def _nonneg_quad_coefs(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """[a, b, c] of the best weighted non-negative subset fit, or None when no subset qualifies."""
     cols = [np.ones_like(x), x, x * x]
     best: tuple[float, np.ndarray] | None = None
     for mask in range(1, 8):
         idx = [i for i in range(3) if mask >> i & 1]
         if len(idx) > x.size:
             continue
-        A = np.stack([cols[i] for i in idx], axis=1)
-        coef, *_ = np.linalg.lstsq(A, y, rcond=None)
+        A = np.stack([cols[i] * w for i in idx], axis=1)
+        coef, *_ = np.linalg.lstsq(A, y * w, rcond=None)
         if np.any(coef < -1e-15):
             continue
         full = np.zeros(3)
         full[idx] = np.clip(coef, 0, None)
-        resid = float(np.sum((y - (full[0] + full[1] * x + full[2] * x * x)) ** 2))
+        resid = float(np.sum(((y - (full[0] + full[1] * x + full[2] * x * x)) * w) ** 2))
         if best is None or resid < best[0] - 1e-18:
             best = (resid, full)
-    if best is None:  # every subset had a negative coefficient: fall back to the mean
-        best = (float(np.sum((y - y.mean()) ** 2)), np.array([max(y.mean(), 0.0), 0.0, 0.0]))
-    resid, c = best
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - resid / ss_tot if ss_tot > 0 else 1.0
-    return QuadFit(float(c[0]), float(c[1]), float(c[2]), r2)
+    return None if best is None else best[1]
 
 
 @dataclass
