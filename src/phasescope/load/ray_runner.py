@@ -65,7 +65,7 @@ from typing import Any, Callable, Sequence
 
 from phasescope.apis.base import Target
 from phasescope.errors import InputError, PhasescopeError, TargetError
-from phasescope.load.bench import _install_sigint, _restore_sigint
+from phasescope.load.bench import _Fanout, _install_sigint, _restore_sigint
 from phasescope.load.runner import BackgroundWriter, RunnerHealth, RunResult, health_warnings, run_load
 from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workers import _result_meta, resolve_send, split_concurrency
@@ -626,15 +626,6 @@ def add_ray_summary(summary: dict[str, Any], res: RunResult) -> None:
     summary["ray"] = res.ray
     summary["workers"] = res.ray.get("n_actors", summary.get("workers"))
     summary["warnings"] = list(summary.get("warnings") or []) + res.actor_warnings
-
-
-class _Fanout:
-    def __init__(self, sinks: list[Any]) -> None:
-        self.sinks = sinks
-
-    def write(self, rec: RequestRecord) -> None:
-        for s in self.sinks:
-            (s.add if hasattr(s, "add") else s.write)(rec)
 
 
 def run_bench_ray(cfg: Any, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Any, recording: Any,

@@ -39,6 +39,7 @@ import numpy as np
 
 from phasescope.errors import InputError
 from phasescope.measure import derive
+from phasescope.measure.derive import client_output_count
 from phasescope.measure.records import RequestRecord
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
@@ -117,16 +118,6 @@ def stat_block(name: str, values_s: Sequence[float], percentiles: Sequence[float
     for p in percentiles:
         out[f"p{_pword(p)}_{name}_ms"] = float(np.percentile(a, p))
     return out
-
-
-def client_output_count(r: RequestRecord) -> int | None:
-    """Output tokens as the client saw them: Σ per-event counts when all known, else # token events."""
-    tok = r.token_events()
-    if not tok:
-        return None
-    if all(e.n_tokens is not None for e in tok):
-        return sum(int(e.n_tokens or 0) for e in tok)
-    return len(tok)
 
 
 def _output_tokens(r: RequestRecord) -> tuple[int, str]:

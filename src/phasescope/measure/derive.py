@@ -82,15 +82,18 @@ def e2e_s(r: RequestRecord) -> float | None:
     return (t - r.t_start_ns) / NS
 
 
-def _output_tokens(r: RequestRecord) -> int | None:
-    if r.output_tokens is not None:
-        return r.output_tokens
+def client_output_count(r: RequestRecord) -> int | None:
+    """Output tokens as the client saw them: Σ per-event counts when all known, else # token events."""
     tok = r.token_events()
     if not tok:
         return None
     if all(e.n_tokens is not None for e in tok):
         return sum(int(e.n_tokens or 0) for e in tok)
     return len(tok)
+
+
+def _output_tokens(r: RequestRecord) -> int | None:
+    return r.output_tokens if r.output_tokens is not None else client_output_count(r)
 
 
 def decode_tok_s(r: RequestRecord) -> float | None:
