@@ -45,6 +45,20 @@ async def _on_conn_ready(session: Any, ctx: Any, params: Any) -> None:
     rec = ctx.trace_request_ctx
     if isinstance(rec, RequestRecord):
         rec.t_conn_ready_ns = now_ns()
+        _POOLED.discard(id(rec))
+
+
+async def _on_conn_reused(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        rec.t_conn_ready_ns = now_ns()
+        _POOLED.add(id(rec))
+
+
+#: ids of records whose current attempt runs on a reused keep-alive connection (see exchange)
+_POOLED: set[int] = set()
+#: at most this many sends of one request when each failure was a stale pooled connection
+_MAX_STALE_RETRIES = 4
 
 
 _TRACE: aiohttp.TraceConfig | None = None
@@ -56,7 +70,7 @@ def trace_config() -> aiohttp.TraceConfig:
     if _TRACE is None:
         tc = aiohttp.TraceConfig()
         tc.on_connection_create_end.append(_on_conn_ready)
-        tc.on_connection_reuseconn.append(_on_conn_ready)
+        tc.on_connection_reuseconn.append(_on_conn_reused)
         tc.freeze()
         _TRACE = tc
     return _TRACE
@@ -290,7 +304,7 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     dog = _Watchdog()
     rec.wall_start_ns = wall_ns()
     try:
-        for attempt in (0, 1):
+        for attempt in range(_MAX_STALE_RETRIES):
             dog.arm("first_token", to.first_token_s)
             rec.t_conn_ready_ns = None
             rec.t_start_ns = now_ns()
@@ -299,11 +313,14 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
                 resp = await resp_cm.__aenter__()
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 # a pooled keep-alive connection the server had already closed (llama-server
-                # closes some after a stream): no byte of the request was answered, so send
-                # it again once on a fresh connection, as curl and browsers do
-                if attempt == 0 and rec.t_conn_ready_ns is not None:
+                # closes some after a stream): no byte of the request was answered, so send it
+                # again, as curl and browsers do. The next pooled connection may be stale too,
+                # so retry while failures come from reused connections; a fresh one's is real.
+                if id(rec) in _POOLED and attempt < _MAX_STALE_RETRIES - 1:
                     continue
                 raise
+            finally:
+                _POOLED.discard(id(rec))
             break
         try:
             rec.t_headers_ns = now_ns()
