@@ -176,6 +176,10 @@ class _Worker:
         self.ts_waiting: list[int] = []
         self.ts_running: list[int] = []
         self.ts_kv: list[int] = []
+        #: per step: prefill tokens it carried, and why the head of the queue could not be admitted
+        #: (None: nothing waited; "max_num_seqs", "kv_pool", "budget", "preempted")
+        self.step_prefill: list[int] = []
+        self.step_block: list[str | None] = []
         self.busy_s = 0.0
         self.link_free_at = 0.0
         self.preemptions = 0
@@ -208,6 +212,12 @@ class _Worker:
         if self.cfg.policy == "llamacpp":
             return s.prefix if slot >= 0 and self.slot_prefix[slot] else 0
         return s.prefix if self.prefix_warm else 0
+
+    def _best_hit(self, s: _Seq) -> int:
+        """Prefix tokens ``s`` could skip if admitted now (llama.cpp: on the best free slot)."""
+        if self.cfg.policy != "llamacpp":
+            return self._hit(s, -1)
+        return max((self._hit(s, sl) for sl in self.free_slots), default=0)
 
     def _pick_slot(self, s: _Seq) -> int:
         if s.prefix > 0 and self.cfg.prefix_caching:
@@ -302,14 +312,23 @@ class _Worker:
                 chunks.append((s, s.computed, c))
                 budget -= c
         # admission (vLLM V1 admits nothing in a step that had to preempt)
+        block: str | None = None
         while self.waiting and self.running < cfg.max_num_seqs and not preempted:
             s = self.waiting[0]
             if not self._fits_ever(s):
                 self.waiting.popleft()
-                self.sim._fail(s, now, "prompt + output tokens exceed the KV capacity")
+                self.sim._fail(s, now, "prompt + output tokens exceed the KV capacity"
+                               + (" of one slot (--kv-pool-tokens ÷ --max-num-seqs)" if not vllm else ""))
+                continue
+            if (not cfg.chunked_prefill and s.computed < s.target
+                    and s.target - self._best_hit(s) > cfg.max_num_batched_tokens):
+                self.waiting.popleft()  # it would block the queue forever
+                self.sim._fail(s, now, f"a prompt of {s.target} tokens exceeds --max-num-batched-tokens "
+                                       f"{cfg.max_num_batched_tokens} with chunked prefill off")
                 continue
             direct = s.computed >= s.target  # handed-off (disaggregated) sequence: decode only
             if not direct and (budget <= 0 or self.role == "decode"):
+                block = "budget"
                 break
             slot = self._pick_slot(s) if not vllm else -1
             if not direct:
@@ -321,20 +340,24 @@ class _Worker:
                 if slot >= 0:
                     self.free_slots.append(slot)
                     self.free_slots.sort()
+                block = "budget"
                 break
             if vllm:
                 if cfg.preempt:
                     # vLLM ``allocate_slots`` needs blocks for the whole chunk, or the request waits
                     if not direct and self.kv_used + min(need, budget) > self.kv_cap:
+                        block = "kv_pool"
                         break
                     if direct:
                         if self.kv_used + need + 1 > self.kv_cap:
+                            block = "kv_pool"
                             break
                         self.kv_used += s.target
                         s.alloc = s.target
                 else:
                     r = self._need_reserve(s)
                     if self.kv_used + r > self.kv_cap:
+                        block = "kv_pool"
                         break
                     self.kv_used += r
                     s.alloc = r
@@ -358,6 +381,8 @@ class _Worker:
                 s.alloc += c
             chunks.append((s, s.computed, c))
             budget -= c
+        if self.waiting and block is None:
+            block = "preempted" if preempted else ("max_num_seqs" if self.running >= cfg.max_num_seqs else None)
         # decodes this step: the decode set after admission (handed-off sequences decode at once)
         n_dec = len(self.decoding)
         if n_dec == 0 and not chunks:
@@ -376,13 +401,15 @@ class _Worker:
             if p + c >= s.target:
                 sampled += 1
         dt = cost.step_time_s(n_dec, self.ctx_sum, p_tok, pairs, kvtok, len(chunks), sampled)
-        self._plan = (chunks, n_dec, self.fresh, dt)
+        self._plan = (chunks, n_dec, self.fresh, dt, p_tok, block)
         return dt
 
     def end_step(self, t: float) -> None:
         assert self._plan is not None
-        chunks, n_dec, fresh, dt = self._plan
+        chunks, n_dec, fresh, dt, p_tok, block = self._plan
         self._plan = None
+        self.step_prefill.append(p_tok)
+        self.step_block.append(block)
         self.k += 1
         k = self.k
         # a continuing decode's gap is end-to-end between this worker's steps (on a shared device
