@@ -2,8 +2,9 @@
 
 1. Speed: a simulated hour of 10 requests/s with 1,000-token prompts (Llama-3.1-8B on an H100).
 2. Calibration: `hw`-style measurements of this machine (bandwidth, GEMM; not saved) + a short probe
-   of llama-server (sequential requests at two prompt lengths, then one batch of 4 short requests
-   sent together for the batched decode rate) → a calibrated cost model
+   of llama-server (sequential requests at two prompt lengths, then batches of 2, 3 and 4 short
+   requests sent together for the batched decode rate and llama.cpp's batch-dependent decode step,
+   ``CostModel.decode_batch_scale``) → a calibrated cost model
    (policy ``llamacpp``: --parallel slots, n_batch 2048 budget).
 3. Bench workloads on the real server — closed loops of 1, 2 and 4 users and a Poisson rate — and
    the same workloads (same lengths, same arrival times) in the simulator; predicted vs measured
@@ -217,8 +218,10 @@ def main() -> int:
         def run_probe() -> list[RequestRecord]:
             p = asyncio.run(closed_loop(target, 1, 3, inp // 2, outl // 2, seed=1))
             p += asyncio.run(closed_loop(target, 1, 3, inp * 2, outl // 2, seed=2))
-            # one batch of 4 sent together: decode rows batched (the llama.cpp decode math rate)
-            p += asyncio.run(closed_loop(target, PARALLEL, PARALLEL, inp // 4, outl, seed=3))
+            # batches of 2, 3 and 4 sent together: decode rows batched (the llama.cpp decode math rate, and
+            # its step per batch size, which is not smooth in B: engine.md §6)
+            for b in (2, 3, PARALLEL):
+                p += asyncio.run(closed_loop(target, b, b, inp // 4, outl, seed=3 + b))
             return p
 
         probe, fg = quietest(run_probe)
@@ -232,6 +235,9 @@ def main() -> int:
               f"decode math {(cal.fitted.get('decode_flops_s') or cal.fitted['flops_s']) / 1e9:.0f} GFLOP/s "
               f"({cal.fitted['n_batched_decode_points']} batched points), "
               f"overhead {cost.step_overhead_s * 1e3:.2f} ms/step, API {cal.api_overhead_s * 1e3:.1f} ms; "
+              f"decode step scale by batch {cost.decode_batch_scale or 'none'} "
+              f"(batched fit error {cal.residuals.get('batched_decode_rel_err_median_smooth', float('nan')) * 100:.0f} % smooth → "
+              f"{cal.residuals.get('batched_decode_rel_err_median', float('nan')) * 100:.0f} % with it); "
               f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
         out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff,
                               "decode_flops_eff": cost.decode_flops_eff, "step_overhead_s": cost.step_overhead_s}

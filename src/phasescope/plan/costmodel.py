@@ -34,8 +34,8 @@ weight bytes of a step with n tokens (decodes + prefill) include the routed expe
 
 llama.cpp's batched decode on a few CPU cores is not smooth in B (engine.md §6: 2 streams bimodal, often
 no faster than 1): ``decode_batch_scale`` (fitted by :mod:`.calibrate` from steps measured at each batch
-size) multiplies the step time of a decode-only step with B sequences, interpolated in B, 1 beyond the
-fitted sizes' range edges.
+size) multiplies the step time of a decode-only step with B sequences: linear in B between the fitted
+sizes (anchored at 1.0 for B = 1), held at the largest fitted size's value beyond it.
 """
 
 from __future__ import annotations
@@ -142,14 +142,11 @@ class CostModel:
         return self.weight_bytes + self.routed_expert_bytes * (frac - k / E)
 
     def batch_scale(self, n_decode: int) -> float:
-        """``decode_batch_scale`` at ``n_decode`` (linear between fitted sizes, 1 outside them)."""
+        """``decode_batch_scale`` at ``n_decode`` (linear between fitted sizes, held beyond the last)."""
         pts = self.decode_batch_scale
         if not pts or n_decode <= 0:
             return 1.0
-        bs = [float(b) for b, _ in pts]
-        if n_decode < bs[0] or n_decode > bs[-1]:
-            return 1.0
-        return float(np.interp(float(n_decode), bs, [float(v) for _, v in pts]))
+        return float(np.interp(float(n_decode), [float(b) for b, _ in pts], [float(v) for _, v in pts]))
 
     def kv_read_bytes(self, n_seqs: int, ctx_sum: float) -> float:
         """KV bytes read by ``n_seqs`` sequences holding ``ctx_sum`` tokens in all. Sliding-window
