@@ -10,9 +10,11 @@ rules below read those records, the pooled ITL sample and the busy time, in this
 3. ``prefill_pauses`` — the ITL tail (p99, and the longest pause) comes from steps that carried prefill
    chunks: p99 ≥ 1.5 × the median decode-only step and most of the tail weight is in prefill steps; or
    the server was saturated and spent most of its busy time in prefill steps;
-4. ``bandwidth`` — the server was busy ≥ 90 % of the time, mostly in decode steps (their time is set by
+4. ``arrival_rate`` — an open-loop load (``--rate``) the server kept up with (queue p99 ≤ max(50 ms,
+   10 % of TTFT p99)): throughput follows the offered load;
+5. ``bandwidth`` — the server was busy ≥ 90 % of the time, mostly in decode steps (their time is set by
    the bytes they read: weights + KV at the memory bandwidth);
-5. ``arrival_rate`` — none of the above: the server had idle time, so throughput follows the offered load.
+6. ``arrival_rate`` — none of the above: the server had idle time, so throughput follows the offered load.
 
 With ``focus`` (the SLO checks a capacity probe failed) the rules are asked about that metric: a failed
 ITL/TPOT is explained by preemptions, prefill steps in the tail, or decode steps; a failed TTFT by what
@@ -132,10 +134,19 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
                 f"(weights + KV at {cost.eff_bandwidth_bytes_s / 1e9:,.0f} GB/s effective); the server was busy "
                 f"{busy * 100:.0f} % of the time" + also)
 
+    q99 = summary.get("p99_queue_ms")
+    t99 = summary.get("p99_ttft_ms")
+    kept_up = q99 is None or t99 is None or q99 <= max(50.0, 0.1 * t99)
+    ev["kept_up"] = kept_up
+
     def rate_reason() -> str:
         load = (f"{w.rate:g} req/s" if w.rate else (f"{w.concurrency} user(s)" if w.concurrency else "the requests sent"))
-        return (f"the offered load ({load}) sets the throughput: the server was idle {max(1 - busy, 0) * 100:.0f} % of "
-                f"the time and nothing waited for KV or slots" + also)
+        if busy < BUSY_SATURATED:
+            how = f"the server was idle {max(1 - busy, 0) * 100:.0f} % of the time and nothing waited for KV or slots"
+        else:
+            how = (f"requests were admitted without queueing (queue p99 {_ms(q99)}) while decode steps of "
+                   f"~{mean_batch:.0f} sequence(s) took {_ms(dec_med)}")
+        return f"the offered load ({load}) sets the throughput: {how}" + also
 
     def pick() -> tuple[str, str]:
         if focus & {"itl", "tpot", "e2el"}:
@@ -159,6 +170,8 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
             return "max_num_seqs", seqs_reason()
         if prefill_tail:
             return "prefill_pauses", prefill_reason()
+        if w.rate and kept_up:
+            return "arrival_rate", rate_reason()
         if busy >= BUSY_SATURATED:
             if (ev["busy_prefill_share"] or 0) > 0.5:
                 return "prefill_pauses", (f"the server was busy {busy * 100:.0f} % of the time, "
