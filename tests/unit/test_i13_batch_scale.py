@@ -69,3 +69,14 @@ def test_scale_applies_to_decode_only_steps_and_is_held_beyond_the_last_size() -
     assert c.decode_step_s(8, 100) == pytest.approx(1.2 * smooth.decode_step_s(8, 100))
     assert c.step_time_s(2, 200, prefill_tokens=64, prefill_pairs=2080, prefill_kv_tokens=64, n_prefill_chunks=1) == \
         pytest.approx(smooth.step_time_s(2, 200, prefill_tokens=64, prefill_pairs=2080, prefill_kv_tokens=64, n_prefill_chunks=1))
+
+
+def test_requests_sent_at_the_same_instant_are_batched_together() -> None:
+    """Two users starting together: llama-server's update_slots takes both queued prompts in one batch,
+    and equal requests then stay in lockstep; the simulator used to start a step with the first alone
+    (TTFTs alternating 1× and 2× a prefill, a median in between that no real run shows)."""
+    c = BASE.with_(bw_eff=2.0, flops_eff=0.3, decode_flops_eff=0.1)
+    res = simulate(c, Workload(concurrency=2, num_requests=8, input_len=256, output_len=16), SCHED)
+    both = c.step_time_s(0, 0.0, prefill_tokens=512, prefill_pairs=2 * (256 * 257 / 2), prefill_kv_tokens=512,
+                         n_prefill_chunks=2, n_sampled=2)
+    assert list(res.ttft_s) == pytest.approx([both] * 8, rel=1e-12)

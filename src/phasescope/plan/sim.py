@@ -621,56 +621,68 @@ class Simulator:
                 self._push(float(r.arrival_s[rid]), _EV_SEND, rid)
             self._next_rid = len(r)
         heap = self._heap
+        pending: set[int] = set()  # executors to start once every event of this instant is in
         while heap:
             t, _, kind, payload = heapq.heappop(heap)
             self.now = t
-            if kind == _EV_STEP:
-                ei = payload
-                wk = self._exec_running[ei]
-                assert wk is not None
-                wk.end_step(t)
-                self._exec_busy[ei] = False
-                self._exec_running[ei] = None
-                self._kick(ei, t)
-                # a finished step may have freed KV / handed off work on other executors
-                continue
-            if kind == _EV_ISSUE:
-                self._issue_next(t)
-                continue
-            if kind == _EV_SEND:
-                rid = payload
-                if w.concurrency is not None and self.in_flight >= w.concurrency:
-                    self._client_queue.append(rid)
-                else:
-                    self._send(rid, t)
-                continue
-            if kind == _EV_VISIBLE:
-                s = payload
-                role = "prefill" if self.deploy.disaggregated else "both"
-                wk = self._dispatch(s, role)
-                s.state = "waiting"
-                wk.waiting.append(s)
-                self._kick(self._exec_of[wk.idx], t)
-                continue
-            if kind == _EV_XFER:
-                s = payload
-                src = s.worker
-                assert src is not None
-                src._release(s)  # the prefill replica frees the KV once shipped
-                dst = self._dispatch(s, "decode")
-                s.state = "waiting"
-                s.computed = s.target
-                s.cached = 0
-                s.alloc = 0
-                dst.waiting.append(s)
-                self._kick(self._exec_of[dst.idx], t)
-                continue
+            self._instant(kind, payload, t, pending)
+            if pending and (not heap or heap[0][0] > t):
+                for ei in sorted(pending):
+                    self._kick(ei, t)
+                pending.clear()
         for s in self.seqs:  # anything left could never be scheduled (e.g. KV pool too small)
             if s.state != "done":
                 s.failed = "never scheduled: the server could not make room for it"
                 s.state = "done"
                 s.t_last = self.now
         return SimResult(self)
+
+    def _instant(self, kind: int, payload: Any, t: float, pending: set[int]) -> None:
+        """Apply one event. Executors to (re)start go to ``pending``: a scheduler sees every request
+        that arrived at the same instant in one iteration (two prompts sent together are batched together,
+        as llama-server's ``update_slots`` and vLLM's ``schedule`` take everything queued)."""
+        w = self.workload
+        if kind == _EV_STEP:
+            ei = payload
+            wk = self._exec_running[ei]
+            assert wk is not None
+            wk.end_step(t)
+            self._exec_busy[ei] = False
+            self._exec_running[ei] = None
+            pending.add(ei)
+            # a finished step may have freed KV / handed off work on other executors
+            return
+        if kind == _EV_ISSUE:
+            self._issue_next(t)
+            return
+        if kind == _EV_SEND:
+            rid = payload
+            if w.concurrency is not None and self.in_flight >= w.concurrency:
+                self._client_queue.append(rid)
+            else:
+                self._send(rid, t)
+            return
+        if kind == _EV_VISIBLE:
+            s = payload
+            role = "prefill" if self.deploy.disaggregated else "both"
+            wk = self._dispatch(s, role)
+            s.state = "waiting"
+            wk.waiting.append(s)
+            pending.add(self._exec_of[wk.idx])
+            return
+        if kind == _EV_XFER:
+            s = payload
+            src = s.worker
+            assert src is not None
+            src._release(s)  # the prefill replica frees the KV once shipped
+            dst = self._dispatch(s, "decode")
+            s.state = "waiting"
+            s.computed = s.target
+            s.cached = 0
+            s.alloc = 0
+            dst.waiting.append(s)
+            pending.add(self._exec_of[dst.idx])
+            return
 
 
 @dataclass
