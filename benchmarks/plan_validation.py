@@ -238,23 +238,36 @@ def main() -> int:
               f"decode step scale by batch {cost.decode_batch_scale or 'none'} "
               f"(batched fit error {cal.residuals.get('batched_decode_rel_err_median_smooth', float('nan')) * 100:.0f} % smooth → "
               f"{cal.residuals.get('batched_decode_rel_err_median', float('nan')) * 100:.0f} % with it); "
-              f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
+              f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms",
+              flush=True)
         out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff,
                               "decode_flops_eff": cost.decode_flops_eff, "step_overhead_s": cost.step_overhead_s}
+        out["cost_model"] = cost.to_dict()
+        out["scheduler"] = {"policy": sched.policy, "max_num_seqs": sched.max_num_seqs,
+                            "max_num_batched_tokens": sched.max_num_batched_tokens, "api_overhead_s": sched.api_overhead_s}
         rows = []
+        raw: dict[str, Any] = {}
+
+        def done(name: str, recs: list[RequestRecord], w: Workload, fg: Foreign) -> None:
+            m = measured_stats(recs)
+            p = sim_stats(cost, sched, w)
+            rows.append((name, m, p, fg))
+            raw[name] = {"ttft_ms": [derive.ttft_s(r) * 1e3 for r in recs if r.ok and derive.ttft_s(r) is not None],
+                         "itl_ms": [x * 1e3 for r in recs if r.ok for x in derive.itl_s(r)]}
+            print(f"  {name}: measured TTFT p50 {m['ttft_p50']:,.1f} ms / predicted {p['ttft_p50']:,.1f} ms, ITL p50 "
+                  f"{m['itl_p50']:,.1f} / {p['itl_p50']:,.1f} ms; foreign CPU {fg.foreign_s:.1f} s in {fg.wall_s:.0f} s",
+                  flush=True)
+
         for users, n in ((1, 8), (2, 12), (4, 16)):
             n = max(n // scale, users * 2)
             recs, fg = quietest(lambda: asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users)))
-            m = measured_stats(recs)
-            p = sim_stats(cost, sched, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl))
-            rows.append((f"{users} user(s)", m, p, fg))
+            done(f"{users} user(s)", recs, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl), fg)
         n = 24 // scale
         w = Workload(rate=a.rate, num_requests=n, input_len=inp, output_len=outl, seed=5)
         arr = build_requests(w).arrival_s
         recs, fg = quietest(lambda: asyncio.run(open_loop(target, arr, inp, outl, seed=20))[0])
-        m = measured_stats(recs)
-        p = sim_stats(cost, sched, w)
-        rows.append((f"Poisson {a.rate:g}/s", m, p, fg))
+        done(f"Poisson {a.rate:g}/s", recs, w, fg)
+        out["measured_raw"] = raw
 
     print()
     print(f"workload: prompt {inp} → output {outl} tokens, llama-server --parallel {PARALLEL} --threads {a.threads}")
