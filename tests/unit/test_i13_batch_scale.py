@@ -80,3 +80,15 @@ def test_requests_sent_at_the_same_instant_are_batched_together() -> None:
     both = c.step_time_s(0, 0.0, prefill_tokens=512, prefill_pairs=2 * (256 * 257 / 2), prefill_kv_tokens=512,
                          n_prefill_chunks=2, n_sampled=2)
     assert list(res.ttft_s) == pytest.approx([both] * 8, rel=1e-12)
+
+
+def test_a_disturbed_batch_cannot_scale_beyond_b_serial_steps() -> None:
+    """A batch measured while other work hogged the CPU (8× slow) must not become an 8× batch scale:
+    B decode rows in one step never cost more than B single steps."""
+    from phasescope.plan.calibrate import batch_scale_points
+
+    c = BASE
+    pts = batch_scale_points(c, [(100.0, 2.0, 8 * c.decode_step_s(2, 100)), (100.0, 2.0, 8 * c.decode_step_s(2, 100))])
+    (b1, s1), (b2, s2) = pts
+    assert (b1, s1) == (1.0, 1.0) and b2 == 2.0
+    assert s2 * c.decode_step_s(2, 100) == pytest.approx(1.25 * 2 * c.decode_step_s(1, 100))

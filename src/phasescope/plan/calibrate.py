@@ -29,7 +29,10 @@ Batch-dependent decode: llama.cpp's decode step on a few CPU cores is not a smoo
 batch (engine.md §6: llama-batched-bench 46/57/103/130 tok/s at B = 1/2/4/8; 2 streams often no faster
 than 1), so one F_dec cannot fit B = 2 and B = 4 at once. Clean batches are grouped by their (rounded)
 size B; with ≥ 2 points in a group, ``scale(B)`` = median(measured step ÷ modelled step) becomes the cost
-model's ``decode_batch_scale`` ([[1, 1.0], [B, scale(B)], ...]) when any scale is off by more than 5 %.
+model's ``decode_batch_scale`` ([[1, 1.0], [B, scale(B)], ...]) when any scale is off by more than 5 %. Each
+ratio is clamped so the batched step stays between one sequence's step and 1.25 × B of them in a row
+(engine.md §6 saw 2 streams at up to 1.05 × two steps): beyond that the measurement was disturbed (other
+processes), not batching.
 
 Efficiencies are reported against the device's catalog peaks (η = fitted ÷ peak), so the same profile
 can be re-scaled for another device of the same kind. Missing phases keep the prior values.
@@ -172,6 +175,10 @@ def batch_context(recs: Sequence[RequestRecord], limit: int = 500) -> list[tuple
     return out
 
 
+#: a batched decode step of B rows is at most this many times B single steps (module docstring)
+SERIAL_MARGIN = 1.25
+
+
 def batch_scale_points(cost: CostModel, batched: Sequence[tuple[float, float, float]], *, min_points: int = 2,
                        tol: float = 0.05) -> list[list[float]] | None:
     """``[[1, 1.0], [B, median(measured ÷ modelled step)], ...]`` from clean batched decode points
@@ -181,9 +188,14 @@ def batch_scale_points(cost: CostModel, batched: Sequence[tuple[float, float, fl
         B = int(round(b))
         if B < 2 or abs(b - B) > 0.25:  # a partial overlap is not a clean batch of B
             continue
-        model = cost.with_(decode_batch_scale=None).step_time_s(B, B * s_)
+        smooth = cost.with_(decode_batch_scale=None)
+        model = smooth.step_time_s(B, B * s_)
+        one = smooth.step_time_s(1, s_)
         if model > 0:
-            groups.setdefault(B, []).append(y / model)
+            # a batched step is no faster than one sequence's step and, but for noise, no slower than B of
+            # them in a row (engine.md §6 measured up to 1.05·B at B = 2; 25 % margin) — a step beyond that
+            # was disturbed (a busy machine), not batching
+            groups.setdefault(B, []).append(min(max(y / model, one / model), SERIAL_MARGIN * B * one / model))
     pts = [[float(B), float(np.median(r))] for B, r in sorted(groups.items()) if len(r) >= min_points]
     if not pts or all(abs(v - 1.0) <= tol for _, v in pts):
         return None
