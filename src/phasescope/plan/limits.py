@@ -130,8 +130,19 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
                 f"decode-only steps take {_ms(dec_med)}" + also)
 
     def bw_reason() -> str:
-        return (f"decode steps of ~{mean_batch:.0f} sequence(s) take {_ms(dec_med)} each, set by the bytes they read "
-                f"(weights + KV at {cost.eff_bandwidth_bytes_s / 1e9:,.0f} GB/s effective); the server was busy "
+        # what a decode step of the mean batch spends its time on (cost model parts, workload's mean context)
+        b = max(int(round(mean_batch)), 1)
+        ctx = w.input_len + w.output_len / 2.0
+        mem = (cost.weight_read_bytes(b) + cost.kv_read_bytes(b, b * ctx)) / cost.eff_bandwidth_bytes_s
+        math_s = (b * (cost.flops_per_token + cost.lm_head_flops) + cost.attn_flops_per_pair * b * ctx) / cost.eff_decode_flops
+        gbs = cost.eff_bandwidth_bytes_s / 1e9
+        if cost.overlap == "sum":
+            parts = (f"{_ms(mem * 1e3)} reading weights + KV at {gbs:,.1f} GB/s effective and {_ms(math_s * 1e3)} of "
+                     f"math, one after the other")
+        else:
+            parts = ("set by the bytes they read (weights + KV at " f"{gbs:,.0f} GB/s effective)" if mem >= math_s
+                     else f"set by their FLOPs ({_ms(math_s * 1e3)} of math vs {_ms(mem * 1e3)} of memory traffic)")
+        return (f"decode steps of ~{mean_batch:.0f} sequence(s) take {_ms(dec_med)} each, {parts}; the server was busy "
                 f"{busy * 100:.0f} % of the time" + also)
 
     q99 = summary.get("p99_queue_ms")
