@@ -159,6 +159,8 @@ def test_single_request_equals_cost_model_exactly(spec, dev, tp, prompt, out, bu
     res = simulate(c, Workload(num_requests=1, rate=1.0, input_len=prompt, output_len=out),
                    SchedulerConfig(max_num_batched_tokens=budget))
     assert res.ttft_s[0] == pytest.approx(c.prefill_time_s(prompt, chunk=budget), rel=1e-12)
+    peak = dev.peak_flops(R.compute_path(spec, None))
+    assert res.ttft_s[0] >= R.prefill_flops(spec, prompt) / (tp * peak) / REL
     gaps = np.diff(res.token_times(0))
     assert np.allclose(gaps, [c.decode_step_s(1, prompt + i) for i in range(1, out)], rtol=1e-12)
 
