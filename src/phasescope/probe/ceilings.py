@@ -245,9 +245,11 @@ def explain_above_ceiling(results: dict[str, Any], ceil: Any) -> list[Measuremen
     is appended to the measuring experiment's ``info.warnings`` and returned."""
     if ceil is None or not getattr(ceil, "decode_ceiling_tok_s", None):
         return []
-    from phasescope.diagnose.rules import _single_stream_decode
-
-    d, src = _single_stream_decode(results)
+    try:
+        from phasescope.diagnose.rules import _single_stream_decode
+        d, src = _single_stream_decode(results)
+    except (ImportError, AttributeError, TypeError):  # advisory: never lose an explain run over it
+        return []
     bw = getattr(ceil, "bandwidth_gb_s", None)
     w = getattr(ceil, "weight_bytes", None)
     roof = bw * 1e9 / w if bw and w else ceil.decode_ceiling_tok_s
