@@ -3,7 +3,10 @@
 Events (a ``heapq`` of (time, order, kind, payload)): a request becomes visible to the server, an
 engine step ends, a KV transfer ends. Between events nothing changes; a replica that has work starts
 its next step the moment the previous one ends, so a busy server is simulated step by step and an
-idle one jumps to the next arrival.
+idle one jumps to the next arrival. Every event of one instant is applied before any replica plans its
+next step, so requests that arrive together (two users starting at once, a request sent the moment the
+previous answer ended) are scheduled together, as llama-server's ``update_slots`` and vLLM's
+``schedule`` take everything already queued.
 
 One step of a replica (vLLM V1 ``Scheduler.schedule``; llama.cpp ``server_context::update_slots``
 does the same order with ``n_batch`` as the budget):
