@@ -141,3 +141,12 @@ def test_plan_gpus_defaults_to_one_replica_of_tp_devices() -> None:
     assert d["cost_model"]["decode_tok_s_alone"] <= 95
     with pytest.raises(InputError):
         run_plan(PlanOptions(model="llama-3.3-70b", device="h100-sxm", tp=4, gpus=2, save=False))
+
+
+def test_shared_device_disaggregation_names_the_prefill_worker_and_shows_max_itl() -> None:
+    d = plan(rate=1, num_requests=120, input_len=3000, output_len=100, disaggregate="1:1")
+    dz = d["disaggregation"]
+    dis = dz["disaggregated"]["summary"]
+    assert dz["shared_device"] is True
+    assert dis["limited_by"] == "prefill_pauses" and "prefill worker's steps on the same device" in dis["limited_by_reason"]
+    assert dis["max_itl_ms"] >= dis["p99_itl_ms"] and "max_itl_ms" in dz["relative_change"]

@@ -234,7 +234,8 @@ def plan(
         for c in ("metric", "colocated", "disaggregated", "change"):
             t.add_column(c, justify="right" if c != "metric" else "left")
         for k, label in (("median_ttft_ms", "TTFT p50"), ("p99_ttft_ms", "TTFT p99"), ("median_itl_ms", "ITL p50"),
-                         ("p99_itl_ms", "ITL p99"), ("output_throughput", "output tok/s"), ("request_goodput", "goodput req/s")):
+                         ("p99_itl_ms", "ITL p99"), ("max_itl_ms", "ITL max"), ("output_throughput", "output tok/s"),
+                         ("request_goodput", "goodput req/s")):
             fmt = _ms if k.endswith("_ms") else _n
             ch = dz["relative_change"].get(k)
             t.add_row(label, fmt(a.get(k)), fmt(b.get(k)), _pct(ch))
@@ -242,6 +243,8 @@ def plan(
         if b.get("mean_kv_transfer_ms") is not None:
             console.print(f"KV transfer per request: mean {_ms(b['mean_kv_transfer_ms'])}, p99 {_ms(b.get('p99_kv_transfer_ms'))}")
         console.print(("[green]disaggregation pays[/green]: " if dz["pays"] else "[yellow]disaggregation does not pay[/yellow]: ") + dz["why"])
+        _limited(a, "colocated: limited by")
+        _limited(b, "disaggregated: limited by")
         alt = dz.get("colocated_smaller_budget")
         if alt:
             console.print(f"colocated with --max-num-batched-tokens {alt['max_num_batched_tokens']}: TTFT p99 {_ms(alt['p99_ttft_ms'])}, "

@@ -68,12 +68,16 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
                 blocks[b] = blocks.get(b, 0) + 1
         d = np.asarray(wk.step_dur, dtype=float)
         p = np.asarray(wk.step_prefill, dtype=np.int64)
+        # a decode worker sharing its device with a prefill worker pauses for the other's steps: count
+        # those gaps as prefill steps
+        p = np.where(np.asarray(wk.step_shared, dtype=bool), np.maximum(p, 1), p)
         dur_all.append(d)
         wt_all.append(np.asarray(wk.itl_weight, dtype=np.int64))
         pre_all.append(p)
         if d.size:
             busy_pre += float(d[p > 0].sum())
             busy_dec += float(d[p == 0].sum())
+    shared_any = any(any(wk.step_shared) for wk in res.workers)
     dur = np.concatenate(dur_all) if dur_all else np.zeros(0)
     wts = np.concatenate(wt_all) if wt_all else np.zeros(0, dtype=np.int64)
     pre = np.concatenate(pre_all) if pre_all else np.zeros(0, dtype=np.int64)
@@ -107,7 +111,8 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
         "kv_allows_requests": kv_allow,
         "max_num_seqs": sched.max_num_seqs,
     }
-    also = f"; KV would allow {kv_allow:,} at once, --max-num-seqs {sched.max_num_seqs}"
+    per = " per replica" if len(res.workers) > 1 else ""
+    also = f"; KV would allow {kv_allow:,} at once{per}, --max-num-seqs {sched.max_num_seqs}"
     prefill_tail = (p99 is not None and dec_med is not None and p99 >= TAIL_RATIO * dec_med
                     and tail_from_prefill >= 0.5)
 
@@ -118,15 +123,16 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
         if preempt:
             bits.append(f"{preempt} preemption(s) recomputed requests")
         return (f"the KV pool ({cost.kv_pool_tokens:,} tokens) is full: " + " and ".join(bits or ["admission waits for KV"])
-                + f"; at these lengths it holds {kv_allow:,} requests at once")
+                + f"; at these lengths it holds {kv_allow:,} requests at once{per}")
 
     def seqs_reason() -> str:
         return (f"all {sched.max_num_seqs} sequence slots (--max-num-seqs) were busy while requests waited in "
-                f"{share['max_num_seqs'] * 100:.0f} % of steps; KV would allow {kv_allow:,} at once")
+                f"{share['max_num_seqs'] * 100:.0f} % of steps; KV would allow {kv_allow:,} at once{per}")
 
     def prefill_reason() -> str:
-        return (f"p99 ITL {_ms(p99)} (longest pause {_ms(max_itl)}) is set by steps in which prefill chunks "
-                f"(budget {sched.max_num_batched_tokens:,} tokens) entered the batch, up to {_ms(pre_max)}; "
+        where = ("the prefill worker's steps on the same device" if shared_any else
+                 f"steps in which prefill chunks (budget {sched.max_num_batched_tokens:,} tokens) entered the batch")
+        return (f"p99 ITL {_ms(p99)} (longest pause {_ms(max_itl)}) is set by {where}, up to {_ms(pre_max)}; "
                 f"decode-only steps take {_ms(dec_med)}" + also)
 
     def bw_reason() -> str:

@@ -183,6 +183,7 @@ class _Worker:
         #: (None: nothing waited; "max_num_seqs", "kv_pool", "budget", "preempted")
         self.step_prefill: list[int] = []
         self.step_block: list[str | None] = []
+        self.step_shared: list[bool] = []
         self.busy_s = 0.0
         self.link_free_at = 0.0
         self.preemptions = 0
@@ -418,6 +419,8 @@ class _Worker:
         # a continuing decode's gap is end-to-end between this worker's steps (on a shared device
         # the other worker's steps sit in between; on its own device this equals ``dt``)
         gap = t - self.step_end[-1] if self.step_end else dt
+        # the gap spans another worker's step (a prefill worker sharing the device): a prefill pause too
+        self.step_shared.append(n_dec - fresh > 0 and gap > dt * (1 + 1e-9) + 1e-12)
         self.step_end.append(t)
         self.step_dur.append(gap if n_dec - fresh > 0 else dt)
         self.itl_weight.append(n_dec - fresh)
