@@ -78,11 +78,13 @@ def _tp_notes(spec: ModelSpec, devices: list[Device], tp: int) -> list[str]:
     for d in devices:
         link = R.link_bytes_s(d)
         ar = R.allreduce_s(spec, 1, tp, link)
-        out.append(
-            f"tp {tp}: {tp}× {d.id}, each reads 1/{tp} of the weights at its own {d.mem_bandwidth_gb_s:,.0f} GB/s; "
-            f"2×{spec.n_layers or 0} ring all-reduces cost {ar * 1e6:,.0f} µs per decode step over "
-            f"{link / 1e9:,.1f} GB/s one way ({d.interconnect or 'no link quoted: 100 GbE assumed'})"
-        )
+        head = f"tp {tp}: {tp}× {d.id}, each reads 1/{tp} of the weights at its own {d.mem_bandwidth_gb_s:,.0f} GB/s; "
+        if not (spec.n_layers and spec.hidden_size):
+            out.append(head + "all-reduce time not counted (layer shapes unknown): the ceiling is an upper bound")
+            continue
+        link_name = d.interconnect if d.interconnect_gb_s else f"{d.interconnect or 'no link'}: none quoted, 100 GbE assumed"
+        out.append(head + f"2×{spec.n_layers} ring all-reduces cost {ar * 1e6:,.0f} µs per decode step over "
+                          f"{link / 1e9:,.1f} GB/s one way ({link_name})")
     split = R.kv_split(spec, tp)
     if split < tp:
         out.append(f"{spec.n_kv_heads} KV heads on {tp} ranks: each token's KV is replicated {tp // split}× (kv_split {split})")

@@ -131,7 +131,9 @@ def kv_split(spec: ModelSpec, tp: int) -> int:
     one vector per token, replicated on every rank (theory.md §7)."""
     if tp <= 1 or spec.is_mla:
         return 1
-    return max(1, min(tp, spec.n_kv_heads or 1))
+    if not spec.n_kv_heads:  # shapes unknown (a size only): no KV is counted, nothing to replicate
+        return tp
+    return max(1, min(tp, spec.n_kv_heads))
 
 
 # --- weights -----------------------------------------------------------------------------------------------
