@@ -87,7 +87,7 @@ def _tp_notes(spec: ModelSpec, devices: list[Device], tp: int) -> list[str]:
                           f"{link / 1e9:,.1f} GB/s one way ({link_name})")
     split = R.kv_split(spec, tp)
     if split < tp:
-        out.append(f"{spec.n_kv_heads} KV heads on {tp} ranks: each token's KV is replicated {tp // split}× (kv_split {split})")
+        out.append(f"{spec.n_kv_heads} KV head(s) on {tp} ranks: each token's KV is replicated {tp // split}× (kv_split {split})")
     return out
 
 
@@ -238,7 +238,7 @@ def kv_report(
                          f"memory_gb and pool_bytes are the {tp} devices together")
     split = R.kv_split(spec, tp)
     if tp > 1 and split < tp:
-        why = "MLA's latent is one vector per token" if spec.is_mla else f"{spec.n_kv_heads} KV heads on {tp} ranks"
+        why = "MLA's latent is one vector per token" if spec.is_mla else f"{spec.n_kv_heads} KV head(s) on {tp} ranks"
         notes.append(f"{why}: each token's KV is replicated on {tp // split} ranks (pool_tokens counts one copy)")
     return {
         "schema": SCHEMA_VERSION,
