@@ -2,14 +2,17 @@
 
 1. Speed: a simulated hour of 10 requests/s with 1,000-token prompts (Llama-3.1-8B on an H100).
 2. Calibration: `hw`-style measurements of this machine (bandwidth, GEMM; not saved) + a short probe
-   of llama-server (sequential requests at two prompt lengths, then one batch of 4 short requests
-   sent together for the batched decode rate) → a calibrated cost model
+   of llama-server (sequential requests at two prompt lengths, then batches of 2, 3 and 4 short
+   requests sent together for the batched decode rate and llama.cpp's batch-dependent decode step,
+   ``CostModel.decode_batch_scale``) → a calibrated cost model
    (policy ``llamacpp``: --parallel slots, n_batch 2048 budget).
 3. Bench workloads on the real server — closed loops of 1, 2 and 4 users and a Poisson rate — and
    the same workloads (same lengths, same arrival times) in the simulator; predicted vs measured
    median and p99 TTFT and ITL. Goal: within 10 % at the median and 20 % at p99.
 
 Usage: .venv/bin/python benchmarks/plan_validation.py [--quick] [--threads N] [--json out.json]
+       .venv/bin/python benchmarks/plan_validation.py --resimulate out.json   (no engine: re-fit and re-simulate
+       the calibration and workload records a previous run stored, e.g. after a change to the model)
 Run it on a quiet machine: llama-server uses --threads cores and the client shares them. Each step
 waits for other processes to go quiet and is re-run (--attempts) when they disturbed it; the table
 reports the CPU other processes used during each measured workload.
@@ -19,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import random
 import sys
 import time
-from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -41,6 +45,7 @@ from phasescope.plan.calibrate import calibrate
 from phasescope.plan.metrics import summarize_sim
 from phasescope.plan.sim import SchedulerConfig, simulate
 from phasescope.plan.workload import Workload, build_requests
+from phasescope.theory.devices import custom_device
 from phasescope.theory.models import load_model_spec
 
 PARALLEL = 4
@@ -179,7 +184,12 @@ def main() -> int:
     ap.add_argument("--attempts", type=int, default=3, help="re-run a workload disturbed by other processes")
     ap.add_argument("--quiet", type=float, default=0.25, help="foreign CPU (cores) below which the machine counts as quiet")
     ap.add_argument("--max-wait", type=float, default=120.0, help="seconds to wait for quiet before each attempt")
+    ap.add_argument("--resimulate", default=None, metavar="JSON",
+                    help="no engine: re-fit and re-simulate the measurements stored in a previous --json file")
     a = ap.parse_args()
+    if a.resimulate:
+        with open(a.resimulate, encoding="utf-8") as fh:
+            return evaluate(json.load(fh), a.json)
 
     sp = speed_check()
     print(f"speed: simulated 1 h of 10 req/s, 1,000-token prompts ({sp['requests']:,} requests, {sp['steps']:,} steps) "
@@ -194,10 +204,11 @@ def main() -> int:
     inp, outl = a.input_len, a.output_len
     with running_engine(parallel=PARALLEL, ctx_size=CTX, threads=a.threads) as eng:
         target = Target(base_url=eng.url, api="llamacpp", model=eng.model_alias, engine="llamacpp")
-        spec = load_model_spec(str(eng.model_path))
-        base = cost_from_theory(spec, dev, kv_pool_tokens=CTX)
+        out["model_path"] = str(eng.model_path)
+        out["workload_lengths"] = [inp, outl, a.threads]
         # warm-up (first requests pay page faults / thread spin-up)
         asyncio.run(closed_loop(target, 1, 2, 64, 8, seed=99))
+
         def quietest(run: Any) -> tuple[list[RequestRecord], Foreign]:
             """Run a workload up to --attempts times; keep the one with the least foreign CPU."""
             best: tuple[list[RequestRecord], Foreign] | None = None
@@ -214,44 +225,79 @@ def main() -> int:
 
         # short probe: sequential, two prompt lengths (on a quiet machine, retried like the workloads)
         t = time.perf_counter()
+
         def run_probe() -> list[RequestRecord]:
             p = asyncio.run(closed_loop(target, 1, 3, inp // 2, outl // 2, seed=1))
             p += asyncio.run(closed_loop(target, 1, 3, inp * 2, outl // 2, seed=2))
-            # one batch of 4 sent together: decode rows batched (the llama.cpp decode math rate)
-            p += asyncio.run(closed_loop(target, PARALLEL, PARALLEL, inp // 4, outl, seed=3))
+            # batches of 2, 3 and 4 sent together: decode rows batched (the llama.cpp decode math rate, and
+            # its step per batch size, which is not smooth in B: engine.md §6)
+            for b in (2, 3, PARALLEL):
+                p += asyncio.run(closed_loop(target, b, b, inp // 4, outl, seed=3 + b))
             return p
 
         probe, fg = quietest(run_probe)
         out["calibration_foreign_cpu"] = fg.foreign_s / fg.wall_s
-        cal = calibrate(probe, base)
-        cost = cal.cost
-        sched = SchedulerConfig(policy="llamacpp", max_num_seqs=PARALLEL, max_num_batched_tokens=2048,
-                                api_overhead_s=cal.api_overhead_s)
-        print(f"calibration ({time.perf_counter() - t:.0f} s probe): effective {cal.fitted['bandwidth_bytes_s'] / 1e9:.1f} GB/s "
-              f"(η_bw {cost.bw_eff:.2f}), {cal.fitted['flops_s'] / 1e9:.0f} GFLOP/s (η_f {cost.flops_eff:.2f}), "
-              f"decode math {(cal.fitted.get('decode_flops_s') or cal.fitted['flops_s']) / 1e9:.0f} GFLOP/s "
-              f"({cal.fitted['n_batched_decode_points']} batched points), "
-              f"overhead {cost.step_overhead_s * 1e3:.2f} ms/step, API {cal.api_overhead_s * 1e3:.1f} ms; "
-              f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
-        out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff,
-                              "decode_flops_eff": cost.decode_flops_eff, "step_overhead_s": cost.step_overhead_s}
-        rows = []
+        out["calibration_wall_s"] = time.perf_counter() - t
+        out["calibration_records"] = [r.to_dict() for r in probe]
+        print(f"calibration probe: {len(probe)} requests in {out['calibration_wall_s']:.0f} s, "
+              f"foreign CPU {fg.foreign_s:.1f} s in {fg.wall_s:.0f} s", flush=True)
+        runs: list[dict[str, Any]] = []
+
+        def keep(name: str, recs: list[RequestRecord], w: Workload, fg: Foreign) -> None:
+            runs.append({"name": name, "workload": {k: v for k, v in dataclasses.asdict(w).items() if k != "trace"},
+                         "records": [r.to_dict() for r in recs], "wall_s": fg.wall_s, "foreign_cpu_s": fg.foreign_s})
+            m = measured_stats(recs)
+            print(f"  {name}: measured TTFT p50 {m['ttft_p50']:,.1f} ms, ITL p50 {m['itl_p50']:,.1f} ms; "
+                  f"foreign CPU {fg.foreign_s:.1f} s in {fg.wall_s:.0f} s", flush=True)
+
         for users, n in ((1, 8), (2, 12), (4, 16)):
             n = max(n // scale, users * 2)
             recs, fg = quietest(lambda: asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users)))
-            m = measured_stats(recs)
-            p = sim_stats(cost, sched, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl))
-            rows.append((f"{users} user(s)", m, p, fg))
+            keep(f"{users} user(s)", recs, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl), fg)
         n = 24 // scale
         w = Workload(rate=a.rate, num_requests=n, input_len=inp, output_len=outl, seed=5)
         arr = build_requests(w).arrival_s
         recs, fg = quietest(lambda: asyncio.run(open_loop(target, arr, inp, outl, seed=20))[0])
-        m = measured_stats(recs)
-        p = sim_stats(cost, sched, w)
-        rows.append((f"Poisson {a.rate:g}/s", m, p, fg))
+        keep(f"Poisson {a.rate:g}/s", recs, w, fg)
+        out["runs"] = runs
+    if a.json:  # the measurements first: a failing evaluation below must not lose them
+        with open(a.json, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=2)
+    return evaluate(out, a.json)
+
+
+def evaluate(out: dict[str, Any], json_path: str | None) -> int:
+    """Fit the cost model to the stored calibration records, simulate every stored workload, print the table."""
+    inp, outl, threads = out["workload_lengths"]
+    dev = custom_device(out["hw"]["bandwidth_gb_s"], name="this machine (hw)", dense_bf16_tflops=out["hw"]["gflop_s"] / 1e3)
+    spec = load_model_spec(out["model_path"])
+    base = cost_from_theory(spec, dev, kv_pool_tokens=CTX)
+    probe = [RequestRecord.from_dict(d) for d in out["calibration_records"]]
+    cal = calibrate(probe, base)
+    cost = cal.cost
+    sched = SchedulerConfig(policy="llamacpp", max_num_seqs=PARALLEL, max_num_batched_tokens=2048,
+                            api_overhead_s=cal.api_overhead_s)
+    print(f"calibration: effective {cal.fitted['bandwidth_bytes_s'] / 1e9:.1f} GB/s "
+          f"(η_bw {cost.bw_eff:.2f}), {cal.fitted['flops_s'] / 1e9:.0f} GFLOP/s (η_f {cost.flops_eff:.2f}), "
+          f"decode math {(cal.fitted.get('decode_flops_s') or cal.fitted['flops_s']) / 1e9:.0f} GFLOP/s "
+          f"({cal.fitted['n_batched_decode_points']} batched points), "
+          f"overhead {cost.step_overhead_s * 1e3:.2f} ms/step, API {cal.api_overhead_s * 1e3:.1f} ms; "
+          f"decode step scale by batch {[[int(b), round(v, 2)] for b, v in cost.decode_batch_scale or []] or 'none'} "
+          f"(batched fit error {cal.residuals.get('batched_decode_rel_err_median_smooth', float('nan')) * 100:.0f} % smooth → "
+          f"{cal.residuals.get('batched_decode_rel_err_median', float('nan')) * 100:.0f} % with it); "
+          f"alone: prefill {inp} tok {cost.prefill_time_s(inp) * 1e3:.0f} ms, decode step {cost.decode_step_s(1, inp) * 1e3:.1f} ms")
+    out["calibration"] = {**cal.to_dict(), "bw_eff": cost.bw_eff, "flops_eff": cost.flops_eff,
+                          "decode_flops_eff": cost.decode_flops_eff, "step_overhead_s": cost.step_overhead_s}
+    out["cost_model"] = cost.to_dict()
+    rows = []
+    for run in out["runs"]:
+        recs = [RequestRecord.from_dict(d) for d in run["records"]]
+        w = Workload(**run["workload"])
+        fg = SimpleNamespace(wall_s=run["wall_s"], foreign_s=run["foreign_cpu_s"])
+        rows.append((run["name"], measured_stats(recs), sim_stats(cost, sched, w), fg))
 
     print()
-    print(f"workload: prompt {inp} → output {outl} tokens, llama-server --parallel {PARALLEL} --threads {a.threads}")
+    print(f"workload: prompt {inp} → output {outl} tokens, llama-server --parallel {PARALLEL} --threads {threads}")
     hdr = (f"{'workload':<16}{'n':>4}  {'TTFT p50 meas/pred':>22}{'err':>7}  {'TTFT p99':>17}{'err':>7}  {'ITL p50':>15}{'err':>7}  "
            f"{'ITL p99':>15}{'err':>7}  {'foreign CPU':>12}")
     print(hdr)
@@ -274,8 +320,8 @@ def main() -> int:
           "numbers taken while it is high measure the neighbours, not llama-server")
     print("median |error|: " + ", ".join(f"{k} {np.median(v) * 100:.0f} %" for k, v in errs.items())
           + "  (goal: 10 % at p50, 20 % at p99)")
-    if a.json:
-        with open(a.json, "w", encoding="utf-8") as fh:
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=2)
     return 0
 

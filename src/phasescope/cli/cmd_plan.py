@@ -78,11 +78,16 @@ def _header(doc: dict[str, Any]) -> None:
 def _summary_table(s: dict[str, Any], title: str = "simulated") -> Table:
     t = Table(title=title, title_justify="left")
     t.add_column("metric")
-    for c in ("mean", "median", "p90", "p99"):
+    for c in ("mean", "median", "p90", "p99", "max"):
         t.add_column(c, justify="right")
     for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency")):
-        t.add_row(label, *(_ms(s.get(f"{c}_{key}_ms")) for c in ("mean", "median", "p90", "p99")))
+        t.add_row(label, *(_ms(s.get(f"{c}_{key}_ms")) for c in ("mean", "median", "p90", "p99", "max")))
     return t
+
+
+def _limited(d: dict[str, Any], prefix: str = "limited by") -> None:
+    if d.get("limited_by"):
+        console.print(f"[bold]{prefix} {d['limited_by']}[/bold]: {d.get('limited_by_reason') or ''}")
 
 
 def _facts(s: dict[str, Any]) -> None:
@@ -106,19 +111,21 @@ def _facts(s: dict[str, Any]) -> None:
             v = next((vv for kk, vv in c.items() if kk.endswith("_ms") and kk != "limit_ms"), None)
             parts.append(f"{k} p{slo['percentile']:g} {_ms(v)} ≤ {_ms(c['limit_ms'])} {'✓' if c['met'] else '✗'}")
         console.print(("[green]SLO met[/green]: " if slo["met"] else "[red]SLO missed[/red]: ") + " · ".join(parts))
+    if s.get("failed_reason"):
+        console.print(f"[red]failed[/red] {s['failed_reason']}")
 
 
 def _rows_table(rows: list[dict[str, Any]], first: str, title: str) -> Table:
     t = Table(title=title, title_justify="left")
     cols = [(first, "value"), ("req/s", "request_throughput"), ("out tok/s", "output_throughput"),
             ("TTFT p50", "median_ttft_ms"), ("TTFT p99", "p99_ttft_ms"), ("ITL p50", "median_itl_ms"),
-            ("ITL p99", "p99_itl_ms"), ("E2E p99", "p99_e2el_ms"), ("KV max", "max_kv_usage"),
-            ("preempt", "preemptions"), ("SLO", "slo_met")]
+            ("ITL p99", "p99_itl_ms"), ("ITL max", "max_itl_ms"), ("E2E p99", "p99_e2el_ms"), ("KV max", "max_kv_usage"),
+            ("preempt", "preemptions"), ("SLO", "slo_met"), ("limited by", "limited_by")]
     for c, _ in cols:
         t.add_column(c, justify="right")
     for r in rows:
         if "error" in r:
-            t.add_row(_n(r["value"]) if not isinstance(r["value"], str) else r["value"], *(["-"] * (len(cols) - 2)), "error")
+            t.add_row(_n(r["value"]) if not isinstance(r["value"], str) else r["value"], *(["-"] * (len(cols) - 3)), "error", "-")
             continue
         cells = []
         for _, k in cols:
@@ -129,6 +136,8 @@ def _rows_table(rows: list[dict[str, Any]], first: str, title: str) -> Table:
                 cells.append("-" if v is None else f"{v * 100:.0f} %")
             elif k == "slo_met":
                 cells.append("-" if v is None else ("✓" if v else "✗"))
+            elif k == "limited_by":
+                cells.append(v or "-")
             else:
                 cells.append(_n(v) if not isinstance(v, str) else v)
         t.add_row(*cells)
@@ -138,7 +147,7 @@ def _rows_table(rows: list[dict[str, Any]], first: str, title: str) -> Table:
 def plan(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Catalog id (llama-3.1-8b), config.json or .gguf."),
     device: Optional[str] = typer.Option(None, "--device", "-d", help="Catalog device (l40s, h100, ...) or 'local' (from `phasescope hw`)."),
-    gpus: int = typer.Option(1, "--gpus", help="Devices in all; a replica uses --tp of them (auto: smallest that fits)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="Devices in all; a replica uses --tp of them (default: one replica, --tp devices)."),
     tp: Optional[int] = typer.Option(None, "--tp", help="Tensor-parallel degree per replica (default: smallest power of two that fits)."),
     quant: Optional[str] = typer.Option(None, "--quant", help="Weight format (bf16, fp8, q4_k_m, ...); default: the model's own."),
     kv_dtype: str = typer.Option("fp16", "--kv-dtype", help="KV cache element type (fp16, fp8)."),
@@ -199,12 +208,15 @@ def plan(
     if mode == "single":
         console.print(_summary_table(doc["summary"]))
         _facts(doc["summary"])
+        _limited(doc["summary"])
     elif mode == "sweep":
         sw = doc["sweep"]
         console.print(_rows_table(sw["rows"], sw["param"], f"sweep of {sw['param']}"))
         for r in sw["rows"]:
             if "error" in r:
                 console.print(f"[red]{sw['param']} = {r['value']}[/red]: {r['error']}")
+            else:
+                _limited(r, f"{sw['param']} = {_n(r['value'])}: limited by")
     elif mode == "capacity":
         cap = doc["capacity"]
         console.print(_rows_table(cap["probes"], "users" if cap["mode"] == "users" else "req/s", "capacity search (probes)"))
@@ -213,6 +225,7 @@ def plan(
                           + (" (search capped)" if cap.get("capped") else ""))
         else:
             console.print(f"[bold]capacity: {cap['max_rate']:.3g} requests/s[/bold] within the SLO")
+        _limited(cap)
     elif mode == "disaggregate":
         dz = doc["disaggregation"]
         a, b = dz["colocated"]["summary"], dz["disaggregated"]["summary"]
@@ -221,7 +234,8 @@ def plan(
         for c in ("metric", "colocated", "disaggregated", "change"):
             t.add_column(c, justify="right" if c != "metric" else "left")
         for k, label in (("median_ttft_ms", "TTFT p50"), ("p99_ttft_ms", "TTFT p99"), ("median_itl_ms", "ITL p50"),
-                         ("p99_itl_ms", "ITL p99"), ("output_throughput", "output tok/s"), ("request_goodput", "goodput req/s")):
+                         ("p99_itl_ms", "ITL p99"), ("max_itl_ms", "ITL max"), ("output_throughput", "output tok/s"),
+                         ("request_goodput", "goodput req/s")):
             fmt = _ms if k.endswith("_ms") else _n
             ch = dz["relative_change"].get(k)
             t.add_row(label, fmt(a.get(k)), fmt(b.get(k)), _pct(ch))
@@ -229,6 +243,8 @@ def plan(
         if b.get("mean_kv_transfer_ms") is not None:
             console.print(f"KV transfer per request: mean {_ms(b['mean_kv_transfer_ms'])}, p99 {_ms(b.get('p99_kv_transfer_ms'))}")
         console.print(("[green]disaggregation pays[/green]: " if dz["pays"] else "[yellow]disaggregation does not pay[/yellow]: ") + dz["why"])
+        _limited(a, "colocated: limited by")
+        _limited(b, "disaggregated: limited by")
         alt = dz.get("colocated_smaller_budget")
         if alt:
             console.print(f"colocated with --max-num-batched-tokens {alt['max_num_batched_tokens']}: TTFT p99 {_ms(alt['p99_ttft_ms'])}, "

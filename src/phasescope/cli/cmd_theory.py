@@ -90,6 +90,7 @@ def ceiling(
     batch: int = typer.Option(1, "--batch", help="Concurrent sequences for the aggregate ceiling."),
     prompt: int = typer.Option(2000, "--prompt", help="Prompt tokens for the prefill floor."),
     kv_dtype: str = typer.Option("fp16", "--kv-dtype", help="KV cache element type: fp16, bf16, fp8, q8_0, q4_0."),
+    tp: int = typer.Option(1, "--tp", "--gpus", help="Tensor-parallel degree: N devices share weights, KV, bandwidth and compute (+ all-reduce time); fits is judged per device."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/ceiling.md)."),
 ) -> None:
     """Decode ceiling (bandwidth and compute roofs), batch aggregate, ridge batch and prefill floor per device."""
@@ -98,7 +99,7 @@ def ceiling(
     spec = resolve_model(model=model, config=config, gguf=gguf, weights_gb=weights_gb, dtype=dtype)
     devices = resolve_devices(device, bandwidth_gb_s)
     rep = ceiling_report(spec, devices, quant=dtype, context=context, batch=batch, prompt_tokens=prompt,
-                         kv_dtype=kv_dtype)
+                         kv_dtype=kv_dtype, tp=tp)
     if as_json:
         print_json(rep)
         return
@@ -106,6 +107,8 @@ def ceiling(
     title = f"decode ceiling at context {context:,}"
     if batch > 1:
         title += f", batch {batch}"
+    if tp > 1:
+        title += f", tensor parallel over {tp} devices each (bandwidth and FLOP/s of the group, all-reduces included)"
     t = Table(title=title, title_justify="left")
     t.add_column("device", no_wrap=True)
     t.add_column("mem BW\nGB/s", justify="right")
@@ -119,10 +122,11 @@ def ceiling(
         t.add_column("binds\n@batch")
     t.add_column("ridge\nbatch", justify="right")
     t.add_column(f"prefill floor\n{prompt:,} tok", justify="right")
-    t.add_column("fits", justify="center")
+    t.add_column("fits" if tp == 1 else "fits\nper device", justify="center")
     for r in rep["devices"]:
+        name = r["device_name"] if r["device"] in ("custom", "local") else r["device"]
         cells = [
-            escape(r["device_name"] if r["device"] in ("custom", "local") else r["device"]),
+            escape(f"{tp}× {name}" if tp > 1 else name),
             f"{r['mem_bandwidth_gb_s']:,.0f}" if r["mem_bandwidth_gb_s"] >= 10 else f"{r['mem_bandwidth_gb_s']:.1f}",
             _bytes(r["bytes_per_token"]),
             _num(r["bandwidth_roof_tok_s"]),
@@ -141,7 +145,9 @@ def ceiling(
         t.add_row(*cells)
     console.print(t)
     console.print(
-        "[dim]ceiling = min(bandwidth ÷ bytes per token, peak FLOP/s ÷ FLOPs per token); measured stacks land at "
+        "[dim]ceiling = min(bandwidth ÷ bytes per token, peak FLOP/s ÷ FLOPs per token)"
+        + (" with the all-reduce time of each step added to both" if tp > 1 else "")
+        + "; measured stacks land at "
         "~40–80 % of it. ridge batch = where decode turns compute-bound. Halving bytes per weight doubles the "
         "bandwidth roof.[/dim]"
     )
@@ -163,6 +169,7 @@ def kv(
     util: float = typer.Option(0.9, "--gpu-memory-utilization", help="Fraction of memory the engine may use (vLLM default 0.9)."),
     weights_gb: Optional[float] = typer.Option(None, "--weights-gb", help="Override the weight bytes subtracted from the pool (GB)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", "--quant", help="Weight format for the weight bytes (default: the model's own)."),
+    tp: int = typer.Option(1, "--tp", "--gpus", help="Tensor-parallel degree: the pool of N devices (N × memory), weights and KV split over them."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/kv.md)."),
 ) -> None:
     """KV-cache bytes per token and per sequence, and how many sequences fit in the pool."""
@@ -172,7 +179,7 @@ def kv(
     spec = resolve_model(model=model, config=config, gguf=gguf, dtype=dtype)
     dev = get_device(device) if device else None
     rep = kv_report(spec, context=context, kv_dtype=kv_dtype, device=dev, gpu_mem_gb=gpu_mem_gb,
-                    gpu_memory_utilization=util, weights_gb=weights_gb, quant=dtype)
+                    gpu_memory_utilization=util, weights_gb=weights_gb, quant=dtype, tp=tp)
     if as_json:
         print_json(rep)
         return
@@ -190,10 +197,15 @@ def kv(
     t.add_row(f"per sequence @ {context:,}", f"{rep['kv_bytes_per_sequence']:,.0f} B", _bytes(rep["kv_bytes_per_sequence"]))
     pool = rep["pool"]
     if pool is not None:
+        n = pool.get("tp", 1)
+        if n > 1:
+            t.add_row("devices (tensor parallel)", f"{n}", f"{_bytes(pool['memory_bytes_per_device'])} each")
         t.add_row("memory × utilization", _bytes(pool["memory_bytes"] * pool["gpu_memory_utilization"]),
                   f"{_bytes(pool['memory_bytes'])} × {pool['gpu_memory_utilization']:g}")
-        t.add_row("− weights", _bytes(pool["weight_bytes"]), "")
-        t.add_row("= KV pool", _bytes(pool["pool_bytes"]), "" if pool["fits"] else "[red]weights do not fit[/red]")
+        t.add_row("− weights", _bytes(pool["weight_bytes"]), f"{_bytes(pool['weight_bytes_per_device'])} per device" if n > 1 else "")
+        t.add_row("= KV pool", _bytes(pool["pool_bytes"]),
+                  ("" if n == 1 else f"{_bytes(pool['pool_bytes_per_device'])} per device")
+                  if pool["fits"] else "[red]weights do not fit[/red]" + (" one device's share" if n > 1 else ""))
         t.add_row("pool tokens", f"{pool['pool_tokens']:,}", "")
         if pool["max_concurrent_sequences"] is not None:
             t.add_row(f"sequences of {context:,}", f"{pool['max_concurrent_sequences']:,}", "max concurrent")

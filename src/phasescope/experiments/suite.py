@@ -257,6 +257,9 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                     if sink is not None:
                         sink.close()  # every record is on disk before the run is finished
             diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records)
+            from phasescope.probe.ceilings import explain_above_ceiling
+
+            explain_above_ceiling(results, ceil)  # measured decode above the bandwidth roof → experiment warning
             rp = str(recording.records_path) if recording is not None else None
             for r in results.values():
                 r.info.records_path = rp

@@ -42,7 +42,7 @@ class PlanOptions:
     device: str | None = None
     quant: str | None = None
     kv_dtype: str = "fp16"
-    gpus: int = 1
+    gpus: int | None = None  # None: one replica (its --tp devices)
     tp: int | None = None
     rate: float | None = None
     concurrency: int | None = None
@@ -89,8 +89,10 @@ def _parse_pd(text: str) -> tuple[int, int]:
 
 def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[str, Any]]:
     """(spec, calibration dict or None, facts about where the numbers came from)."""
-    if o.gpus < 1:
+    if o.gpus is not None and o.gpus < 1:
         raise InputError("--gpus must be ≥ 1")
+    if o.tp is not None and o.tp < 1:
+        raise InputError("--tp must be ≥ 1")
     cal_info: dict[str, Any] | None = None
     recs = None
     policy = o.policy
@@ -163,8 +165,16 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
         fresh = build(util, tp=cal_cost.tp)  # same replica shape; only the pool changes
         return replace(cal_cost, kv_pool_tokens=fresh.kv_pool_tokens)
 
+    if not o.chunked_prefill:
+        # the first prompt is computed whole (no prefix is resident yet), so the full length must fit
+        longest = int(w.input_len * (1 + w.range_ratio)) if w.trace is None else 0
+        if longest > sched.max_num_batched_tokens:
+            raise InputError(
+                f"--no-chunked-prefill: a {longest:,}-token prompt does not fit --max-num-batched-tokens "
+                f"{sched.max_num_batched_tokens:,} in one step, so it can never be admitted",
+                hint="raise --max-num-batched-tokens to at least the prompt length, or drop --no-chunked-prefill")
     spec = PlanSpec(
-        cost=cost, workload=w, sched=sched, gpus=o.gpus,
+        cost=cost, workload=w, sched=sched, gpus=o.gpus if o.gpus is not None else max(cost.tp, 1),
         disaggregate=_parse_pd(o.disaggregate) if o.disaggregate else None,
         slo=parse_slo(o.slo), slo_percentile=o.slo_percentile, rebuild_cost=rebuild,
     )

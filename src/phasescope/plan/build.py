@@ -11,9 +11,15 @@ by measured values when calibrating (:mod:`phasescope.plan.calibrate`):
   does not overlap memory traffic with the dequantize-and-dot work; engine.md §6–§7).
 * Apple GPUs: η_bw = 0.65, η_f = 0.5, 1 ms, ``max``.
 
-Interconnect for disaggregation: the device's first quoted link figure, which the catalog states as
-bidirectional, halved to one direction (NVLink 4 900 → 450 GB/s; PCIe Gen4 x16 64 → 32 GB/s); without
-one, 100 GbE (12.5 GB/s).
+Interconnect (disaggregation's KV transfer and tensor parallelism's all-reduces): the device's first
+quoted link figure, which the catalog states as bidirectional, halved to one direction (NVLink 4 900 →
+450 GB/s; PCIe Gen4 x16 64 → 32 GB/s); without one, 100 GbE (12.5 GB/s).
+
+Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): the cost model describes the replica of ``tp``
+devices — the whole model's weight bytes at ``tp ×`` one device's bandwidth (each device reads 1/tp at its
+own), ``tp ×`` the FLOP/s, the KV heads split over the ranks (replicated beyond the KV-head count), and
+``2·L`` ring all-reduces of ``hidden × tokens × 2`` bytes per step over the link. The KV pool is per
+device: ``(memory·util − weights/tp) ÷ (KV bytes per token / kv_split)`` tokens.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ DEFAULTS: dict[str, tuple[float, float, float, str]] = {
     "local": (0.6, 0.5, 0.001, "sum"),
     "custom": (0.8, 0.6, 0.0015, "max"),
 }
-NETWORK_FALLBACK_BYTES_S = 12.5e9  # 100 GbE, one direction
+NETWORK_FALLBACK_BYTES_S = roofline.NETWORK_FALLBACK_BYTES_S  # 100 GbE, one direction
 NO_MEMORY_POOL_TOKENS = 1_000_000  # CPUs: memory is system-dependent; a pool that never binds
 
 
@@ -86,8 +92,10 @@ def cost_from_theory(
         tp = min_tp(dev.memory_bytes, w_total, gpu_memory_utilization)
     if tp < 1:
         raise InputError("tensor-parallel degree must be ≥ 1")
+    split = roofline.kv_split(spec, tp)
     kv_tok = roofline.kv_bytes_per_token(spec, kv_dtype)
     kv_layer = roofline.kv_bytes_per_layer_token(spec, kv_dtype)
+    kv_rep = tp / split  # the replica holds each token's KV this many times over (1: heads split evenly)
     n_local = spec.n_sliding_layers if spec.sliding_window else 0
     peak = dev.peak_flops(roofline.compute_path(spec, quant))
     if not peak:
@@ -99,6 +107,8 @@ def cost_from_theory(
                 weight_bytes=w_total,
                 kv_bytes_per_token=kv_tok,
                 gpu_memory_utilization=gpu_memory_utilization,
+                tp=tp,
+                kv_split=split,
             )
             kv_pool_tokens = cap.pool_tokens
             if kv_pool_tokens <= 0:
@@ -109,9 +119,11 @@ def cost_from_theory(
                 )
         else:
             kv_pool_tokens = NO_MEMORY_POOL_TOKENS
-    link = interconnect_gb_s * 1e9 if interconnect_gb_s else (
-        dev.interconnect_gb_s * 1e9 / 2 if dev.interconnect_gb_s else NETWORK_FALLBACK_BYTES_S
-    )
+    link = interconnect_gb_s * 1e9 if interconnect_gb_s else roofline.link_bytes_s(dev)
+    routed = 0.0
+    if spec.is_moe:
+        w_all = roofline.weight_bytes_read(spec, quant, batch=1e12)  # every expert touched
+        routed = (w_all - w_read) / (1.0 - spec.n_experts_per_tok / spec.n_experts)
     # attention FLOPs per (query, key) pair over all layers: decode_attention_flops at context 1
     attn_pair = roofline.decode_attention_flops(spec, 1) if not spec.is_mla else roofline._attn_pair_flops(spec, False) * (spec.n_layers or 0)  # noqa: SLF001
     source: dict[str, Any] = {
@@ -121,11 +133,13 @@ def cost_from_theory(
         "quant": quant or spec.dtype,
         "kv_dtype": kv_dtype,
         "gpu_memory_utilization": gpu_memory_utilization,
+        "tp": tp,
+        "kv_split": split,
     }
     return CostModel(
         name=f"{spec.id}@{dev.id}" + (f"×{tp}" if tp > 1 else ""),
-        weight_bytes=w_read / tp,
-        kv_bytes_per_token=kv_tok / tp,
+        weight_bytes=w_read,
+        kv_bytes_per_token=kv_tok * kv_rep,
         flops_per_token=2.0 * n_nonemb,
         attn_flops_per_pair=attn_pair,
         lm_head_flops=2.0 * float(spec.embedding_params or 0),
@@ -136,9 +150,15 @@ def cost_from_theory(
         step_overhead_s=d_ov if step_overhead_s is None else step_overhead_s,
         kv_pool_tokens=int(kv_pool_tokens),
         overlap=overlap or d_overlap,
-        kv_bytes_per_token_local=(kv_layer * n_local) / tp,
+        kv_bytes_per_token_local=(kv_layer * n_local) * kv_rep,
         kv_window_tokens=spec.sliding_window if n_local else None,
         interconnect_bytes_s=link,
         tp=tp,
         source=source,
+        allreduce_per_step=2 * (spec.n_layers or 0) if tp > 1 else 0,
+        allreduce_bytes_per_token=float(spec.hidden_size or 0) * roofline.ACTIVATION_BYTES,
+        allreduce_latency_s=roofline.ALLREDUCE_STEP_LATENCY_S,
+        routed_expert_bytes=routed,
+        n_experts=int(spec.n_experts or 0) if spec.is_moe else 0,
+        n_experts_per_tok=int(spec.n_experts_per_tok or 0) if spec.is_moe else 0,
     )

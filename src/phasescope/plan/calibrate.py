@@ -25,6 +25,15 @@ window; batch size = 1 + the overlap of other decode windows ÷ their own) add p
 ``F_dec`` (a few decode rows run matrix-vector kernels far below a prompt's GEMM rate; on the 2-core
 llama.cpp engine 3× below). Without them F_dec = F_eff.
 
+Batch-dependent decode: llama.cpp's decode step on a few CPU cores is not a smooth function of the
+batch (engine.md §6: llama-batched-bench 46/57/103/130 tok/s at B = 1/2/4/8; 2 streams often no faster
+than 1), so one F_dec cannot fit B = 2 and B = 4 at once. Clean batches are grouped by their (rounded)
+size B; with ≥ 2 points in a group, ``scale(B)`` = median(measured step ÷ modelled step) becomes the cost
+model's ``decode_batch_scale`` ([[1, 1.0], [B, scale(B)], ...]) when any scale is off by more than 5 %. Each
+ratio is clamped so the batched step stays between one sequence's step and 1.25 × B of them in a row
+(engine.md §6 saw 2 streams at up to 1.05 × two steps): beyond that the measurement was disturbed (other
+processes), not batching.
+
 Efficiencies are reported against the device's catalog peaks (η = fitted ÷ peak), so the same profile
 can be re-scaled for another device of the same kind. Missing phases keep the prior values.
 """
@@ -166,6 +175,33 @@ def batch_context(recs: Sequence[RequestRecord], limit: int = 500) -> list[tuple
     return out
 
 
+#: a batched decode step of B rows is at most this many times B single steps (module docstring)
+SERIAL_MARGIN = 1.25
+
+
+def batch_scale_points(cost: CostModel, batched: Sequence[tuple[float, float, float]], *, min_points: int = 2,
+                       tol: float = 0.05) -> list[list[float]] | None:
+    """``[[1, 1.0], [B, median(measured ÷ modelled step)], ...]`` from clean batched decode points
+    (context, batch, step s), or None when no batch size is off by more than ``tol`` (module docstring)."""
+    groups: dict[int, list[float]] = {}
+    for s_, b, y in batched:
+        B = int(round(b))
+        if B < 2 or abs(b - B) > 0.25:  # a partial overlap is not a clean batch of B
+            continue
+        smooth = cost.with_(decode_batch_scale=None)
+        model = smooth.step_time_s(B, B * s_)
+        one = smooth.step_time_s(1, s_)
+        if model > 0:
+            # a batched step is no faster than one sequence's step and, but for noise, no slower than B of
+            # them in a row (engine.md §6 measured up to 1.05·B at B = 2; 25 % margin) — a step beyond that
+            # was disturbed (a busy machine), not batching
+            groups.setdefault(B, []).append(min(max(y / model, one / model), SERIAL_MARGIN * B * one / model))
+    pts = [[float(B), float(np.median(r))] for B, r in sorted(groups.items()) if len(r) >= min_points]
+    if not pts or all(abs(v - 1.0) <= tol for _, v in pts):
+        return None
+    return [[1.0, 1.0]] + pts
+
+
 def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
     """Fit ``base``'s efficiencies and overhead to the records (see module docstring)."""
     recs = [r for r in records if r.ok]
@@ -279,6 +315,10 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
         name=c.name + " (calibrated)",
         source={**c.source, "calibrated": True},
     )
+    scale_pts = batch_scale_points(new, batched)
+    if scale_pts:
+        new = new.with_(decode_batch_scale=scale_pts)
+    fitted["decode_batch_scale"] = scale_pts
     fitted["bw_eff"] = new.bw_eff
     fitted["flops_eff"] = new.flops_eff
     fitted["decode_flops_eff"] = new.decode_flops_eff
@@ -295,4 +335,7 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
     if batched:
         be = [new.step_time_s(int(round(b)), round(b) * s_) / y - 1 for s_, b, y in batched]
         res["batched_decode_rel_err_median"] = float(np.median(np.abs(be)))
+        smooth = new.with_(decode_batch_scale=None)
+        be0 = [smooth.step_time_s(int(round(b)), round(b) * s_) / y - 1 for s_, b, y in batched]
+        res["batched_decode_rel_err_median_smooth"] = float(np.median(np.abs(be0)))
     return Calibration(new, api, len(pre), len(dec), fitted, res)

@@ -11,6 +11,7 @@ and the FLOPs it does (theory.md §1–3, Pope et al. arXiv:2211.05102 §2–3):
     t_step = t_overhead + max(bytes / (BW·η_bw), t_math)          (overlap = "max", GPUs)
     t_step = t_overhead + bytes / (BW·η_bw) + t_math              (overlap = "sum", CPUs)
     t_math = flops_prefill / (F·η_f) + flops_decode / (F·η_dec)   (η_dec = η_f unless calibrated apart)
+    t_step += t_allreduce(n_tokens)                              (tensor parallel, serial with the math)
 
 where ``s_i`` is the context of decoding sequence *i*, chunk *j* covers prompt positions
 ``p_j+1 … p_j+c_j`` and ``n_sampled`` = decodes + prompts whose last chunk ends this step.
@@ -18,8 +19,23 @@ GPUs overlap memory traffic with math (roofline ``max``); llama.cpp on a few CPU
 its decode step time on the embedded engine grows by ~6 ms per extra sequence from B = 1, which
 the additive form reproduces (engine.md §6: llama-batched-bench 46/57/103/130 tok/s at B = 1/2/4/8).
 
-Tensor parallelism over ``tp`` devices divides weight bytes and multiplies bandwidth and FLOP/s
-(all-reduce cost is not modelled: an optimistic bound, stated here once).
+Tensor parallelism over ``tp`` devices (Megatron-LM, Shoeybi et al. 2019, arXiv:1909.08053): all bytes,
+FLOPs, bandwidth and FLOP/s here are the *replica's* (the tp devices together): W_bytes is the whole
+model's read per step and BW = tp × one device's bandwidth, which is the same as each device reading
+W/tp at its own bandwidth (the old model divided the bytes by tp *and* multiplied the bandwidth by tp:
+a step ∝ 1/tp², faster than physics). KV bytes per token are the replica's too: K/V heads split over
+the ranks, replicated beyond the KV-head count. Each step adds the all-reduces of its tokens::
+
+    t_allreduce(n) = n_ar · [2(tp−1)·α + 2(tp−1)/tp · b_ar·n / β]        n_ar = 2·L, b_ar = hidden × 2 B
+
+(two all-reduces per layer, ring algorithm; derivation in :mod:`phasescope.theory.roofline`). MoE: the
+weight bytes of a step with n tokens (decodes + prefill) include the routed experts those n tokens touch,
+``E·(1 − (1 − k/E)^n)`` of ``E`` (theory.md §6), so a batch never reads less than physics says.
+
+llama.cpp's batched decode on a few CPU cores is not smooth in B (engine.md §6: 2 streams bimodal, often
+no faster than 1): ``decode_batch_scale`` (fitted by :mod:`.calibrate` from steps measured at each batch
+size) multiplies the step time of a decode-only step with B sequences: linear in B between the fitted
+sizes (anchored at 1.0 for B = 1), held at the largest fitted size's value beyond it.
 """
 
 from __future__ import annotations
@@ -27,6 +43,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 GB = 1e9
 #: share of device memory kept for activations / CUDA graphs when choosing a tensor-parallel degree
@@ -70,6 +88,17 @@ class CostModel:
     #: efficiency of the decode tokens' math when it differs from prefill's (``None`` = ``flops_eff``):
     #: a batch of a few decode rows runs matrix-vector kernels, far below the GEMM rate of a prompt
     decode_flops_eff: float | None = None
+    #: tensor-parallel all-reduces per step (2·L when tp > 1), bytes each moves per token (hidden × 2),
+    #: seconds per ring step (α)
+    allreduce_per_step: int = 0
+    allreduce_bytes_per_token: float = 0.0
+    allreduce_latency_s: float = 1e-6
+    #: MoE: all routed-expert bytes, experts and experts per token (0: dense; weight_bytes is the batch-1 read)
+    routed_expert_bytes: float = 0.0
+    n_experts: int = 0
+    n_experts_per_tok: int = 0
+    #: measured ÷ modelled decode step by batch size, [[B, scale], ...] sorted by B (calibrated llama.cpp)
+    decode_batch_scale: list[list[float]] | None = None
 
     def __post_init__(self) -> None:
         if self.overlap not in ("max", "sum"):
@@ -95,6 +124,29 @@ class CostModel:
     @property
     def eff_decode_flops(self) -> float:
         return self.peak_flops * (self.flops_eff if self.decode_flops_eff is None else self.decode_flops_eff)
+
+    def allreduce_s(self, tokens: float) -> float:
+        """Tensor-parallel communication of one step over ``tokens`` tokens (module docstring)."""
+        if self.tp <= 1 or tokens <= 0 or self.allreduce_per_step <= 0:
+            return 0.0
+        tp = self.tp
+        per = 2 * (tp - 1) * self.allreduce_latency_s + 2.0 * (tp - 1) / tp * self.allreduce_bytes_per_token * tokens / self.interconnect_bytes_s
+        return self.allreduce_per_step * per
+
+    def weight_read_bytes(self, tokens: float) -> float:
+        """Weight bytes a step over ``tokens`` tokens streams (MoE: experts touched, theory.md §6)."""
+        if self.n_experts <= 0 or self.routed_expert_bytes <= 0 or tokens <= 1:
+            return self.weight_bytes
+        E, k = float(self.n_experts), float(self.n_experts_per_tok)
+        frac = 1.0 - (1.0 - k / E) ** tokens
+        return self.weight_bytes + self.routed_expert_bytes * (frac - k / E)
+
+    def batch_scale(self, n_decode: int) -> float:
+        """``decode_batch_scale`` at ``n_decode`` (linear between fitted sizes, held beyond the last)."""
+        pts = self.decode_batch_scale
+        if not pts or n_decode <= 0:
+            return 1.0
+        return float(np.interp(float(n_decode), [float(b) for b, _ in pts], [float(v) for _, v in pts]))
 
     def kv_read_bytes(self, n_seqs: int, ctx_sum: float) -> float:
         """KV bytes read by ``n_seqs`` sequences holding ``ctx_sum`` tokens in all. Sliding-window
@@ -123,7 +175,8 @@ class CostModel:
         if n_decode <= 0 and prefill_tokens <= 0:
             return 0.0
         sampled = n_decode if n_sampled is None else n_sampled
-        nbytes = self.weight_bytes + self.kv_read_bytes(n_decode, decode_ctx_sum)
+        tokens = max(n_decode, 0) + max(prefill_tokens, 0)
+        nbytes = self.weight_read_bytes(tokens) + self.kv_read_bytes(n_decode, decode_ctx_sum)
         nbytes += self.kv_read_bytes(n_prefill_chunks, prefill_kv_tokens)
         f_dec = (self.flops_per_token + self.lm_head_flops) * n_decode + self.attn_flops_per_pair * decode_ctx_sum
         f_pre = (
@@ -134,7 +187,10 @@ class CostModel:
         t_mem = nbytes / self.eff_bandwidth_bytes_s
         t_cmp = f_pre / self.eff_flops + f_dec / self.eff_decode_flops
         core = max(t_mem, t_cmp) if self.overlap == "max" else t_mem + t_cmp
-        return self.step_overhead_s + core
+        t = self.step_overhead_s + core + self.allreduce_s(tokens)
+        if self.decode_batch_scale and prefill_tokens <= 0:
+            t *= self.batch_scale(n_decode)
+        return t
 
     # -- closed forms used by tests and tables -------------------------------------------------
     def prefill_time_s(self, prompt_tokens: int, chunk: int | None = None, start: int = 0) -> float:

@@ -8,6 +8,7 @@ Summary keys and definitions match ``vllm bench serve`` (``calculate_metrics``):
 * ``ttft`` = send → first output token; ``tpot`` = (e2e − ttft) / (out − 1) per request with out > 1;
   ``itl`` = every gap between consecutive output tokens, pooled over requests; ``e2el`` = send → last
   token. Each as ``mean_*_ms``, ``median_*_ms``, ``std_*_ms``, ``p50/p90/p95/p99_*_ms``.
+* ``max_itl_ms`` — the longest inter-token gap of any request (the stall a user feels; p99 hides it).
 * ``request_goodput`` = requests meeting every per-request SLO among ``ttft``, ``tpot``, ``e2el``
   (vLLM ``--goodput``) ÷ duration. An ``itl`` SLO has no per-request meaning in vLLM; it is checked
   on the pooled percentile in ``slo`` (as the question "p99 ITL under 100 ms" means).
@@ -175,6 +176,9 @@ def summarize_sim(res: SimResult, slo: dict[str, float] | None = None, slo_perce
     out.update(_stats_ms(tp[ok], None, "tpot"))
     iv, iw = itl_sample(res)
     out.update(_stats_ms(iv, iw, "itl"))
+    # the longest pause a user saw (p99 hides it): the largest inter-token gap of any request
+    live = iw > 0
+    out["max_itl_ms"] = float(iv[live].max() * 1e3) if live.any() else None
     out.update(_stats_ms(res.e2e_s[ok], None, "e2el"))
     # beyond vLLM: what the server went through
     steps = sum(len(w.step_end) for w in res.workers)
@@ -289,6 +293,6 @@ def compact(summary: dict[str, Any], keys: Sequence[str] = ()) -> dict[str, Any]
     """A few headline numbers of a summary (for tables)."""
     ks = keys or (
         "request_throughput", "output_throughput", "median_ttft_ms", "p99_ttft_ms",
-        "median_itl_ms", "p99_itl_ms", "median_tpot_ms", "p99_e2el_ms",
+        "median_itl_ms", "p99_itl_ms", "max_itl_ms", "median_tpot_ms", "p99_e2el_ms",
     )
     return {k: summary.get(k) for k in ks}

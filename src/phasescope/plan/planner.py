@@ -16,7 +16,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from phasescope.errors import InputError
+from collections import Counter
+
 from phasescope.plan.costmodel import CostModel
+from phasescope.plan.limits import analyse
 from phasescope.plan.metrics import compact, summarize_sim, timeseries
 from phasescope.plan.sim import Deployment, SchedulerConfig, SimResult, Simulator
 from phasescope.plan.workload import Workload
@@ -114,7 +117,16 @@ def run_once(spec: PlanSpec, *, points: int = 120) -> tuple[SimResult, dict[str,
     sim = Simulator(spec.cost, spec.workload, spec.sched, spec.deployment())
     res = sim.run()
     wall = time.perf_counter() - t
+    reasons = Counter(s.failed for s in res.sim.seqs if s.failed)
+    if res.n and not res.ok.any():
+        why, _ = reasons.most_common(1)[0]
+        raise InputError(f"no request could be served: {why}",
+                         hint="raise --max-num-batched-tokens, allow chunked prefill, or enlarge the KV pool (--gpus/--tp, --kv-pool-tokens)")
     summ = summarize_sim(res, spec.slo, spec.slo_percentile)
+    summ["failed_reason"] = (f"{reasons.most_common(1)[0][1]} request(s): {reasons.most_common(1)[0][0]}"
+                             if reasons else None)
+    focus = [k for k, c in ((summ.get("slo") or {}).get("checks") or {}).items() if not c["met"]]
+    summ.update(analyse(res, summ, spec.cost, spec.sched, spec.workload, focus=focus))
     xfer = res.xfer_s[np.isfinite(res.xfer_s)]
     if xfer.size:
         summ["mean_kv_transfer_ms"] = float(xfer.mean() * 1e3)
@@ -164,6 +176,7 @@ def _row(value: Any, summ: dict[str, Any]) -> dict[str, Any]:
     row.update(
         {
             "median_ttft_ms": summ.get("median_ttft_ms"),
+            "max_itl_ms": summ.get("max_itl_ms"),
             "p99_tpot_ms": summ.get("p99_tpot_ms"),
             "max_kv_usage": summ.get("max_kv_usage"),
             "max_waiting": summ.get("max_waiting"),
@@ -171,6 +184,9 @@ def _row(value: Any, summ: dict[str, Any]) -> dict[str, Any]:
             "failed": summ.get("failed"),
             "request_goodput": summ.get("request_goodput"),
             "slo_met": (summ.get("slo") or {}).get("met"),
+            "failed_reason": summ.get("failed_reason"),
+            "limited_by": summ.get("limited_by"),
+            "limited_by_reason": summ.get("limited_by_reason"),
         }
     )
     return row
@@ -220,7 +236,7 @@ def capacity(spec: PlanSpec, *, mode: str | None = None, max_users: int = 4096, 
                     ramp_s=alone_s)
         _, out = run_once(replace(spec, workload=w), points=2)
         met = bool(out["summary"]["slo"]["met"])
-        probes.append(_row(n, out["summary"]))
+        probes.append({**_row(n, out["summary"]), "_slo": out["summary"]["slo"]})
         return met
 
     def ok_rate(r: float) -> bool:
@@ -228,24 +244,53 @@ def capacity(spec: PlanSpec, *, mode: str | None = None, max_users: int = 4096, 
         w = replace(spec.workload, rate=r, num_requests=n, duration_s=None)
         _, out = run_once(replace(spec, workload=w), points=2)
         met = bool(out["summary"]["slo"]["met"])
-        probes.append(_row(round(r, 4), out["summary"]))
+        probes.append({**_row(round(r, 4), out["summary"]), "_slo": out["summary"]["slo"]})
         return met
+
+    def bound(answer: float, failing: float | None, unit: str) -> dict[str, Any]:
+        """What bound the answer: the first probe above it that failed, and which SLO check it failed."""
+        def fmt(v: float) -> str:
+            return f"{int(v):,} {unit}" if unit == "users" else f"{v:.3g} req/s"
+        row = None
+        if failing is not None:
+            row = next((r for r in probes if r["value"] == (int(failing) if unit == "users" else round(failing, 4))), None)
+        if row is None:  # nothing failed (search capped): what limited the largest probe
+            row = max(probes, key=lambda r: r["value"])
+            return {"limited_by": row.get("limited_by"),
+                    "limited_by_reason": f"{fmt(answer)} (search capped, SLO still met): {row.get('limited_by_reason')}",
+                    "failed_at": None, "failed_checks": []}
+        checks = [k for k, c in ((row.get("_slo") or {}).get("checks") or {}).items() if not c["met"]]
+        parts = []
+        for k in checks:
+            c = row["_slo"]["checks"][k]
+            v = next((vv for kk, vv in c.items() if kk.endswith("_ms") and kk != "limit_ms"), None)
+            parts.append(f"{k} p{spec.slo_percentile:g} {v:,.0f} ms > {c['limit_ms']:,.0f} ms" if v is not None else k)
+        head = f"{fmt(answer)}" + (f"; at {fmt(failing)} " + ", ".join(parts) if parts else "")
+        return {"limited_by": row.get("limited_by"), "limited_by_reason": f"{head}: {row.get('limited_by_reason')}",
+                "failed_at": row["value"], "failed_checks": checks}
+
+    def done(d: dict[str, Any], answer: float, failing: float | None, unit: str) -> dict[str, Any]:
+        d.update(bound(answer, failing, unit))
+        for r in probes:
+            r.pop("_slo", None)
+        d["probes"] = probes
+        return d
 
     if mode == "users":
         if not ok_users(1):
-            return {"mode": "users", "max_users": 0, "probes": probes}
+            return done({"mode": "users", "max_users": 0}, 0, 1, "users")
         lo, hi = 1, 2
         while hi <= max_users and ok_users(hi):
             lo, hi = hi, hi * 2
         if hi > max_users:
-            return {"mode": "users", "max_users": lo, "capped": True, "probes": probes}
+            return done({"mode": "users", "max_users": lo, "capped": True}, lo, None, "users")
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if ok_users(mid):
                 lo = mid
             else:
                 hi = mid
-        return {"mode": "users", "max_users": lo, "probes": probes}
+        return done({"mode": "users", "max_users": lo}, lo, hi, "users")
     if mode != "rate":
         raise InputError("capacity mode is 'users' or 'rate'")
     r = max(0.05, 1.0 / max(alone_s, 1e-6))
@@ -255,7 +300,7 @@ def capacity(spec: PlanSpec, *, mode: str | None = None, max_users: int = 4096, 
             hi_r /= 2
         lo_r = hi_r / 2
         if hi_r <= 1e-3:
-            return {"mode": "rate", "max_rate": 0.0, "probes": probes}
+            return done({"mode": "rate", "max_rate": 0.0}, 0.0, hi_r, "rate")
     else:
         lo_r, hi_r = r, 2 * r
         while hi_r < 1e5 and ok_rate(hi_r):
@@ -266,7 +311,7 @@ def capacity(spec: PlanSpec, *, mode: str | None = None, max_users: int = 4096, 
             lo_r = mid
         else:
             hi_r = mid
-    return {"mode": "rate", "max_rate": lo_r, "probes": probes}
+    return done({"mode": "rate", "max_rate": lo_r}, lo_r, hi_r, "rate")
 
 
 def compare_disaggregation(spec: PlanSpec) -> dict[str, Any]:
@@ -288,7 +333,8 @@ def compare_disaggregation(spec: PlanSpec) -> dict[str, Any]:
             return None
         return y / x - 1.0
 
-    keys = ("p99_ttft_ms", "median_ttft_ms", "p99_itl_ms", "median_itl_ms", "output_throughput", "request_goodput")
+    keys = ("p99_ttft_ms", "median_ttft_ms", "p99_itl_ms", "max_itl_ms", "median_itl_ms", "output_throughput",
+            "request_goodput")
     delta = {k: rel(k) for k in keys}
     better_itl = (delta["p99_itl_ms"] or 0) < -0.05
     better_ttft = (delta["p99_ttft_ms"] or 0) < -0.05

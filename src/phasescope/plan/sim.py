@@ -3,7 +3,10 @@
 Events (a ``heapq`` of (time, order, kind, payload)): a request becomes visible to the server, an
 engine step ends, a KV transfer ends. Between events nothing changes; a replica that has work starts
 its next step the moment the previous one ends, so a busy server is simulated step by step and an
-idle one jumps to the next arrival.
+idle one jumps to the next arrival. Every event of one instant is applied before any replica plans its
+next step, so requests that arrive together (two users starting at once, a request sent the moment the
+previous answer ended) are scheduled together, as llama-server's ``update_slots`` and vLLM's
+``schedule`` take everything already queued.
 
 One step of a replica (vLLM V1 ``Scheduler.schedule``; llama.cpp ``server_context::update_slots``
 does the same order with ``n_batch`` as the budget):
@@ -176,6 +179,11 @@ class _Worker:
         self.ts_waiting: list[int] = []
         self.ts_running: list[int] = []
         self.ts_kv: list[int] = []
+        #: per step: prefill tokens it carried, and why the head of the queue could not be admitted
+        #: (None: nothing waited; "max_num_seqs", "kv_pool", "budget", "preempted")
+        self.step_prefill: list[int] = []
+        self.step_block: list[str | None] = []
+        self.step_shared: list[bool] = []
         self.busy_s = 0.0
         self.link_free_at = 0.0
         self.preemptions = 0
@@ -208,6 +216,12 @@ class _Worker:
         if self.cfg.policy == "llamacpp":
             return s.prefix if slot >= 0 and self.slot_prefix[slot] else 0
         return s.prefix if self.prefix_warm else 0
+
+    def _best_hit(self, s: _Seq) -> int:
+        """Prefix tokens ``s`` could skip if admitted now (llama.cpp: on the best free slot)."""
+        if self.cfg.policy != "llamacpp":
+            return self._hit(s, -1)
+        return max((self._hit(s, sl) for sl in self.free_slots), default=0)
 
     def _pick_slot(self, s: _Seq) -> int:
         if s.prefix > 0 and self.cfg.prefix_caching:
@@ -302,14 +316,23 @@ class _Worker:
                 chunks.append((s, s.computed, c))
                 budget -= c
         # admission (vLLM V1 admits nothing in a step that had to preempt)
+        block: str | None = None
         while self.waiting and self.running < cfg.max_num_seqs and not preempted:
             s = self.waiting[0]
             if not self._fits_ever(s):
                 self.waiting.popleft()
-                self.sim._fail(s, now, "prompt + output tokens exceed the KV capacity")
+                self.sim._fail(s, now, "prompt + output tokens exceed the KV capacity"
+                               + (" of one slot (--kv-pool-tokens ÷ --max-num-seqs)" if not vllm else ""))
+                continue
+            if (not cfg.chunked_prefill and s.computed < s.target
+                    and s.target - self._best_hit(s) > cfg.max_num_batched_tokens):
+                self.waiting.popleft()  # it would block the queue forever
+                self.sim._fail(s, now, f"a prompt of {s.target} tokens exceeds --max-num-batched-tokens "
+                                       f"{cfg.max_num_batched_tokens} with chunked prefill off")
                 continue
             direct = s.computed >= s.target  # handed-off (disaggregated) sequence: decode only
             if not direct and (budget <= 0 or self.role == "decode"):
+                block = "budget"
                 break
             slot = self._pick_slot(s) if not vllm else -1
             if not direct:
@@ -321,20 +344,24 @@ class _Worker:
                 if slot >= 0:
                     self.free_slots.append(slot)
                     self.free_slots.sort()
+                block = "budget"
                 break
             if vllm:
                 if cfg.preempt:
                     # vLLM ``allocate_slots`` needs blocks for the whole chunk, or the request waits
                     if not direct and self.kv_used + min(need, budget) > self.kv_cap:
+                        block = "kv_pool"
                         break
                     if direct:
                         if self.kv_used + need + 1 > self.kv_cap:
+                            block = "kv_pool"
                             break
                         self.kv_used += s.target
                         s.alloc = s.target
                 else:
                     r = self._need_reserve(s)
                     if self.kv_used + r > self.kv_cap:
+                        block = "kv_pool"
                         break
                     self.kv_used += r
                     s.alloc = r
@@ -358,6 +385,8 @@ class _Worker:
                 s.alloc += c
             chunks.append((s, s.computed, c))
             budget -= c
+        if self.waiting and block is None:
+            block = "preempted" if preempted else ("max_num_seqs" if self.running >= cfg.max_num_seqs else None)
         # decodes this step: the decode set after admission (handed-off sequences decode at once)
         n_dec = len(self.decoding)
         if n_dec == 0 and not chunks:
@@ -376,18 +405,22 @@ class _Worker:
             if p + c >= s.target:
                 sampled += 1
         dt = cost.step_time_s(n_dec, self.ctx_sum, p_tok, pairs, kvtok, len(chunks), sampled)
-        self._plan = (chunks, n_dec, self.fresh, dt)
+        self._plan = (chunks, n_dec, self.fresh, dt, p_tok, block)
         return dt
 
     def end_step(self, t: float) -> None:
         assert self._plan is not None
-        chunks, n_dec, fresh, dt = self._plan
+        chunks, n_dec, fresh, dt, p_tok, block = self._plan
         self._plan = None
+        self.step_prefill.append(p_tok)
+        self.step_block.append(block)
         self.k += 1
         k = self.k
         # a continuing decode's gap is end-to-end between this worker's steps (on a shared device
         # the other worker's steps sit in between; on its own device this equals ``dt``)
         gap = t - self.step_end[-1] if self.step_end else dt
+        # the gap spans another worker's step (a prefill worker sharing the device): a prefill pause too
+        self.step_shared.append(n_dec - fresh > 0 and gap > dt * (1 + 1e-9) + 1e-12)
         self.step_end.append(t)
         self.step_dur.append(gap if n_dec - fresh > 0 else dt)
         self.itl_weight.append(n_dec - fresh)
@@ -594,56 +627,68 @@ class Simulator:
                 self._push(float(r.arrival_s[rid]), _EV_SEND, rid)
             self._next_rid = len(r)
         heap = self._heap
+        pending: set[int] = set()  # executors to start once every event of this instant is in
         while heap:
             t, _, kind, payload = heapq.heappop(heap)
             self.now = t
-            if kind == _EV_STEP:
-                ei = payload
-                wk = self._exec_running[ei]
-                assert wk is not None
-                wk.end_step(t)
-                self._exec_busy[ei] = False
-                self._exec_running[ei] = None
-                self._kick(ei, t)
-                # a finished step may have freed KV / handed off work on other executors
-                continue
-            if kind == _EV_ISSUE:
-                self._issue_next(t)
-                continue
-            if kind == _EV_SEND:
-                rid = payload
-                if w.concurrency is not None and self.in_flight >= w.concurrency:
-                    self._client_queue.append(rid)
-                else:
-                    self._send(rid, t)
-                continue
-            if kind == _EV_VISIBLE:
-                s = payload
-                role = "prefill" if self.deploy.disaggregated else "both"
-                wk = self._dispatch(s, role)
-                s.state = "waiting"
-                wk.waiting.append(s)
-                self._kick(self._exec_of[wk.idx], t)
-                continue
-            if kind == _EV_XFER:
-                s = payload
-                src = s.worker
-                assert src is not None
-                src._release(s)  # the prefill replica frees the KV once shipped
-                dst = self._dispatch(s, "decode")
-                s.state = "waiting"
-                s.computed = s.target
-                s.cached = 0
-                s.alloc = 0
-                dst.waiting.append(s)
-                self._kick(self._exec_of[dst.idx], t)
-                continue
+            self._instant(kind, payload, t, pending)
+            if pending and (not heap or heap[0][0] > t):
+                for ei in sorted(pending):
+                    self._kick(ei, t)
+                pending.clear()
         for s in self.seqs:  # anything left could never be scheduled (e.g. KV pool too small)
             if s.state != "done":
                 s.failed = "never scheduled: the server could not make room for it"
                 s.state = "done"
                 s.t_last = self.now
         return SimResult(self)
+
+    def _instant(self, kind: int, payload: Any, t: float, pending: set[int]) -> None:
+        """Apply one event. Executors to (re)start go to ``pending``: a scheduler sees every request
+        that arrived at the same instant in one iteration (two prompts sent together are batched together,
+        as llama-server's ``update_slots`` and vLLM's ``schedule`` take everything queued)."""
+        w = self.workload
+        if kind == _EV_STEP:
+            ei = payload
+            wk = self._exec_running[ei]
+            assert wk is not None
+            wk.end_step(t)
+            self._exec_busy[ei] = False
+            self._exec_running[ei] = None
+            pending.add(ei)
+            # a finished step may have freed KV / handed off work on other executors
+            return
+        if kind == _EV_ISSUE:
+            self._issue_next(t)
+            return
+        if kind == _EV_SEND:
+            rid = payload
+            if w.concurrency is not None and self.in_flight >= w.concurrency:
+                self._client_queue.append(rid)
+            else:
+                self._send(rid, t)
+            return
+        if kind == _EV_VISIBLE:
+            s = payload
+            role = "prefill" if self.deploy.disaggregated else "both"
+            wk = self._dispatch(s, role)
+            s.state = "waiting"
+            wk.waiting.append(s)
+            pending.add(self._exec_of[wk.idx])
+            return
+        if kind == _EV_XFER:
+            s = payload
+            src = s.worker
+            assert src is not None
+            src._release(s)  # the prefill replica frees the KV once shipped
+            dst = self._dispatch(s, "decode")
+            s.state = "waiting"
+            s.computed = s.target
+            s.cached = 0
+            s.alloc = 0
+            dst.waiting.append(s)
+            pending.add(self._exec_of[dst.idx])
+            return
 
 
 @dataclass

@@ -112,12 +112,14 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                     "engine_version": target.engine_version, "model": target.model,
                 }
                 result.update(summarize_run(run))
+                result.setdefault("warnings", [])
                 spec, why_spec = await C.discover_spec(session, target, ot.detected, model_spec)
                 dev, why_dev = C.get_device(device, same_machine=C.is_loopback(target.base_url))
                 if spec is not None and dev is not None:
                     try:
                         result["ceilings"] = C.ceilings(spec, dev, result["sizes"])
                         result["ceilings_note"] = None
+                        result["warnings"] += [w.to_dict() for w in C.above_ceiling_warnings(spec, dev, result["sizes"])]
                     except Exception as exc:  # noqa: BLE001 - theory is advisory; never lose the measurement
                         result["ceilings"], result["ceilings_note"] = None, f"ceilings failed: {exc}"
                 else:

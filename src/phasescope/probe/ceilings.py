@@ -10,6 +10,19 @@ or ``/v1/models`` ``meta`` (size, n_params); Ollama ``POST /api/show``. Device: 
   compute roof; efficiency = measured decode tok/s ÷ ceiling;
 * prefill floor (s) = :func:`phasescope.theory.roofline.prefill_floor_s` = prefill FLOPs ÷ dense
   peak; efficiency = floor ÷ measured prefill time (server-side when known, else client TTFT).
+
+A measured decode above the *bandwidth* roof is physically impossible (every weight byte is read once
+per token), so it means an input is wrong. :func:`above_ceiling` returns an ``above_ceiling``
+:class:`~phasescope.measure.warnings.MeasurementWarning` naming the likely culprit:
+
+* ``device_bandwidth`` — the model bytes are exact (read from the served GGUF / ``--weights-gb``), or no
+  weight format could explain the speed (it would need < 1.5 bits per weight): the device is not the one
+  the server runs on, or ``phasescope hw`` measured it low (a busy machine);
+* ``quant`` — the spec is 16-bit but the speed implies ~``b`` bits per weight: the server runs a quantized
+  file (pass ``--model-spec`` with the served ``.gguf``/config);
+* ``model_bytes`` — otherwise: the spec overstates the bytes read per token (another model, MoE).
+
+Tolerance: :data:`ABOVE_CEILING_TOLERANCE` (client timing of bursty streams can read a few % high).
 """
 
 from __future__ import annotations
@@ -21,6 +34,12 @@ import aiohttp
 
 from phasescope import errors as E
 from phasescope.apis.base import Target
+from phasescope.measure.warnings import MeasurementWarning
+
+#: measured ÷ bandwidth roof above which a decode speed is flagged (2 % for timing noise)
+ABOVE_CEILING_TOLERANCE = 1.02
+#: the fewest bits per weight any real format stores (IQ1_S ≈ 1.56)
+MIN_BITS_PER_WEIGHT = 1.5
 
 
 async def discover_spec(session: aiohttp.ClientSession, target: Target, detected: Any, model_spec: str | None) -> tuple[Any, str | None]:
@@ -118,3 +137,127 @@ def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, A
                    "dense_bf16_tflops": getattr(device, "dense_bf16_tflops", None)},
         "sizes": rows,
     }
+
+
+def above_ceiling(
+    measured_tok_s: float | None,
+    *,
+    bandwidth_roof_tok_s: float | None,
+    device_id: str | None,
+    device_bandwidth_gb_s: float | None,
+    bytes_per_token: float | None,
+    weight_format: str | None = None,
+    bits_per_weight: float | None = None,
+    bytes_exact: bool = False,
+    where: str = "decode",
+) -> list[MeasurementWarning]:
+    """``[above_ceiling warning]`` when ``measured_tok_s`` beats the bandwidth roof, else ``[]``
+    (module docstring: which input is likely wrong)."""
+    if not measured_tok_s or not bandwidth_roof_tok_s or measured_tok_s <= bandwidth_roof_tok_s * ABOVE_CEILING_TOLERANCE:
+        return []
+    ratio = measured_tok_s / bandwidth_roof_tok_s
+    implied_bw = measured_tok_s * bytes_per_token / 1e9 if bytes_per_token else None
+    max_bytes = device_bandwidth_gb_s * 1e9 / measured_tok_s if device_bandwidth_gb_s else None
+    implied_bits = bits_per_weight / ratio if bits_per_weight else None
+    if bytes_exact or (implied_bits is not None and implied_bits < MIN_BITS_PER_WEIGHT):
+        likely = "device_bandwidth"
+    elif bits_per_weight and bits_per_weight >= 12:
+        likely = "quant"
+    else:
+        likely = "model_bytes"
+    dev = device_id or "the device"
+    head = (f"{where}: measured {measured_tok_s:,.1f} tok/s is {ratio:.1f}× the bandwidth ceiling "
+            f"{bandwidth_roof_tok_s:,.1f} tok/s — physically impossible, so an input is wrong")
+    if likely == "device_bandwidth":
+        why = (f"; reading {bytes_per_token / 1e9:,.3g} GB per token at that speed needs {implied_bw:,.0f} GB/s, "
+               f"more than {dev}'s {device_bandwidth_gb_s:,.1f} GB/s" if implied_bw and device_bandwidth_gb_s else "")
+        msg = head + why + (": the device bandwidth is likely wrong (the model bytes are exact)" if bytes_exact
+                            else f": the device bandwidth is likely wrong (no weight format stores {implied_bits:.2f} bits per weight)")
+        fix = ("pass --device with the hardware the server runs on, or re-measure this machine with `phasescope hw` "
+               "on a quiet machine")
+    elif likely == "quant":
+        msg = (head + f"; at {device_bandwidth_gb_s:,.1f} GB/s the server can read at most {max_bytes / 1e9:,.3g} GB per token, "
+               f"~{implied_bits:.1f} bits per weight, not {weight_format or 'the spec'}'s {bits_per_weight:.0f}: "
+               f"the weights are likely quantized (quant)")
+        fix = "pass --model-spec with the served file (.gguf or its config.json), so the bytes per token match what is read"
+    else:
+        msg = (head + (f"; at {device_bandwidth_gb_s:,.1f} GB/s the server can read at most {max_bytes / 1e9:,.3g} GB per token, "
+                       f"the spec says {bytes_per_token / 1e9:,.3g} GB" if max_bytes and bytes_per_token else "")
+               + ": the model bytes per token are likely overstated (another or smaller model, MoE active weights)")
+        fix = "pass --model-spec with the served model's config.json or .gguf"
+    ev = {
+        "measured_tok_s": measured_tok_s,
+        "bandwidth_ceiling_tok_s": bandwidth_roof_tok_s,
+        "ratio": ratio,
+        "device": device_id,
+        "device_bandwidth_gb_s": device_bandwidth_gb_s,
+        "bytes_per_token": bytes_per_token,
+        "implied_bandwidth_gb_s": implied_bw,
+        "weight_format": weight_format,
+        "bits_per_weight": bits_per_weight,
+        "implied_bits_per_weight": implied_bits,
+        "bytes_exact": bytes_exact,
+        "likely_wrong": likely,
+    }
+    return [MeasurementWarning("above_ceiling", msg, ev, fix)]
+
+
+def _bits(spec: Any) -> tuple[str | None, float | None]:
+    from phasescope.theory import roofline as R
+    from phasescope.theory.quant import get_quant
+
+    try:
+        if spec.total_params:
+            return spec.dtype, R.weight_bytes_total(spec) * 8 / spec.total_params
+        if spec.dtype:
+            return spec.dtype, get_quant(spec.dtype).bits_per_weight
+    except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError):
+        pass
+    return getattr(spec, "dtype", None), None
+
+
+def above_ceiling_warnings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> list[MeasurementWarning]:
+    """``probe``: one :func:`above_ceiling` check per prompt size (client and server decode tok/s)."""
+    from phasescope.theory import roofline as R
+
+    out: list[MeasurementWarning] = []
+    fmt, bits = _bits(spec)
+    exact = getattr(spec, "origin", None) in ("gguf", "weights") or getattr(spec, "file_weight_bytes", None) is not None
+    for s in sizes:
+        n = int(s.get("prompt_tokens") or s.get("prompt_tokens_target") or 0)
+        try:
+            roofs = R.decode_ceiling(spec, device, context=n, batch=1)
+        except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError):
+            continue
+        for label, v in (("client", s.get("decode_tok_s")), ("server", (s.get("server") or {}).get("decode_tok_s"))):
+            ws = above_ceiling(v, bandwidth_roof_tok_s=roofs.bandwidth_tok_s, device_id=getattr(device, "id", None),
+                               device_bandwidth_gb_s=getattr(device, "mem_bandwidth_gb_s", None),
+                               bytes_per_token=roofs.step_bytes, weight_format=fmt, bits_per_weight=bits,
+                               bytes_exact=exact, where=f"decode at {n:,}-token prompt ({label})")
+            out.extend(ws)
+            if ws:
+                break  # one warning per size: the server figure says the same
+    return out
+
+
+def explain_above_ceiling(results: dict[str, Any], ceil: Any) -> list[MeasurementWarning]:
+    """``explain``: the single-stream decode the diagnosis uses against the explain ceiling; the warning
+    is appended to the measuring experiment's ``info.warnings`` and returned."""
+    if ceil is None or not getattr(ceil, "decode_ceiling_tok_s", None):
+        return []
+    try:
+        from phasescope.diagnose.rules import _single_stream_decode
+        d, src = _single_stream_decode(results)
+    except (ImportError, AttributeError, TypeError):  # advisory: never lose an explain run over it
+        return []
+    bw = getattr(ceil, "bandwidth_gb_s", None)
+    w = getattr(ceil, "weight_bytes", None)
+    roof = bw * 1e9 / w if bw and w else ceil.decode_ceiling_tok_s
+    ws = above_ceiling(d, bandwidth_roof_tok_s=roof, device_id=getattr(ceil, "device", None), device_bandwidth_gb_s=bw,
+                       bytes_per_token=w, where=f"single-stream decode ({src.split(':')[0] or 'explain'})")
+    name = src.split(":")[0] if src else ""
+    exp = results.get(name)
+    info = getattr(exp, "info", None)
+    if ws and info is not None and isinstance(getattr(info, "warnings", None), list):
+        info.warnings.extend(ws)
+    return ws

@@ -66,6 +66,31 @@ def resolve_devices(device_ids: list[str] | None, bandwidth_gb_s: float | None =
     return unique
 
 
+def _check_tp(tp: int) -> None:
+    if tp < 1:
+        raise InputError(f"--tp/--gpus must be >= 1, got {tp}")
+
+
+def _tp_notes(spec: ModelSpec, devices: list[Device], tp: int) -> list[str]:
+    if tp <= 1:
+        return []
+    out = []
+    for d in devices:
+        link = R.link_bytes_s(d)
+        ar = R.allreduce_s(spec, 1, tp, link)
+        head = f"tp {tp}: {tp}× {d.id}, each reads 1/{tp} of the weights at its own {d.mem_bandwidth_gb_s:,.0f} GB/s; "
+        if not (spec.n_layers and spec.hidden_size):
+            out.append(head + "all-reduce time not counted (layer shapes unknown): the ceiling is an upper bound")
+            continue
+        link_name = d.interconnect if d.interconnect_gb_s else f"{d.interconnect or 'no link'}: none quoted, 100 GbE assumed"
+        out.append(head + f"2×{spec.n_layers} ring all-reduces cost {ar * 1e6:,.0f} µs per decode step over "
+                          f"{link / 1e9:,.1f} GB/s one way ({link_name})")
+    split = R.kv_split(spec, tp)
+    if split < tp:
+        out.append(f"{spec.n_kv_heads} KV head(s) on {tp} ranks: each token's KV is replicated {tp // split}× (kv_split {split})")
+    return out
+
+
 def _check_counts(context: int, batch: int, prompt: int) -> None:
     if context < 0:
         raise InputError(f"--context must be >= 0, got {context}")
@@ -119,9 +144,12 @@ def ceiling_report(
     batch: int = 1,
     prompt_tokens: int = 2000,
     kv_dtype: str = "fp16",
+    tp: int = 1,
 ) -> dict[str, Any]:
-    """The ``phasescope ceiling --json`` object: ``model``, the inputs, and one ``devices`` item per device."""
+    """The ``phasescope ceiling --json`` object: ``model``, the inputs, and one ``devices`` item per device
+    (with ``tp`` > 1 each item is a tensor-parallel group of ``tp`` such devices)."""
     _check_counts(context, batch, prompt_tokens)
+    _check_tp(tp)
     kv_bytes_per_element(kv_dtype)
     if quant is not None and spec.origin == "weights":
         quant = None  # --weights-gb: the size is given; --dtype only set the parameter count
@@ -134,10 +162,12 @@ def ceiling_report(
     if spec.max_position_embeddings and context > spec.max_position_embeddings:
         notes.append(f"--context {context} exceeds the model's max_position_embeddings {spec.max_position_embeddings}")
     rows = [R.ceiling_row(spec, d, quant=quant, context=context, batch=batch, prompt_tokens=prompt_tokens,
-                          kv_dtype=kv_dtype).to_dict() for d in devices]
+                          kv_dtype=kv_dtype, tp=tp).to_dict() for d in devices]
+    notes += _tp_notes(spec, devices, tp)
     return {
         "schema": SCHEMA_VERSION,
         "model": model_summary(spec, quant),
+        "tp": tp,
         "context": context,
         "batch": batch,
         "prompt_tokens": prompt_tokens,
@@ -157,8 +187,11 @@ def kv_report(
     gpu_memory_utilization: float = 0.9,
     weights_gb: float | None = None,
     quant: str | None = None,
+    tp: int = 1,
 ) -> dict[str, Any]:
-    """The ``phasescope kv --json`` object (per token, per sequence, and the pool when memory is known)."""
+    """The ``phasescope kv --json`` object (per token, per sequence, and the pool when memory is known;
+    ``tp`` devices: N × memory, weights and KV split over them, see :func:`roofline.pool_capacity`)."""
+    _check_tp(tp)
     if context < 0:
         raise InputError(f"--context must be >= 0, got {context}")
     if not 0 < gpu_memory_utilization <= 1:
@@ -183,8 +216,11 @@ def kv_report(
     weights = None
     if memory is not None:
         weights = weights_gb * 1e9 if weights_gb is not None else R.weight_bytes_total(spec, quant)
+    per_device = memory
+    if memory is not None:
+        memory = memory * tp
     rep = R.kv_report(spec, context=context, kv_dtype=kv_dtype, memory_bytes=memory, weight_bytes=weights,
-                      gpu_memory_utilization=gpu_memory_utilization)
+                      gpu_memory_utilization=gpu_memory_utilization, tp=tp)
     body = rep.to_dict()
     pool = body.pop("pool")
     notes = []
@@ -197,10 +233,19 @@ def kv_report(
         notes.append("MLA: one latent (kv_lora_rank + qk_rope_head_dim) per layer and token, not per-head K and V")
     if pool is not None:
         notes.append("pool = memory x gpu_memory_utilization - weights (activations not subtracted)")
+        if tp > 1:
+            notes.append(f"tp {tp}: each device holds 1/{tp} of the weights and pools memory x utilization - weights/{tp}; "
+                         f"memory_gb and pool_bytes are the {tp} devices together")
+    split = R.kv_split(spec, tp)
+    if tp > 1 and split < tp:
+        why = "MLA's latent is one vector per token" if spec.is_mla else f"{spec.n_kv_heads} KV head(s) on {tp} ranks"
+        notes.append(f"{why}: each token's KV is replicated on {tp // split} ranks (pool_tokens counts one copy)")
     return {
         "schema": SCHEMA_VERSION,
         "model": model_summary(spec, quant),
         "device": device.id if device is not None else None,
+        "tp": tp,
+        "memory_gb_per_device": per_device / 1e9 if per_device is not None else None,
         "memory_gb": memory / 1e9 if memory is not None else None,
         "gpu_memory_utilization": gpu_memory_utilization if memory is not None else None,
         **body,

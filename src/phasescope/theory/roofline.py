@@ -12,6 +12,20 @@ Decode (memory-bound at small batch, §2)::
 Prefill (compute-bound, §1)::
 
     F_prefill(S) ≈ 2·N·S + 2·L·S²·n_q·d_h (+ 2·d·V for the last token's logits);  t ≥ F_prefill / F_dense
+
+Tensor parallelism over ``tp`` devices (Megatron-LM: Shoeybi et al. 2019, arXiv:1909.08053 §3): each device
+holds and reads 1/tp of every weight matrix and its share of the K/V heads, at its *own* bandwidth, so a step
+reads ``bytes/tp`` per device in ``bytes/(tp·BW)`` seconds — never ``bytes/(tp²·BW)``. The price is two
+all-reduces per layer (after the attention output projection and after the MLP down projection, the ``g``
+operators of Megatron's Fig. 3), each of the layer's activations, ``hidden × tokens × 2`` bytes (bf16)::
+
+    t_allreduce(tokens) = 2·L · [ 2(tp−1)·α  +  2(tp−1)/tp · hidden·tokens·b_act / β ]
+
+the ring all-reduce cost (reduce-scatter then all-gather, each tp−1 steps moving 1/tp of the buffer; Thakur,
+Rabenseifner & Gropp 2005, "Optimization of collective communication operations in MPICH"), with β the
+device's one-direction link bandwidth (``devices.csv`` ``interconnect_gb_s`` is bidirectional: halved) and α
+= :data:`ALLREDUCE_STEP_LATENCY_S` per ring step. It sits on the critical path (the next layer needs the
+sum), so it adds to the step: ``t_step = max(t_bw, t_compute) + t_allreduce``.
 """
 
 from __future__ import annotations
@@ -25,6 +39,11 @@ from phasescope.theory.models import ModelSpec
 from phasescope.theory.quant import get_quant, kv_bytes_per_element
 
 __all__ = [
+    "ALLREDUCE_STEP_LATENCY_S",
+    "ACTIVATION_BYTES",
+    "allreduce_s",
+    "kv_split",
+    "link_bytes_s",
     "expected_experts_touched",
     "weight_bytes_total",
     "weight_bytes_read",
@@ -51,6 +70,70 @@ __all__ = [
     "kv_report",
     "KvReport",
 ]
+
+
+# --- tensor parallelism -------------------------------------------------------------------------------------
+
+#: α of the ring all-reduce: seconds per ring step (one hop + a synchronisation) [assumption: NCCL's
+#: small-message all-reduce on NVLink takes some µs; 1 µs per step gives 14 µs at tp 8]
+ALLREDUCE_STEP_LATENCY_S = 1e-6
+#: bytes per activation element on the wire (bf16/fp16 activations, whatever the weight format)
+ACTIVATION_BYTES = 2.0
+#: a device without a quoted link: 100 GbE, one direction
+NETWORK_FALLBACK_BYTES_S = 12.5e9
+
+
+def link_bytes_s(device: Device) -> float:
+    """One-direction link bandwidth for tensor-parallel traffic: the catalog's ``interconnect_gb_s`` (quoted
+    bidirectional, e.g. NVLink 4 900 GB/s → 450 GB/s) halved; none quoted → 100 GbE (12.5 GB/s)."""
+    if device.interconnect_gb_s:
+        return device.interconnect_gb_s * 1e9 / 2.0
+    return NETWORK_FALLBACK_BYTES_S
+
+
+def allreduce_s(
+    spec: ModelSpec,
+    tokens: float,
+    tp: int,
+    link: float,
+    *,
+    latency_s: float = ALLREDUCE_STEP_LATENCY_S,
+) -> float:
+    """Megatron TP communication of one forward step over ``tokens`` tokens (module docstring):
+    ``2·L·[2(tp−1)·α + 2(tp−1)/tp·hidden·tokens·b_act/β]``; 0 at tp 1 (Shoeybi et al. 2019 §3)."""
+    if tp <= 1 or tokens <= 0:
+        return 0.0
+    layers = spec.n_layers or 0
+    hidden = spec.hidden_size or 0
+    return allreduce_time_s(2 * layers, hidden * ACTIVATION_BYTES, tokens, tp, link, latency_s=latency_s)
+
+
+def allreduce_time_s(
+    n_allreduce: int,
+    bytes_per_token: float,
+    tokens: float,
+    tp: int,
+    link: float,
+    *,
+    latency_s: float = ALLREDUCE_STEP_LATENCY_S,
+) -> float:
+    """``n_allreduce`` ring all-reduces of ``bytes_per_token·tokens`` bytes over ``tp`` devices:
+    each ``2(tp−1)·α + 2(tp−1)/tp·bytes/β`` (Thakur et al. 2005, ring)."""
+    if tp <= 1 or tokens <= 0 or n_allreduce <= 0:
+        return 0.0
+    per = 2 * (tp - 1) * latency_s + 2.0 * (tp - 1) / tp * bytes_per_token * tokens / link
+    return n_allreduce * per
+
+
+def kv_split(spec: ModelSpec, tp: int) -> int:
+    """Over how many devices one token's KV is spread: K/V heads split across ranks, replicated once tp
+    exceeds the KV-head count (vLLM: ``num_kv_heads // tp`` → at least 1 head per rank); MLA's latent is
+    one vector per token, replicated on every rank (theory.md §7)."""
+    if tp <= 1 or spec.is_mla:
+        return 1
+    if not spec.n_kv_heads:  # shapes unknown (a size only): no KV is counted, nothing to replicate
+        return tp
+    return max(1, min(tp, spec.n_kv_heads))
 
 
 # --- weights -----------------------------------------------------------------------------------------------
@@ -267,15 +350,19 @@ def decode_roofs(
     batch: float,
     bandwidth_bytes_s: float,
     peak_flops: float | None,
+    comm_s: float = 0.0,
 ) -> DecodeRoofs:
     """One decode step: ``t_bw = (W + B·KV_seq)/BW``, ``t_compute = B·FLOPs_token/F``; the step takes
-    ``max(t_bw, t_compute)`` and produces one token per sequence (Pope et al. §2–3; theory.md §2–§3)."""
+    ``max(t_bw, t_compute) + comm_s`` and produces one token per sequence (Pope et al. §2–3; theory.md §2–§3).
+
+    ``comm_s``: tensor-parallel all-reduce time of the step (serial with the math; 0 on one device). Both
+    roofs include it, so ``ceiling = min(roofs)`` still holds."""
     if bandwidth_bytes_s <= 0:
         raise ValueError("bandwidth must be > 0")
     step_bytes = weight_bytes + batch * kv_bytes_per_sequence
     step_flops = batch * flops_per_token
-    t_bw = step_bytes / bandwidth_bytes_s
-    t_c = step_flops / peak_flops if peak_flops else None
+    t_bw = step_bytes / bandwidth_bytes_s + comm_s
+    t_c = step_flops / peak_flops + comm_s if peak_flops else None
     t = max(t_bw, t_c or 0.0)
     binding = "compute" if (t_c is not None and t_c > t_bw) else "bandwidth"
     return DecodeRoofs(
@@ -300,18 +387,26 @@ def decode_ceiling(
     context: int = 0,
     batch: float = 1,
     kv_dtype: str = "fp16",
+    tp: int = 1,
 ) -> DecodeRoofs:
     """Decode roofs of ``spec`` on ``device`` at ``context`` tokens and batch ``B`` (theory.md §2, §3, §6).
 
     Seed check: 16 GB of weights, context 0, batch 1 → BW/16e9: 90 → 5.6, 3,350 → 209.4 tok/s.
+    ``tp`` devices (module docstring): ``tp × BW`` and ``tp × F`` over the replica's bytes and FLOPs (KV
+    replicated beyond the KV-head count), plus the all-reduces of B tokens. Llama-3.3-70B on 4 H100 SXM:
+    4 × 3,350 GB/s ÷ 141 GB → ≤ 95 tok/s.
     """
+    if tp < 1:
+        raise ValueError("tensor-parallel degree must be >= 1")
+    peak = device.peak_flops(compute_path(spec, quant))
     return decode_roofs(
         weight_bytes=weight_bytes_read(spec, quant, batch),
-        kv_bytes_per_sequence=kv_bytes_per_sequence(spec, context, kv_dtype),
+        kv_bytes_per_sequence=kv_bytes_per_sequence(spec, context, kv_dtype) * tp / kv_split(spec, tp),
         flops_per_token=decode_flops_per_token(spec, context),
         batch=batch,
-        bandwidth_bytes_s=device.mem_bandwidth_bytes_s,
-        peak_flops=device.peak_flops(compute_path(spec, quant)),
+        bandwidth_bytes_s=device.mem_bandwidth_bytes_s * tp,
+        peak_flops=None if peak is None else peak * tp,
+        comm_s=allreduce_s(spec, batch, tp, link_bytes_s(device)),
     )
 
 
@@ -362,13 +457,15 @@ def ridge_batch(
     return hi
 
 
-def prefill_floor_s(spec: ModelSpec, device: Device, prompt_tokens: int, *, quant: str | None = None) -> float | None:
-    """``t_prefill ≥ F_prefill(S) / F_dense`` (theory.md §1). None when the device has no compute figure.
+def prefill_floor_s(spec: ModelSpec, device: Device, prompt_tokens: int, *, quant: str | None = None,
+                    tp: int = 1) -> float | None:
+    """``t_prefill ≥ F_prefill(S) / (tp·F_dense) + t_allreduce(S)`` (theory.md §1; TP in the module docstring).
+    None when the device has no compute figure.
     Llama-3.1-8B, S=4096: ≥ 62 ms on H100 SXM (989.4 TFLOPS), ≥ 373 ms on RTX 4090 (165.2)."""
     peak = device.peak_flops(compute_path(spec, quant))
     if not peak:
         return None
-    return prefill_flops(spec, prompt_tokens) / peak
+    return prefill_flops(spec, prompt_tokens) / (peak * tp) + allreduce_s(spec, prompt_tokens, tp, link_bytes_s(device))
 
 
 # --- memory ------------------------------------------------------------------------------------------------
@@ -385,6 +482,10 @@ class PoolCapacity:
     pool_tokens: int
     max_concurrent_sequences: int | None
     fits: bool
+    tp: int = 1
+    memory_bytes_per_device: float = 0.0
+    weight_bytes_per_device: float = 0.0
+    pool_bytes_per_device: float = 0.0
 
 
 def pool_capacity(
@@ -394,19 +495,31 @@ def pool_capacity(
     kv_bytes_per_token: float,
     kv_bytes_per_sequence: float | None = None,
     gpu_memory_utilization: float = 0.9,
+    tp: int = 1,
+    kv_split: int | None = None,
 ) -> PoolCapacity:
     """``pool = memory·util − weights``; ``tokens = pool / KV_token``; ``sequences = pool / KV_seq(s)``
     (theory.md §2 sizes; the budget rule is vLLM's ``gpu_memory_utilization``; activation and CUDA-graph
-    memory are not subtracted, so real pools are somewhat smaller)."""
+    memory are not subtracted, so real pools are somewhat smaller).
+
+    ``tp`` devices (``memory_bytes`` = all of them): each holds ``memory/tp·util − weights/tp`` of pool and
+    ``KV_token / kv_split`` bytes per token (``kv_split`` = tp unless K/V heads are replicated, see
+    :func:`kv_split`), so ``tokens = pool_per_device ÷ (KV_token / kv_split)``; fits when every device's
+    share of the weights fits. With ``tp = 2``: twice one device's ``memory·util − weights/2``."""
     if not 0 < gpu_memory_utilization <= 1:
         raise ValueError("gpu_memory_utilization must be in (0, 1]")
-    pool = memory_bytes * gpu_memory_utilization - weight_bytes
-    fits = pool > 0
-    pool = max(pool, 0.0)
-    tokens = int(pool // kv_bytes_per_token) if kv_bytes_per_token > 0 else 0
+    if tp < 1:
+        raise ValueError("tensor-parallel degree must be >= 1")
+    split = tp if kv_split is None else max(1, min(kv_split, tp))
+    per_dev = memory_bytes / tp * gpu_memory_utilization - weight_bytes / tp
+    fits = per_dev > 0
+    per_dev = max(per_dev, 0.0)
+    pool = per_dev * tp
+    kv_dev = kv_bytes_per_token / split
+    tokens = int(per_dev // kv_dev) if kv_dev > 0 else 0
     seqs = None
     if kv_bytes_per_sequence is not None and kv_bytes_per_sequence > 0:
-        seqs = int(pool // kv_bytes_per_sequence)
+        seqs = int(per_dev // (kv_bytes_per_sequence / split))
     return PoolCapacity(
         memory_bytes=memory_bytes,
         gpu_memory_utilization=gpu_memory_utilization,
@@ -415,6 +528,10 @@ def pool_capacity(
         pool_tokens=tokens,
         max_concurrent_sequences=seqs,
         fits=fits,
+        tp=tp,
+        memory_bytes_per_device=memory_bytes / tp,
+        weight_bytes_per_device=weight_bytes / tp,
+        pool_bytes_per_device=per_dev,
     )
 
 
@@ -459,6 +576,11 @@ class CeilingRow:
     prefill_flops: float
     prefill_floor_s: float | None
     fits_in_memory: bool | None
+    tp: int = 1
+    weight_bytes_per_device: float = 0.0
+    memory_gb_per_device: float | None = None
+    allreduce_s_per_token: float = 0.0
+    interconnect_gb_s_one_way: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -473,22 +595,25 @@ def ceiling_row(
     batch: int = 1,
     prompt_tokens: int = 2000,
     kv_dtype: str = "fp16",
+    tp: int = 1,
 ) -> CeilingRow:
-    """Single-stream and batch-``B`` decode roofs, ridge batch, prefill floor and fit for one device."""
-    one = decode_ceiling(spec, device, quant=quant, context=context, batch=1, kv_dtype=kv_dtype)
-    agg = decode_ceiling(spec, device, quant=quant, context=context, batch=batch, kv_dtype=kv_dtype)
+    """Single-stream and batch-``B`` decode roofs, ridge batch, prefill floor and fit for one device
+    (``tp`` > 1: a tensor-parallel group of ``tp`` such devices; bandwidth, memory and peak are the
+    group's, ``fits_in_memory`` is judged per device: its 1/tp of the weights and its share of the KV)."""
+    one = decode_ceiling(spec, device, quant=quant, context=context, batch=1, kv_dtype=kv_dtype, tp=tp)
+    agg = decode_ceiling(spec, device, quant=quant, context=context, batch=batch, kv_dtype=kv_dtype, tp=tp)
     path = compute_path(spec, quant)
     peak = device.peak_flops(path)
     w_total = weight_bytes_total(spec, quant)
     w_read = weight_bytes_read(spec, quant, 1)
-    kv_seq = kv_bytes_per_sequence(spec, context, kv_dtype)
+    kv_seq = kv_bytes_per_sequence(spec, context, kv_dtype) * tp / kv_split(spec, tp)
     return CeilingRow(
         device=device.id,
         device_name=device.name,
-        mem_bandwidth_gb_s=device.mem_bandwidth_gb_s,
-        memory_gb=device.memory_gb,
+        mem_bandwidth_gb_s=device.mem_bandwidth_gb_s * tp,
+        memory_gb=None if device.memory_gb is None else device.memory_gb * tp,
         compute_path=path,
-        peak_tflops=None if peak is None else peak / 1e12,
+        peak_tflops=None if peak is None else peak * tp / 1e12,
         weight_bytes=w_total,
         weight_bytes_read=w_read,
         kv_bytes_read=kv_seq,
@@ -508,8 +633,13 @@ def ceiling_row(
         ridge_batch_no_kv=ridge_batch(spec, device, quant=quant, context=0, kv_dtype=kv_dtype),
         prompt_tokens=prompt_tokens,
         prefill_flops=prefill_flops(spec, prompt_tokens),
-        prefill_floor_s=prefill_floor_s(spec, device, prompt_tokens, quant=quant),
-        fits_in_memory=fits_in_memory(w_total, device.memory_bytes, batch * kv_seq),
+        prefill_floor_s=prefill_floor_s(spec, device, prompt_tokens, quant=quant, tp=tp),
+        fits_in_memory=fits_in_memory(w_total / tp, device.memory_bytes, batch * kv_seq / tp),
+        tp=tp,
+        weight_bytes_per_device=w_total / tp,
+        memory_gb_per_device=device.memory_gb,
+        allreduce_s_per_token=allreduce_s(spec, 1, tp, link_bytes_s(device)),
+        interconnect_gb_s_one_way=link_bytes_s(device) / 1e9 if tp > 1 else None,
     )
 
 
@@ -547,8 +677,10 @@ def kv_report(
     memory_bytes: float | None = None,
     weight_bytes: float | None = None,
     gpu_memory_utilization: float = 0.9,
+    tp: int = 1,
 ) -> KvReport:
-    """Per token, per sequence at ``context``, and — with ``memory_bytes`` — the pool (theory.md §2, §7)."""
+    """Per token, per sequence at ``context``, and — with ``memory_bytes`` (all ``tp`` devices together) — the
+    pool (theory.md §2, §7; tensor parallelism as :func:`pool_capacity`)."""
     per_tok = kv_bytes_per_token(spec, kv_dtype)
     per_seq = kv_bytes_per_sequence(spec, context, kv_dtype)
     pool = None
@@ -560,6 +692,8 @@ def kv_report(
             kv_bytes_per_token=per_tok,
             kv_bytes_per_sequence=per_seq if context > 0 else None,
             gpu_memory_utilization=gpu_memory_utilization,
+            tp=tp,
+            kv_split=kv_split(spec, tp),
         )
     return KvReport(
         kv_dtype=kv_dtype,
