@@ -146,7 +146,7 @@ def test_parameters_are_a_table_not_truncated_json(tmp_path: Path) -> None:
     write_report(one_bench(), tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()
     assert '"max_concurrency": 4' not in page and "..." not in page.split("<script")[0]
-    params = re.search(r'<table class="params".*?</table>', page, re.S)
+    params = re.search(r"<table class=\"params[^\"]*\".*?</table>", page, re.S)
     assert params, "a parameters table"
     assert "<td>max_concurrency</td><td>4</td>" in params.group(0)
     assert "<td>workload.prompts.unique</td><td>true</td>" in params.group(0)

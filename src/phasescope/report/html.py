@@ -67,7 +67,7 @@ class ReportResult:
 
 def _runs_section(runs: list[Run]) -> str:
     """The runs table, and the parameters table for one run (several: in the comparison view)."""
-    return runs_table_html(runs) + (params_html(runs) if len(runs) == 1 else "")
+    return runs_table_html(runs) + params_html(runs)
 
 
 _CSS = """
@@ -75,7 +75,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;
 h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:24px 0 8px;border-bottom:1px solid #ddd} h3{font-size:15px;margin:16px 0 6px}
 h4{font-size:13px;margin:10px 0 4px} .meta{color:#666;font-size:13px;margin-bottom:16px} .muted{color:#777;font-size:13px}
 table{border-collapse:collapse;font-size:13px;margin:8px 0 16px} td,th{border-bottom:1px solid #e3e3e3;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#fafafa} table.params td{word-break:break-word;max-width:520px} tr.diff td{background:#fff4d6}
+th{background:#fafafa} table.params td{word-break:break-word;max-width:520px} table.pairs td:nth-child(odd){color:#555} table.pairs td:nth-child(even){padding-right:22px} tr.diff td{background:#fff4d6}
 .swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
 section.card{display:flex;flex-wrap:wrap;gap:14px;margin:8px 0 8px}
 .onecard{flex:1 1 360px;border:1px solid #ddd;border-radius:6px;padding:10px 14px;background:#fcfcfc}

@@ -233,15 +233,28 @@ def _side_by_side(rows: list[tuple[str, list[Any]]], heads: list[str], *, only_d
     return f'<table class="params"><thead><tr>{th}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
+#: key / value pairs per row of the one-run parameters table
+PARAM_PAIRS_PER_ROW = 3
+
+
 def params_html(runs: list[Run]) -> str:
-    """The runs' parameters as a key / value table (one value column per run, differences marked)."""
-    flat = [flatten(i.params) for i, _ in runs]
-    keys = list(dict.fromkeys(k for f in flat for k in f))
-    if not keys:
+    """One run's parameters as a key / value table, :data:`PARAM_PAIRS_PER_ROW` pairs a row
+    (unset ones, null, listed by name below it); several runs: the comparison view's table."""
+    if len(runs) != 1:
         return ""
-    table = _side_by_side([(k, [f.get(k) for f in flat]) for k in keys],
-                          ["parameter", *[i.id for i, _ in runs]] if len(runs) > 1 else ["parameter", "value"])
-    return f"<h3>Parameters</h3>{table}"
+    flat = flatten(runs[0][0].params)
+    shown = [(k, v) for k, v in flat.items() if v is not None]
+    unset = [k for k, v in flat.items() if v is None]
+    if not flat:
+        return ""
+    rows = []
+    for j in range(0, len(shown), PARAM_PAIRS_PER_ROW):
+        cells = "".join(f"<td>{esc(k)}</td><td>{esc(value_text(v))}</td>" for k, v in shown[j:j + PARAM_PAIRS_PER_ROW])
+        rows.append(f"<tr>{cells}</tr>")
+    th = "<th>parameter</th><th>value</th>" * min(PARAM_PAIRS_PER_ROW, max(1, len(shown)))
+    more = f"<p class=note>not set: {esc(', '.join(unset))}</p>" if unset else ""
+    return (f'<h3>Parameters</h3><table class="params pairs"><thead><tr>{th}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>{more}")
 
 
 def _ev_text(e: Any) -> str:
@@ -414,8 +427,13 @@ def comparison_html(runs: list[Run], comparisons: list[dict[str, Any]]) -> str:
         if conf is not None:
             parts.append(f"<p class=note>better / worse: the {conf:.0%} bootstrap interval of B − A excludes 0 and the "
                          f"change is at least {mc or 0:.0%} of A; otherwise within noise.</p>")
-    table = _side_by_side(environment_rows(runs, extra), ["", *ids], only_diff=False)
-    parts.append("<h3>What differs between the runs</h3><p class=note>Rows that differ are marked. Host contention "
-                 "and server settings appear where the runs stored them.</p>" + table)
+    rows = environment_rows(runs, extra)
+    differ = _side_by_side(rows, ["", *ids], only_diff=True)
+    n_same = sum(1 for _, vals in rows if len({value_text(v) if v is not None else "—" for v in vals}) <= 1)
+    parts.append("<h3>What differs between the runs</h3><p class=note>Run fields, parameters, host contention "
+                 "(<code>host.*</code>) and server settings (<code>server.*</code>) where the runs stored them.</p>"
+                 + (differ or "<p>nothing: the runs agree in every stored field and parameter</p>")
+                 + (f"<details><summary>all {len(rows)} fields ({n_same} the same)</summary>"
+                    f"{_side_by_side(rows, ['', *ids])}</details>" if n_same else ""))
     parts.append("</section>")
     return "".join(parts)
