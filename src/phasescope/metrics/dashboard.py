@@ -71,8 +71,8 @@ def slots_renderable(state: WatchState) -> RenderableType:
     for sl in tr.slots:
         f = sl.context_fill
         ctx = "—" if sl.context_tokens is None else f"{sl.context_tokens:,}/{sl.n_ctx:,} {f * 100:.0f} %" if f is not None else f"{sl.context_tokens:,}"
-        last = sl.state == "idle" and sl.task is not None  # an idle slot shows its last task
-        t.add_row(str(sl.id), Text(sl.state + (" (last task)" if last else ""), style=style.get(sl.state, "")),
+        kept = sl.state == "idle" and sl.context_tokens  # an idle slot keeps its last task's context cached
+        t.add_row(str(sl.id), Text(sl.state + (" (context kept)" if kept else ""), style=style.get(sl.state, "")),
                   _num(sl.prompt_tokens, "{:,}"), _num(sl.decoded, "{:,}"), _num(sl.remaining if sl.busy else None, "{:,}"),
                   ctx, _bar(f), _pct(sl.cache_reuse), _num(sl.task, "{}"))
     rec = list(tr.recent)[-5:]

@@ -16,8 +16,9 @@ each sampled token onto it) — so:
 * ``state``: ``idle`` (not processing), ``prefill`` (processing, nothing decoded yet),
   ``decode``.
 
-An idle slot keeps its last task's numbers (llama.cpp reports ``task_prev``); they are shown as
-that slot's last task. :class:`SlotTracker` notes each task id the first time it is seen, so the
+An idle slot reports its last task (``task_prev``) with its counters reset (``n_decoded`` 0,
+processed 0, cache 0, measured on the embedded engine) but its token list kept: for an idle slot
+only ``context_tokens`` (the context it keeps cached for the next task) and ``task`` are given. :class:`SlotTracker` notes each task id the first time it is seen, so the
 cache reuse of every new task is listed (tasks that start and end between two refreshes are not seen).
 """
 
@@ -88,12 +89,16 @@ def parse_slots(raw: list[dict[str, Any]]) -> list[Slot]:
         dec = _int(nt0.get("n_decoded"))
         processing = bool(s.get("is_processing"))
         state = "idle" if not processing else ("decode" if dec else "prefill")
-        prompt = None if ctx is None else max(0, ctx - (dec or 0))
-        out.append(Slot(id=_int(s.get("id")) if _int(s.get("id")) is not None else i, state=state,
-                        n_ctx=_int(s.get("n_ctx")), task=_int(s.get("id_task")), context_tokens=ctx,
-                        prompt_tokens=prompt, decoded=dec, remaining=_int(nt0.get("n_remain")),
-                        cached_tokens=_int(s.get("n_prompt_tokens_cache")),
-                        processed_tokens=_int(s.get("n_prompt_tokens_processed"))))
+        sid = _int(s.get("id"))
+        slot = Slot(id=sid if sid is not None else i, state=state, n_ctx=_int(s.get("n_ctx")), task=_int(s.get("id_task")),
+                    context_tokens=ctx)
+        if processing:  # an idle slot's counters are reset (n_decoded 0, processed 0): only its kept context is real
+            slot.decoded = dec
+            slot.prompt_tokens = None if ctx is None else max(0, ctx - (dec or 0))
+            slot.remaining = _int(nt0.get("n_remain"))
+            slot.cached_tokens = _int(s.get("n_prompt_tokens_cache"))
+            slot.processed_tokens = _int(s.get("n_prompt_tokens_processed"))
+        out.append(slot)
     return sorted(out, key=lambda x: x.id)
 
 
@@ -124,11 +129,10 @@ class SlotTracker:
                 self.new_tasks += 1
                 self.recent.append({"task": s.task, "slot": s.id, "prompt_tokens": s.prompt_tokens,
                                     "cached_tokens": s.cached_tokens, "cache_reuse": s.cache_reuse})
-            else:  # the same task seen again: its prompt is now (more) complete
+            elif s.busy:  # the same task seen again: its prompt is now (more) complete
                 for t in self.recent:
                     if t["task"] == s.task and t["slot"] == s.id:
-                        t.update(prompt_tokens=s.prompt_tokens if s.state == "decode" or not s.busy else t["prompt_tokens"],
-                                 cached_tokens=s.cached_tokens, cache_reuse=s.cache_reuse)
+                        t.update(prompt_tokens=s.prompt_tokens, cached_tokens=s.cached_tokens, cache_reuse=s.cache_reuse)
         if len(self.seen_tasks) > 10_000:  # a long watch: keep the set bounded
             self.seen_tasks = {s.task for s in self.slots if s.task is not None}
 
