@@ -633,13 +633,13 @@ def plot_ceilings(runs: list[Run]) -> Plot | str:
             fig.add_trace(go.Bar(x=[r["ceiling_tok_s"] for r in rs], y=ys, orientation="h", name=f"{_label(info)} · ceiling",
                                  legendgroup=info.id, showlegend=col == 1, marker={"color": c, "opacity": 0.22,
                                                                                   "line": {"color": c, "width": 1.5}},
-                                 meta={"metric": "ceiling"}, text=[esc(r["binding"] or "") + " roof" for r in rs],
+                                 meta={"metric": "ceiling"}, text=[f"{esc(r['binding'])} roof" if r["binding"] else "" for r in rs],
                                  textposition="inside", insidetextanchor="end",
                                  hovertemplate="%{y}<br>ceiling %{x:,.0f} tok/s (%{text})<extra></extra>"), row=1, col=col)
             fig.add_trace(go.Bar(x=[r["attained_tok_s"] for r in rs], y=ys, orientation="h", name=f"{_label(info)} · attained",
                                  legendgroup=info.id, showlegend=col == 1, marker={"color": c}, meta={"metric": "attained"},
                                  text=[f"{r['efficiency']:.0%} of ceiling" if _num(r["efficiency"]) else "" for r in rs],
-                                 textposition="outside", cliponaxis=False,
+                                 textposition="outside", cliponaxis=False, textfont={"color": "#222"},
                                  hovertemplate="%{y}<br>attained %{x:,.1f} tok/s<br>%{text}<extra></extra>"), row=1, col=col)
     _layout(fig, "Attained vs physical ceiling per phase (roofline)", "tok/s", "", barmode="overlay", bargap=0.35)
     fig.update_layout(height=max(300, 200 + 55 * n_rows))

@@ -159,6 +159,38 @@ def _bench_card(s: dict[str, Any]) -> str:
     return _card_table(["", "this run"], rows)
 
 
+def _pick(points: list[dict[str, Any]], n: int = 4) -> list[dict[str, Any]]:
+    """At most ``n`` points, first and last always, evenly between."""
+    if len(points) <= n:
+        return points
+    idx = sorted({round(i * (len(points) - 1) / (n - 1)) for i in range(n)})
+    return [points[i] for i in idx]
+
+
+def _explain_card(exps: dict[str, Any]) -> str:
+    """explain: its prompt-scaling points (TTFT, prefill and decode per prompt size) and its
+    context-fill points (decode per context, next to the bandwidth prediction), as stored."""
+    parts = []
+    ps = exps.get("prompt-scaling") if isinstance(exps.get("prompt-scaling"), dict) else {}
+    pts = _pick([p for p in ps.get("points") or [] if isinstance(p, dict)])
+    if pts:
+        rows: list[tuple[str, list[str]]] = [
+            ("PREFILL", []),
+            ("TTFT", [fmt_ms(p.get("ttft_s")) for p in pts]),
+            ("prefill tok/s (server)", [fmt_rate(p.get("server_prefill_tok_s")) for p in pts]),
+            ("DECODE", []),
+            ("decode tok/s", [fmt_rate(p.get("server_decode_tok_s") or p.get("decode_tok_s")) for p in pts]),
+        ]
+        parts.append(_card_table(["prompt-scaling"] + [f"{p.get('prompt_tokens')}-token prompt" for p in pts], rows))
+    cf = exps.get("context-fill") if isinstance(exps.get("context-fill"), dict) else {}
+    cpts = _pick([p for p in cf.get("points") or [] if isinstance(p, dict)])
+    if cpts:
+        rows = [("decode tok/s", [fmt_rate(p.get("server_decode_tok_s") or p.get("decode_tok_s")) for p in cpts]),
+                ("bandwidth-roof prediction", [fmt_rate(p.get("predicted_decode_tok_s")) for p in cpts])]
+        parts.append(_card_table(["context-fill"] + [f"{p.get('context_tokens')} tokens of context" for p in cpts], rows))
+    return "".join(parts)
+
+
 def _finding_line(f: Any) -> str:
     if not isinstance(f, dict):
         return f"<li>{esc(f)}</li>"
@@ -177,6 +209,8 @@ def card_html(runs: list[Run]) -> str:
             table = _probe_card(sizes, crow)
         elif any(k2 in s for k2 in ("median_ttft_ms", "output_throughput", "median_itl_ms")):
             table = _bench_card(s)
+        elif isinstance(s.get("experiments"), dict) and _explain_card(s["experiments"]):
+            table = _explain_card(s["experiments"])
         else:
             table = "<p class=muted>no phase numbers in this run's stored summary</p>"
         fs = findings_of(s)
