@@ -145,7 +145,10 @@ def _refresh(state: WatchState, select: Mapping[str, str] | None, by: str | None
     state.history.append(state.summary)
     state.alerts = evaluate(list(state.history), state.engine)
     if state.slots is not None:
-        state.alerts += state.slots.alerts(state.summary.get("waiting"))
+        slot_alerts = state.slots.alerts(state.summary.get("waiting"))
+        if any(a.code == "slots_full" for a in slot_alerts):  # the same queue, said with the slots' numbers
+            state.alerts = [a for a in state.alerts if a.code != "queue"]
+        state.alerts += slot_alerts
     state.by = by
     state.groups = state.timeline.summary_by(by, select=select) if by else {}
     state.refreshes += 1
