@@ -105,6 +105,15 @@ def test_percent_axes_hold_percent_values() -> None:
     assert on_pct
     vals = [v for t in on_pct for v in t["y"] if v is not None]
     assert max(vals) > 1.5 and max(vals) <= 100  # 0.25…0.88 as fractions must read 25…88 %
+    # llama.cpp: no KV usage, prefix-cache hits all 0 — plotly's own range for all-zero data is
+    # 0…0.95, which under a "(%)" title reads as fractions (the screenshot): the % axis
+    # spans 0–100 whatever the data
+    info, recs = one_bench()[0]
+    for row in info.summary["server_metrics"]["timeline"]:
+        row["kv_usage"], row["prefix_cache_hit_rate"] = None, 0.0
+    flat = figs([(info, recs)])["server_timeline"]["layout"]
+    pct = [v for k, v in flat.items() if k.startswith("yaxis") and "(%)" in str(((v or {}).get("title") or {}).get("text", ""))]
+    assert pct and all(list(v.get("range") or []) == [0, 100] for v in pct)
     for k, v in lay.items():  # no axis claims % while its data are fractions
         if k.startswith("yaxis") and "(%)" not in str(((v or {}).get("title") or {}).get("text", "")):
             ax = k.replace("axis", "")
