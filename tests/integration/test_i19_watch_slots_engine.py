@@ -132,3 +132,20 @@ def test_watch_once_json_has_slots_under_a_bench(engine, tmp_path: Path) -> None
     busy = [s for s in d["slots"] if s["state"] != "idle"]
     assert busy and d["slots_queue"]["busy"] == len(busy)
     assert any(s["decoded"] and s["decoded"] > 0 and s["context_fill"] > 0 for s in busy)
+
+
+def test_watch_without_slots_endpoint_degrades_and_says_how_to_enable() -> None:
+    # the real server started with --no-slots: /metrics still works, /slots answers 501
+    from phasescope.engine import running_engine
+
+    with running_engine(parallel=2, ctx_size=2048, extra_args=["--no-slots"]) as eng:
+        r = subprocess.run([sys.executable, "-m", "phasescope", "watch", eng.url, "--once", "--json", "--interval", "0.5"],
+                           capture_output=True, text=True, timeout=120)
+        plain = subprocess.run([sys.executable, "-m", "phasescope", "watch", eng.url, "--once", "--interval", "0.5"],
+                               capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="150"))
+    assert r.returncode == 0 and plain.returncode == 0, r.stderr + plain.stderr
+    d = json.loads(r.stdout)
+    assert d["engine"] == "llamacpp" and d["running"] is not None
+    assert d["slots"] is None
+    assert "/slots is disabled (HTTP 501" in d["slots_note"] and "--no-slots" in d["slots_note"]
+    assert "slots: /slots is disabled" in plain.stdout
