@@ -607,6 +607,17 @@ def roofline_rows(info: RunInfo, recs: list[RequestRecord]) -> list[dict[str, An
     return out
 
 
+def _pale(hex_colour: str, alpha: float = 0.22) -> str:
+    h = hex_colour.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _pct_text(x: float) -> str:
+    """As the phase card writes a share: one decimal below 10 %."""
+    return f"{x * 100:.1f}%" if x < 0.1 else f"{x * 100:.0f}%"
+
+
 def plot_ceilings(runs: list[Run]) -> Plot | str:
     """The roofline view, per phase: attained tok/s next to the physical ceiling (a pale bar
     behind a solid one), one row per prompt size, labelled with efficiency and binding roof."""
@@ -631,18 +642,19 @@ def plot_ceilings(runs: list[Run]) -> Plot | str:
             ys = [esc((f"{info.id} · " if several else "") + (f"{r['prompt_tokens']:g}-token prompt" if r["prompt_tokens"] else "any prompt"))
                   for r in rs]
             fig.add_trace(go.Bar(x=[r["ceiling_tok_s"] for r in rs], y=ys, orientation="h", name=f"{_label(info)} · ceiling",
-                                 legendgroup=info.id, showlegend=col == 1, marker={"color": c, "opacity": 0.22,
+                                 legendgroup=info.id, showlegend=col == 1, marker={"color": _pale(c),
                                                                                   "line": {"color": c, "width": 1.5}},
                                  meta={"metric": "ceiling"}, text=[f"{esc(r['binding'])} roof" if r["binding"] else "" for r in rs],
                                  textposition="inside", insidetextanchor="end",
                                  hovertemplate="%{y}<br>ceiling %{x:,.0f} tok/s (%{text})<extra></extra>"), row=1, col=col)
             fig.add_trace(go.Bar(x=[r["attained_tok_s"] for r in rs], y=ys, orientation="h", name=f"{_label(info)} · attained",
                                  legendgroup=info.id, showlegend=col == 1, marker={"color": c}, meta={"metric": "attained"},
-                                 text=[f"{r['efficiency']:.0%} of ceiling" if _num(r["efficiency"]) else "" for r in rs],
+                                 text=[f"{_pct_text(r['efficiency'])} of ceiling" if _num(r["efficiency"]) else "" for r in rs],
                                  textposition="outside", cliponaxis=False, textfont={"color": "#222"},
                                  hovertemplate="%{y}<br>attained %{x:,.1f} tok/s<br>%{text}<extra></extra>"), row=1, col=col)
     _layout(fig, "Attained vs physical ceiling per phase (roofline)", "tok/s", "", barmode="overlay", bargap=0.35)
-    fig.update_layout(height=max(300, 200 + 55 * n_rows))
+    fig.update_layout(height=max(380, 240 + 55 * n_rows), margin={"l": 130, "r": 30, "t": 70, "b": 130},
+                      legend={"orientation": "h", "y": -0.32, "yanchor": "top"})
     fig.update_xaxes(title_text="decode tok/s", rangemode="tozero", row=1, col=1)
     fig.update_xaxes(title_text="prefill tok/s (log scale)", type="log", row=1, col=2)
     fig.update_yaxes(autorange="reversed")

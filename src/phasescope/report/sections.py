@@ -22,11 +22,11 @@ def _f(v: Any) -> float | None:
 
 
 def fmt_ms(s: Any) -> str:
-    """Seconds as ms (s above 10 s); "—" when unknown."""
+    """Seconds as ms below 1 s, else s; "—" when unknown."""
     x = _f(s)
     if x is None:
         return "—"
-    return f"{x * 1e3:.1f} ms" if x < 10 else f"{x:.2f} s"
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
 
 
 def fmt_rate(v: Any) -> str:
