@@ -25,6 +25,7 @@ IDLE = json.loads((DATA / "engine_samples" / "llamacpp_slots_idle.json").read_te
 METRICS = (DATA / "metrics" / "llamacpp_real.txt").read_text()
 DISABLED = {"error": {"code": 501, "message": "This server does not support slots endpoint. Start it with `--slots`",
                       "type": "not_supported_error"}}
+DISABLED_404: list[bool] = []  # set: /slots answers 404 (an older server or a proxy) instead of 501
 
 
 def test_parse_real_busy_slots() -> None:
@@ -93,6 +94,8 @@ class FakeLlamaServer:
         return web.Response(text=text, content_type="text/plain")
 
     async def get_slots(self, _: web.Request) -> web.Response:
+        if self.slots is None and DISABLED_404:
+            raise web.HTTPNotFound()
         if self.slots is None:
             return web.json_response(DISABLED, status=501)
         return web.json_response(self.slots)
@@ -147,6 +150,20 @@ def test_watch_degrades_when_slots_disabled_and_says_how_to_enable() -> None:
     assert d["slots"] is None and d["running"] is not None  # /metrics still read
     assert "/slots is disabled (HTTP 501" in d["slots_note"] and "--no-slots" in d["slots_note"]
     assert "slots: /slots is disabled" in text
+
+
+def test_slots_not_found_is_not_called_disabled() -> None:
+    async def go() -> dict[str, Any]:
+        async with FakeLlamaServer(BUSY) as srv:
+            srv.slots = None
+            DISABLED_404.append(True)
+            try:
+                return (await watch_once(srv.url, interval_s=0.05)).as_json()
+            finally:
+                DISABLED_404.clear()
+
+    d = go_run(go())
+    assert d["slots"] is None and "HTTP 404" in d["slots_note"] and "--no-slots" not in d["slots_note"]
 
 
 def test_dashboard_slot_table() -> None:

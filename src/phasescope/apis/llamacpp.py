@@ -149,8 +149,11 @@ async def fetch_slots(session: aiohttp.ClientSession, url: str, *, timeout_s: fl
     if status == 200 and isinstance(obj, list) and all(isinstance(s, dict) for s in obj):
         return obj, None
     msg = error_message_of(obj) if isinstance(obj, dict) else err
-    if status in (404, 501):
-        return None, f"/slots is disabled (HTTP {status}{': ' + msg if msg else ''}); {SLOTS_HOW_TO_ENABLE}"
+    if status == 501:
+        return None, f"/slots is disabled (HTTP 501{': ' + msg if msg else ''}); {SLOTS_HOW_TO_ENABLE}"
+    if status == 404:
+        return None, ("no /slots here (HTTP 404: an older llama-server, or a proxy in front of it that does not pass "
+                      "/slots on); llama-server serves /slots by default (--slots)")
     if status in (401, 403):
         return None, f"/slots refused (HTTP {status}); pass --api-key"
     if status is None:
