@@ -222,3 +222,21 @@ def test_cli_report_two_runs_and_compare_html(tmp_path: Path) -> None:
     assert '<section class="comparison"' in page and ids[0] in page and ids[1] in page
     spec = json.loads(re.search(r'<script id="ps-specs" type="application/json">(.*?)</script>', page, re.S).group(1))
     assert spec and not [s["id"] for s in spec if degenerate_axes(s)]
+
+
+def test_comparison_renders_fields_compare_adds_later() -> None:
+    # compare grows (host contention, "not comparable" verdicts with reasons): the view shows what is there
+    from phasescope.report.sections import comparison_html
+
+    runs = two_bench()
+    c = {"a": {"id": runs[0][0].id}, "b": {"id": runs[1][0].id}, "confidence": 0.95, "min_change": 0.01,
+         "warnings": ["host load differs"], "comparable": False, "not_comparable_reasons": ["CPU busy 80 % vs 5 %"],
+         "host": {"a": {"load_1m": 0.2}, "b": {"load_1m": 3.5}},
+         "metrics": [{"metric": "ttft_s", "label": "TTFT", "unit": "s", "group": "all", "a": 0.08, "b": 0.09,
+                      "n_a": 32, "n_b": 32, "change": 0.125, "ci_low": None, "ci_high": None,
+                      "verdict": "not comparable", "reason": "host contention differs"}]}
+    h = comparison_html(runs, [c])
+    assert "host load differs" in h and "comparable: false" in h and "CPU busy 80 % vs 5 %" in h
+    assert "not comparable" in h and "host contention differs" in h
+    assert "host.a.load_1m" in h and "3.5" in h
+    assert comparison_html(runs, [{"a": {"id": "x"}, "b": {"id": "y"}}])  # nothing but ids: still renders

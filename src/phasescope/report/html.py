@@ -88,6 +88,7 @@ ul.findings{padding-left:18px} .finding{margin-bottom:8px} .sev{font-size:11px;t
 .reasons{background:#fff8e6;border:1px solid #f0d9a0;border-radius:4px;padding:6px 12px;font-size:13px;margin:6px 0}
 .v-better{color:#17702a;font-weight:600} .v-worse{color:#b00020;font-weight:600} .v-within-noise{color:#555}
 tr.v-better td.verdict{color:#17702a;font-weight:600} tr.v-worse td.verdict{color:#b00020;font-weight:600}
+td.verdict .why{font-weight:400;color:#666;font-size:12px} tr.v-not-comparable td.verdict{color:#8a5a00;font-weight:600}
 .skipped{color:#666;font-size:13px} #ps-errors{color:#b00;white-space:pre-wrap}
 """
 

@@ -386,11 +386,14 @@ def _verdict_table(metrics: list[dict[str, Any]]) -> str:
         lo, hi, unit = _f(m.get("ci_low")), _f(m.get("ci_high")), m.get("unit") or ""
         ci = "—" if lo is None or hi is None else f"[{_metric_value(lo, unit)}, {_metric_value(hi, unit)}]"
         v = str(m.get("verdict") or "")
+        why = m.get("reason") or m.get("reasons") or m.get("why")
+        why_text = value_text(why) if why else ""
         body.append(
             f"<tr class=\"v-{esc(v.replace(' ', '-'))}\"><td>{esc(m.get('label') or m.get('metric'))}</td>"
             f"<td>{esc(m.get('group'))}</td><td>{_metric_value(m.get('a'), unit)}</td><td>{_metric_value(m.get('b'), unit)}</td>"
             f"<td>{'—' if ch is None else f'{ch * 100:+.1f}%'}</td><td>{ci}</td>"
-            f"<td>{m.get('n_a', '')} / {m.get('n_b', '')}</td><td class=verdict>{esc(v)}</td></tr>")
+            f"<td>{m.get('n_a', '')} / {m.get('n_b', '')}</td><td class=verdict>{esc(v)}"
+            + (f"<div class=why>{esc(why_text)}</div>" if why_text else "") + "</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in ("metric", "point", "A", "B", "change", "CI of B − A", "n A / B", "verdict"))
     return f"<table class=verdicts><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
