@@ -390,7 +390,7 @@ def _verdict_table(metrics: list[dict[str, Any]]) -> str:
         why_text = value_text(why) if why else ""
         body.append(
             f"<tr class=\"v-{esc(v.replace(' ', '-'))}\"><td>{esc(m.get('label') or m.get('metric'))}</td>"
-            f"<td>{esc(m.get('group'))}</td><td>{_metric_value(m.get('a'), unit)}</td><td>{_metric_value(m.get('b'), unit)}</td>"
+            f"<td>{esc(m.get('group') or 'all')}</td><td>{_metric_value(m.get('a'), unit)}</td><td>{_metric_value(m.get('b'), unit)}</td>"
             f"<td>{'—' if ch is None else f'{ch * 100:+.1f}%'}</td><td>{ci}</td>"
             f"<td>{m.get('n_a', '')} / {m.get('n_b', '')}</td><td class=verdict>{esc(v)}"
             + (f"<div class=why>{esc(why_text)}</div>" if why_text else "") + "</td></tr>")
