@@ -413,7 +413,8 @@ def plot_request_timeline(runs: list[Run]) -> Plot | str:
                                      name=f"{_label(info)} · in {phase}", legendgroup=info.id, meta={"metric": phase},
                                      hovertemplate=f"%{{x:.3f}} s<br>%{{y}} in {phase}<extra></extra>"), row=n + 1, col=1)
     if not server_prefill:
-        notes.append("no server prompt timings: each bar's grey part is the wait and the prefill together (TTFT)")
+        notes.append("no server prompt timings: each bar's orange part is its whole TTFT (the server's queue and the "
+                     "prefill together); grey is only the client-side wait")
     _layout(fig, "Requests over time: waited, prefilled, decoded (prefill and decode sharing the device)", "", "")
     fig.update_layout(height=300 + 180 * n)
     fig.update_xaxes(title_text="time since the first arrival (s)", row=n + 1, col=1)
