@@ -71,7 +71,8 @@ def test_runs_show_compare_report(tmp_path: Path) -> None:
 
     out = tmp_path / "r.html"
     rep = cli("report", a, b, "-o", str(out), "--store", str(st), "--json")
-    assert rep["path"] == str(out) and out.exists() and "ttft_vs_prompt" in rep["plots"]  # type: ignore[index]
+    assert rep["path"] == str(out) and out.exists() and "ttft_distribution" in rep["plots"]  # type: ignore[index]
+    assert rep["compared"] == [f"{b} vs {a}"]  # type: ignore[index]  # two runs: the comparison view
 
 
 @pytest.mark.parametrize(

@@ -97,9 +97,11 @@ def test_single_size_probe_has_ttft_plot_without_fit() -> None:
     one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m")
     plots, skipped = build_plots([(one, sequential_run(5, seed=3))])
     names = [p.name for p in plots]
-    assert names == ["ttft_vs_prompt", "itl_cdf"]
-    assert "one prompt size" in plots[0].note
-    assert set(skipped) == {"decode_vs_context", "throughput_vs_itl", "server_timeline", "ceilings"}
+    # one prompt size: no TTFT-vs-prompt column of dots (issue 19) but the TTFT distribution
+    assert names == ["ttft_distribution", "itl_cdf"]
+    assert "one prompt length (256 tokens)" in skipped["ttft_vs_prompt"]
+    assert set(skipped) == {"ttft_vs_prompt", "decode_vs_context", "throughput_vs_itl", "request_timeline",
+                            "server_timeline", "ceilings"}
 
 
 def test_fit_recovers_linear_prefill_cost() -> None:

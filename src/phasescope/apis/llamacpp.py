@@ -103,3 +103,67 @@ async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) 
     """One ``/completion`` request; never raises for server-side failures."""
     rec = new_record(target, req)
     return await exchange(session, _Native(target, req, rec))
+
+
+# --- monitoring endpoints: GET /slots and GET /props (watch) ------------------------------------------
+#: how to turn /slots on, said when it is off (llama-server: "--slots, --no-slots  expose slots
+#: monitoring endpoint (default: enabled)" at the pinned build 0c1e570; off answers HTTP 501)
+SLOTS_HOW_TO_ENABLE = "llama-server serves /slots by default; it was started with --no-slots: restart it without it (or with --slots)"
+
+
+def _base(url: str) -> str:
+    u = url.rstrip("/")
+    for tail in ("/metrics", "/v1"):
+        if u.endswith(tail):
+            u = u[: -len(tail)]
+    return u
+
+
+async def _get_json(session: aiohttp.ClientSession, url: str, *, timeout_s: float,
+                    api_key: str | None) -> tuple[int | None, Any, str]:
+    """GET a JSON document: (HTTP status or None, parsed body or None, error text)."""
+    import asyncio
+    import json as _json
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            text = await resp.text(errors="replace")
+            try:
+                obj = _json.loads(text)
+            except ValueError:
+                obj = None
+            return resp.status, obj, "" if obj is not None else text.strip()[:160]
+    except asyncio.TimeoutError:
+        return None, None, f"no answer within {timeout_s:g} s"
+    except aiohttp.ClientError as exc:
+        return None, None, str(exc) or type(exc).__name__
+
+
+async def fetch_slots(session: aiohttp.ClientSession, url: str, *, timeout_s: float = 5.0,
+                      api_key: str | None = None) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """``GET /slots`` of a llama-server (base URL, or its /metrics or /v1 URL): (the slot objects,
+    None), or (None, why not) — disabled (HTTP 501 "This server does not support slots endpoint"),
+    refused, or not answering. Never raises for the server's failures."""
+    status, obj, err = await _get_json(session, _base(url) + "/slots", timeout_s=timeout_s, api_key=api_key)
+    if status == 200 and isinstance(obj, list) and all(isinstance(s, dict) for s in obj):
+        return obj, None
+    msg = error_message_of(obj) if isinstance(obj, dict) else err
+    if status == 501:
+        return None, f"/slots is disabled (HTTP 501{': ' + msg if msg else ''}); {SLOTS_HOW_TO_ENABLE}"
+    if status == 404:
+        return None, ("no /slots here (HTTP 404: an older llama-server, or a proxy in front of it that does not pass "
+                      "/slots on); llama-server serves /slots by default (--slots)")
+    if status in (401, 403):
+        return None, f"/slots refused (HTTP {status}); pass --api-key"
+    if status is None:
+        return None, f"/slots did not answer: {err}"
+    return None, f"/slots answered HTTP {status}" + (f": {msg}" if msg else " with no slot list")
+
+
+async def fetch_props(session: aiohttp.ClientSession, url: str, *, timeout_s: float = 5.0,
+                      api_key: str | None = None) -> dict[str, Any] | None:
+    """``GET /props`` (``total_slots``, ``default_generation_settings.n_ctx``, ``build_info``,
+    ``endpoint_slots``...), or None when it is not there."""
+    status, obj, _ = await _get_json(session, _base(url) + "/props", timeout_s=timeout_s, api_key=api_key)
+    return obj if status == 200 and isinstance(obj, dict) else None

@@ -79,6 +79,7 @@ def compare(
     min_change: float = typer.Option(0.01, "--min-change", help="Smallest relative change called better/worse."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the two-run report (plots overlaid, verdicts, differences) to this HTML file."),
 ) -> None:
     """Compare two runs metric by metric: change and a better / worse / within-noise verdict."""
     from phasescope.errors import InputError
@@ -99,6 +100,12 @@ def compare(
         return
     cmp = compare_runs(pair.a, st.load_records(pair.a.id), pair.b, st.load_records(pair.b.id),
                        confidence=confidence, min_change=min_change)
+    if html_out is not None:
+        from phasescope.report.html import write_report
+
+        res = write_report([(pair.a, st.load_records(pair.a.id)), (pair.b, st.load_records(pair.b.id))], html_out,
+                           comparisons=[cmp.to_dict()])
+        err_console.print(f"wrote {res.path} ({res.size_bytes / 1e6:.1f} MB, {len(res.plots)} plots)", highlight=False)
     if json_out:
         d = cmp.to_dict()
         d["baseline"] = baseline
@@ -114,7 +121,9 @@ def report(
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print what was written (files, plots, skipped) as JSON."),
 ) -> None:
-    """Write one self-contained HTML file (works offline) with interactive plots of the runs."""
+    """Write one self-contained HTML file (works offline): the phase card, then the evidence —
+    interactive plots of the runs; with two or more, overlaid, and the comparison of A (the first)
+    against each other run."""
     from phasescope.report.html import write_report
 
     st = _store(store)
@@ -123,7 +132,8 @@ def report(
     if json_out:
         print_json(res.to_dict())
         return
-    console.print(f"wrote {res.path} ({res.size_bytes / 1e6:.1f} MB, {len(res.plots)} plots)", highlight=False)
+    console.print(f"wrote {res.path} ({res.size_bytes / 1e6:.1f} MB, {len(res.plots)} plots"
+                  + (f"; compared {', '.join(res.compared)}" if res.compared else "") + ")", highlight=False)
     for name, why in res.skipped.items():
         err_console.print(f"skipped {name}: {why}", highlight=False)
     for p in res.png_files:

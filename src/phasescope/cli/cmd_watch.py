@@ -1,4 +1,4 @@
-"""``phasescope watch [URL]``: live prefill/decode dashboard from the server's Prometheus metrics."""
+"""``phasescope watch [URL]``: live prefill/decode dashboard from the server's Prometheus metrics (and llama.cpp's /slots)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def watch(
     timeout: float = typer.Option(5.0, "--timeout", help="Seconds to wait for one scrape."),
 ) -> None:
     """Live TTFT/ITL quantiles, queue, KV usage, prefix-cache hits and token rates from /metrics
-    (vLLM, SGLang, TGI, llama.cpp), with alerts that say what to change."""
+    (vLLM, SGLang, TGI, llama.cpp), with alerts that say what to change; on llama.cpp also each
+    slot from /slots (state, prompt/decoded tokens, context fill, prompt-cache reuse)."""
     from phasescope.metrics.watch import watch_loop, watch_once
 
     if duration is not None and duration <= 0:

@@ -166,3 +166,24 @@ def server_decode_tok_s(r: RequestRecord) -> float | None:
     # decode_s (llama.cpp predicted_ms, Ollama eval_duration) runs from the end of the prompt to
     # the last token: n − 1 steps ("the first token is free", llama.cpp server-common.h)
     return (float(n) - 1.0) / float(d)
+
+
+def phase_spans_ns(r: RequestRecord) -> dict[str, int | None] | None:
+    """A request's phases on the monotonic clock (ns), for timelines:
+
+    ``arrived`` (scheduled send time, else start) → ``sent`` (request start; the gap is the
+    client-side wait, :func:`queue_s`) → ``prefill_start`` (first token − the server's own prompt
+    time ``server.prefill_s``, never before ``sent``; None without server timings: then the whole
+    TTFT is wait + prefill together) → ``first_token`` → ``last_token`` (decode). None when the
+    request produced no token."""
+    first = first_token_ns(r)
+    if first is None:
+        return None
+    last = last_token_ns(r) or first
+    pre = (r.server or {}).get("prefill_s")
+    prefill_start = None
+    if isinstance(pre, (int, float)) and not isinstance(pre, bool) and pre >= 0:
+        prefill_start = max(r.t_start_ns, first - int(pre * NS))
+    arrived = r.t_scheduled_ns if r.t_scheduled_ns is not None and r.t_scheduled_ns <= r.t_start_ns else r.t_start_ns
+    return {"arrived": arrived, "sent": r.t_start_ns, "prefill_start": prefill_start, "first_token": first,
+            "last_token": last}

@@ -50,6 +50,40 @@ def _pct(v: Any) -> str:
     return "—" if v is None else f"{v * 100:.1f} %"
 
 
+def _bar(frac: float | None, width: int = 10) -> str:
+    if frac is None:
+        return ""
+    n = max(0, min(width, round(frac * width)))
+    return "█" * n + "·" * (width - n)
+
+
+def slots_renderable(state: WatchState) -> RenderableType:
+    """llama.cpp's slots from /slots: one row per slot, the queue estimate; or why there are none."""
+    tr = state.slots
+    assert tr is not None
+    q = tr.queue(state.summary.get("waiting"))
+    if tr.slots is None:
+        return Text(f"slots: {tr.note or 'unavailable'}", style="yellow")
+    t = Table(title=f"Slots ({q['busy']} busy / {q['total']}) · {q['estimate']}", title_justify="left", expand=False)
+    for c in ("slot", "state", "prompt tok", "decoded", "left", "context fill", "", "cache reuse", "task"):
+        t.add_column(c, justify="left" if c in ("state", "", "slot") else "right")
+    style = {"idle": "dim", "prefill": "yellow", "decode": "green"}
+    for sl in tr.slots:
+        f = sl.context_fill
+        ctx = "—" if sl.context_tokens is None else f"{sl.context_tokens:,}/{sl.n_ctx:,} {f * 100:.0f} %" if f is not None else f"{sl.context_tokens:,}"
+        kept = sl.state == "idle" and sl.context_tokens  # an idle slot keeps its last task's context cached
+        t.add_row(str(sl.id), Text(sl.state + (" (context kept)" if kept else ""), style=style.get(sl.state, "")),
+                  _num(sl.prompt_tokens, "{:,}"), _num(sl.decoded, "{:,}"), _num(sl.remaining if sl.busy else None, "{:,}"),
+                  ctx, _bar(f), _pct(sl.cache_reuse), _num(sl.task, "{}"))
+    rec = list(tr.recent)[-5:]
+    if not rec:
+        return t
+    line = Text("new tasks' prompt-cache reuse: ", style="dim")
+    line.append(", ".join(f"#{r['task']} (slot {r['slot']}) {_pct(r['cache_reuse'])} of {_num(r['prompt_tokens'], '{:,}')} tok"
+                          for r in rec), style="dim")
+    return Group(t, line)
+
+
 def render(state: WatchState) -> RenderableType:
     """The whole dashboard: header, latency table, load table, alerts, notes."""
     s = state.summary
@@ -97,6 +131,8 @@ def render(state: WatchState) -> RenderableType:
         load.add_row(label, val, sparkline(col(key)))
 
     parts: list[RenderableType] = [head, lat, load]
+    if state.slots is not None:
+        parts.append(slots_renderable(state))
     if state.groups:
         g = Table(title=f"Per {state.by or 'label value'}", title_justify="left")
         for c in ("group", "running", "waiting", "KV", "TTFT p99", "ITL p99", "gen tok/s"):

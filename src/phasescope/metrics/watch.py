@@ -4,6 +4,11 @@
 returns one JSON-ready snapshot. ``watch_loop`` scrapes until ``count`` refreshes or ``duration_s``
 elapsed (or forever), calling ``on_update(state)`` after each scrape; a failed scrape after the first
 is shown and retried (a restarting server must not end the watch), the first failure is raised.
+
+On llama.cpp each refresh also reads ``GET /slots`` (and ``/props`` once) —
+:mod:`phasescope.metrics.slots`: per-slot state, prompt and decoded tokens, context fill, each new
+task's prompt-cache reuse, busy vs idle slots; ``--json`` carries them as ``slots``. Where /slots is
+disabled the watch goes on from /metrics alone and says how to enable it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from phasescope.measure.clock import now_ns
 from phasescope.metrics.alerts import Alert, evaluate
 from phasescope.metrics.engines import PROFILES
 from phasescope.metrics.scrape import Scraper
+from phasescope.metrics.slots import SlotTracker
 from phasescope.metrics.timeline import SUMMARY_KEYS, Timeline
 
 HISTORY = 60  # summaries kept for trend lines
@@ -44,6 +50,7 @@ class WatchState:
     by: str | None = None
     last_error: str | None = None
     started_ns: int = field(default_factory=now_ns)
+    slots: SlotTracker | None = None  # llama.cpp only
 
     @property
     def engine(self) -> str | None:
@@ -69,6 +76,8 @@ class WatchState:
         out["sources"] = dict(sorted(snap.sources.items())) if snap else {}
         if self.groups:
             out["groups"] = self.groups
+        if self.slots is not None:
+            out.update(self.slots.to_json(self.summary.get("waiting")))
         return out
 
 
@@ -116,10 +125,30 @@ class CsvLog:
             self._fh.close()
 
 
+async def _poll_slots(scraper: Scraper, state: WatchState, api_key: str | None, timeout_s: float) -> None:
+    """llama.cpp: read /slots (and /props the first time) into ``state.slots``."""
+    if state.engine != "llamacpp":
+        return
+    from phasescope.apis.llamacpp import fetch_props, fetch_slots
+
+    session = scraper._session
+    if session is None:
+        return
+    if state.slots is None:
+        state.slots = SlotTracker(props=await fetch_props(session, scraper.url, timeout_s=timeout_s, api_key=api_key))
+    raw, why = await fetch_slots(session, scraper.url, timeout_s=timeout_s, api_key=api_key)
+    state.slots.update(raw, why)
+
+
 def _refresh(state: WatchState, select: Mapping[str, str] | None, by: str | None) -> None:
     state.summary = state.timeline.summary(select=select)
     state.history.append(state.summary)
     state.alerts = evaluate(list(state.history), state.engine)
+    if state.slots is not None:
+        slot_alerts = state.slots.alerts(state.summary.get("waiting"))
+        if any(a.code == "slots_full" for a in slot_alerts):  # the same queue, said with the slots' numbers
+            state.alerts = [a for a in state.alerts if a.code != "queue"]
+        state.alerts += slot_alerts
     state.by = by
     state.groups = state.timeline.summary_by(by, select=select) if by else {}
     state.refreshes += 1
@@ -144,6 +173,7 @@ async def watch_once(
         tl.add(await scraper.scrape())
         await asyncio.sleep(interval_s)
         tl.add(await scraper.scrape())
+        await _poll_slots(scraper, state, api_key, timeout_s)
         _refresh(state, select, by)
         return state
 
@@ -184,6 +214,7 @@ async def watch_loop(
                 try:
                     state.timeline.add(await scraper.scrape())
                     state.last_error = None
+                    await _poll_slots(scraper, state, api_key, timeout_s)
                     _refresh(state, select, by)
                     if log:
                         log.write(state)

@@ -1,0 +1,476 @@
+"""The report's HTML sections other than the plots: the phase card on top, the runs and
+parameters tables, the findings, the per-endpoint table and the comparison view.
+
+Every number shown comes from a stored summary (probe ``sizes`` / ``ceilings.sizes``, bench's
+``median_ttft_ms``…, explain's ``findings``), from :func:`phasescope.report.compare.compare_runs`
+(verdicts) or from the run's own fields; nothing is re-derived here. Every string is escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+from phasescope.jsonutil import to_jsonable
+from phasescope.report.plots import Run, colour, endpoint_rows, esc
+
+
+# --- formatting -------------------------------------------------------------------------------------
+def _f(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def fmt_ms(s: Any) -> str:
+    """Seconds as ms below 1 s, else s; "—" when unknown."""
+    x = _f(s)
+    if x is None:
+        return "—"
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def fmt_rate(v: Any) -> str:
+    x = _f(v)
+    return "—" if x is None else (f"{x:,.0f}" if x >= 100 else f"{x:.1f}")
+
+
+def fmt_pct(v: Any) -> str:
+    x = _f(v)
+    if x is None:
+        return "—"
+    return f"{x * 100:.1f}%" if x < 0.1 else f"{x * 100:.0f}%"
+
+
+def value_text(v: Any) -> str:
+    """A parameter value as a person reads it: JSON scalars (true, null), lists joined."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)) and all(not isinstance(x, (dict, list)) for x in v):
+        return ", ".join(value_text(x) for x in v)
+    return json.dumps(to_jsonable(v), ensure_ascii=False)
+
+
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys (``workload.prompts.unique``); other values as they are."""
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, dict) and v:
+                out.update(flatten(v, key + "."))
+            else:
+                out[key] = v
+    return out
+
+
+# --- the phase card ---------------------------------------------------------------------------------
+def _walk_dicts(o: Any) -> Iterable[dict[str, Any]]:
+    if isinstance(o, dict):
+        yield o
+        for v in o.values():
+            yield from _walk_dicts(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from _walk_dicts(v)
+
+
+def _probe_sizes(summary: Any) -> tuple[list[dict[str, Any]], dict[Any, dict[str, Any]]]:
+    """The first probe-shaped node (``sizes`` rows with ``ttft_s``) and its ``ceilings.sizes`` by size."""
+    for node in _walk_dicts(summary):
+        sizes = node.get("sizes")
+        if isinstance(sizes, list) and sizes and all(isinstance(s, dict) for s in sizes) and any(
+                "ttft_s" in s or "decode_tok_s" in s for s in sizes):
+            ce = node.get("ceilings") if isinstance(node.get("ceilings"), dict) else {}
+            crow = {r.get("prompt_tokens"): r for r in ce.get("sizes") or [] if isinstance(r, dict)}
+            return sizes, crow
+    return [], {}
+
+
+def findings_of(summary: Any) -> list[Any]:
+    s = summary if isinstance(summary, dict) else {}
+    fs = s.get("findings")
+    if fs is None and isinstance(s.get("diagnosis"), dict):
+        fs = s["diagnosis"].get("findings")
+    return fs if isinstance(fs, list) else []
+
+
+def _warnings_of(summary: Any) -> list[Any]:
+    s = summary if isinstance(summary, dict) else {}
+    ws = s.get("warnings")
+    return ws if isinstance(ws, list) else []
+
+
+def _card_table(head: list[str], rows: list[tuple[str, list[str]]]) -> str:
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    body = []
+    for label, vals in rows:
+        if not vals:
+            body.append(f'<tr class=phase><td colspan="{len(head)}">{esc(label)}</td></tr>')
+        else:
+            body.append(f"<tr><td>{esc(label)}</td>" + "".join(f"<td>{esc(v)}</td>" for v in vals) + "</tr>")
+    return f"<table class=cardtab><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) -> str:
+    head = [""] + [f"{s.get('prompt_tokens') or s.get('prompt_tokens_target')}-token prompt" for s in sizes]
+    cr = [crow.get(s.get("prompt_tokens") or s.get("prompt_tokens_target")) or {} for s in sizes]
+    srv = [s.get("server") or {} for s in sizes]
+    rows: list[tuple[str, list[str]]] = [
+        ("PREFILL", []),
+        ("TTFT", [fmt_ms(s.get("ttft_s")) for s in sizes]),
+        ("prefill tok/s", [fmt_rate(x.get("prefill_tok_s") or s.get("prefill_tok_s")) for s, x in zip(sizes, srv)]),
+    ]
+    if any(c.get("prefill_floor_s") is not None for c in cr):
+        rows += [("prefill floor (ceiling)", [fmt_ms(c.get("prefill_floor_s")) for c in cr]),
+                 ("prefill efficiency", [fmt_pct(c.get("prefill_efficiency")) for c in cr])]
+    rows += [
+        ("DECODE", []),
+        ("decode tok/s (one stream)", [fmt_rate(s.get("decode_tok_s")) for s in sizes]),
+        ("ITL p50 / p99", [f"{fmt_ms(s.get('itl_p50_s'))} / {fmt_ms(s.get('itl_p99_s'))}" for s in sizes]),
+    ]
+    if any(c.get("decode_ceiling_tok_s") is not None for c in cr):
+        rows += [("decode ceiling tok/s", [fmt_rate(c.get("decode_ceiling_tok_s")) for c in cr]),
+                 ("decode efficiency", [fmt_pct(c.get("decode_efficiency")) for c in cr]),
+                 ("binding roof", [esc(c.get("decode_binding") or "—") for c in cr])]
+    else:
+        rows.append(("ceilings", ["— (unknown model or device: probe --model, --device)"] + [""] * (len(sizes) - 1)))
+    return _card_table(head, rows)
+
+
+def _bench_card(s: dict[str, Any]) -> str:
+    def ms(k: str) -> str:
+        v = _f(s.get(k))
+        return "—" if v is None else f"{v:.1f} ms"
+
+    rows: list[tuple[str, list[str]]] = [
+        ("PREFILL", []),
+        ("TTFT p50 / p99", [f"{ms('median_ttft_ms')} / {ms('p99_ttft_ms')}"]),
+        ("DECODE", []),
+        ("ITL p50 / p99", [f"{ms('median_itl_ms')} / {ms('p99_itl_ms')}"]),
+        ("TPOT p50", [ms("median_tpot_ms")]),
+        ("LOAD", []),
+        ("output tok/s (all requests)", [fmt_rate(s.get("output_throughput"))]),
+        ("requests/s", [f"{_f(s.get('request_throughput')):.2f}" if _f(s.get("request_throughput")) is not None else "—"]),
+        ("completed / failed", [f"{s.get('completed', '—')} / {s.get('failed', '—')}"]),
+        ("ceilings", ["— (bench stores none: `phasescope probe --device` sets each phase against its ceiling)"]),
+    ]
+    return _card_table(["", "this run"], rows)
+
+
+def _pick(points: list[dict[str, Any]], n: int = 4) -> list[dict[str, Any]]:
+    """At most ``n`` points, first and last always, evenly between."""
+    if len(points) <= n:
+        return points
+    idx = sorted({round(i * (len(points) - 1) / (n - 1)) for i in range(n)})
+    return [points[i] for i in idx]
+
+
+def _explain_card(exps: dict[str, Any]) -> str:
+    """explain: its prompt-scaling points (TTFT, prefill and decode per prompt size) and its
+    context-fill points (decode per context, next to the bandwidth prediction), as stored."""
+    parts = []
+    ps = exps.get("prompt-scaling") if isinstance(exps.get("prompt-scaling"), dict) else {}
+    pts = _pick([p for p in ps.get("points") or [] if isinstance(p, dict)])
+    if pts:
+        rows: list[tuple[str, list[str]]] = [
+            ("PREFILL", []),
+            ("TTFT", [fmt_ms(p.get("ttft_s")) for p in pts]),
+            ("prefill tok/s (server)", [fmt_rate(p.get("server_prefill_tok_s")) for p in pts]),
+            ("DECODE", []),
+            ("decode tok/s", [fmt_rate(p.get("server_decode_tok_s") or p.get("decode_tok_s")) for p in pts]),
+        ]
+        parts.append(_card_table(["prompt-scaling"] + [f"{p.get('prompt_tokens')}-token prompt" for p in pts], rows))
+    cf = exps.get("context-fill") if isinstance(exps.get("context-fill"), dict) else {}
+    cpts = _pick([p for p in cf.get("points") or [] if isinstance(p, dict)])
+    if cpts:
+        rows = [("decode tok/s", [fmt_rate(p.get("server_decode_tok_s") or p.get("decode_tok_s")) for p in cpts]),
+                ("bandwidth-roof prediction", [fmt_rate(p.get("predicted_decode_tok_s")) for p in cpts])]
+        parts.append(_card_table(["context-fill"] + [f"{p.get('context_tokens')} tokens of context" for p in cpts], rows))
+    return "".join(parts)
+
+
+def _finding_line(f: Any) -> str:
+    if not isinstance(f, dict):
+        return f"<li>{esc(f)}</li>"
+    sev = esc(f.get("severity", "info"))
+    return f'<li class="sev-{sev}"><span class=sev>{sev}</span> {esc(f.get("cause") or f.get("id"))}</li>'
+
+
+def card_html(runs: list[Run]) -> str:
+    """One card per run (at most four): the phase story first — TTFT and decode, their ceilings,
+    efficiency and binding roof — and the findings, before any plot."""
+    cards = []
+    for k, (info, _) in enumerate(runs[:4]):
+        s = info.summary if isinstance(info.summary, dict) else {}
+        sizes, crow = _probe_sizes(s)
+        if sizes:
+            table = _probe_card(sizes, crow)
+        elif any(k2 in s for k2 in ("median_ttft_ms", "output_throughput", "median_itl_ms")):
+            table = _bench_card(s)
+        elif isinstance(s.get("experiments"), dict) and _explain_card(s["experiments"]):
+            table = _explain_card(s["experiments"])
+        else:
+            table = "<p class=muted>no phase numbers in this run's stored summary</p>"
+        fs = findings_of(s)
+        if fs:
+            more = f"<li class=muted>… and {len(fs) - 4} more below</li>" if len(fs) > 4 else ""
+            finds = f"<h4>Findings</h4><ul class=cardfind>{''.join(_finding_line(f) for f in fs[:4])}{more}</ul>"
+        elif info.kind == "explain":
+            finds = "<h4>Findings</h4><p class=muted>none: nothing the rules could pin on a cause</p>"
+        else:
+            finds = "<p class=muted>no diagnosis in this run (<code>phasescope explain</code> names causes)</p>"
+        ws = _warnings_of(s)
+        warn = ""
+        if ws:
+            items = "".join(f"<li>{esc(w.get('message') if isinstance(w, dict) else w)}</li>" for w in ws[:4])
+            warn = f"<h4>Measurement warnings</h4><ul class=cardwarn>{items}</ul>"
+        eng = " ".join(x for x in (info.engine, info.engine_version) if x) or "?"
+        cards.append(
+            f'<div class=onecard style="border-top:4px solid {colour(k)}"><div class=cardhead><b>{esc(info.id)}</b> · '
+            f"{esc(info.kind)} · {esc(info.model or '?')} · {esc(eng)}" + (f" · {esc(info.device)}" if info.device else "")
+            + f"</div>{table}{finds}{warn}</div>")
+    return f'<section class="card">{"".join(cards)}</section>'
+
+
+# --- runs, parameters, findings, endpoints ------------------------------------------------------------
+def runs_table_html(runs: list[Run]) -> str:
+    rows = []
+    for k, (i, recs) in enumerate(runs):
+        ok = sum(1 for r in recs if r.ok)
+        eng = " ".join(x for x in (i.engine, i.engine_version) if x)
+        status = i.status + (f" ({i.error})" if i.error else "")
+        dur = f"{i.duration_s:.1f} s" if i.duration_s is not None else "—"
+        rows.append(
+            f'<tr><td><span class=swatch style="background:{colour(k)}"></span>{esc(i.id)}</td>'
+            f"<td>{esc(i.kind)}</td><td>{esc(status)}</td><td>{esc(i.started_iso)}</td><td>{esc(dur)}</td>"
+            f"<td>{esc(i.model)}</td><td>{esc(i.target)}</td><td>{esc(eng)}</td><td>{esc(i.device)}</td>"
+            f"<td>{ok}/{len(recs)}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("run", "kind", "status", "started (UTC)", "duration", "model", "target",
+                                             "engine", "device", "ok/requests"))
+    return f"<table class=runs><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _side_by_side(rows: list[tuple[str, list[Any]]], heads: list[str], *, only_diff: bool = False) -> str:
+    body = []
+    for key, vals in rows:
+        texts = ["—" if v is None else value_text(v) for v in vals]
+        diff = len(set(texts)) > 1
+        if only_diff and not diff:
+            continue
+        cls = " class=diff" if diff and len(vals) > 1 else ""
+        body.append(f"<tr{cls}><td>{esc(key)}</td>" + "".join(f"<td>{esc(t)}</td>" for t in texts) + "</tr>")
+    if not body:
+        return ""
+    th = "".join(f"<th>{esc(h)}</th>" for h in heads)
+    return f'<table class="params"><thead><tr>{th}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+#: key / value pairs per row of the one-run parameters table
+PARAM_PAIRS_PER_ROW = 3
+
+
+def params_html(runs: list[Run]) -> str:
+    """One run's parameters as a key / value table, :data:`PARAM_PAIRS_PER_ROW` pairs a row
+    (unset ones, null, listed by name below it); several runs: the comparison view's table."""
+    if len(runs) != 1:
+        return ""
+    flat = flatten(runs[0][0].params)
+    shown = [(k, v) for k, v in flat.items() if v is not None]
+    unset = [k for k, v in flat.items() if v is None]
+    if not flat:
+        return ""
+    rows = []
+    for j in range(0, len(shown), PARAM_PAIRS_PER_ROW):
+        cells = "".join(f"<td>{esc(k)}</td><td>{esc(value_text(v))}</td>" for k, v in shown[j:j + PARAM_PAIRS_PER_ROW])
+        rows.append(f"<tr>{cells}</tr>")
+    th = "<th>parameter</th><th>value</th>" * min(PARAM_PAIRS_PER_ROW, max(1, len(shown)))
+    more = f"<p class=note>not set: {esc(', '.join(unset))}</p>" if unset else ""
+    return (f'<h3>Parameters</h3><table class="params pairs"><thead><tr>{th}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>{more}")
+
+
+def _ev_text(e: Any) -> str:
+    if isinstance(e, dict):
+        v, u = e.get("value"), e.get("unit") or ""
+        if isinstance(v, float):
+            v = f"{v:.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+        return f"{e.get('what', '')}: {v}{(' ' + u) if u else ''}" + (f" ({e['source']})" if e.get("source") else "")
+    return str(e)
+
+
+def _adv_text(a: Any) -> str:
+    if isinstance(a, dict):
+        return f"[{a.get('engine', 'any')}] {a.get('change', '')}" + (f" — {a['why']}" if a.get("why") else "")
+    return str(a)
+
+
+def findings_html(runs: list[Run]) -> str:
+    parts = []
+    for info, _ in runs:
+        fs = findings_of(info.summary)
+        if not fs:
+            continue
+        items = []
+        for f in fs:
+            if not isinstance(f, dict):
+                items.append(f"<li>{esc(f)}</li>")
+                continue
+            sev = esc(f.get("severity", "info"))
+            ev = "".join(f"<li>{esc(_ev_text(e))}</li>" for e in f.get("evidence") or [])
+            adv = "".join(f"<li>{esc(_adv_text(a))}</li>" for a in f.get("advice") or [])
+            items.append(
+                f'<li class="finding sev-{sev}"><span class="sev">{sev}</span> <b>{esc(f.get("cause") or f.get("id"))}</b>'
+                + (f"<ul class=evidence>{ev}</ul>" if ev else "") + (f"<div class=advice>change:<ul>{adv}</ul></div>" if adv else "")
+                + "</li>")
+        parts.append(f"<h3>Findings · {esc(info.id)}</h3><ul class=findings>{''.join(items)}</ul>")
+    return "".join(parts)
+
+
+def endpoints_html(runs: list[Run]) -> str:
+    """The per-endpoint table (only runs with more than one endpoint; empty string otherwise)."""
+    rows = endpoint_rows(runs)
+    if not rows:
+        return ""
+
+    def f(v: Any, nd: int = 2) -> str:
+        return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else (
+            f"{v:.{nd}f}" if isinstance(v, float) else esc(v))
+
+    body = []
+    for r in rows:
+        sm = r["server_metrics"] if isinstance(r["server_metrics"], dict) else None
+        if sm is None:
+            srv = "-"
+        elif sm.get("available"):
+            ss = sm.get("summary") or {}
+            srv = (f"{sm.get('engine')}: max running {f(ss.get('max_running'), 0)}, KV peak "
+                   f"{f(ss.get('kv_usage_peak'), 3)}, gen tokens {f(ss.get('generation_tokens'), 0)}")
+        else:
+            srv = f"none ({sm.get('reason') or 'unavailable'})"
+        body.append(
+            f"<tr><td>{esc(r['run'])}</td><td>{esc(r['endpoint'])}</td><td>{r['requests']}</td>"
+            f"<td>{100 * r['share']:.0f}%</td><td>{f(r['completed'], 0)}</td><td>{f(r['failed'], 0)}</td>"
+            f"<td>{f(r['request_throughput'])}</td><td>{f(r['output_throughput'], 1)}</td>"
+            f"<td>{f(r['median_ttft_ms'])}</td><td>{f(r['p99_ttft_ms'])}</td>"
+            f"<td>{f(r['median_itl_ms'])}</td><td>{f(r['p99_itl_ms'])}</td><td>{esc(srv)}</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("run", "endpoint", "requests", "share", "ok", "failed", "req/s",
+                                             "out tok/s", "p50 TTFT ms", "p99 TTFT ms", "p50 ITL ms", "p99 ITL ms",
+                                             "server /metrics"))
+    return (f"<h3>Per endpoint</h3><table class=\"runs endpoints\"><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+# --- the comparison view ------------------------------------------------------------------------------
+#: Comparison.to_dict() keys rendered in their own way; any other key is shown generically
+_KNOWN = {"a", "b", "confidence", "min_change", "param_changes", "warnings", "metrics", "baseline"}
+#: summary keys that describe the host or the server's settings (whichever a run stored)
+HOST_KEYS = ("host", "host_contention")
+SERVER_KEYS = ("server_settings", "server_props", "props")
+
+
+def _metric_value(v: Any, unit: str) -> str:
+    x = _f(v)
+    if x is None:
+        return "—"
+    if unit == "s":
+        return f"{x * 1e3:.2f} ms" if x < 10 else f"{x:.2f} s"
+    return f"{x:,.1f} {esc(unit)}"
+
+
+def _verdict_table(metrics: list[dict[str, Any]]) -> str:
+    body = []
+    for m in metrics:
+        ch = _f(m.get("change"))
+        lo, hi, unit = _f(m.get("ci_low")), _f(m.get("ci_high")), m.get("unit") or ""
+        ci = "—" if lo is None or hi is None else f"[{_metric_value(lo, unit)}, {_metric_value(hi, unit)}]"
+        v = str(m.get("verdict") or "")
+        why = m.get("reason") or m.get("reasons") or m.get("why")
+        why_text = value_text(why) if why else ""
+        body.append(
+            f"<tr class=\"v-{esc(v.replace(' ', '-'))}\"><td>{esc(m.get('label') or m.get('metric'))}</td>"
+            f"<td>{esc(m.get('group') or 'all')}</td><td>{_metric_value(m.get('a'), unit)}</td><td>{_metric_value(m.get('b'), unit)}</td>"
+            f"<td>{'—' if ch is None else f'{ch * 100:+.1f}%'}</td><td>{ci}</td>"
+            f"<td>{m.get('n_a', '')} / {m.get('n_b', '')}</td><td class=verdict>{esc(v)}"
+            + (f"<div class=why>{esc(why_text)}</div>" if why_text else "") + "</td></tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("metric", "point", "A", "B", "change", "CI of B − A", "n A / B", "verdict"))
+    return f"<table class=verdicts><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _first_dict(summary: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    s = summary if isinstance(summary, dict) else {}
+    for k in keys:
+        if isinstance(s.get(k), dict):
+            return s[k]
+    return {}
+
+
+def environment_rows(runs: list[Run], extra: dict[str, list[Any]] | None = None) -> list[tuple[str, list[Any]]]:
+    """Side-by-side rows: the run's engine/model/device/target, every parameter, the host
+    contention (``host.*``) and server settings (``server.*``) each run stored, plus ``extra``."""
+    infos = [i for i, _ in runs]
+    rows: list[tuple[str, list[Any]]] = [
+        (k, [getattr(i, k) for i in infos]) for k in ("kind", "engine", "engine_version", "model", "device", "api", "target")
+    ]
+    flat = [flatten(i.params) for i in infos]
+    for k in dict.fromkeys(k for f in flat for k in f):
+        rows.append((k, [f.get(k) for f in flat]))
+    for prefix, keys in (("host.", HOST_KEYS), ("server.", SERVER_KEYS)):
+        fl = [flatten(_first_dict(i.summary, keys), prefix) for i in infos]
+        for k in dict.fromkeys(k for f in fl for k in f):
+            rows.append((k, [f.get(k) for f in fl]))
+    for k, vals in (extra or {}).items():
+        rows.append((k, vals))
+    return rows
+
+
+def comparison_html(runs: list[Run], comparisons: list[dict[str, Any]]) -> str:
+    """Run A (the first) against each other run: the verdicts with their reasons (compare's
+    warnings, "not comparable" and any other fields compare adds), and what differs between the
+    runs — parameters, host contention, server settings."""
+    if len(runs) < 2:
+        return ""
+    ids = [i.id for i, _ in runs]
+    parts = ['<section class="comparison"><h2>Comparison</h2>']
+    extra: dict[str, list[Any]] = {}
+    for c in comparisons:
+        a, b = (c.get("a") or {}).get("id"), (c.get("b") or {}).get("id")
+        parts.append(f"<h3>{esc(b)} (B) against {esc(a)} (A)</h3>")
+        verdicts = [m.get("verdict") for m in c.get("metrics") or []]
+        if verdicts:
+            counts = {v: verdicts.count(v) for v in dict.fromkeys(verdicts)}
+            parts.append("<p class=verdictline>" + " · ".join(f"<span class=\"v-{esc(str(v).replace(' ', '-'))}\">"
+                                                              f"{n} {esc(v)}</span>" for v, n in counts.items()) + "</p>")
+        reasons = [w for w in c.get("warnings") or []]
+        for key, val in c.items():
+            if key in _KNOWN:
+                continue
+            if isinstance(val, bool) or val is None or isinstance(val, (int, float, str)):
+                reasons.append(f"{key.replace('_', ' ')}: {value_text(val)}")
+            elif isinstance(val, list):
+                reasons += [f"{key.replace('_', ' ')}: {value_text(x) if not isinstance(x, str) else x}" for x in val]
+            elif isinstance(val, dict):
+                for k2, v2 in flatten(val, key + ".").items():
+                    extra.setdefault(k2, [None] * len(runs))
+                    pos = ids.index(b) if b in ids else len(runs) - 1
+                    extra[k2][pos] = v2
+        if reasons:
+            items = "".join(f"<li>{esc(w.get('message') if isinstance(w, dict) else w)}</li>" for w in reasons)
+            parts.append(f"<div class=reasons><b>Read the verdicts with care:</b><ul>{items}</ul></div>")
+        parts.append(_verdict_table(c.get("metrics") or []))
+        conf = _f(c.get("confidence"))
+        mc = _f(c.get("min_change"))
+        if conf is not None:
+            parts.append(f"<p class=note>better / worse: the {conf:.0%} bootstrap interval of B − A excludes 0 and the "
+                         f"change is at least {mc or 0:.0%} of A; otherwise within noise.</p>")
+    rows = environment_rows(runs, extra)
+    differ = _side_by_side(rows, ["", *ids], only_diff=True)
+    n_same = sum(1 for _, vals in rows if len({value_text(v) if v is not None else "—" for v in vals}) <= 1)
+    parts.append("<h3>What differs between the runs</h3><p class=note>Run fields, parameters, host contention "
+                 "(<code>host.*</code>) and server settings (<code>server.*</code>) where the runs stored them.</p>"
+                 + (differ or "<p>nothing: the runs agree in every stored field and parameter</p>")
+                 + (f"<details><summary>all {len(rows)} fields ({n_same} the same)</summary>"
+                    f"{_side_by_side(rows, ['', *ids])}</details>" if n_same else ""))
+    parts.append("</section>")
+    return "".join(parts)
