@@ -6,7 +6,8 @@ the per-phase DRAM-active and tensor-active ratios (dcgm-exporter ``DCGM_FI_PROF
 reads every weight per step, so DRAM should be busy and the tensor pipes idle; prefill is one
 large matrix product, so the tensor pipes should be busy.
 
-* decode DRAM active ≥ :data:`BUSY` and above tensor → bandwidth-bound, as the ceiling predicts;
+* decode DRAM active ≥ :data:`BUSY` and above tensor → bandwidth-bound, as the ceiling predicts
+  (but below :data:`LOW_EFF` of the ceiling → more bytes per token than the weights);
 * decode below :data:`IDLE_MEM` DRAM active while measured decode is below :data:`LOW_EFF` of
   its ceiling → the engine (launches, scheduling, small batches), not the memory, is the limit;
 * decode tensor ≥ :data:`BUSY` above DRAM → the batch is large enough to be compute-bound;
@@ -64,14 +65,25 @@ def _rules(section: dict[str, Any]) -> list[dict[str, Any]]:
                                           "graphs, use a faster attention kernel",
                                           "the memory bus is idle between steps; fuller steps use the bandwidth "
                                           "already paid for")]})
+        elif eff is not None and eff < LOW_EFF and d_dram >= BUSY:
+            out.append({"id": "gpu-decode-extra-bytes", "severity": "problem",
+                        "sentence": f"decode at {eff * 100:.0f} % of the bandwidth ceiling while DRAM is active "
+                                    f"{_f2(d_dram)}: the memory is busy but moves more bytes per token than the "
+                                    "model's weights (KV-cache reads, unfused kernels, or a wrong model spec/quantization)",
+                        "evidence": ev + [("decode efficiency vs ceiling", eff * 100, "%")],
+                        "advice": [Advice("any", "check --model-spec and the quantization the server really loaded; "
+                                          "use fused/paged attention kernels",
+                                          "bytes read per token above the weights' size lower the rate at the "
+                                          "same bandwidth")]})
         elif d_ten is not None and d_ten >= BUSY and d_ten > d_dram:
             out.append({"id": "gpu-decode-compute-bound", "severity": "info",
                         "sentence": f"decode: tensor active {_f2(d_ten)} above DRAM active {_f2(d_dram)} — the batch "
                                     "is large enough that decode is compute-bound",
                         "evidence": ev, "advice": []})
         elif d_dram >= BUSY:
+            at = f" at {eff * 100:.0f} % of the ceiling" if eff is not None else ""
             out.append({"id": "gpu-decode-bandwidth-bound", "severity": "limit",
-                        "sentence": f"decode: DRAM active {_f2(d_dram)}{ten} — bandwidth-bound as the ceiling predicts",
+                        "sentence": f"decode: DRAM active {_f2(d_dram)}{ten}{at} — bandwidth-bound as the ceiling predicts",
                         "evidence": ev,
                         "advice": [Advice("any", "fewer bytes per token: a smaller quantization, or more requests "
                                           "per weight read (batching)",

@@ -80,6 +80,8 @@ class BenchConfig:
     workers: int = 1
     metrics_interval_s: float = 1.0
     server_metrics: bool = True
+    gpu_metrics: list[str] = field(default_factory=list)  # --gpu-metrics URL (repeatable): dcgm-exporter
+    nvml: bool = True  # sample local GPUs through NVML when nvidia-ml-py and a GPU are there (--no-nvml)
     out_dir: str | None = None
     store: bool = True
     label: str | None = None
@@ -247,6 +249,11 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
                                               interval_s=cfg.metrics_interval_s, api_key=target.api_key)
     elif cfg.server_metrics:
         recorder = ServerMetricsRecorder(target.base_url, interval_s=cfg.metrics_interval_s, api_key=target.api_key)
+    from phasescope.metrics.gpu import open_recorder
+
+    gpu_rec = open_recorder(cfg.gpu_metrics, nvml=cfg.nvml, interval_s=cfg.metrics_interval_s)
+    if gpu_rec is not None:  # GPU telemetry, if any: none → the summary has no "gpu" key at all
+        gpu_rec.start()
     status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
     try:
         if cfg.ray:
@@ -260,6 +267,8 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     except BaseException:
         if recorder is not None:
             recorder.stop()
+        if gpu_rec is not None:
+            gpu_rec.stop()
         if recording is not None:
             recording.__exit__(*__import__("sys").exc_info())
         raise
@@ -274,6 +283,10 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
 
     summary = assemble_summary(cfg, target, res, server, sched)
     summary["run_id"] = run_id
+    if gpu_rec is not None:
+        from phasescope.metrics.gpu_phases import finish_section
+
+        summary["gpu"] = finish_section(gpu_rec, res.records, t0_ns=res.t0_ns if cfg.workers == 1 else None)
     from phasescope.load.ray_runner import add_ray_summary
     from phasescope.load.routing import endpoint_breakdown
 

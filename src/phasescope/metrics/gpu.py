@@ -296,8 +296,14 @@ class NvmlSource:
             pass
 
 
+#: tests set this to an :class:`~phasescope.testing.gpu_fake.NvmlStub` to stand in for ``pynvml``
+NVML_OVERRIDE: Any = None
+
+
 def nvml_source(nv: Any = None) -> tuple[NvmlSource | None, str]:
     """An :class:`NvmlSource`, or ``(None, why not)``: module not installed, no driver, no GPU."""
+    if nv is None:
+        nv = NVML_OVERRIDE
     if nv is None:
         try:
             import pynvml as nv  # type: ignore[import-not-found,no-redef]  # nvidia-ml-py, optional
@@ -362,6 +368,7 @@ class GpuRecorder:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._seq = 0
+        self._stopped = False
 
     @property
     def started(self) -> bool:
@@ -424,9 +431,13 @@ class GpuRecorder:
                     pass
 
     def stop(self) -> GpuRecording:
+        """Stop sampling and return the recording (a second call returns the same one)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=15)
+        if self._stopped:
+            return self._rec
+        self._stopped = True
         for s in self.sources:
             n = self._counts.get(s.name, 0)
             errs = self._errors.get(s.name) or []

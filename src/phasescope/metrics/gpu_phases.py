@@ -176,7 +176,8 @@ def devices_of(samples: list[GpuSample], device_id: str | None = None) -> list[d
         peak = None
         if did:
             try:
-                peak = get_device(did).mem_bandwidth_gb_s
+                dev = get_device(did)
+                did, peak = dev.id, dev.mem_bandwidth_gb_s
             except Exception:  # noqa: BLE001 - an unknown --device is reported by the ceiling code
                 peak = None
         seen[s.key] = {"node": s.node, "gpu": s.gpu, "uuid": s.uuid, "model_name": s.model_name,
@@ -240,6 +241,9 @@ def gpu_section(rec: GpuRecording, records: list[Any], *, t0_ns: int | None = No
     for ph in PHASES:
         rows = [r for r in run_rows if r["phase"] == ph]
         phases[ph] = _phase_stats(rows, peak)
+    # a phase's energy per token is per the tokens that phase makes: prefill → prompt, decode → output
+    phases["prefill"]["j_per_output_token"] = None
+    phases["decode"]["j_per_prompt_token"] = None
     total_out = sum(r["output_tokens"] for r in run_rows)
     total_prompt = sum(r["prompt_tokens"] for r in run_rows)
     e_rows = [r["energy_j"] for r in run_rows if r["energy_j"] is not None]
@@ -293,3 +297,84 @@ def _phase_stats(rows: list[dict[str, Any]], peak: float | None) -> dict[str, An
     st["j_per_prompt_token"] = _per(st["energy_j"], st["prompt_tokens"])
     st["achieved_bandwidth_gb_s"] = st["dram_active"] * peak if st["dram_active"] is not None and peak else None
     return st
+
+
+def finish_section(recorder: Any, records: list[Any], **kw: Any) -> dict[str, Any]:
+    """Stop ``recorder`` (a :class:`~phasescope.metrics.gpu.GpuRecorder`) and build the section."""
+    return gpu_section(recorder.stop(), records, **kw)
+
+
+def solo_decode_tok_s(records: list[Any]) -> float | None:
+    """Median decode rate of the requests that decoded alone (batch 1) — the rate a batch-1
+    ceiling is comparable with; ``None`` when every request overlapped another."""
+    from phasescope.measure.derive import decode_tok_s
+
+    spans = []
+    for r in records:
+        a, b = first_token_ns(r), last_token_ns(r)
+        if a is not None and b is not None and b > a:
+            spans.append((a, b, r))
+    rates = []
+    for i, (a, b, r) in enumerate(spans):
+        if any(j != i and a2 < b and a < b2 for j, (a2, b2, _) in enumerate(spans)):
+            continue
+        v = decode_tok_s(r)
+        if v:
+            rates.append(v)
+    if not rates:
+        return None
+    rates.sort()
+    m = len(rates) // 2
+    return rates[m] if len(rates) % 2 else (rates[m - 1] + rates[m]) / 2
+
+
+def telemetry_device(recorder: Any, dev: Any, why: str | None) -> tuple[Any, str | None]:
+    """The catalog device of the GPUs a started recorder sees (all the same model), else the
+    given ``(dev, why)``: a remote GPU server's ceilings need no ``--device``."""
+    from phasescope.theory.devices import get_device
+
+    did = telemetry_device_id(recorder)
+    return (get_device(did), None) if did else (dev, why)
+
+
+def probe_section(recorder: Any, records: list[Any], result: dict[str, Any], device: str | None) -> dict[str, Any]:
+    """probe's ``gpu`` section: the decode rate of its one-at-a-time requests against the
+    smallest size's decode ceiling."""
+    ceil = None
+    for row in ((result.get("ceilings") or {}).get("sizes") or []):
+        if row.get("decode_ceiling_tok_s"):
+            ceil = row["decode_ceiling_tok_s"]
+            break
+    return finish_section(recorder, records, device_id=device if device else None, decode_ceiling_tok_s=ceil,
+                          decode_tok_s=solo_decode_tok_s(records))
+
+
+def telemetry_device_id(recorder: Any) -> str | None:
+    """The catalog id of the GPUs a started recorder sees, when they are all one known model."""
+    from phasescope.theory.devices import device_id_for_model_name
+
+    ids = {device_id_for_model_name(s.model_name) for s in recorder.latest()}
+    return ids.pop() if len(ids) == 1 and None not in ids else None
+
+
+def explain_gpu_start(gpu_metrics: list[str] | None, nvml: bool = True) -> Any:
+    """explain's recorder, started (``None`` without GPU telemetry)."""
+    from phasescope.metrics.gpu import open_recorder
+
+    rec = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.5)
+    if rec is not None:
+        rec.start()
+    return rec
+
+
+def explain_gpu_finish(recorder: Any, records: list[Any], diagnosis: Any, ceilings: Any) -> dict[str, Any] | None:
+    """Stop explain's recorder, build the section, add the GPU findings to ``diagnosis``."""
+    if recorder is None:
+        return None
+    from phasescope.diagnose.gpu_evidence import gpu_findings
+
+    sec = finish_section(recorder, records, device_id=getattr(ceilings, "device", None),
+                         decode_ceiling_tok_s=getattr(ceilings, "decode_ceiling_tok_s", None),
+                         decode_tok_s=solo_decode_tok_s(records))
+    diagnosis.findings.extend(gpu_findings(sec))
+    return sec
