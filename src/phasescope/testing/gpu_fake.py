@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import threading
 import time
 import uuid as _uuid
@@ -160,7 +161,8 @@ class GpuModel:
         self.gpus = gpus
         self.model_name = model_name
         self.tdp_w, self.fb_mib = BOARDS[model_name]
-        self.uuids = [f"GPU-{_uuid.UUID(int=(seed * 131 + i + 1) * 0x9E3779B97F4A7C15 % (1 << 128))}" for i in range(gpus)]
+        self.uuids = [f"GPU-{_uuid.UUID(bytes=hashlib.md5(f'{model_name}/{seed}/{i}'.encode()).digest())}"
+                      for i in range(gpus)]
         self._lock = threading.Lock()
         self._acc = {k: 0.0 for k in LEVELS}
         self._last_tick = time.monotonic()
