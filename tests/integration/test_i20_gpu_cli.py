@@ -133,3 +133,40 @@ def test_report_draws_the_gpu_timeline_under_the_server_timeline(servers: Any, t
     out2 = tmp_path / "r2.html"
     assert _run(["report", ids[1], "--out", str(out2)], env).returncode == 0
     assert "GPU activity" not in out2.read_text() and "gpu_timeline" not in out2.read_text()
+
+
+@pytest.mark.slow
+def test_explain_gains_gpu_evidence_findings(tmp_path: Path) -> None:
+    with FakeServer(flavor="vllm", ttft_s=0.03, prefill_tok_s=8000, itl_s=0.005).running() as llm:
+        with FakeDcgmExporter(server_activity(llm), collect_interval_s=0.1).running() as dcgm:
+            p = _run(["experiment", "prompt-scaling", llm.url, "--budget", "10s", "--model-spec", "llama-3.1-8b",
+                      "--gpu-metrics", dcgm.url, "--no-save", "--json"], timeout=240)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["gpu"]["available"] and doc["gpu"]["device_id"] == "h100-sxm"
+    gpu_f = [f for f in doc["findings"] if f["id"].startswith("gpu-")]
+    assert gpu_f, doc["findings"]
+    for f in gpu_f:  # each sentence is backed by the numbers of the gpu section it came from
+        assert f["evidence"] and all("dcgm-exporter" in e["source"] for e in f["evidence"])
+        phase = "decode" if "decode" in f["id"] else "prefill"
+        ev = {e["what"]: e["value"] for e in f["evidence"]}
+        assert ev[f"{phase} tensor active"] == pytest.approx(doc["gpu"]["phases"][phase]["tensor_active"])
+
+
+def test_bench_reads_local_gpus_through_nvml_when_present(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from phasescope.load.bench import BenchConfig, run_bench
+    from phasescope.metrics import gpu as G
+    from phasescope.testing.gpu_fake import NvmlStub
+
+    with FakeServer(flavor="vllm", ttft_s=0.25, itl_s=0.01).running() as llm:
+        monkeypatch.setattr(G, "NVML_OVERRIDE", NvmlStub(server_activity(llm)))
+        cfg = dict(url=llm.url, num_prompts=5, max_concurrency=1, input_len=32, output_len=40, warmup=0,
+                   metrics_interval_s=0.1, store=False)
+        on = run_bench(BenchConfig(**cfg, out_dir=str(tmp_path / "on"))).summary
+        off = run_bench(BenchConfig(**cfg, nvml=False, out_dir=str(tmp_path / "off"))).summary
+    assert "gpu" not in off and set(on) - set(off) == {"gpu"}
+    g = on["gpu"]
+    assert [s["kind"] for s in g["sources"]] == ["nvml"] and g["sources"][0]["ok"]
+    pre, dec = g["phases"]["prefill"], g["phases"]["decode"]
+    assert dec["dram_active"] > pre["dram_active"] and pre["tensor_active"] > dec["tensor_active"]
+    assert dec["j_per_output_token"] > 0

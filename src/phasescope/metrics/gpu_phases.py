@@ -361,7 +361,7 @@ def explain_gpu_start(gpu_metrics: list[str] | None, nvml: bool = True) -> Any:
     """explain's recorder, started (``None`` without GPU telemetry)."""
     from phasescope.metrics.gpu import open_recorder
 
-    rec = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.5)
+    rec = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25)
     if rec is not None:
         rec.start()
     return rec
