@@ -117,15 +117,17 @@ def gpu_sentences(section: dict[str, Any]) -> list[str]:
     out = [r["sentence"] for r in _rules(section)]
     ph = section.get("phases") or {}
     bw = section.get("bandwidth") or {}
+    n = len(section.get("devices") or []) or 1
+    each, gpus = ("each GPU's DRAM", f" ({n} GPUs)") if n > 1 else ("", "")
     if bw.get("decode_achieved_gb_s") is not None and bw.get("peak_gb_s"):
-        out.append(f"decode moves ≈ {bw['decode_achieved_gb_s']:.0f} GB/s (DRAM active "
+        out.append(f"decode: {each or 'DRAM'} moves ≈ {bw['decode_achieved_gb_s']:.0f} GB/s (DRAM active "
                    f"{_f2(bw['decode_dram_active'])} × {bw['peak_gb_s']:g} GB/s peak of {bw.get('device_id')})")
     dec, pre = ph.get("decode") or {}, ph.get("prefill") or {}
     parts = []
-    if dec.get("j_per_output_token") is not None:
-        parts.append(f"decode {dec['j_per_output_token']:.3g} J per output token at {dec['power_w']:.0f} W")
-    if pre.get("j_per_prompt_token") is not None:
-        parts.append(f"prefill {pre['j_per_prompt_token']:.3g} J per prompt token at {pre['power_w']:.0f} W")
+    if dec.get("j_per_output_token") is not None and dec.get("power_w") is not None:
+        parts.append(f"decode {dec['j_per_output_token']:.3g} J per output token at {dec['power_w']:.0f} W{gpus}")
+    if pre.get("j_per_prompt_token") is not None and pre.get("power_w") is not None:
+        parts.append(f"prefill {pre['j_per_prompt_token']:.3g} J per prompt token at {pre['power_w']:.0f} W{gpus}")
     if parts:
         out.append("energy: " + "; ".join(parts))
     return out

@@ -62,11 +62,11 @@ def gpu_timeline_plots(runs: list[Any]) -> list[Any]:
             if not any(v is not None for v in vals):
                 continue
             fig.add_trace(go.Scatter(x=t, y=vals, mode="lines", line={"color": c, "dash": dashes[j % len(dashes)],
-                                                                        "shape": "hv"},
+                                                                        "shape": "vh"},
                                      name=f"{_label(info)} {esc(name)}"), row=1, col=1)
         pw = [r.get("power_w") for r in rows]
         if any(v is not None for v in pw):
-            fig.add_trace(go.Scatter(x=t, y=pw, mode="lines", line={"color": c, "shape": "hv"},
+            fig.add_trace(go.Scatter(x=t, y=pw, mode="lines", line={"color": c, "shape": "vh"},
                                      name=f"{_label(info)} power W"), row=2, col=1)
         if not shaded:  # the first run's phases as background bands
             for a, b, ph in phase_spans(rows):
@@ -74,7 +74,7 @@ def gpu_timeline_plots(runs: list[Any]) -> list[Any]:
             shaded = True
     if not fig.data:
         return []
-    _layout(fig, "GPU activity during the run (shaded: orange prefill, blue decode windows)", "", "activity (%)")
+    _layout(fig, "GPU activity during the run (each value covers the window that ends at its time; shaded: orange prefill, blue decode windows)", "", "activity (%)")
     fig.update_layout(height=520)
     fig.update_xaxes(title_text="time since start (s)", row=2, col=1)
     fig.update_yaxes(range=[0, 105], row=1, col=1)
