@@ -170,3 +170,19 @@ def test_bench_reads_local_gpus_through_nvml_when_present(monkeypatch: pytest.Mo
     pre, dec = g["phases"]["prefill"], g["phases"]["decode"]
     assert dec["dram_active"] > pre["dram_active"] and pre["tensor_active"] > dec["tensor_active"]
     assert dec["j_per_output_token"] > 0
+
+
+def test_frozen_exporter_values_are_called_out(tmp_path: Path) -> None:
+    """dcgm-exporter's default 30 s collect interval seen through 0.1 s scrapes: a warning with the fix."""
+    with FakeServer(flavor="vllm", ttft_s=0.25, itl_s=0.01).running() as llm:
+        with FakeDcgmExporter(server_activity(llm), mode="frozen").running() as dcgm:
+            s = _bench(llm.url, ["--gpu-metrics", dcgm.url], tmp_path, "frozen")
+    ws = s["gpu"]["warnings"]
+    assert any("did not change" in w["message"] and "-c 1000" in (w["fix"] or "") for w in ws), ws
+
+
+def test_exporter_credentials_stay_out_of_the_stored_params() -> None:
+    from phasescope.load.bench import BenchConfig
+
+    p = BenchConfig(gpu_metrics=["http://admin:s3cret@gpu:9400/metrics"]).params()
+    assert "s3cret" not in json.dumps(p)

@@ -106,6 +106,10 @@ class BenchConfig:
     def params(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("api_key", None)
+        if d.get("gpu_metrics"):  # exporter URLs may carry user:password
+            from phasescope.apis.base import redact_url
+
+            d["gpu_metrics"] = [redact_url(u) for u in d["gpu_metrics"]]
         d["timeouts"] = asdict(self.timeouts)
         d["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
         return d
