@@ -345,3 +345,19 @@ def test_real_nvidia_ml_py_on_a_machine_without_gpu() -> None:
         pass
     src, why = nvml_source()
     assert src is None and "NVML unavailable" in why
+
+
+def test_nvml_only_for_a_server_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    from phasescope.metrics import gpu as G
+
+    stub = NvmlStub()
+    monkeypatch.setattr(G, "NVML_OVERRIDE", stub)
+    for url in ("http://127.0.0.1:8000", None):  # a loopback server, the embedded engine
+        rec = G.open_recorder([], server_url=url)
+        assert rec is not None and [s.kind for s in rec.sources] == ["nvml"]
+        asyncio.run(rec.sources[0].close())
+    assert not stub.inited
+    assert G.open_recorder([], server_url="http://10.0.0.5:8000") is None  # this box's GPU is not the server's
+    assert G.open_recorder([], server_url="http://127.0.0.1:8000", nvml=False) is None
+    rec = G.open_recorder(["http://10.0.0.5:9400"], server_url="http://10.0.0.5:8000")
+    assert rec is not None and [s.kind for s in rec.sources] == ["dcgm"]

@@ -55,7 +55,7 @@ def watch(
         raise InputError("--duration must be > 0")
     from phasescope.metrics.gpu import open_recorder
 
-    gpu = open_recorder(gpu_metrics, nvml=not no_nvml, interval_s=interval)  # None: no GPU rows at all
+    gpu = open_recorder(gpu_metrics, nvml=not no_nvml, interval_s=interval, server_url=url)  # None: no GPU rows
     if gpu is not None:
         gpu.start()
     try:

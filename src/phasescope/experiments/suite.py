@@ -234,7 +234,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
         det = ot.detected
         from phasescope.metrics.gpu_phases import explain_gpu_finish, explain_gpu_start, telemetry_device_id
 
-        gpu = explain_gpu_start(gpu_metrics, nvml)  # None without GPU telemetry
+        gpu = explain_gpu_start(gpu_metrics, nvml, url)  # None without GPU telemetry
         device = device or (telemetry_device_id(gpu) if gpu is not None else None)
         ceil, w, kv, msrc = resolve_ceilings(model=model_spec, device=device, detected=det, embedded=url is None)
         recording = None

@@ -255,7 +255,8 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
         recorder = ServerMetricsRecorder(target.base_url, interval_s=cfg.metrics_interval_s, api_key=target.api_key)
     from phasescope.metrics.gpu import open_recorder
 
-    gpu_rec = open_recorder(cfg.gpu_metrics, nvml=cfg.nvml, interval_s=cfg.metrics_interval_s)
+    gpu_rec = open_recorder(cfg.gpu_metrics, nvml=cfg.nvml, interval_s=cfg.metrics_interval_s,
+                            server_url=target.base_url)
     if gpu_rec is not None:  # GPU telemetry, if any: none → the summary has no "gpu" key at all
         gpu_rec.start()
     status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")

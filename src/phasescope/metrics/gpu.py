@@ -447,11 +447,23 @@ class GpuRecorder:
         return self._rec
 
 
+def nvml_applies(server_url: str | None) -> bool:
+    """NVML reads the GPUs of the machine phasescope runs on: only a server on this machine (a
+    loopback URL, or the embedded engine: ``None``) runs on them. A remote server's GPUs need
+    ``--gpu-metrics``; a laptop's own GPU must not stand in for them."""
+    if server_url is None:
+        return True
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(server_url if "://" in server_url else "http://" + server_url).hostname or "").lower()
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def open_recorder(gpu_metrics: list[str] | tuple[str, ...] | None, *, nvml: bool = True, interval_s: float = 1.0,
-                  nvml_module: Any = None) -> GpuRecorder | None:
+                  nvml_module: Any = None, server_url: str | None = None) -> GpuRecorder | None:
     """A recorder over every GPU source present, or ``None`` when there is none (then nothing in
-    the command's output changes)."""
-    sources, notes = build_sources(gpu_metrics, nvml=nvml, nvml_module=nvml_module)
+    the command's output changes). Local NVML only for a server on this machine (:func:`nvml_applies`)."""
+    sources, notes = build_sources(gpu_metrics, nvml=nvml and nvml_applies(server_url), nvml_module=nvml_module)
     if not sources:
         return None
     return GpuRecorder(sources, interval_s=interval_s, notes=notes)

@@ -357,11 +357,11 @@ def telemetry_device_id(recorder: Any) -> str | None:
     return ids.pop() if len(ids) == 1 and None not in ids else None
 
 
-def explain_gpu_start(gpu_metrics: list[str] | None, nvml: bool = True) -> Any:
+def explain_gpu_start(gpu_metrics: list[str] | None, nvml: bool = True, server_url: str | None = None) -> Any:
     """explain's recorder, started (``None`` without GPU telemetry)."""
     from phasescope.metrics.gpu import open_recorder
 
-    rec = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25)
+    rec = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25, server_url=server_url)
     if rec is not None:
         rec.start()
     return rec

@@ -71,7 +71,7 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
         say("starting the embedded engine (llama.cpp llama-server + Gemma 3 270M)")
     from phasescope.metrics.gpu import open_recorder
 
-    gpu = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25)  # None without GPU telemetry
+    gpu = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25, server_url=url)  # None without GPU telemetry
     try:
         return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say, gpu))
     finally:
