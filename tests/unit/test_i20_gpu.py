@@ -323,7 +323,10 @@ def test_nvml_stub_behind_the_same_interface() -> None:
 def test_nvml_without_gpm_still_gives_power_and_utilisation() -> None:
     src, _ = nvml_source(NvmlStub(schedule_activity([(1.0, "prefill")]), gpm=False))
     assert src is not None
-    (s,) = asyncio.run(src.sample())
+    try:
+        (s,) = asyncio.run(src.sample())
+    finally:
+        asyncio.run(src.close())
     assert s.dram_active is None and s.power_w and s.gpu_util is not None
 
 
@@ -331,6 +334,7 @@ def test_nvml_without_gpm_still_gives_power_and_utilisation() -> None:
 def test_no_driver_or_no_gpu_means_no_nvml_source(stub: NvmlStub, why: str) -> None:
     src, reason = nvml_source(stub)
     assert src is None and why in reason
+    assert not stub.inited  # nothing left running
 
 
 def test_real_nvidia_ml_py_on_a_machine_without_gpu() -> None:

@@ -314,6 +314,10 @@ def nvml_source(nv: Any = None) -> tuple[NvmlSource | None, str]:
     except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, …
         return None, f"NVML unavailable ({type(exc).__name__}: {exc})"
     if not src._handles:
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
         return None, "NVML found no GPU"
     return src, "ok"
 
