@@ -186,3 +186,10 @@ def test_exporter_credentials_stay_out_of_the_stored_params() -> None:
 
     p = BenchConfig(gpu_metrics=["http://admin:s3cret@gpu:9400/metrics"]).params()
     assert "s3cret" not in json.dumps(p)
+
+
+@pytest.mark.parametrize("cmd", [["bench", "http://127.0.0.1:9"], ["probe", "http://127.0.0.1:9"],
+                                 ["watch", "http://127.0.0.1:9", "--once"]])
+def test_a_malformed_exporter_url_is_one_line_of_bad_input(cmd: list[str]) -> None:
+    p = _run([*cmd, "--gpu-metrics", "http://"])
+    assert p.returncode == 2 and p.stderr.strip() == "phasescope: error: not a URL: 'http://'"

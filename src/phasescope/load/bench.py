@@ -196,6 +196,11 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
         raise InputError("--workers must be at least 1")
     if cfg.ray and cfg.workers > 1:
         raise InputError("--ray and --workers do not combine: use --ray-workers N")
+    if cfg.gpu_metrics:  # a malformed exporter URL is bad input, before anything is started or stored
+        from phasescope.metrics.gpu import dcgm_url
+
+        for u in cfg.gpu_metrics:
+            dcgm_url(u)
     if target is not None:
         return _run_on_target(cfg, target, on_record, status, stop)
     if cfg.targets:
