@@ -76,13 +76,15 @@ def activity_segments(records: Iterable[Any]) -> list[_Segment]:
     return segs
 
 
-def window_fractions(segs: list[_Segment], a: int, b: int) -> tuple[float, float, float]:
-    """(prefill, decode-only, idle) shares of the window (a, b]; they sum to 1."""
+def window_fractions(segs: list[_Segment], a: int, b: int, starts: list[int] | None = None) -> tuple[float, float, float]:
+    """(prefill, decode-only, idle) shares of the window (a, b]; they sum to 1. ``starts``: the
+    segments' start times, when the caller has them (saves rebuilding them per window)."""
     span = b - a
     if span <= 0:
         return 0.0, 0.0, 1.0
     pre = dec = 0
-    starts = [s.t0 for s in segs]
+    if starts is None:
+        starts = [s.t0 for s in segs]
     i = max(0, bisect.bisect_right(starts, a) - 1)
     while i < len(segs) and segs[i].t0 < b:
         s = segs[i]
@@ -137,7 +139,9 @@ def _tokens_by_window(records: list[Any], edges: list[int]) -> tuple[list[float]
             if k is not None:
                 prompt[k] += p
             continue
-        for k in range(n):
+        k0 = max(0, bisect.bisect_right(edges, a) - 1)
+        k1 = min(n, bisect.bisect_left(edges, b) + 1)
+        for k in range(k0, k1):
             ov = min(b, edges[k + 1]) - max(a, edges[k])
             if ov > 0:
                 prompt[k] += p * ov / (b - a)
@@ -205,6 +209,7 @@ def gpu_section(rec: GpuRecording, records: list[Any], *, t0_ns: int | None = No
 
     rounds = _rounds(rec.samples)
     segs = activity_segments(ok_records)
+    starts = [s.t0 for s in segs]
     edges = [t for t, _ in rounds]
     out_tok, prompt_tok = _tokens_by_window(ok_records, edges) if len(edges) > 1 else ([], [])
     timeline: list[dict[str, Any]] = []
@@ -212,7 +217,7 @@ def gpu_section(rec: GpuRecording, records: list[Any], *, t0_ns: int | None = No
     for k in range(1, len(rounds)):
         (a, prev), (b, cur) = rounds[k - 1], rounds[k]
         dt = (b - a) / 1e9
-        fp, fd, fi = window_fractions(segs, a, b)
+        fp, fd, fi = window_fractions(segs, a, b, starts)
         row: dict[str, Any] = {"t_s": (b - base) / 1e9, "dt_s": dt, "wall_s": max(s.wall_s for s in cur.values()),
                                "phase": label(fp, fd, fi), "prefill_frac": fp, "decode_frac": fd, "idle_frac": fi,
                                "in_run": bool(t0_ns is not None and t_end is not None and b > t0_ns and a < t_end)}
