@@ -10,6 +10,7 @@ from typing import Any, List, Optional
 import typer
 
 from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 
 
 def _fmt(v: Any, nd: int = 2) -> str:
@@ -93,6 +94,9 @@ def _print_summary(s: dict[str, Any]) -> None:
         t.add_row("Server /metrics", f"not available ({sm.get('reason')})")
     h = s.get("runner_health") or {}
     console.print(t)
+    from phasescope.cli._gpu import print_gpu
+
+    print_gpu(s.get("gpu"))
     console.print(f"Client health: event-loop lag p99 {_fmt(h.get('loop_lag_ms_p99'))} ms, CPU {_fmt(h.get('cpu_percent'), 0)} % "
                   f"of a core, send lag p99 {_fmt(h.get('send_lag_ms_p99'))} ms", highlight=False, soft_wrap=True)
     console.print(f"Records: {s.get('records_path')}", highlight=False, soft_wrap=True)
@@ -164,6 +168,8 @@ def bench(
     workers: int = typer.Option(1, "--workers", help="Client processes (spread the load over CPU cores)."),
     metrics_interval: float = typer.Option(1.0, "--metrics-interval", help="Seconds between /metrics scrapes."),
     no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape /metrics."),
+    gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
+    no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
     no_prewarm: bool = typer.Option(False, "--no-prewarm", help="Do not open connections before t0 (first wave then pays TCP connect inside TTFT)."),
     sweep: bool = typer.Option(False, "--sweep", help="Synchronous → max throughput → rates in between; report the knee."),
     sweep_steps: int = typer.Option(4, "--sweep-steps", help="Constant rates tested between the two ends."),
@@ -205,6 +211,7 @@ def bench(
     cfg.url, cfg.targets, cfg.route, cfg.ray, cfg.ray_address = check_scale_out_flags(
         url, ray_address_arg, target_urls or [], route, ray, sweep=sweep)
     cfg.ray_workers, cfg.ray_actor_cpus = ray_workers, ray_actor_cpus
+    cfg.gpu_metrics, cfg.nvml = list(gpu_metrics or []), not no_nvml
     slo_d = parse_slo(slo)
     stop = threading.Event()
     total = cfg.default_num_prompts()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
 from phasescope.apis.base import Timeouts
 from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.experiments import NAMES
 
 _URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."
@@ -15,7 +16,8 @@ _URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the emb
 
 def _common(url: Optional[str], names: list[str], budget: str, api: str, model: Optional[str], api_key: Optional[str],
             model_spec: Optional[str], device: Optional[str], save: bool, json_out: bool, connect_timeout: float,
-            ttft_timeout: float, itl_timeout: float, single: bool) -> None:
+            ttft_timeout: float, itl_timeout: float, single: bool, gpu_metrics: Optional[list[str]] = None,
+            nvml: bool = True) -> None:
     from phasescope.experiments.render import render_experiments, render_findings
     from phasescope.experiments.suite import parse_budget, run_explain
 
@@ -26,13 +28,16 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
 
     rep = run_explain(url, budget_s=budget_s, names=names, api=api, model=model, api_key=api_key or None,
                       model_spec=model_spec, device=device, progress=progress, save=save,
-                      timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout))
+                      timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
+                      gpu_metrics=list(gpu_metrics or []), nvml=nvml)
     doc = rep.to_json()
     if json_out:
         if single:
             one = dict(doc["experiments"].get(names[0], {}))
             one.update({"findings": doc["findings"], "undecided": doc["undecided"], "run_id": doc["run_id"],
                         "target": doc["target"], "engine": doc["engine"], "model": doc["model"]})
+            if "gpu" in doc:
+                one["gpu"] = doc["gpu"]
             print_json(one)
         else:
             print_json(doc)
@@ -42,6 +47,9 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
     render_findings(doc, console)
     console.rule("supporting measurements")
     render_experiments(doc["experiments"], console)
+    from phasescope.cli._gpu import print_gpu
+
+    print_gpu(doc.get("gpu"))
     if doc.get("run_id"):
         console.print(f"[dim]saved as run {doc['run_id']} (raw records: {doc['records_path']})[/dim]")
 
@@ -60,6 +68,8 @@ def explain(
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
+    gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
+    no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
 ) -> None:
     """Run experiments that expose each prefill/decode effect, then say what to change and why."""
     from phasescope.errors import InputError
@@ -71,7 +81,7 @@ def explain(
         if bad or not names:
             raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {', '.join(NAMES)}")
     _common(url, names, budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=False)
+            ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml)
 
 
 def experiment(
@@ -88,6 +98,8 @@ def experiment(
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
+    gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
+    no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
 ) -> None:
     """Run one experiment (prompt-scaling, prefix-cache, context-fill, batching, prefill-interference, queue)."""
     from phasescope.errors import InputError
@@ -95,7 +107,7 @@ def experiment(
     if name not in NAMES:
         raise InputError(f"unknown experiment {name!r}; choose from: {', '.join(NAMES)}")
     _common(url, [name], budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=True)
+            ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 
 
 def _sizes(values: List[str]) -> list[int]:
@@ -47,6 +48,8 @@ def probe(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write records.jsonl and summary.json into this folder."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
+    no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
 ) -> None:
     """Measure TTFT (prefill) and decode speed apart, next to their ceilings: the one-minute test."""
     from phasescope.apis.base import Timeouts
@@ -57,13 +60,17 @@ def probe(
     progress = None if json_out else (lambda s: err_console.print(f"[dim]· {s}[/dim]"))
     result = run_probe(url, api=api, model=model, api_key=api_key or None, timeouts=timeouts, sizes=sizes,
                        max_tokens=max_tokens, repeat=repeat, warmup=warmup, retries=retries, out_dir=out,
-                       model_spec=model_spec, device=device, save=save, progress=progress)
+                       model_spec=model_spec, device=device, save=save, progress=progress,
+                       gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml)
     if json_out:
         print_json(result)
         return
     from phasescope.probe.card import render
 
     console.print(render(result))
+    from phasescope.cli._gpu import print_gpu
+
+    print_gpu(result.get("gpu"))
 
 
 def register(app: typer.Typer) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from typing import Optional
+from typing import Any, List, Optional
 
 import typer
 
 from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.errors import InputError
 
 
@@ -45,14 +46,51 @@ def watch(
     by: Optional[str] = typer.Option(None, "--by", help="Also show one row per value of this label (e.g. model_name, engine)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="PHASESCOPE_API_KEY", help="Bearer key, if /metrics needs one.", show_default=False),
     timeout: float = typer.Option(5.0, "--timeout", help="Seconds to wait for one scrape."),
+    gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
+    no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
 ) -> None:
     """Live TTFT/ITL quantiles, queue, KV usage, prefix-cache hits and token rates from /metrics
     (vLLM, SGLang, TGI, llama.cpp), with alerts that say what to change; on llama.cpp also each
     slot from /slots (state, prompt/decoded tokens, context fill, prompt-cache reuse)."""
-    from phasescope.metrics.watch import watch_loop, watch_once
-
     if duration is not None and duration <= 0:
         raise InputError("--duration must be > 0")
+    from phasescope.metrics.gpu import open_recorder
+
+    gpu = open_recorder(gpu_metrics, nvml=not no_nvml, interval_s=interval, server_url=url)  # None: no GPU rows
+    if gpu is not None:
+        gpu.start()
+    try:
+        _watch(url, interval, window, once, json_out, csv_path, count, duration, engine, model, by, api_key,
+               timeout, gpu)
+    finally:
+        if gpu is not None:
+            gpu.stop()
+
+
+def _with_gpu(view: Any, gpu: Any) -> Any:
+    """The server dashboard with the GPU rows under it (unchanged without a GPU source)."""
+    if gpu is None:
+        return view
+    from rich.console import Group
+
+    from phasescope.cli._gpu import watch_table
+
+    return Group(view, watch_table(gpu.latest()))
+
+
+def _json_with_gpu(doc: dict[str, Any], gpu: Any) -> dict[str, Any]:
+    if gpu is not None:
+        from phasescope.cli._gpu import latest_rows
+
+        doc["gpu"] = latest_rows(gpu.latest())
+    return doc
+
+
+def _watch(url: str | None, interval: float, window: float, once: bool, json_out: bool, csv_path: str | None,
+           count: int | None, duration: float | None, engine: str, model: str | None, by: str | None,
+           api_key: str | None, timeout: float, gpu: Any) -> None:
+    from phasescope.metrics.watch import watch_loop, watch_once
+
     with _target(url) as target:
         if once:
             state = asyncio.run(
@@ -66,14 +104,15 @@ def watch(
                 log.write(state)
                 log.close()
             if json_out:
-                print_json(state.as_json())
+                print_json(_json_with_gpu(state.as_json(), gpu))
             else:
                 from phasescope.metrics.dashboard import render
 
-                console.print(render(state))
+                console.print(_with_gpu(render(state), gpu))
             return
         if json_out or not console.is_terminal:
-            _plain_loop(target, interval, window, count, duration, engine, model, by, csv_path, api_key, timeout, json_out)
+            _plain_loop(target, interval, window, count, duration, engine, model, by, csv_path, api_key, timeout, json_out,
+                        gpu)
             return
         from rich.live import Live
 
@@ -83,13 +122,13 @@ def watch(
             asyncio.run(
                 watch_loop(target, interval_s=interval, window_s=window, count=count, duration_s=duration,
                            engine=engine, select=_select(model), by=by, csv_path=csv_path, api_key=api_key,
-                           timeout_s=timeout, on_update=lambda st: live.update(render(st), refresh=True))
+                           timeout_s=timeout, on_update=lambda st: live.update(_with_gpu(render(st), gpu), refresh=True))
             )
 
 
 def _plain_loop(target: str, interval: float, window: float, count: int | None, duration: float | None, engine: str,
                 model: str | None, by: str | None, csv_path: str | None, api_key: str | None, timeout: float,
-                json_out: bool) -> None:
+                json_out: bool, gpu: Any = None) -> None:
     """Not a terminal (or --json): print each refresh instead of redrawing (one JSON line, or the tables)."""
     import json as _json
 
@@ -99,9 +138,9 @@ def _plain_loop(target: str, interval: float, window: float, count: int | None, 
 
     def show(st: object) -> None:
         if json_out:
-            print(_json.dumps(to_jsonable(st.as_json()), ensure_ascii=False), flush=True)  # type: ignore[attr-defined]
+            print(_json.dumps(to_jsonable(_json_with_gpu(st.as_json(), gpu)), ensure_ascii=False), flush=True)  # type: ignore[attr-defined]
         else:
-            console.print(render(st))  # type: ignore[arg-type]
+            console.print(_with_gpu(render(st), gpu))  # type: ignore[arg-type]
             console.rule()
 
     asyncio.run(

@@ -49,6 +49,7 @@ class ExplainReport:
     records_path: str | None = None
     duration_s: float | None = None
     skipped: dict[str, str] = field(default_factory=dict)
+    gpu: dict[str, Any] | None = None  # GPU telemetry per phase (metrics/gpu_phases.py); None: no source
 
     def to_json(self) -> dict[str, Any]:
         d = self.diagnosis.to_dict()
@@ -60,6 +61,7 @@ class ExplainReport:
             "ceilings": self.ceilings, "server": self.facts, "calibration": self.calibration,
             "skipped": self.skipped,
             "experiments": {k: v for k, v in self.experiments.items()},
+            **({"gpu": self.gpu} if self.gpu is not None else {}),
         })
 
 
@@ -201,20 +203,23 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
 def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str] = NAMES, api: str = "auto",
                 model: str | None = None, model_spec: str | None = None, device: str | None = None,
                 api_key: str | None = None, progress: Callable[[str], None] | None = None, save: bool = True,
-                timeouts: Timeouts | None = None, store_path: str | None = None) -> ExplainReport:
+                timeouts: Timeouts | None = None, store_path: str | None = None,
+                gpu_metrics: list[str] | None = None, nvml: bool = True) -> ExplainReport:
     """Everything ``phasescope explain`` / ``experiment`` do, synchronously."""
     bad = [n for n in names if n not in NAMES]
     if bad:
         raise InputError(f"unknown experiment {bad[0]!r}; choose from: {', '.join(NAMES)}")
     return asyncio.run(_run_explain(url, budget_s=budget_s, names=list(names), api=api, model=model,
                                     model_spec=model_spec, device=device, api_key=api_key, progress=progress,
-                                    save=save, timeouts=timeouts, store_path=store_path))
+                                    save=save, timeouts=timeouts, store_path=store_path,
+                                    gpu_metrics=gpu_metrics, nvml=nvml))
 
 
 async def _run_explain(url: str | None, *, budget_s: float, names: list[str], api: str, model: str | None,
                        model_spec: str | None, device: str | None, api_key: str | None,
                        progress: Callable[[str], None] | None, save: bool, timeouts: Timeouts | None,
-                       store_path: str | None) -> ExplainReport:
+                       store_path: str | None, gpu_metrics: list[str] | None = None,
+                       nvml: bool = True) -> ExplainReport:
     from phasescope.apis.resolve import open_target
     from phasescope.experiments.context import experiment_session
 
@@ -227,6 +232,10 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
     t_start = time.monotonic()
     async with ot as target:
         det = ot.detected
+        from phasescope.metrics.gpu_phases import explain_gpu_finish, explain_gpu_start, telemetry_device_id
+
+        gpu = explain_gpu_start(gpu_metrics, nvml, url)  # None without GPU telemetry
+        device = device or (telemetry_device_id(gpu) if gpu is not None else None)
         ceil, w, kv, msrc = resolve_ceilings(model=model_spec, device=device, detected=det, embedded=url is None)
         recording = None
         store_cm = None
@@ -260,6 +269,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
             from phasescope.probe.ceilings import explain_above_ceiling
 
             explain_above_ceiling(results, ceil)  # measured decode above the bandwidth roof → experiment warning
+            gpu_doc = explain_gpu_finish(gpu, ctx.records, diag, ceil)  # + the GPU's evidence findings
             rp = str(recording.records_path) if recording is not None else None
             for r in results.values():
                 r.info.records_path = rp
@@ -267,11 +277,13 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                 target=target.display_url, engine=target.engine, model=target.model, api=target.api,
                 budget_s=budget_s, facts=facts, calibration=ctx.calib, experiments=results, diagnosis=diag,
                 ceilings=ceil, run_id=getattr(recording, "id", None), records_path=rp,
-                duration_s=time.monotonic() - t_start, skipped=skipped)
+                duration_s=time.monotonic() - t_start, skipped=skipped, gpu=gpu_doc)
             if recording is not None:
                 recording.finish(report.to_json())
             return report
         except BaseException as exc:  # keep the partial run, marked with why it stopped
+            if gpu is not None:
+                gpu.stop()
             if store_cm is not None:
                 store_cm.__exit__(type(exc), exc, exc.__traceback__)
             raise

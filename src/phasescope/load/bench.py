@@ -80,6 +80,8 @@ class BenchConfig:
     workers: int = 1
     metrics_interval_s: float = 1.0
     server_metrics: bool = True
+    gpu_metrics: list[str] = field(default_factory=list)  # --gpu-metrics URL (repeatable): dcgm-exporter
+    nvml: bool = True  # sample local GPUs through NVML when nvidia-ml-py and a GPU are there (--no-nvml)
     out_dir: str | None = None
     store: bool = True
     label: str | None = None
@@ -104,6 +106,10 @@ class BenchConfig:
     def params(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("api_key", None)
+        if d.get("gpu_metrics"):  # exporter URLs may carry user:password
+            from phasescope.apis.base import redact_url
+
+            d["gpu_metrics"] = [redact_url(u) for u in d["gpu_metrics"]]
         d["timeouts"] = asdict(self.timeouts)
         d["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
         return d
@@ -190,6 +196,11 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
         raise InputError("--workers must be at least 1")
     if cfg.ray and cfg.workers > 1:
         raise InputError("--ray and --workers do not combine: use --ray-workers N")
+    if cfg.gpu_metrics:  # a malformed exporter URL is bad input, before anything is started or stored
+        from phasescope.metrics.gpu import dcgm_url
+
+        for u in cfg.gpu_metrics:
+            dcgm_url(u)
     if target is not None:
         return _run_on_target(cfg, target, on_record, status, stop)
     if cfg.targets:
@@ -247,6 +258,12 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
                                               interval_s=cfg.metrics_interval_s, api_key=target.api_key)
     elif cfg.server_metrics:
         recorder = ServerMetricsRecorder(target.base_url, interval_s=cfg.metrics_interval_s, api_key=target.api_key)
+    from phasescope.metrics.gpu import open_recorder
+
+    gpu_rec = open_recorder(cfg.gpu_metrics, nvml=cfg.nvml, interval_s=cfg.metrics_interval_s,
+                            server_url=target.base_url)
+    if gpu_rec is not None:  # GPU telemetry, if any: none → the summary has no "gpu" key at all
+        gpu_rec.start()
     status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
     try:
         if cfg.ray:
@@ -260,6 +277,8 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     except BaseException:
         if recorder is not None:
             recorder.stop()
+        if gpu_rec is not None:
+            gpu_rec.stop()
         if recording is not None:
             recording.__exit__(*__import__("sys").exc_info())
         raise
@@ -274,6 +293,10 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
 
     summary = assemble_summary(cfg, target, res, server, sched)
     summary["run_id"] = run_id
+    if gpu_rec is not None:
+        from phasescope.metrics.gpu_phases import finish_section
+
+        summary["gpu"] = finish_section(gpu_rec, res.records, t0_ns=res.t0_ns if cfg.workers == 1 else None)
     from phasescope.load.ray_runner import add_ray_summary
     from phasescope.load.routing import endpoint_breakdown
 

@@ -31,6 +31,7 @@ KINDS: dict[str, str] = {
     "no_success": "no request succeeded",
     "request_errors": "some requests failed",
     "overrun": "the server sent more output than was asked for",
+    "gpu_telemetry": "GPU telemetry was missing, too coarse or stale to set against the phases",
     "note": "an observation that fits no other kind",
 }
 

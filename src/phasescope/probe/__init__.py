@@ -54,7 +54,8 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
           timeouts: Timeouts | None = None, sizes: list[int] | None = None, max_tokens: int = 128, repeat: int = 3,
           warmup: bool = True, retries: int = 0, out_dir: str | os.PathLike[str] | None = None,
           model_spec: str | None = None, device: str | None = None, save: bool = True,
-          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+          progress: Callable[[str], None] | None = None, gpu_metrics: list[str] | None = None,
+          nvml: bool = True) -> dict[str, Any]:
     sizes = sorted(set(sizes or [200, 2000]))
     if not sizes or sizes[0] < 1:
         raise E.InputError("--prompt-tokens must be positive integers")
@@ -68,12 +69,19 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
     say = progress or (lambda s: None)
     if url is None:
         say("starting the embedded engine (llama.cpp llama-server + Gemma 3 270M)")
-    return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say))
+    from phasescope.metrics.gpu import open_recorder
+
+    gpu = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25, server_url=url)  # None without GPU telemetry
+    try:
+        return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say, gpu))
+    finally:
+        if gpu is not None:
+            gpu.stop()  # idempotent: the section already holds what it recorded
 
 
 async def _probe(url: str | None, api: str, model: str | None, api_key: str | None, timeouts: Timeouts | None,
                  plan: ProbePlan, out_dir: Any, model_spec: str | None, device: str | None, save: bool,
-                 say: Callable[[str], None]) -> dict[str, Any]:
+                 say: Callable[[str], None], gpu: Any = None) -> dict[str, Any]:
     ot = open_target(url, api=api, model=model, api_key=api_key, timeouts=timeouts,
                      engine_kwargs={"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))})
     async with ot as target:
@@ -106,6 +114,8 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
         exc_info: tuple[Any, Any, Any] = (None, None, None)
         try:
             async with new_session(connect_timeout_s=target.timeouts.connect_s) as session:
+                if gpu is not None:
+                    gpu.start()
                 run = await run_probe(target, plan, on_record=on_record, progress=say, session=session)
                 result: dict[str, Any] = {
                     "target": target.display_url, "api": target.api, "engine": target.engine,
@@ -115,6 +125,10 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 result.setdefault("warnings", [])
                 spec, why_spec = await C.discover_spec(session, target, ot.detected, model_spec)
                 dev, why_dev = C.get_device(device, same_machine=C.is_loopback(target.base_url))
+                if gpu is not None and device is None:  # the GPU the telemetry names beats a guess
+                    from phasescope.metrics.gpu_phases import telemetry_device
+
+                    dev, why_dev = telemetry_device(gpu, dev, why_dev)
                 if spec is not None and dev is not None:
                     try:
                         result["ceilings"] = C.ceilings(spec, dev, result["sizes"])
@@ -125,6 +139,10 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 else:
                     result["ceilings"] = None
                     result["ceilings_note"] = why_spec or why_dev
+                if gpu is not None:
+                    from phasescope.metrics.gpu_phases import probe_section
+
+                    result["gpu"] = probe_section(gpu, run.records, result, device)
             result["plan"] = params
             result["records_path"] = str(recording.records_path) if recording is not None else str(out_path / "records.jsonl")
             result["run_id"] = recording.id if recording is not None else None

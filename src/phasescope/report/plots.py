@@ -751,6 +751,10 @@ def build_plots(runs: list[Run]) -> tuple[list[Plot], dict[str, str]]:
             skipped[name] = res
         else:
             plots.append(res)
+        if name == "server_timeline":  # the GPU timeline goes under it; [] without GPU telemetry
+            from phasescope.report.gpu_plots import gpu_timeline_plots
+
+            plots.extend(gpu_timeline_plots(runs))
     pe = plot_per_endpoint(runs)
     if not isinstance(pe, str):
         plots.append(pe)

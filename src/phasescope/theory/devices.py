@@ -191,6 +191,56 @@ def get_device(device_id: str) -> Device:
     raise UnknownDeviceError(f"unknown device {device_id!r}", hint=hint)
 
 
+#: GPU model names as NVML / dcgm-exporter's ``modelName`` label print them, normalised by
+#: :func:`_norm_model_name` (vendor words and the ``-`` of ``--replace-blanks-in-model-name`` dropped),
+#: → catalog id. Only names whose figures are exactly a catalog row's; anything else stays unknown.
+MODEL_NAMES: dict[str, str] = {
+    "H100 80GB HBM3": "h100-sxm",
+    "H100 SXM5 80GB": "h100-sxm",
+    "H100 PCIE": "h100-pcie",
+    "H100 NVL": "h100-nvl",
+    "H200": "h200-sxm",
+    "H20": "h20",
+    "B200": "b200",
+    "GB200": "gb200",
+    "A100 SXM4 80GB": "a100-80gb-sxm",
+    "A100 SXM4 40GB": "a100-40gb-sxm",
+    "A100 80GB PCIE": "a100-80gb-pcie",
+    "L40S": "l40s",
+    "L4": "l4",
+    "A10G": "a10g",
+    "A10": "a10",
+    "T4": "t4",
+    "V100 SXM2 32GB": "v100-sxm2-32gb",
+    "RTX 3090": "rtx-3090",
+    "RTX 4080": "rtx-4080",
+    "RTX 4090": "rtx-4090",
+    "RTX 5090": "rtx-5090",
+    "RTX 6000 ADA GENERATION": "rtx-6000-ada",
+    "RTX PRO 6000 BLACKWELL WORKSTATION EDITION": "rtx-pro-6000-blackwell",
+    "INSTINCT MI300X": "mi300x",
+    "INSTINCT MI325X": "mi325x",
+    "INSTINCT MI250X": "mi250x",
+    "RADEON RX 7900 XTX": "rx-7900-xtx",
+}
+
+
+def _norm_model_name(name: str) -> str:
+    s = " ".join(name.upper().replace("-", " ").replace("_", " ").split())
+    for word in ("NVIDIA ", "TESLA ", "GEFORCE ", "AMD "):
+        if s.startswith(word):
+            s = s[len(word):]
+    return s
+
+
+def device_id_for_model_name(name: str | None) -> str | None:
+    """The catalog id of a GPU as telemetry names it (``"NVIDIA H100 80GB HBM3"`` → ``h100-sxm``,
+    ``"NVIDIA A100-SXM4-80GB"`` → ``a100-80gb-sxm``), or ``None`` when the catalog has no exact row."""
+    if not name:
+        return None
+    return MODEL_NAMES.get(_norm_model_name(name))
+
+
 def custom_device(
     bandwidth_gb_s: float,
     *,
