@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from phasescope.apis.base import Timeouts
-from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._common import api_key_option, console, err_console, print_json
 from phasescope.experiments import NAMES
 
 _URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."
@@ -52,7 +52,7 @@ def explain(
     only: Optional[str] = typer.Option(None, "--only", help=f"Comma-separated subset of: {', '.join(NAMES)}."),
     api: str = typer.Option("auto", "--api", help="auto | openai | chat | ollama | llamacpp."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request (default: the server's first model)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False, help="Bearer token (never printed or saved)."),
+    api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling (default: `local` for the embedded engine, when `phasescope hw` measured it)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run (kind explain) in the run store."),
@@ -80,7 +80,7 @@ def experiment(
     budget: str = typer.Option("1m", "--budget", help="Time for this experiment (e.g. 60s, 2m)."),
     api: str = typer.Option("auto", "--api", help="auto | openai | chat | ollama | llamacpp."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False, help="Bearer token (never printed or saved)."),
+    api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings/predictions."),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store."),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import secrets
 import signal
 import threading
 from dataclasses import asdict, dataclass, field
@@ -74,6 +75,7 @@ class BenchConfig:
     prefix_len: int = 0
     prefix_groups: int = 1
     ignore_eos: bool = True
+    reuse_prompts: bool = False  # --reuse-prompts: same prompt texts for the same seed, run after run (the cache on purpose)
     # analysis / output
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     goodput: dict[str, float] = field(default_factory=dict)
@@ -123,8 +125,10 @@ ProgressFn = Callable[[RequestRecord | tuple[Any, ...]], None]
 
 
 async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
-                      per_request_lengths: list[tuple[int | None, int | None]] | None = None) -> list[WorkItem]:
-    """The workload for ``n`` requests (see :mod:`phasescope.load.workload`)."""
+                      per_request_lengths: list[tuple[int | None, int | None]] | None = None,
+                      run_salt: str | None = None) -> list[WorkItem]:
+    """The workload for ``n`` requests (see :mod:`phasescope.load.workload`). ``run_salt``: this
+    run's salt for the random prompts' texts (None: the seed's own prompts, ``--reuse-prompts``)."""
     from phasescope.load.prompting import prompt_maker_for
 
     maker = await prompt_maker_for(session, target)
@@ -134,12 +138,12 @@ async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
             items = []
             for i, (il, ol) in enumerate(per_request_lengths):
                 one = await random_workload(1, input_len=il or cfg.input_len, output_len=ol or cfg.output_len or 64,
-                                            maker=maker, seed=cfg.seed * 7_919 + i)
+                                            maker=maker, seed=cfg.seed * 7_919 + i, run_salt=run_salt)
                 items.extend(one)
             return items
         return await random_workload(n, input_len=cfg.input_len, output_len=cfg.output_len or 64, maker=maker,
                                      range_ratio=cfg.range_ratio, prefix_len=cfg.prefix_len,
-                                     prefix_groups=cfg.prefix_groups, seed=cfg.seed)
+                                     prefix_groups=cfg.prefix_groups, seed=cfg.seed, run_salt=run_salt)
     if not cfg.dataset_path:
         raise InputError(f"--dataset {cfg.dataset} needs --dataset-path FILE")
     if cfg.dataset == "sharegpt":
@@ -212,12 +216,13 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     lengths = ([(r.input_len, r.output_len) for r in sched.requests] + [(None, None)] * len(sched.warmups)
                if cfg.shape == "trace" else None)
     status(f"building {n_items} prompts")
+    run_salt = None if cfg.reuse_prompts else secrets.token_hex(6)
 
     async def _items() -> list[WorkItem]:
         from phasescope.apis import new_session
 
         async with new_session() as s:
-            return await build_items(cfg, target, s, n_items, lengths)
+            return await build_items(cfg, target, s, n_items, lengths, run_salt=run_salt)
 
     items = asyncio.run(_items())
 
@@ -248,6 +253,9 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     elif cfg.server_metrics:
         recorder = ServerMetricsRecorder(target.base_url, interval_s=cfg.metrics_interval_s, api_key=target.api_key)
     status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
+    from phasescope.measure.host import HostSampler
+
+    host = HostSampler(getattr(target, "base_url", None)).start()
     try:
         if cfg.ray:
             from phasescope.load.ray_runner import run_bench_ray
@@ -258,6 +266,7 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
         else:
             res = _run_multi(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder)
     except BaseException:
+        host.stop()
         if recorder is not None:
             recorder.stop()
         if recording is not None:
@@ -272,7 +281,9 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
             for row in one.timeline:
                 row["t_s"] = row["wall_s"] - res.wall_t0_ns / 1e9
 
-    summary = assemble_summary(cfg, target, res, server, sched)
+    host_d = host.stop()
+    summary = assemble_summary(cfg, target, res, server, sched, host=host_d)
+    summary["prompt_salt"] = run_salt
     summary["run_id"] = run_id
     from phasescope.load.ray_runner import add_ray_summary
     from phasescope.load.routing import endpoint_breakdown
@@ -405,7 +416,7 @@ def _restore_sigint(prev: Any) -> None:
 
 
 def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: ServerMetricsResult | None,
-                     sched: Schedule) -> dict[str, Any]:
+                     sched: Schedule, host: dict[str, Any] | None = None) -> dict[str, Any]:
     """Header keys as vLLM writes them, then :func:`summarize`, then phasescope's sections."""
     head: dict[str, Any] = {
         "schema": SCHEMA,
@@ -437,13 +448,24 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
     head["stop_reason"] = (res.aborted or ("interrupted (Ctrl-C)" if res.interrupted else None)
                            or ("duration reached" if res.hit_duration else None))
     head["runner_health"] = asdict(res.health)
-    warn = health_warnings(res.health, workers=cfg.workers, achieved_rate=s.get("achieved_rate"),
-                           requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None)
-    head["warnings"] = warn + list(s.get("count_warnings", []))
+    warn: list[Any] = list(health_warnings(res.health, workers=cfg.workers, achieved_rate=s.get("achieved_rate"),
+                                           requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None))
+    warn += list(s.get("count_warnings", []))
     if server is not None:
         head["server_metrics"] = server.to_dict()
         head["ttft_client_vs_server"] = compare_ttft(s, server.summary) if server.available else None
     else:
         head["server_metrics"] = None
         head["ttft_client_vs_server"] = None
+    from phasescope.load.hygiene import bench_warnings, prefix_cache_section
+    from phasescope.measure.host import judge
+    from phasescope.measure.warnings import to_json
+
+    head["reuse_prompts"] = cfg.reuse_prompts
+    head["prefix_cache"] = prefix_cache_section(cfg, res.records, head["server_metrics"])
+    head["prefix_cache_hit_rate"] = head["prefix_cache"]["hit_rate"]
+    head["host"] = host
+    warn += bench_warnings(cfg, head, res.records, res.warmup_records)
+    warn += judge(host)
+    head["warnings"] = to_json(warn)
     return head
