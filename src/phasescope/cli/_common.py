@@ -43,3 +43,16 @@ def print_warnings(ws: Any, *, title: str = "Warnings") -> None:
     err_console.print(f"[yellow]{title} ({len(lines)}):[/yellow]")
     for ln in lines:
         err_console.print(f"  [yellow]•[/yellow] {escape(ln)}", highlight=False, soft_wrap=True)
+
+
+def print_host_line(host: Any) -> None:
+    """One line on host contention (``host`` section of probe/bench/explain), or nothing."""
+    d = (host or {}).get("during") if isinstance(host, dict) else None
+    if not d:
+        return
+    thr = (host or {}).get("threshold") or 0.25
+    load = (host or {}).get("loadavg_1m_start")
+    console.print(f"host: other work took {100 * (d.get('other_cpu_share') or 0):.0f} % of the {d.get('cores')} cores "
+                  f"during the run (host_busy above {100 * thr:.0f} %)"
+                  + (f", load average {load:.2f} at start" if isinstance(load, (int, float)) else ""),
+                  highlight=False, soft_wrap=True, style="dim")

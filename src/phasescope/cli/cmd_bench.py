@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from phasescope.cli._common import api_key_option, console, err_console, print_json, print_warnings
+from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
 
 
 def _fmt(v: Any, nd: int = 2) -> str:
@@ -118,12 +118,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     from phasescope.cli._bench_scale import print_scale_out
 
     print_scale_out(s)
-    hd = (s.get("host") or {}).get("during") or {}
-    if hd:
-        console.print(f"Host: other work took {_fmt(100 * hd.get('other_cpu_share', 0), 0)} % of {hd.get('cores')} cores "
-                      f"(host_busy above {_fmt(100 * (s.get('host') or {}).get('threshold', 0.25), 0)} %), "
-                      f"load average {_fmt((s.get('host') or {}).get('loadavg_1m_start'))} at start",
-                      highlight=False, soft_wrap=True)
+    print_host_line(s.get("host"))
     print_warnings(s.get("warnings"))
     if s.get("partial"):
         err_console.print(f"[red]Partial run:[/red] {s.get('stop_reason')}. The summary covers the "

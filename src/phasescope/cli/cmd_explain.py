@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from phasescope.apis.base import Timeouts
-from phasescope.cli._common import api_key_option, console, err_console, print_json
+from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
 from phasescope.experiments import NAMES
 
 _URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."
@@ -32,6 +32,7 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
         if single:
             one = dict(doc["experiments"].get(names[0], {}))
             one.update({"findings": doc["findings"], "undecided": doc["undecided"], "run_id": doc["run_id"],
+                        "host": doc.get("host"), "warnings": doc.get("warnings", []),
                         "target": doc["target"], "engine": doc["engine"], "model": doc["model"]})
             print_json(one)
         else:
@@ -42,6 +43,8 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
     render_findings(doc, console)
     console.rule("supporting measurements")
     render_experiments(doc["experiments"], console)
+    print_host_line(doc.get("host"))
+    print_warnings(doc.get("warnings"))
     if doc.get("run_id"):
         console.print(f"[dim]saved as run {doc['run_id']} (raw records: {doc['records_path']})[/dim]")
 

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from phasescope.cli._common import api_key_option, console, err_console, print_json
+from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
 
 
 def _sizes(values: List[str]) -> list[int]:
@@ -63,6 +63,8 @@ def probe(
     from phasescope.probe.card import render
 
     console.print(render(result))
+    print_host_line(result.get("host"))
+    print_warnings(result.get("warnings"))
 
 
 def register(app: typer.Typer) -> None:

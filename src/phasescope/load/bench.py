@@ -203,13 +203,16 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
             return _run_on_target(cfg, tgt, on_record, status, stop)
     status("resolving target" if cfg.url else "starting the embedded engine")
     ekw = {"parallel": cfg.engine_parallel} if cfg.url is None else None
-    with open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
-                     engine_kwargs=ekw) as tgt:
-        return _run_on_target(cfg, tgt, on_record, status, stop)
+    ot = open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
+                     engine_kwargs=ekw)
+    with ot as tgt:
+        from phasescope.load.hygiene import server_build
+
+        return _run_on_target(cfg, tgt, on_record, status, stop, build=server_build(ot.detected))
 
 
 def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | None, status: Callable[[str], None],
-                   stop: threading.Event | None) -> BenchResult:
+                   stop: threading.Event | None, build: dict[str, Any] | None = None) -> BenchResult:
     stop = stop or threading.Event()
     sched = make_schedule(cfg)
     n_items = max(1, len(sched.requests)) + len(sched.warmups)  # warm-ups use items after the measured ones
@@ -284,6 +287,7 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     host_d = host.stop()
     summary = assemble_summary(cfg, target, res, server, sched, host=host_d)
     summary["prompt_salt"] = run_salt
+    summary["server_build"] = build
     summary["run_id"] = run_id
     from phasescope.load.ray_runner import add_ray_summary
     from phasescope.load.routing import endpoint_breakdown

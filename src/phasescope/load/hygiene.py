@@ -105,3 +105,25 @@ def bench_warnings(cfg: Any, summary: dict[str, Any], records: Sequence[RequestR
                     {"first_ttft_ms": first * 1000, "median_ttft_ms": med * 1000},
                     "keep --warmup 1 (the default) or more"))
     return out
+
+
+def server_build(detected: Any) -> dict[str, Any] | None:
+    """What the engine says about its build, flags and model file (llama.cpp ``/props`` and
+    ``/v1/models`` meta; the detected version elsewhere), so ``compare`` can tell two servers apart."""
+    if detected is None:
+        return None
+    props = getattr(detected, "props", None) or {}
+    meta = getattr(detected, "model_meta", None) or {}
+    dgs = props.get("default_generation_settings") or {}
+    path = props.get("model_path")
+    out = {
+        "engine": getattr(detected, "engine", None),
+        "version": getattr(detected, "version", None),
+        "build_info": props.get("build_info"),
+        "model_file": str(path).replace("\\", "/").rsplit("/", 1)[-1] if path else None,
+        "model_size_bytes": meta.get("size"),
+        "model_ftype": meta.get("ftype"),
+        "total_slots": props.get("total_slots"),
+        "n_ctx": dgs.get("n_ctx") or meta.get("n_ctx"),
+    }
+    return {k: v for k, v in out.items() if v is not None} or None
