@@ -279,7 +279,6 @@ def judge(host: Mapping[str, Any] | None, *, threshold: float = BUSY_SHARE) -> l
     peak = host.get("peak_other_cpu_share")
     msg = (f"other work on this machine took {share * 100:.0f} % of its {cores} cores' CPU time while the run "
            f"measured (more than the {threshold * 100:.0f} % phasescope accepts"
-           + (f"; peak {peak * 100:.0f} % in one {INTERVAL_S:g} s sample" if peak is not None else "")
            + (f"; busiest: {names}" if names else "") + "): the client and the server waited for CPU, so "
            "latencies read high and rates low")
     ev = {"other_cpu_share": share, "threshold": threshold, "cores": cores,
