@@ -201,3 +201,19 @@ def test_load_line_says_all_at_once_not_poisson() -> None:
     assert "all requests sent at once" in _load_words(s)
     assert "closed loop, 4 requests in flight" in _load_words(s | {"max_concurrency": 4})
     assert _load_words(s | {"request_rate": 5.0}).startswith("5.0 req/s, Poisson arrivals")
+
+
+def test_html_report_shows_each_runs_warnings(tmp_path: Path) -> None:
+    from phasescope.report.html import write_report
+
+    st = tmp_path / "store"
+    rid = _store_run(st, sequential_run(6, seed=1), {"warnings": [
+        {"kind": "host_busy", "message": "other work took 61 % <of> the cores", "evidence": {}, "fix": "rerun"},
+        "legacy text warning"]})
+    s = open_store(st)
+    info = s.get(rid)
+    out = tmp_path / "r.html"
+    write_report([(info, s.load_records(rid))], out)
+    page = out.read_text()
+    assert "Warnings · " + rid in page and "other work took 61 % &lt;of&gt; the cores" in page
+    assert "host_busy" in page and "legacy text warning" in page and "fix: rerun" in page

@@ -6,8 +6,8 @@ Prefix-cache hits are read from every source the server offers, per request wher
 (both in :attr:`RequestRecord.cached_prompt_tokens` / ``server["cache_n"]``), and run-wide from the
 server's ``/metrics`` counters (vLLM ``prefix_cache_hits/queries``, SGLang cached tokens, in
 ``server_metrics.summary.prefix_cache_hit_rate``). The *expected* hit rate of the workload is 0 for
-unique prompts, and for a shared-prefix workload each group's requests after its first reuse the
-prefix: ``(n − groups)/n × prefix_len/(prefix_len + input_len)``. ``prefix_cache_hits`` fires when
+unique prompts, and for a shared-prefix workload at most ``prefix_len/(prefix_len + input_len)``
+(every request reusing its group's prefix; the warm-ups may have cached it). ``prefix_cache_hits`` fires when
 the measured rate exceeds the expected one by more than :data:`HIT_MARGIN` (5 points: llama.cpp
 reuses a matching BOS token on every request, ~0.4 % of a 256-token prompt).
 """
@@ -36,10 +36,11 @@ def cached_of(r: RequestRecord) -> int | None:
 
 
 def expected_hit_rate(cfg: Any, n: int) -> float:
+    """The most a correct run can hit: 0 for unique prompts; with a shared prefix, every request
+    reusing its group's prefix (the warm-ups may already have cached each group's)."""
     if cfg.dataset != "random" or not cfg.prefix_len or n <= 0:
         return 0.0
-    groups = min(cfg.prefix_groups, n)
-    return (n - groups) / n * cfg.prefix_len / (cfg.prefix_len + cfg.input_len)
+    return cfg.prefix_len / (cfg.prefix_len + cfg.input_len)
 
 
 def prefix_cache_section(cfg: Any, records: Sequence[RequestRecord], server_metrics: dict[str, Any] | None) -> dict[str, Any]:
@@ -127,3 +128,40 @@ def server_build(detected: Any) -> dict[str, Any] | None:
         "n_ctx": dgs.get("n_ctx") or meta.get("n_ctx"),
     }
     return {k: v for k, v in out.items() if v is not None} or None
+
+
+#: warnings of a measured run that make a calibration from it suspect
+_CALIBRATION_KINDS = ("host_busy", "prefix_cache_hits", "client_saturated", "token_count_mismatch", "cold_start")
+
+
+def calibration_warnings(ref: str | None, records: Sequence[RequestRecord] | None = None) -> list[dict[str, Any]]:
+    """``plan --calibrate-from REF``: the calibration run's own warnings that bias its fit (host
+    contention, prefix-cache hits, a saturated client...), and cache hits found in its records."""
+    from phasescope.measure.warnings import coerce, to_json
+
+    if not ref:
+        return []
+    out: list[MeasurementWarning] = []
+    try:
+        from pathlib import Path
+
+        if not Path(ref).expanduser().is_file():
+            from phasescope.report.store import open_store
+
+            info = open_store().get(ref)
+            for w in info.warnings:
+                cw = coerce(w)
+                if cw.kind in _CALIBRATION_KINDS:
+                    out.append(MeasurementWarning(cw.kind, f"calibration run {info.id}: {cw.message}", cw.evidence,
+                                                  "calibrate from a run without this warning"))
+    except Exception:  # noqa: BLE001 - a run we cannot read has no warnings to pass on
+        pass
+    known = [(cached_of(r), r.prompt_tokens) for r in records or [] if cached_of(r) is not None and r.prompt_tokens]
+    rate = sum(c for c, _ in known) / sum(p for _, p in known) if known else 0.0  # type: ignore[misc]
+    if rate > HIT_MARGIN and not any(w.kind == "prefix_cache_hits" for w in out):
+        out.append(MeasurementWarning(
+            "prefix_cache_hits",
+            f"{rate * 100:.0f} % of the calibration requests' prompt tokens came from the prefix cache: the "
+            "fitted prefill cost is too low.", {"hit_rate": rate},
+            "calibrate from a bench run with unique prompts (the default; not --reuse-prompts)"))
+    return to_json(out)

@@ -603,6 +603,19 @@ def _findings_html(runs: list[Run]) -> str:
     return "".join(parts)
 
 
+def _warnings_html(runs: list[Run]) -> str:
+    """Each run's measurement warnings (kind, message, fix), ahead of the numbers they qualify."""
+    parts = []
+    for info, _ in runs:
+        ws = info.warnings
+        if not ws:
+            continue
+        items = "".join(f'<li class="warning kind-{esc(w["kind"])}"><span class=sev>{esc(w["kind"])}</span> {esc(w["message"])}'
+                        + (f' <i>fix: {esc(w["fix"])}</i>' if w.get("fix") else "") + "</li>" for w in ws)
+        parts.append(f"<h3>Warnings · {esc(info.id)}</h3><ul class=warnings>{items}</ul>")
+    return "".join(parts)
+
+
 def _ev_text(e: Any) -> str:
     if isinstance(e, dict):
         v, u = e.get("value"), e.get("unit") or ""
@@ -646,6 +659,7 @@ table.runs code{font-size:11px;word-break:break-all}
 .ps-plot{border:1px solid #eee;margin:12px 0;min-height:460px} .note{color:#666;font-size:12px;margin:-8px 0 12px}
 ul.findings{padding-left:18px} .finding{margin-bottom:8px} .sev{font-size:11px;text-transform:uppercase;padding:1px 6px;border-radius:3px;background:#eee}
 .sev-problem .sev{background:#fdd} .sev-limit .sev{background:#ffe8c2} ul.evidence{font-size:13px;color:#444}
+ul.warnings{padding-left:18px;font-size:13px} .warning .sev{background:#ffe8c2}
 .skipped{color:#666;font-size:13px} #ps-errors{color:#b00;white-space:pre-wrap}
 """
 
@@ -686,6 +700,7 @@ document.addEventListener("securitypolicyviolation", function (e) {{ window.__ps
 </head><body>
 <h1>{esc(title)}</h1>
 <div class=meta>generated {now} by phasescope {esc(__version__)} · opens offline · {len(plots)} plots</div>
+{_warnings_html(runs)}
 {findings}
 {_runs_table(runs)}
 {_endpoints_html(runs)}
