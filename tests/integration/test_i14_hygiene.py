@@ -178,3 +178,23 @@ def test_embedded_engine_exact_counts_and_no_repeat_cache_hits(engine: Any, tmp_
     assert two["prefix_cache"]["hit_rate_requests"] < 0.05 and "prefix_cache_hits" not in _kinds(two)
     assert r2["prefix_cache"]["hit_rate_requests"] > 0.5 and "prefix_cache_hits" in _kinds(r2)
     assert r2["median_ttft_ms"] < two["median_ttft_ms"]
+
+
+# --- one API-key rule, end to end ------------------------------------------------------------------
+def test_api_key_rule_phasescope_then_openai(tmp_path: Path) -> None:
+    # (that watch, bench and explain declare the same rule is checked in tests/unit/test_i14_hygiene.py)
+    cmd = ["probe", "{url}", "-p", "8", "-n", "4", "-r", "1", "--no-save", "--json"]
+    with FakeServer(flavor="vllm", api_key="k-right-123").running() as srv:
+        def run(**env: str) -> subprocess.CompletedProcess[str]:
+            e = {k: v for k, v in os.environ.items() if k not in ("PHASESCOPE_API_KEY", "OPENAI_API_KEY")}
+            e.update(env, PHASESCOPE_STORE=str(tmp_path / "store"))
+            return subprocess.run(PS + [c.format(url=srv.url) for c in cmd], capture_output=True, text=True,
+                                  timeout=120, env=e, cwd=tmp_path)
+
+        assert run(OPENAI_API_KEY="k-wrong-456").returncode != 0  # generation needs the key
+        assert run(OPENAI_API_KEY="k-right-123").returncode == 0
+        # PHASESCOPE_API_KEY wins over OPENAI_API_KEY, in every command
+        ok = run(PHASESCOPE_API_KEY="k-right-123", OPENAI_API_KEY="k-wrong-456")
+        assert ok.returncode == 0, ok.stderr[-1500:]
+        assert run(PHASESCOPE_API_KEY="k-wrong-456", OPENAI_API_KEY="k-right-123").returncode != 0
+        assert "k-right-123" not in ok.stdout + ok.stderr

@@ -280,6 +280,7 @@ def bench(
             print_json(d)
         else:
             _print_sweep(d)
+            print_warnings(d.get("warnings"))
         if res.partial:
             raise typer.Exit(130 if stop.is_set() else 3)
         return
