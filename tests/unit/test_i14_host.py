@@ -121,3 +121,13 @@ def test_listening_pid_of_a_real_socket() -> None:
         assert H.loopback_port("http://example.com:8000") is None
     finally:
         srv.close()
+
+
+def test_embedded_engine_as_client_child_is_counted_once() -> None:
+    # the embedded llama-server (pid 2) is a child of the client (pid 1): its CPU is the server's, once
+    a, b = _pair(client=300, server=1000, other=0)
+    w = window(a, b, cores=2, client={1, 2}, server={2})
+    assert w.client_cpu_share == pytest.approx(0.15) and w.server_cpu_share == pytest.approx(0.5)
+    assert w.other_cpu_share == pytest.approx(0.0)
+    a, b = _pair(client=300, server=1000, other=600)
+    assert window(a, b, cores=2, client={1, 2}, server={2}).other_cpu_share == pytest.approx(0.3)

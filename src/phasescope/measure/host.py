@@ -253,7 +253,7 @@ def window(a: Sample, b: Sample, *, cores: int, client: set[int], server: set[in
         return s
 
     own = client | (server or set())
-    c = dticks(client)
+    c = dticks(client - (server or set()))  # the embedded engine is the client's child: count it once, as server
     sv = dticks(server) if server else 0
     busy = max(0, b.stat.busy - a.stat.busy)
     steal = max(0, b.stat.steal - a.stat.steal)
