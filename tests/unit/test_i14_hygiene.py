@@ -217,3 +217,12 @@ def test_html_report_shows_each_runs_warnings(tmp_path: Path) -> None:
     page = out.read_text()
     assert "Warnings · " + rid in page and "other work took 61 % &lt;of&gt; the cores" in page
     assert "host_busy" in page and "legacy text warning" in page and "fix: rerun" in page
+
+
+def test_compare_repeats_each_runs_own_host_busy() -> None:
+    busy = {"warnings": [{"kind": "host_busy", "message": "other work took 70 %", "evidence": {}, "fix": "rerun"}],
+            "host": {"available": True, "threshold": 0.25, "during": {"other_cpu_share": 0.7}}}
+    a, b = sequential_run(10, seed=1), sequential_run(10, seed=2)
+    cmp = compare_runs(info("a", busy), a, info("b", busy), b, n_boot=200)
+    assert [w.message for w in cmp.warnings if w.kind == "host_busy"] == [
+        "run A (a): other work took 70 %", "run B (b): other work took 70 %"]

@@ -312,6 +312,11 @@ def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: li
     for recs, name in ((ra, "A"), (rb, "B")):
         if not [r for r in recs if r.ok]:
             out.append(MeasurementWarning("no_success", f"run {name} has no successful request"))
+    for i, name in ((a, "A"), (b, "B")):  # a run that was itself shaky stays shaky in the comparison
+        for w in i.warnings:
+            if w["kind"] in ("host_busy", "prefix_cache_hits", "client_saturated"):
+                out.append(MeasurementWarning(w["kind"], f"run {name} ({i.id}): {w['message']}", w.get("evidence") or {},
+                                              w.get("fix")))
     return out
 
 
