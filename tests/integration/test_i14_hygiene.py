@@ -198,3 +198,16 @@ def test_api_key_rule_phasescope_then_openai(tmp_path: Path) -> None:
         assert ok.returncode == 0, ok.stderr[-1500:]
         assert run(PHASESCOPE_API_KEY="k-wrong-456", OPENAI_API_KEY="k-right-123").returncode != 0
         assert "k-right-123" not in ok.stdout + ok.stderr
+
+
+# --- exact counts for every API (fakes follow each server's tokenizer and BOS rules) ---------------
+@pytest.mark.parametrize("flavor,api", [("vllm", "openai"), ("vllm", "chat"), ("sglang", "openai"),
+                                        ("llamacpp", "openai"), ("llamacpp", "llamacpp"), ("llamacpp", "chat"),
+                                        ("ollama", "ollama")])
+def test_input_len_is_what_the_server_counts(flavor: str, api: str, tmp_path: Path) -> None:
+    with FakeServer(flavor=flavor, ttft_s=0.001, itl_s=0.001).running() as srv:
+        d = _bench(srv.url, tmp_path, "x", api=api, n=5, input_len=100)
+        truth = [g.prompt_tokens for g in srv.log[-5:]]
+    assert d["completed"] == 5 and d["total_input_tokens"] == 100 * 5, (d["token_count_source"], truth)
+    assert truth == [100] * 5  # the server's own count (BOS, chat template included)
+    assert "token_count_mismatch" not in _kinds(d)

@@ -110,7 +110,25 @@ class TokenizePromptMaker:
             shown = await self.detokenize(ids)
             return (shown if shown is not None else text), ids
         shown = await self.detokenize(ids)
-        return (shown if shown is not None else text), None
+        if shown is None:  # no /detokenize: cut the text itself, by words, to n tokens
+            shown = await self._fit_words(text, n_tokens)
+        return shown, None
+
+    async def _fit_words(self, text: str, n_tokens: int) -> str:
+        """The longest word prefix of ``text`` that tokenizes to at most ``n_tokens`` (binary search)."""
+        words = text.split(" ")[1:]  # text is " w1 w2 ..."
+        lo, hi, best = 1, len(words), " " + words[0]
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            cand = "".join(" " + w for w in words[:mid])
+            k = len(await self.tokenize(cand))
+            if k <= n_tokens:
+                best, lo = cand, mid + 1
+            else:
+                hi = mid - 1
+            if k == n_tokens:
+                break
+        return best
 
     async def count(self, text: str) -> int | None:
         try:
