@@ -191,6 +191,10 @@ async def prompt_maker_for(session: aiohttp.ClientSession, target: Target, *,
     return WordPromptMaker()
 
 
+#: the id prefix (``X-Request-Id``) of the one request :func:`measure_overhead` sends before a run
+OVERHEAD_ID = "overhead-check"
+
+
 async def measure_overhead(session: aiohttp.ClientSession, target: Target, maker: TokenizePromptMaker) -> int:
     """Tokens the server counts beyond the prompt ``maker`` builds (BOS on a text prompt, a chat
     template's role tokens), from one 1-token request: ``usage.prompt_tokens − len(built)``.
@@ -204,7 +208,7 @@ async def measure_overhead(session: aiohttp.ClientSession, target: Target, maker
         text, ids = await maker.make(n, salt=random.SystemRandom().randrange(1 << 30))
         built = len(ids) if ids is not None else len(await maker.tokenize(text, special=False))
         req = GenRequest(prompt=text, max_tokens=1, prompt_token_ids=ids, stream=False, ignore_eos=False,
-                         tags={"calibration": True})
+                         id=f"{OVERHEAD_ID}-{random.SystemRandom().randrange(1 << 32):08x}", tags={"calibration": True})
         rec = await get_client(target.api).send(session, target, req)
     except Exception:  # noqa: BLE001 - a failed check leaves the lengths as built
         return 0
