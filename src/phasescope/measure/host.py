@@ -21,8 +21,9 @@ The share of the machine taken by *other* work over a window is::
 computed from the whole machine's counters, so a short-lived process between two samples is
 counted too. :data:`BUSY_SHARE` is the judgement: when other work (plus steal) took more than
 **25 % of the machine's CPU time** during the run, the run carries a ``host_busy`` warning
-(:func:`host_warnings`). A background thread (:class:`HostSampler`) reads the counters every
-0.5 s (a few hundred µs of CPU per sample); the busiest other processes are named in the evidence.
+(:func:`judge`). A background thread (:class:`HostSampler`) reads the counters every 0.5 s (about
+1.6 ms of CPU per sample with ~110 processes on the 2-core dev machine, 0.3 % of one core:
+``benchmarks/host_sampler_cost.py``); the busiest other processes are named in the evidence.
 
 Linux only; elsewhere (no ``/proc``) the sampler records ``available: false`` and judges nothing.
 """
