@@ -226,3 +226,11 @@ def test_compare_repeats_each_runs_own_host_busy() -> None:
     cmp = compare_runs(info("a", busy), a, info("b", busy), b, n_boot=200)
     assert [w.message for w in cmp.warnings if w.kind == "host_busy"] == [
         "run A (a): other work took 70 %", "run B (b): other work took 70 %"]
+
+
+def test_experiment_warmups_are_counted_apart_too(tmp_path: Path) -> None:
+    recs = sequential_run(5, seed=1)
+    for r in recs[:2]:
+        r.tags = {"experiment": "x", "phase": "warmup"}
+    rid = _store_run(tmp_path / "store", recs, {})
+    assert open_store(tmp_path / "store").get(rid).to_dict()["requests"] == {"measured": 3, "warmup": 2}

@@ -581,7 +581,7 @@ class RunStore:
         if path is not None and path.exists():
             recs = read_records(path)
             n = len(recs)
-            n_warm = sum(1 for r in recs if (r.tags or {}).get("warmup"))
+            n_warm = sum(1 for r in recs if _is_warmup(r))
             ended = path.stat().st_mtime
         with contextlib.suppress(InputError, sqlite3.Error):
             self._update(run_id, status="partial", n_records=n, ended_at=ended, error=error, owner=None, n_warmup=n_warm)
@@ -617,6 +617,13 @@ def _device_in(summary: Any) -> str | None:
     return None
 
 
+def _is_warmup(r: RequestRecord) -> bool:
+    """A warm-up: ``tags.warmup`` (probe, bench) or ``tags.phase == "warmup"`` (experiments), as
+    :func:`phasescope.report.samples.usable` leaves them out."""
+    t = r.tags or {}
+    return bool(t.get("warmup")) or t.get("phase") == "warmup"
+
+
 def _new_id(t: float) -> str:
     stamp = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y%m%d-%H%M")
     return f"r{stamp}-{secrets.token_hex(2)}"
@@ -645,7 +652,7 @@ class Recording:
         if self._writer is None:
             raise RuntimeError(f"run {self.id} is closed")
         self._writer.write(self._clean(record))
-        if (record.tags or {}).get("warmup"):
+        if _is_warmup(record):
             self.n_warmup += 1
         now = time.monotonic()
         if now - self._last_flush >= COUNT_FLUSH_S:
