@@ -312,7 +312,13 @@ class HostSampler:
         self.server_roots: set[int] = set(server_pids or [])
         self.available = os.path.isfile(f"{proc}/stat")
         self.cores = os.cpu_count() or 1
-        self.samples: list[Sample] = []
+        # only the first and the latest sample are kept whole (a long run must not grow memory);
+        # each window between two consecutive samples is judged as it arrives, for the peak
+        self.first: Sample | None = None
+        self.last: Sample | None = None
+        self.n_samples = 0
+        self.peak = 0.0
+        self.loads: list[float] = []
         self._before: Window | None = None
         self._loadavg_start: float | None = None
         self._stop = threading.Event()
@@ -356,7 +362,7 @@ class HostSampler:
                                       server=self._server_pids(b.procs))
                 a = b
         if a is not None:
-            self.samples.append(a)
+            self._add(a)
         self._thread = threading.Thread(target=self._loop, name="phasescope-host", daemon=True)
         self._thread.start()
         return self
@@ -366,7 +372,7 @@ class HostSampler:
             s = self._sample()
             if s is not None:
                 with self._lock:
-                    self.samples.append(s)
+                    self._add(s, cheap=True)
 
     def stop(self) -> dict[str, Any]:
         if self._result is not None:
@@ -377,33 +383,44 @@ class HostSampler:
         if self.available:
             s = self._sample()
             if s is not None:
-                self.samples.append(s)
+                self._add(s)
         self._result = self.summary()
         return self._result
+
+    def _add(self, s: Sample, *, cheap: bool = False) -> None:
+        """Take sample ``s``: judge the window since the previous one (for the peak), keep it as the
+        latest. ``cheap``: reuse the known server pids instead of scanning sockets again."""
+        if self.last is not None:
+            server = (tree(self.server_roots, s.procs) if self.server_roots else (set() if self.port else None)) \
+                if cheap else self._server_pids(s.procs)
+            w = window(self.last, s, cores=self.cores, client=self._client_pids(s.procs), server=server, top=0)
+            self.peak = max(self.peak, w.other_cpu_share)
+        if self.first is None:
+            self.first = s
+        self.last = s
+        self.n_samples += 1
+        if s.loadavg is not None:
+            self.loads.append(s.loadavg)
 
     def summary(self) -> dict[str, Any]:
         """The ``host`` section: before/during windows, the peak sample, load averages, threshold."""
         base: dict[str, Any] = {"available": self.available, "cores": self.cores, "threshold": BUSY_SHARE,
                                 "interval_s": self.interval_s}
-        if not self.available or len(self.samples) < 2:
-            base["available"] = False if not self.available else base["available"]
+        if not self.available or self.n_samples < 2 or self.first is None or self.last is None:
             base.update({"before": self._before.to_dict() if self._before else None, "during": None,
-                         "samples": len(self.samples), "loadavg_1m_start": self._loadavg_start})
+                         "samples": self.n_samples, "loadavg_1m_start": self._loadavg_start})
             return base
-        last = self.samples[-1]
+        last = self.last
         client = self._client_pids(last.procs)
         server = self._server_pids(last.procs)
-        during = window(self.samples[0], last, cores=self.cores, client=client, server=server)
-        peak = 0.0
-        for a, b in zip(self.samples, self.samples[1:]):
-            w = window(a, b, cores=self.cores, client=client, server=server, top=0)
-            peak = max(peak, w.other_cpu_share)
-        loads = [s.loadavg for s in self.samples if s.loadavg is not None]
+        during = window(self.first, last, cores=self.cores, client=client, server=server)
+        peak = self.peak
+        loads = self.loads
         base.update({
             "before": self._before.to_dict() if self._before else None,
             "during": during.to_dict(),
             "peak_other_cpu_share": round(peak, 4),
-            "samples": len(self.samples),
+            "samples": self.n_samples,
             "loadavg_1m_start": self._loadavg_start,
             "loadavg_1m_max": max(loads) if loads else None,
             "server_pids": sorted(self.server_roots),
