@@ -147,7 +147,9 @@ def test_runs_and_show_count_warmups_apart_and_old_warnings_load(tmp_path: Path)
     text = runner.invoke(app, ["runs", "--store", str(st)]).stdout
     row = next(ln for ln in text.splitlines() if rid in ln)
     assert " 40 " in row and " 1 " in row and " 41 " not in row
-    assert "40 measured + 1 warm-up" in runner.invoke(app, ["show", rid, "--store", str(st)]).stdout
+    shown_text = runner.invoke(app, ["show", rid, "--store", str(st)]).stdout
+    assert "40 measured + 1 warm-up" in shown_text
+    assert "warnings (2):" in shown_text and "[note] an old plain-string warning" in shown_text
 
 
 # --- exact counts ---------------------------------------------------------------------------

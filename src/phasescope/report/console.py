@@ -147,6 +147,11 @@ def show_renderable(info: RunInfo, metrics: list[dict[str, Any]], baselines: lis
         if v:
             head.add_row(k, Text(str(v)))
     parts: list[Any] = [head]
+    if info.warnings:  # the run's own measurement warnings, before any number they qualify
+        from phasescope.measure.warnings import render_lines
+
+        parts += [Text(""), Text(f"warnings ({len(info.warnings)}):", style="bold yellow")]
+        parts += [Text(f"  • {ln}", style="yellow") for ln in render_lines(info.warnings)]
     if info.params:
         p = Table(title="parameters", title_justify="left", show_edge=False, header_style="bold", show_header=False)
         p.add_column(style="dim")
