@@ -72,6 +72,10 @@ def test_host_contention_and_engine_build_make_runs_not_comparable() -> None:
     assert v["itl_p50_s"] == "not comparable"
     v = by_metric(compare_runs(info("a"), a, info("b", engine_version="b2"), b, n_boot=300))
     assert v["itl_p50_s"] == "not comparable"
+    flags = lambda f: {"server_build": {"user_flags": f}}  # noqa: E731 - bench --engine-flags
+    cmp = compare_runs(info("a", flags("--max-num-seqs 64")), a, info("b", flags("--max-num-seqs 256")), b, n_boot=300)
+    assert by_metric(cmp)["itl_p50_s"] == "not comparable"
+    assert "server user_flags --max-num-seqs 64 → --max-num-seqs 256" in cmp.warnings[0].message
 
 
 def test_token_counts_that_differ_make_the_prefill_side_not_comparable() -> None:

@@ -75,6 +75,7 @@ class BenchConfig:
     prefix_len: int = 0
     prefix_groups: int = 1
     ignore_eos: bool = True
+    engine_flags: str | None = None  # --engine-flags: how the server was started, as the user says (compare reads it)
     reuse_prompts: bool = False  # --reuse-prompts: same prompt texts for the same seed, run after run (the cache on purpose)
     # analysis / output
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
@@ -287,6 +288,8 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     host_d = host.stop()
     summary = assemble_summary(cfg, target, res, server, sched, host=host_d)
     summary["prompt_salt"] = run_salt
+    if cfg.engine_flags:
+        build = dict(build or {}, user_flags=cfg.engine_flags)
     summary["server_build"] = build
     summary["run_id"] = run_id
     from phasescope.load.ray_runner import add_ray_summary

@@ -36,7 +36,7 @@ def test_repeat_bench_on_a_prefix_caching_fake(tmp_path: Path) -> None:
     """vLLM-style automatic prefix caching: a repeated default bench is cold again (server counters,
     usage cached_tokens and TTFT agree), --reuse-prompts hits the cache and says so."""
     with FakeServer(flavor="vllm", prefix_cache=True, ttft_s=0.002, prefill_tok_s=4000, itl_s=0.001).running() as srv:
-        one = _bench(srv.url, tmp_path, "one")
+        one = _bench(srv.url, tmp_path, "one", engine_flags="--enable-prefix-caching")
         two = _bench(srv.url, tmp_path, "two")
         gt_two = [g for g in srv.log[-12:]]
         r1 = _bench(srv.url, tmp_path, "r1", reuse_prompts=True)
@@ -51,6 +51,7 @@ def test_repeat_bench_on_a_prefix_caching_fake(tmp_path: Path) -> None:
     # TTFT of the repeat is a cold TTFT (256 tokens at 4000 tok/s ≈ 64 ms), not a cached one (≈ 2 ms)
     assert two["median_ttft_ms"] > 0.5 * one["median_ttft_ms"]
     assert one["prompt_salt"] != two["prompt_salt"] and r1["prompt_salt"] is None
+    assert one["server_build"]["user_flags"] == "--enable-prefix-caching" and "user_flags" not in (two["server_build"] or {})
     # --reuse-prompts: the same texts again → the cache answers, TTFT collapses, and the run says so
     assert r2["prefix_cache"]["hit_rate_server_metrics"] > 0.9 and r2["prefix_cache"]["hit_rate_requests"] > 0.9
     assert sum(g.cached_tokens for g in gt_r2) > 0.9 * 256 * 12
