@@ -147,6 +147,7 @@ def test_retry_after_honoured_only_with_retries():
 def cli(*args: str, env=None) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.pop("OPENAI_API_KEY", None)
+    e.pop("PHASESCOPE_API_KEY", None)
     e.update(env or {})
     # run in a scratch folder: with --no-save and no --out, probe writes ./phasescope-runs/
     with tempfile.TemporaryDirectory() as cwd:

@@ -238,7 +238,7 @@ def test_exact_prompt_lengths_through_server_tokenizer() -> None:
         assert it.prompt_token_ids is not None and len(it.prompt_token_ids) == it.input_len
         assert truth[by_index[i].id].prompt_tokens == it.input_len  # what the server counted
     s = summarize(res.records)
-    assert not any("Prompt token counts disagree" in w for w in s["count_warnings"])
+    assert not any("Prompt token counts disagree" in w["message"] for w in s["count_warnings"])
 
 
 def test_calibrated_prompts_without_tokenizer() -> None:

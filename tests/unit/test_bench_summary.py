@@ -107,9 +107,9 @@ def test_count_disagreement_warns() -> None:
     # usage says 10 tokens, but the stream carried 3 single-token events with known counts
     r = rec(1, 0, [(10, 1), (20, 1), (30, 1)], out=10)
     s = summarize([r])
-    assert any("disagree" in w for w in s["count_warnings"])
+    assert any("disagree" in w["message"] and w["kind"] == "token_count_mismatch" for w in s["count_warnings"])
     ok = rec(2, 0, [(10, 1), (20, 1), (30, 1)], out=3)
-    assert not any("disagree" in w for w in summarize([ok])["count_warnings"])
+    assert not any("disagree" in w["message"] for w in summarize([ok])["count_warnings"])
     assert summarize([ok])["token_count_source"]["output"] == {"usage": 1}
 
 
@@ -118,7 +118,7 @@ def test_events_only_counts_flagged() -> None:
     s = summarize([r])
     assert s["total_output_tokens"] == 2
     assert s["token_count_source"]["output"] == {"events": 1}
-    assert any("no usage" in w for w in s["count_warnings"])
+    assert any("no usage" in w["message"] and w["kind"] == "no_server_counts" for w in s["count_warnings"])
 
 
 def test_peak_concurrency_exact_and_tokens_per_s() -> None:

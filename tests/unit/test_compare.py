@@ -124,8 +124,8 @@ def test_warnings_for_other_differences() -> None:
              params={"concurrency": 4, "ctx": 8192}),
         b,
     )
-    text = "\n".join(cmp.warnings)
-    for needle in ("model differs: synthetic-model → other", "engine version differs: b1 → b2",
+    text = "\n".join(w.message for w in cmp.warnings)
+    for needle in ("model synthetic-model → other", "engine build b1 → b2",
                    "device differs: local → h100", "prompt lengths differ: 256 → 512",
                    "differ in 2 parameters", "run B (b) is partial: interrupted"):
         assert needle in text, text
@@ -140,6 +140,6 @@ def test_param_changes_flatten() -> None:
 def test_json_shape() -> None:
     a, b = sequential_run(5, seed=1), sequential_run(5, seed=2)
     d = compare_runs(info("a"), a, info("b"), b).to_dict()
-    assert set(d) == {"a", "b", "confidence", "min_change", "param_changes", "warnings", "metrics"}
+    assert set(d) == {"a", "b", "confidence", "min_change", "param_changes", "warnings", "not_comparable", "metrics"}
     assert set(d["metrics"][0]) == {"metric", "label", "unit", "group", "higher_is_better", "a", "b", "n_a", "n_b",
-                                    "change", "diff", "ci_low", "ci_high", "verdict"}
+                                    "change", "diff", "ci_low", "ci_high", "verdict", "why"}

@@ -124,6 +124,7 @@ def test_closed_loop_duration_stops_repeating() -> None:
 def test_health_warnings_name_the_fix() -> None:
     h = RunnerHealth(loop_lag_ms_p99=20.0, loop_lag_ms_max=40.0, cpu_percent=97.0, send_lag_ms_p99=30.0, send_lag_ms_max=50.0)
     w = health_warnings(h, workers=1, achieved_rate=5.0, requested_rate=10.0)
-    assert len(w) == 4 and all(x for x in w)
-    assert any("--workers" in x for x in w)
+    assert len(w) == 4 and all(x.message and x.fix for x in w)
+    assert [x.kind for x in w] == ["client_saturated"] * 3 + ["rate_not_reached"]
+    assert any("--workers" in x.fix for x in w)
     assert health_warnings(RunnerHealth(loop_lag_ms_p99=0.5, cpu_percent=10.0, send_lag_ms_p99=0.2)) == []

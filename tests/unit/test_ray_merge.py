@@ -66,7 +66,8 @@ def test_dead_actor_requests_become_worker_lost_and_the_run_is_partial() -> None
     assert rows["a1"]["status"] == "died" and rows["a1"]["lost"] == 3 and rows["a1"]["requests_owned"] == 5
     assert rows["a0"]["status"] == "ok" and out.ray["clock_alignment_uncertainty_ms"] == 0.2
     # the saturated actor is named in a warning
-    assert any(w.startswith("Ray actor a0") and "CPU" in w for w in out.actor_warnings)
+    assert any(w.message.startswith("Ray actor a0") and "CPU" in w.message and w.kind == "client_saturated"
+               for w in out.actor_warnings)
     s = summarize(out.records)
     assert s["failed"] == 3 and s["errors_by_kind"] == {LOST: 3} and s["completed"] == 7
 

@@ -259,8 +259,9 @@ def test_migrates_v1_database(tmp_path: Path) -> None:
     con.commit()
     con.close()
     s = open_store(db)
-    assert s.schema_version() == 2
+    assert s.schema_version() == SCHEMA_VERSION
     info = s.get("r1")
+    assert info.n_warmup is None and info.n_measured == 1  # an old run: warm-ups were not counted apart
     assert (info.kind, info.model, info.params, info.summary, info.status) == ("probe", "m", {"a": 1}, {"ttft_s": 0.1}, "complete")
     assert info.engine is None and info.engine_version is None
     assert [r.id for r in s.load_records("r1")] == ["q7"]

@@ -196,7 +196,7 @@ def http_error(status: int, body: bytes, headers: Any, target: Target, path: str
     where = f"{target.display_url}{path}"
     if status in (401, 403):
         what = "unauthorized (401)" if status == 401 else "forbidden (403)"
-        hint = "pass --api-key or set OPENAI_API_KEY" if not target.api_key else "check the API key"
+        hint = "pass --api-key or set PHASESCOPE_API_KEY (or OPENAI_API_KEY)" if not target.api_key else "check the API key"
         return E.AuthError(f"{where}: {what}: {msg}", hint=hint)
     if status == 404:
         low = msg.lower()

@@ -101,7 +101,7 @@ async def detect(session: aiohttp.ClientSession, base_url: str, *, api_key: str 
     if st in (401, 403):
         what = "unauthorized (401)" if st == 401 else "forbidden (403)"
         raise E.AuthError(f"{shown}/v1/models: {what}: {error_message_of(obj) or text[:200]}",
-                          hint="pass --api-key or set OPENAI_API_KEY" if not api_key else "check the API key")
+                          hint="pass --api-key or set PHASESCOPE_API_KEY (or OPENAI_API_KEY)" if not api_key else "check the API key")
     models = []
     meta = None
     owned = None

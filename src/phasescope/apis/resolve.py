@@ -4,7 +4,8 @@
 and a sync context manager yielding a :class:`Target` whose ``api`` is never ``auto`` and whose
 ``engine``/``model`` are filled from detection (:mod:`phasescope.apis.detect`). With ``url=None``
 it starts the embedded llama-server (:func:`phasescope.engine.running_engine`) for the duration
-and stops it on exit. The API key comes from the argument or ``OPENAI_API_KEY``; it lives only in
+and stops it on exit. The API key comes from the argument, else ``PHASESCOPE_API_KEY``, else
+``OPENAI_API_KEY`` (:func:`api_key_from_env`, the one rule every command follows); it lives only in
 ``Target.api_key`` (``repr=False``) and request headers.
 
 After entering, ``.detected`` holds the :class:`~phasescope.apis.detect.Detected` facts
@@ -22,6 +23,11 @@ from phasescope import errors as E
 from phasescope.apis import detect as D
 from phasescope.apis._http import new_session
 from phasescope.apis.base import API_NAMES, Target, Timeouts, redact_url
+
+
+def api_key_from_env() -> str | None:
+    """``$PHASESCOPE_API_KEY``, else ``$OPENAI_API_KEY`` (after ``--api-key``: the one rule)."""
+    return os.environ.get("PHASESCOPE_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
 
 
 def _normalise_url(url: str) -> str:
@@ -47,7 +53,7 @@ class open_target:  # noqa: N801 - used like a function: `async with open_target
         self.url = _normalise_url(url) if url else None
         self.api = api
         self.model = model
-        self.api_key = api_key if api_key is not None else (os.environ.get("OPENAI_API_KEY") or None)
+        self.api_key = api_key if api_key is not None else api_key_from_env()
         self.timeouts = timeouts or Timeouts()
         self.engine_kwargs = dict(engine_kwargs or {})
         self.engine: Any = None

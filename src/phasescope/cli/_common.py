@@ -18,3 +18,41 @@ def print_json(obj: Any) -> None:
     """Print one JSON document to stdout (the ``--json`` contract)."""
     sys.stdout.write(dumps(obj, indent=2) + "\n")
     sys.stdout.flush()
+
+
+#: one API-key rule for every command: ``--api-key``, then ``$PHASESCOPE_API_KEY``, then ``$OPENAI_API_KEY``
+API_KEY_ENVVARS = ["PHASESCOPE_API_KEY", "OPENAI_API_KEY"]
+
+
+def api_key_option(help: str = "Bearer key; else $PHASESCOPE_API_KEY, else $OPENAI_API_KEY (never printed or saved).") -> Any:
+    """The ``--api-key`` option every command shares (see :data:`API_KEY_ENVVARS`)."""
+    import typer
+
+    return typer.Option(None, "--api-key", envvar=API_KEY_ENVVARS, show_default=False, show_envvar=False, help=help)
+
+
+def print_warnings(ws: Any, *, title: str = "Warnings") -> None:
+    """The console's one block of measurement warnings (stderr; ``--json`` carries them as data)."""
+    from rich.markup import escape
+
+    from phasescope.measure.warnings import render_lines
+
+    lines = render_lines(ws or [])
+    if not lines:
+        return
+    err_console.print(f"[yellow]{title} ({len(lines)}):[/yellow]")
+    for ln in lines:
+        err_console.print(f"  [yellow]•[/yellow] {escape(ln)}", highlight=False, soft_wrap=True)
+
+
+def print_host_line(host: Any) -> None:
+    """One line on host contention (``host`` section of probe/bench/explain), or nothing."""
+    d = (host or {}).get("during") if isinstance(host, dict) else None
+    if not d:
+        return
+    thr = (host or {}).get("threshold") or 0.25
+    load = (host or {}).get("loadavg_1m_start")
+    console.print(f"host: other work took {100 * (d.get('other_cpu_share') or 0):.0f} % of the {d.get('cores')} cores "
+                  f"during the run (host_busy above {100 * thr:.0f} %)"
+                  + (f", load average {load:.2f} at start" if isinstance(load, (int, float)) else ""),
+                  highlight=False, soft_wrap=True, style="dim")

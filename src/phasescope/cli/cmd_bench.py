@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 
 
@@ -21,6 +21,24 @@ def _fmt(v: Any, nd: int = 2) -> str:
             return "inf"
         return f"{v:.{nd}f}"
     return str(v)
+
+
+def _load_words(s: dict[str, Any]) -> str:
+    """The load line: an infinite rate is "all at once", and then no arrival shape applies."""
+    rate = s.get("request_rate")
+    cap = s.get("max_concurrency")
+    tail = f"max concurrency {cap or '-'}, workers {s.get('workers')}"
+    if s.get("load_shape") == "trace":
+        return f"trace replay, {tail}"
+    if s.get("load_shape") == "ramp":
+        return f"ramp of arrival rates, burstiness {s.get('burstiness')}, {tail}"
+    if rate in ("inf", None) or (isinstance(rate, float) and math.isinf(rate)):
+        return ("all requests sent at once (no arrival process)" if not cap
+                else f"closed loop, {cap} requests in flight") + f", {tail}"
+    shape = s.get("load_shape")
+    kind = ("Poisson arrivals" if float(s.get("burstiness") or 1) == 1 else f"gamma arrivals (burstiness {s.get('burstiness')})") \
+        if shape == "poisson" else f"{shape} arrivals"
+    return f"{rate} req/s, {kind}, {tail}"
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -35,9 +53,10 @@ def _print_summary(s: dict[str, Any]) -> None:
 
     console.print(f"Target: {s.get('target')} ({s.get('engine') or '?'}, api {s.get('backend')}, model {s.get('model_id')})",
                   highlight=False, soft_wrap=True)
-    console.print(f"Load: rate {s.get('request_rate')} req/s, burstiness {s.get('burstiness')}, "
-                  f"max concurrency {s.get('max_concurrency') or '-'}, shape {s.get('load_shape')}, "
-                  f"workers {s.get('workers')}", highlight=False, soft_wrap=True)
+    console.print(f"Load: {_load_words(s)}", highlight=False, soft_wrap=True)
+    console.print(f"Requests: {s.get('num_requests', 0)} measured + {s.get('warmup_requests', 0)} warm-up "
+                  f"(excluded); prompts {'reused (--reuse-prompts)' if s.get('reuse_prompts') else 'unique to this run'}",
+                  highlight=False, soft_wrap=True)
     row("Successful requests", "completed")
     row("Failed requests", "failed")
     if s.get("errors_by_kind"):
@@ -103,8 +122,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     from phasescope.cli._bench_scale import print_scale_out
 
     print_scale_out(s)
-    for w in s.get("warnings") or []:
-        err_console.print(f"[yellow]Warning:[/yellow] {w}")
+    print_host_line(s.get("host"))
+    print_warnings(s.get("warnings"))
     if s.get("partial"):
         err_console.print(f"[red]Partial run:[/red] {s.get('stop_reason')}. The summary covers the "
                           f"{s.get('completed', 0) + s.get('failed', 0)} requests that finished.")
@@ -141,8 +160,7 @@ def bench(
     ray_address_arg: Optional[str] = typer.Argument(None, metavar="[ADDRESS]", help="With --ray: the Ray cluster address (host:6379, ray://host:10001, auto). Omit to start a local cluster on 127.0.0.1 for the run."),
     api: str = typer.Option("auto", "--api", help="auto | openai (/v1/completions) | chat | ollama | llamacpp"),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the server's first model)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
-                                          help="Bearer key (never printed or saved)."),
+    api_key: Optional[str] = api_key_option(),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", help="Requests to send (default 50 when no --duration)."),
     duration: Optional[float] = typer.Option(None, "--duration", help="Stop sending after this many seconds."),
     request_rate: float = typer.Option(math.inf, "--request-rate", help="Arrivals per second (Poisson/gamma); inf = all at once."),
@@ -163,6 +181,8 @@ def bench(
     prefix_len: int = typer.Option(0, "--prefix-len", help="Shared prefix tokens per group."),
     prefix_groups: int = typer.Option(1, "--prefix-groups", help="Number of distinct shared prefixes."),
     no_ignore_eos: bool = typer.Option(False, "--no-ignore-eos", help="Let the model stop early (lengths vary)."),
+    engine_flags: Optional[str] = typer.Option(None, "--engine-flags", help="How the server was started (e.g. \"--max-num-seqs 64 --enable-prefix-caching\"); saved with the run, and compare calls runs with other flags not comparable."),
+    reuse_prompts: bool = typer.Option(False, "--reuse-prompts", help="Send the same prompt texts as earlier runs with this --seed (measure the prefix cache on purpose). Default: every run salts its prompts."),
     percentiles: str = typer.Option("50,90,95,99", "--percentiles", help="Percentiles to report."),
     goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="SLO per request: ttft:MS tpot:MS e2el:MS."),
     workers: int = typer.Option(1, "--workers", help="Client processes (spread the load over CPU cores)."),
@@ -201,7 +221,7 @@ def bench(
         ramp_end_rate=ramp_end_rate, trace_path=trace, trace_speed=trace_speed, max_concurrency=max_concurrency,
         warmup=warmup, seed=seed, dataset=dataset, dataset_path=dataset_path, input_len=input_len,
         output_len=output_len, range_ratio=range_ratio, prefix_len=prefix_len, prefix_groups=prefix_groups,
-        ignore_eos=not no_ignore_eos, percentiles=parse_percentiles(percentiles), goodput=parse_goodput(goodput),
+        ignore_eos=not no_ignore_eos, reuse_prompts=reuse_prompts, engine_flags=engine_flags, percentiles=parse_percentiles(percentiles), goodput=parse_goodput(goodput),
         workers=workers, metrics_interval_s=metrics_interval, server_metrics=not no_server_metrics, out_dir=out,
         store=not no_store, label=label, engine_parallel=parallel, prewarm=not no_prewarm,
         timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
@@ -268,6 +288,7 @@ def bench(
             print_json(d)
         else:
             _print_sweep(d)
+            print_warnings(d.get("warnings"))
         if res.partial:
             raise typer.Exit(130 if stop.is_set() else 3)
         return

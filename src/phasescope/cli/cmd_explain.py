@@ -7,7 +7,7 @@ from typing import List, Optional
 import typer
 
 from phasescope.apis.base import Timeouts
-from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.experiments import NAMES
 
@@ -35,6 +35,7 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
         if single:
             one = dict(doc["experiments"].get(names[0], {}))
             one.update({"findings": doc["findings"], "undecided": doc["undecided"], "run_id": doc["run_id"],
+                        "host": doc.get("host"), "warnings": doc.get("warnings", []),
                         "target": doc["target"], "engine": doc["engine"], "model": doc["model"]})
             if "gpu" in doc:
                 one["gpu"] = doc["gpu"]
@@ -50,6 +51,8 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
     from phasescope.cli._gpu import print_gpu
 
     print_gpu(doc.get("gpu"))
+    print_host_line(doc.get("host"))
+    print_warnings(doc.get("warnings"))
     if doc.get("run_id"):
         console.print(f"[dim]saved as run {doc['run_id']} (raw records: {doc['records_path']})[/dim]")
 
@@ -60,7 +63,7 @@ def explain(
     only: Optional[str] = typer.Option(None, "--only", help=f"Comma-separated subset of: {', '.join(NAMES)}."),
     api: str = typer.Option("auto", "--api", help="auto | openai | chat | ollama | llamacpp."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request (default: the server's first model)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False, help="Bearer token (never printed or saved)."),
+    api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling (default: `local` for the embedded engine, when `phasescope hw` measured it)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run (kind explain) in the run store."),
@@ -90,7 +93,7 @@ def experiment(
     budget: str = typer.Option("1m", "--budget", help="Time for this experiment (e.g. 60s, 2m)."),
     api: str = typer.Option("auto", "--api", help="auto | openai | chat | ollama | llamacpp."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False, help="Bearer token (never printed or saved)."),
+    api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings/predictions."),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store."),

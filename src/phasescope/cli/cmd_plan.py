@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from phasescope.cli._common import console as _console
-from phasescope.cli._common import err_console, print_json
+from phasescope.cli._common import err_console, print_json, print_warnings
 from phasescope.plan.api import PlanOptions, run_plan
 
 console = _console if _console.is_terminal else Console(width=160, soft_wrap=True)
@@ -203,6 +203,7 @@ def plan(
     if json_out:
         print_json(doc)
         return
+    print_warnings(doc.get("warnings"))
     _header(doc)
     mode = doc["mode"]
     if mode == "single":

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 
 
@@ -33,8 +33,7 @@ def probe(
     url: Optional[str] = typer.Argument(None, help="Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."),
     api: str = typer.Option("auto", "--api", help="auto | openai (/v1/completions) | chat (/v1/chat/completions) | ollama | llamacpp."),
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request (default: the server's first model)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", show_default=False,
-                                          help="Bearer key (also $OPENAI_API_KEY); never printed or saved."),
+    api_key: Optional[str] = api_key_option(),
     prompt_tokens: List[str] = typer.Option(["200,2000"], "--prompt-tokens", "-p", help="Prompt sizes in tokens, comma-separated or repeated."),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", help="Output tokens per request (fixed length where the server allows)."),
     repeat: int = typer.Option(3, "--repeat", "-r", help="Requests per prompt size (medians are reported)."),
@@ -71,6 +70,8 @@ def probe(
     from phasescope.cli._gpu import print_gpu
 
     print_gpu(result.get("gpu"))
+    print_host_line(result.get("host"))
+    print_warnings(result.get("warnings"))
 
 
 def register(app: typer.Typer) -> None:

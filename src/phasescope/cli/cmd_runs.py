@@ -77,14 +77,23 @@ def compare(
     set_: bool = typer.Option(False, "--set", help="With --baseline NAME RUN: (re)mark RUN as baseline NAME, no comparison."),
     confidence: float = typer.Option(0.95, "--confidence", help="Confidence of the bootstrap interval."),
     min_change: float = typer.Option(0.01, "--min-change", help="Smallest relative change called better/worse."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="worse: exit 1 when any chosen metric (--metrics) is worse beyond noise (a CI regression gate)."),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Metrics for --fail-on (default all): ttft, ttft_p99, prefill, decode, tpot, itl_p50, itl_p99, e2e, throughput."),
+    fmt: str = typer.Option("table", "--format", help="table (terminal) | md (markdown table for a pull-request comment)."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the two-run report (plots overlaid, verdicts, differences) to this HTML file."),
 ) -> None:
-    """Compare two runs metric by metric: change and a better / worse / within-noise verdict."""
+    """Compare two runs metric by metric: change and a better / worse / within-noise / not-comparable verdict."""
     from phasescope.errors import InputError
-    from phasescope.report.compare import compare_runs, resolve_pair
+    from phasescope.report.compare import compare_runs, gate, parse_metrics, resolve_pair, to_markdown
     from phasescope.report.console import compare_renderable, wide
+
+    if fail_on is not None and fail_on != "worse":
+        raise InputError("--fail-on takes `worse` (exit 1 when a chosen metric is worse beyond noise)")
+    if fmt not in ("table", "md"):
+        raise InputError("--format must be table or md")
+    chosen = parse_metrics(metrics)
 
     if not 0.5 <= confidence < 1:
         raise InputError("--confidence must be in [0.5, 1)")
@@ -100,6 +109,7 @@ def compare(
         return
     cmp = compare_runs(pair.a, st.load_records(pair.a.id), pair.b, st.load_records(pair.b.id),
                        confidence=confidence, min_change=min_change)
+    worse = gate(cmp, chosen)
     if html_out is not None:
         from phasescope.report.html import write_report
 
@@ -109,9 +119,22 @@ def compare(
     if json_out:
         d = cmp.to_dict()
         d["baseline"] = baseline
+        d["gate"] = {"fail_on": fail_on, "metrics": chosen, "worse": [f"{m.metric}" + (f"[{m.group}]" if m.group else "")
+                                                                      for m in worse],
+                     "failed": bool(fail_on and worse)}
         print_json(d)
-        return
-    wide(console).print(compare_renderable(cmp))
+    elif fmt == "md":
+        import sys
+
+        sys.stdout.write(to_markdown(cmp, worse if fail_on else None))
+    else:
+        wide(console).print(compare_renderable(cmp))
+    if fail_on and worse:
+        if not json_out:
+            err_console.print(f"compare: {len(worse)} metric(s) worse beyond noise: "
+                              + ", ".join(f"{m.label}{' [' + m.group + ']' if m.group else ''} {m.change * 100:+.1f} %"
+                                          if m.change is not None else m.label for m in worse), highlight=False)
+        raise typer.Exit(1)
 
 
 def report(

@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._common import api_key_option, console, err_console, print_json
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.errors import InputError
 
@@ -44,7 +44,7 @@ def watch(
     engine: str = typer.Option("auto", "--engine", help="auto | vllm | sglang | tgi | llamacpp."),
     model: Optional[str] = typer.Option(None, "--model", help="Only series with this model_name label."),
     by: Optional[str] = typer.Option(None, "--by", help="Also show one row per value of this label (e.g. model_name, engine)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="PHASESCOPE_API_KEY", help="Bearer key, if /metrics needs one.", show_default=False),
+    api_key: Optional[str] = api_key_option(),
     timeout: float = typer.Option(5.0, "--timeout", help="Seconds to wait for one scrape."),
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),

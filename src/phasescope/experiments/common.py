@@ -30,7 +30,8 @@ class ExperimentInfo:
     n_failed: int = 0
     records_path: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    #: MeasurementWarning objects (legacy strings are read as kind ``note``)
+    warnings: list[Any] = field(default_factory=list)
     #: set when the experiment could not run at all (e.g. no /metrics for ``queue``)
     skipped: str | None = None
 

@@ -50,10 +50,25 @@ class ExplainReport:
     duration_s: float | None = None
     skipped: dict[str, str] = field(default_factory=dict)
     gpu: dict[str, Any] | None = None  # GPU telemetry per phase (metrics/gpu_phases.py); None: no source
+    host: dict[str, Any] | None = None  # CPU contention during the run (phasescope.measure.host)
+    server_build: dict[str, Any] | None = None  # engine build, flags, model file (phasescope.load.hygiene)
+
+    def warnings(self) -> list[dict[str, Any]]:
+        """Every experiment's warnings (prefixed with its name) and ``host_busy``, as dicts."""
+        from phasescope.measure.host import judge
+        from phasescope.measure.warnings import MeasurementWarning, coerce, to_json
+
+        out: list[Any] = list(judge(self.host))
+        for name, r in self.experiments.items():
+            for w in getattr(getattr(r, "info", None), "warnings", None) or []:
+                cw = coerce(w)
+                out.append(MeasurementWarning(cw.kind, f"{name}: {cw.message}", cw.evidence, cw.fix))
+        return to_json(out)
 
     def to_json(self) -> dict[str, Any]:
         d = self.diagnosis.to_dict()
         return to_jsonable({
+            "host": self.host, "warnings": self.warnings(), "server_build": self.server_build,
             "target": self.target, "engine": self.engine, "model": self.model, "api": self.api,
             "budget_s": self.budget_s, "duration_s": self.duration_s, "run_id": self.run_id,
             "records_path": self.records_path,
@@ -200,6 +215,12 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
     return results, skipped
 
 
+def _server_build(det: Any) -> dict[str, Any] | None:
+    from phasescope.load.hygiene import server_build
+
+    return server_build(det)
+
+
 def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str] = NAMES, api: str = "auto",
                 model: str | None = None, model_spec: str | None = None, device: str | None = None,
                 api_key: str | None = None, progress: Callable[[str], None] | None = None, save: bool = True,
@@ -258,10 +279,14 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                     f"/metrics {'yes' if facts.metrics else 'no'}")
                 sink = BackgroundSink(recording.add) if recording is not None else None
                 ctx = RunContext(target=target, session=session, facts=facts, sink=sink, progress=say)
+                from phasescope.measure.host import HostSampler
+
+                host = HostSampler(target.base_url).start()
                 try:
                     results, skipped = await run_suite(ctx, budget_s, names, weight_bytes=w, kv_bytes_per_token=kv,
                                                        model_source=msrc)
                 finally:
+                    host_d = host.stop()
                     await ctx.close()
                     if sink is not None:
                         sink.close()  # every record is on disk before the run is finished
@@ -277,7 +302,8 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                 target=target.display_url, engine=target.engine, model=target.model, api=target.api,
                 budget_s=budget_s, facts=facts, calibration=ctx.calib, experiments=results, diagnosis=diag,
                 ceilings=ceil, run_id=getattr(recording, "id", None), records_path=rp,
-                duration_s=time.monotonic() - t_start, skipped=skipped, gpu=gpu_doc)
+                duration_s=time.monotonic() - t_start, skipped=skipped, gpu=gpu_doc, host=host_d,
+                server_build=_server_build(det))
             if recording is not None:
                 recording.finish(report.to_json())
             return report

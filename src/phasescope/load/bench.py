@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import secrets
 import signal
 import threading
 from dataclasses import asdict, dataclass, field
@@ -74,6 +75,8 @@ class BenchConfig:
     prefix_len: int = 0
     prefix_groups: int = 1
     ignore_eos: bool = True
+    engine_flags: str | None = None  # --engine-flags: how the server was started, as the user says (compare reads it)
+    reuse_prompts: bool = False  # --reuse-prompts: same prompt texts for the same seed, run after run (the cache on purpose)
     # analysis / output
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     goodput: dict[str, float] = field(default_factory=dict)
@@ -129,8 +132,10 @@ ProgressFn = Callable[[RequestRecord | tuple[Any, ...]], None]
 
 
 async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
-                      per_request_lengths: list[tuple[int | None, int | None]] | None = None) -> list[WorkItem]:
-    """The workload for ``n`` requests (see :mod:`phasescope.load.workload`)."""
+                      per_request_lengths: list[tuple[int | None, int | None]] | None = None,
+                      run_salt: str | None = None) -> list[WorkItem]:
+    """The workload for ``n`` requests (see :mod:`phasescope.load.workload`). ``run_salt``: this
+    run's salt for the random prompts' texts (None: the seed's own prompts, ``--reuse-prompts``)."""
     from phasescope.load.prompting import prompt_maker_for
 
     maker = await prompt_maker_for(session, target)
@@ -140,12 +145,12 @@ async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
             items = []
             for i, (il, ol) in enumerate(per_request_lengths):
                 one = await random_workload(1, input_len=il or cfg.input_len, output_len=ol or cfg.output_len or 64,
-                                            maker=maker, seed=cfg.seed * 7_919 + i)
+                                            maker=maker, seed=cfg.seed * 7_919 + i, run_salt=run_salt)
                 items.extend(one)
             return items
         return await random_workload(n, input_len=cfg.input_len, output_len=cfg.output_len or 64, maker=maker,
                                      range_ratio=cfg.range_ratio, prefix_len=cfg.prefix_len,
-                                     prefix_groups=cfg.prefix_groups, seed=cfg.seed)
+                                     prefix_groups=cfg.prefix_groups, seed=cfg.seed, run_salt=run_salt)
     if not cfg.dataset_path:
         raise InputError(f"--dataset {cfg.dataset} needs --dataset-path FILE")
     if cfg.dataset == "sharegpt":
@@ -210,25 +215,29 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
             return _run_on_target(cfg, tgt, on_record, status, stop)
     status("resolving target" if cfg.url else "starting the embedded engine")
     ekw = {"parallel": cfg.engine_parallel} if cfg.url is None else None
-    with open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
-                     engine_kwargs=ekw) as tgt:
-        return _run_on_target(cfg, tgt, on_record, status, stop)
+    ot = open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
+                     engine_kwargs=ekw)
+    with ot as tgt:
+        from phasescope.load.hygiene import server_build
+
+        return _run_on_target(cfg, tgt, on_record, status, stop, build=server_build(ot.detected))
 
 
 def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | None, status: Callable[[str], None],
-                   stop: threading.Event | None) -> BenchResult:
+                   stop: threading.Event | None, build: dict[str, Any] | None = None) -> BenchResult:
     stop = stop or threading.Event()
     sched = make_schedule(cfg)
     n_items = max(1, len(sched.requests)) + len(sched.warmups)  # warm-ups use items after the measured ones
     lengths = ([(r.input_len, r.output_len) for r in sched.requests] + [(None, None)] * len(sched.warmups)
                if cfg.shape == "trace" else None)
     status(f"building {n_items} prompts")
+    run_salt = None if cfg.reuse_prompts else secrets.token_hex(6)
 
     async def _items() -> list[WorkItem]:
         from phasescope.apis import new_session
 
         async with new_session() as s:
-            return await build_items(cfg, target, s, n_items, lengths)
+            return await build_items(cfg, target, s, n_items, lengths, run_salt=run_salt)
 
     items = asyncio.run(_items())
 
@@ -265,6 +274,9 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     if gpu_rec is not None:  # GPU telemetry, if any: none → the summary has no "gpu" key at all
         gpu_rec.start()
     status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
+    from phasescope.measure.host import HostSampler
+
+    host = HostSampler(getattr(target, "base_url", None)).start()
     try:
         if cfg.ray:
             from phasescope.load.ray_runner import run_bench_ray
@@ -275,6 +287,7 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
         else:
             res = _run_multi(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder)
     except BaseException:
+        host.stop()
         if recorder is not None:
             recorder.stop()
         if gpu_rec is not None:
@@ -291,7 +304,12 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
             for row in one.timeline:
                 row["t_s"] = row["wall_s"] - res.wall_t0_ns / 1e9
 
-    summary = assemble_summary(cfg, target, res, server, sched)
+    host_d = host.stop()
+    summary = assemble_summary(cfg, target, res, server, sched, host=host_d)
+    summary["prompt_salt"] = run_salt
+    if cfg.engine_flags:
+        build = dict(build or {}, user_flags=cfg.engine_flags)
+    summary["server_build"] = build
     summary["run_id"] = run_id
     if gpu_rec is not None:
         from phasescope.metrics.gpu_phases import finish_section
@@ -428,7 +446,7 @@ def _restore_sigint(prev: Any) -> None:
 
 
 def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: ServerMetricsResult | None,
-                     sched: Schedule) -> dict[str, Any]:
+                     sched: Schedule, host: dict[str, Any] | None = None) -> dict[str, Any]:
     """Header keys as vLLM writes them, then :func:`summarize`, then phasescope's sections."""
     head: dict[str, Any] = {
         "schema": SCHEMA,
@@ -460,13 +478,24 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
     head["stop_reason"] = (res.aborted or ("interrupted (Ctrl-C)" if res.interrupted else None)
                            or ("duration reached" if res.hit_duration else None))
     head["runner_health"] = asdict(res.health)
-    warn = health_warnings(res.health, workers=cfg.workers, achieved_rate=s.get("achieved_rate"),
-                           requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None)
-    head["warnings"] = warn + list(s.get("count_warnings", []))
+    warn: list[Any] = list(health_warnings(res.health, workers=cfg.workers, achieved_rate=s.get("achieved_rate"),
+                                           requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None))
+    warn += list(s.get("count_warnings", []))
     if server is not None:
         head["server_metrics"] = server.to_dict()
         head["ttft_client_vs_server"] = compare_ttft(s, server.summary) if server.available else None
     else:
         head["server_metrics"] = None
         head["ttft_client_vs_server"] = None
+    from phasescope.load.hygiene import bench_warnings, prefix_cache_section
+    from phasescope.measure.host import judge
+    from phasescope.measure.warnings import to_json
+
+    head["reuse_prompts"] = cfg.reuse_prompts
+    head["prefix_cache"] = prefix_cache_section(cfg, res.records, head["server_metrics"])
+    head["prefix_cache_hit_rate"] = head["prefix_cache"]["hit_rate"]
+    head["host"] = host
+    warn += bench_warnings(cfg, head, res.records, res.warmup_records)
+    warn += judge(host)
+    head["warnings"] = to_json(warn)
     return head

@@ -38,8 +38,10 @@ class WordPromptMaker:
     """``n`` random common words with a leading space each; ``source="estimate"``."""
 
     source = "estimate"
+    #: tokens the server adds to every prompt of this maker (BOS, chat template); see :func:`measure_overhead`
+    overhead = 0
 
-    async def make(self, n_tokens: int, salt: int) -> tuple[str, list[int] | None]:
+    async def make(self, n_tokens: int, salt: int, *, first: bool = True) -> tuple[str, list[int] | None]:
         rng = random.Random(salt)
         return "".join(" " + rng.choice(WORDS) for _ in range(n_tokens)), None
 
@@ -56,6 +58,7 @@ class TokenizePromptMaker:
         self.flavor = flavor  # "content" | "prompt" | "inputs"
         self.send_ids = send_ids
         self.source = "tokenize" if send_ids else "calibrated"
+        self.overhead = 0  # tokens the server adds beyond what make() returns (measure_overhead)
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         async with self.session.post(self.target.base_url + path, json=body, headers=self.target.headers(),
@@ -64,12 +67,12 @@ class TokenizePromptMaker:
                 raise RuntimeError(f"{path} answered HTTP {resp.status}")
             return await resp.json(content_type=None)
 
-    async def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, text: str, *, special: bool = False) -> list[int]:
         body: dict[str, Any] = {self.flavor: text}
         if self.flavor == "content":
-            body["add_special"] = False
+            body["add_special"] = special
         elif self.flavor == "prompt":
-            body["add_special_tokens"] = False
+            body["add_special_tokens"] = special
             if self.target.model:
                 body["model"] = self.target.model
         d = await self._post("/tokenize", body)
@@ -89,12 +92,16 @@ class TokenizePromptMaker:
             return str(v) if v is not None else None
         return None
 
-    async def make(self, n_tokens: int, salt: int) -> tuple[str, list[int] | None]:
+    async def make(self, n_tokens: int, salt: int, *, first: bool = True) -> tuple[str, list[int] | None]:
+        """``n_tokens`` ids; with ``first`` (the prompt starts here) the server's special tokens
+        (BOS) are included, as the server counts them (``usage.prompt_tokens``); a part appended
+        after a shared prefix (``first=False``) has none."""
         rng = random.Random(salt)
         words = max(8, int(n_tokens * 1.3) + 4)
+        special = first and self.send_ids
         while True:
             text = "".join(" " + rng.choice(WORDS) for _ in range(words))
-            ids = await self.tokenize(text)
+            ids = await self.tokenize(text, special=special)
             if len(ids) >= n_tokens:
                 break
             words *= 2
@@ -103,7 +110,25 @@ class TokenizePromptMaker:
             shown = await self.detokenize(ids)
             return (shown if shown is not None else text), ids
         shown = await self.detokenize(ids)
-        return (shown if shown is not None else text), None
+        if shown is None:  # no /detokenize: cut the text itself, by words, to n tokens
+            shown = await self._fit_words(text, n_tokens)
+        return shown, None
+
+    async def _fit_words(self, text: str, n_tokens: int) -> str:
+        """The longest word prefix of ``text`` that tokenizes to at most ``n_tokens`` (binary search)."""
+        words = text.split(" ")[1:]  # text is " w1 w2 ..."
+        lo, hi, best = 1, len(words), " " + words[0]
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            cand = "".join(" " + w for w in words[:mid])
+            k = len(await self.tokenize(cand))
+            if k <= n_tokens:
+                best, lo = cand, mid + 1
+            else:
+                hi = mid - 1
+            if k == n_tokens:
+                break
+        return best
 
     async def count(self, text: str) -> int | None:
         try:
@@ -124,8 +149,9 @@ class CalibratedPromptMaker:
 
         self._pb = PromptBuilder(session, target, seed=seed)
         self.source = "calibrated"
+        self.overhead = 0  # the calibration fits the server's own count, overhead included
 
-    async def make(self, n_tokens: int, salt: int) -> tuple[str, list[int] | None]:
+    async def make(self, n_tokens: int, salt: int, *, first: bool = True) -> tuple[str, list[int] | None]:
         p = await self._pb.build(n_tokens, nonce=f"[#{10**7 + salt % (9 * 10**7)}]")
         self.source = p.source
         return p.text, p.token_ids
@@ -153,6 +179,7 @@ async def prompt_maker_for(session: aiohttp.ClientSession, target: Target, *,
             except Exception:
                 continue
             if ids:
+                await measure_overhead(session, target, m)
                 return m
     if calibrate:
         try:
@@ -162,3 +189,31 @@ async def prompt_maker_for(session: aiohttp.ClientSession, target: Target, *,
         except Exception:
             pass
     return WordPromptMaker()
+
+
+#: the id prefix (``X-Request-Id``) of the one request :func:`measure_overhead` sends before a run
+OVERHEAD_ID = "overhead-check"
+
+
+async def measure_overhead(session: aiohttp.ClientSession, target: Target, maker: TokenizePromptMaker) -> int:
+    """Tokens the server counts beyond the prompt ``maker`` builds (BOS on a text prompt, a chat
+    template's role tokens), from one 1-token request: ``usage.prompt_tokens − len(built)``.
+    Stored as ``maker.overhead`` and subtracted from every prompt, so ``--input-len L`` is L tokens
+    as the server counts them. 0 when the server reports no count (nothing to correct by)."""
+    from phasescope.apis import get_client
+    from phasescope.apis.base import GenRequest
+
+    n = 16
+    try:
+        text, ids = await maker.make(n, salt=random.SystemRandom().randrange(1 << 30))
+        built = len(ids) if ids is not None else len(await maker.tokenize(text, special=False))
+        req = GenRequest(prompt=text, max_tokens=1, prompt_token_ids=ids, stream=False, ignore_eos=False,
+                         id=f"{OVERHEAD_ID}-{random.SystemRandom().randrange(1 << 32):08x}", tags={"calibration": True})
+        rec = await get_client(target.api).send(session, target, req)
+    except Exception:  # noqa: BLE001 - a failed check leaves the lengths as built
+        return 0
+    if not rec.ok or rec.prompt_tokens is None or rec.prompt_tokens_source not in ("usage", "server"):
+        return 0
+    extra = int(rec.prompt_tokens) - built
+    maker.overhead = extra if 0 <= extra <= 64 else 0
+    return maker.overhead

@@ -66,6 +66,7 @@ from typing import Any, Callable, Sequence
 from phasescope.apis.base import Target
 from phasescope.errors import InputError, PhasescopeError, TargetError
 from phasescope.load.bench import _Fanout, _install_sigint, _restore_sigint
+from phasescope.measure.warnings import MeasurementWarning
 from phasescope.load.runner import BackgroundWriter, RunnerHealth, RunResult, health_warnings, run_load
 from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workers import _result_meta, resolve_send, split_concurrency
@@ -575,7 +576,8 @@ def _merge(res: RayRunResult, actors: list[ActorState], schedule: Schedule, t0_d
         if h is not None:
             healths.append(h)
             for w in health_warnings(h, workers=len(actors)):
-                res.actor_warnings.append(f"Ray actor {a.name} ({a.info.get('node_ip')}): {w}")
+                res.actor_warnings.append(MeasurementWarning(
+                    w.kind, f"Ray actor {a.name} ({a.info.get('node_ip')}): {w.message}", w.evidence, w.fix))
         res.scheduled += int(m.get("scheduled", 0))
         res.sent += int(m.get("sent", 0))
         res.cancelled += int(m.get("cancelled", 0))
@@ -625,7 +627,9 @@ def add_ray_summary(summary: dict[str, Any], res: RunResult) -> None:
         return
     summary["ray"] = res.ray
     summary["workers"] = res.ray.get("n_actors", summary.get("workers"))
-    summary["warnings"] = list(summary.get("warnings") or []) + res.actor_warnings
+    from phasescope.measure.warnings import to_json
+
+    summary["warnings"] = to_json(list(summary.get("warnings") or []) + res.actor_warnings)
 
 
 def run_bench_ray(cfg: Any, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Any, recording: Any,

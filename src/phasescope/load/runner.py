@@ -39,6 +39,7 @@ from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RecordWriter, RequestRecord
+from phasescope.measure.warnings import MeasurementWarning
 
 SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
 OnRecord = Callable[[RequestRecord], None]
@@ -147,27 +148,37 @@ class HealthMonitor:
 
 
 def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float | None = None,
-                    requested_rate: float | None = None) -> list[str]:
+                    requested_rate: float | None = None) -> list[MeasurementWarning]:
     """Hyperfine-style warnings: what happened, why it matters, what to change."""
-    out: list[str] = []
+    out: list[MeasurementWarning] = []
+    more = f"--workers {max(2, workers * 2)}"
     if h.loop_lag_ms_p99 is not None and h.loop_lag_ms_p99 > 5.0:
-        out.append(
+        out.append(MeasurementWarning(
+            "client_saturated",
             f"The client's event loop lagged {h.loop_lag_ms_p99:.1f} ms at p99 (max {h.loop_lag_ms_max:.1f} ms): "
-            "token timestamps may include client delay, so TTFT/ITL can read high. "
-            f"Spread the load with --workers {max(2, workers * 2)} or lower the concurrency.")
+            "token timestamps may include client delay, so TTFT/ITL can read high.",
+            {"loop_lag_ms_p99": h.loop_lag_ms_p99, "loop_lag_ms_max": h.loop_lag_ms_max, "threshold_ms": 5.0},
+            f"spread the load with {more} or lower the concurrency"))
     if h.cpu_percent is not None and h.cpu_percent > 85.0:
-        out.append(
-            f"The client used {h.cpu_percent:.0f}% of a CPU core: it is near saturation and may be skewing "
-            f"latencies. Use --workers {max(2, workers * 2)}.")
+        out.append(MeasurementWarning(
+            "client_saturated",
+            f"The client used {h.cpu_percent:.0f}% of a CPU core: it is near saturation and may be skewing latencies.",
+            {"cpu_percent": h.cpu_percent, "threshold_percent": 85.0}, f"use {more}"))
     if h.send_lag_ms_p99 is not None and h.send_lag_ms_p99 > 10.0:
-        out.append(
+        out.append(MeasurementWarning(
+            "client_saturated",
             f"Requests left {h.send_lag_ms_p99:.1f} ms late at p99 (max {h.send_lag_ms_max:.1f} ms) versus their "
-            "schedule: the offered load was lower than requested. Use --workers or a lower --request-rate.")
+            "schedule: the offered load was lower than requested.",
+            {"send_lag_ms_p99": h.send_lag_ms_p99, "send_lag_ms_max": h.send_lag_ms_max, "threshold_ms": 10.0},
+            "use --workers or a lower --request-rate"))
     if (achieved_rate is not None and requested_rate is not None and math.isfinite(requested_rate)
             and requested_rate > 0 and achieved_rate < 0.9 * requested_rate):
-        out.append(
+        out.append(MeasurementWarning(
+            "rate_not_reached",
             f"Achieved send rate {achieved_rate:.2f} req/s is below the requested {requested_rate:.2f} req/s "
-            "(a --max-concurrency cap, a slow server or a busy client held requests back).")
+            "(a --max-concurrency cap, a slow server or a busy client held requests back).",
+            {"achieved_rate": achieved_rate, "requested_rate": requested_rate},
+            "raise --max-concurrency, or use --workers when the client is busy"))
     return out
 
 
@@ -206,7 +217,8 @@ def make_request(item: WorkItem, sr: ScheduledRequest, *, run_id: str, ignore_eo
         stream=True,
         ignore_eos=ignore_eos,
         id=f"{run_id}-{prefix}{sr.index}",
-        tags={"index": sr.index, "item": sr.item, **({"group": item.group} if item.group is not None else {})},
+        tags={"index": sr.index, "item": sr.item, "prompt_source": item.input_len_source,
+              **({"group": item.group} if item.group is not None else {})},
         extra_body=dict(extra_body or {}),
     )
 

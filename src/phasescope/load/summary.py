@@ -41,6 +41,7 @@ from phasescope.errors import InputError
 from phasescope.measure import derive
 from phasescope.measure.derive import client_output_count
 from phasescope.measure.records import RequestRecord
+from phasescope.measure.warnings import MeasurementWarning
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
@@ -226,6 +227,7 @@ def summarize(
     out_compared = 0
     in_mismatch = 0
     in_compared = 0
+    in_diffs: list[int] = []
     for r in ok:
         n_out, src_out = _output_tokens(r)
         n_in, src_in = _input_tokens(r)
@@ -238,10 +240,17 @@ def summarize(
             out_compared += 1
             if abs(cc - n_out) > max(1, count_tolerance * n_out):
                 out_mismatch += 1
-        if r.prompt_tokens is not None and r.prompt_tokens_requested is not None:
+        if (r.prompt_tokens is not None and r.prompt_tokens_requested is not None
+                and r.prompt_tokens_source in ("usage", "server")):
             in_compared += 1
-            if abs(r.prompt_tokens - r.prompt_tokens_requested) > max(1, count_tolerance * r.prompt_tokens_requested):
+            # a prompt sent as token ids has an exact length: any difference is a mismatch;
+            # a text prompt's length was calibrated, so a few percent is within what was promised
+            exact = (r.tags or {}).get("prompt_source") in ("tokenize", "tokenizer")
+            tol = 0 if exact else max(1, count_tolerance * r.prompt_tokens_requested)
+            d_in = r.prompt_tokens - r.prompt_tokens_requested
+            if abs(d_in) > tol:
                 in_mismatch += 1
+                in_diffs.append(d_in)
         t = derive.ttft_s(r)
         e = derive.e2e_s(r)
         if t is not None:
@@ -313,19 +322,31 @@ def summarize(
     out["achieved_rate"] = achieved
 
     out["token_count_source"] = {"output": dict(out_sources), "input": dict(in_sources)}
-    warnings: list[str] = []
+    warnings: list[MeasurementWarning] = []
     if out_compared and out_mismatch:
-        warnings.append(
+        warnings.append(MeasurementWarning(
+            "token_count_mismatch",
             f"Output token counts disagree for {out_mismatch} of {out_compared} requests: the server's usage "
-            "count differs from the tokens the client saw streamed. Throughput and TPOT use the server's count.")
+            "count differs from the tokens the client saw streamed. Throughput and TPOT use the server's count.",
+            {"which": "output", "mismatched": out_mismatch, "compared": out_compared},
+            "check the server's usage counting (speculative decoding, stream interval) before trusting per-token rates"))
     if in_compared and in_mismatch:
-        warnings.append(
+        diffs = sorted(set(in_diffs))
+        shown = ", ".join(f"{d:+d}" for d in diffs[:5]) + (" …" if len(diffs) > 5 else "")
+        warnings.append(MeasurementWarning(
+            "token_count_mismatch",
             f"Prompt token counts disagree for {in_mismatch} of {in_compared} requests: usage.prompt_tokens differs "
-            "from the length the prompt was built to. Input throughput uses the server's count.")
+            f"from the length that was asked for (server − asked: {shown} tokens). Input throughput uses the "
+            "server's count.",
+            {"which": "prompt", "mismatched": in_mismatch, "compared": in_compared, "differences": diffs[:20]},
+            "use an API that takes token ids (--api openai on vLLM, SGLang, llama.cpp) for exact prompt lengths"))
     if "events" in out_sources and len(out_sources) == 1 and ok:
-        warnings.append("The server sent no usage counts: output tokens were counted from streamed events "
-                        "(one event = one token unless the event said otherwise).")
-    out["count_warnings"] = warnings
+        warnings.append(MeasurementWarning(
+            "no_server_counts",
+            "The server sent no usage counts: output tokens were counted from streamed events "
+            "(one event = one token unless the event said otherwise).",
+            {"requests": len(ok)}, None))
+    out["count_warnings"] = [w.to_dict() for w in warnings]
     out["percentiles"] = list(pct)
     return out
 

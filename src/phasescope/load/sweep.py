@@ -61,6 +61,7 @@ def table_row(profile: str, requested: float | None, s: dict[str, Any], slo: dic
     for c in TABLE_COLUMNS[2:-1]:
         row[c] = s.get(c)
     row["within_slo"] = within_slo(s, slo)
+    row["warnings"] = list(s.get("warnings") or [])
     return row
 
 
@@ -74,9 +75,16 @@ class SweepResult:
     partial: bool = False
 
     def to_dict(self) -> dict[str, Any]:
+        from phasescope.measure.warnings import MeasurementWarning, coerce, to_json
+
+        ws = []  # every step's warnings, each saying which step it is from
+        for r in self.rows:
+            for w in r.get("warnings") or []:
+                cw = coerce(w)
+                ws.append(MeasurementWarning(cw.kind, f"{r['profile']} step: {cw.message}", cw.evidence, cw.fix))
         return {"schema": "phasescope.bench.sweep/1", "slo_ms": self.slo, "knee": self.knee,
                 "saturation_rate": self.saturation_rate, "rows": self.rows, "runs": self.runs,
-                "partial": self.partial}
+                "partial": self.partial, "warnings": to_json(ws)}
 
 
 def find_knee(rows: list[dict[str, Any]], slo: dict[str, float]) -> dict[str, Any] | None:

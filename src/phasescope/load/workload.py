@@ -49,7 +49,7 @@ class PromptMaker(Protocol):
 
     source: str
 
-    async def make(self, n_tokens: int, salt: int) -> tuple[str, list[int] | None]: ...
+    async def make(self, n_tokens: int, salt: int, *, first: bool = True) -> tuple[str, list[int] | None]: ...
 
     async def count(self, text: str) -> int | None: ...
 
@@ -79,8 +79,16 @@ async def random_workload(
     prefix_len: int = 0,
     prefix_groups: int = 1,
     seed: int = 0,
+    run_salt: str | None = None,
 ) -> list[WorkItem]:
-    """``n`` prompts of exact lengths (prefix + unique part = drawn input length + prefix_len)."""
+    """``n`` prompts of exact lengths (prefix + unique part = drawn input length + prefix_len).
+
+    ``seed`` fixes the drawn lengths (and, through the schedule, the arrival times); ``run_salt``
+    (the run id) changes every prompt's *text*, so a repeated run with the same seed is not a
+    prefix-cache hit of the previous one. ``run_salt=None`` (``--reuse-prompts``) gives the same
+    prompts for the same seed, run after run. Within one run, requests of one prefix group still
+    share their prefix. A maker's ``overhead`` (tokens the server adds: BOS on text, a chat
+    template) is subtracted from each prompt, so the server counts the drawn length."""
     if n < 1:
         raise InputError("the workload needs at least one request")
     if input_len < 1 or output_len < 1:
@@ -90,13 +98,15 @@ async def random_workload(
     rng = random.Random(seed)
     in_lens = draw_lengths(n, input_len, range_ratio, rng)
     out_lens = draw_lengths(n, output_len, range_ratio if output_range_ratio is None else output_range_ratio, rng)
+    overhead = int(getattr(maker, "overhead", 0) or 0)
     prefixes: list[tuple[str, list[int] | None]] = []
     for g in range(prefix_groups if prefix_len else 0):
-        prefixes.append(await maker.make(prefix_len, salt=seed * 1_000_003 + 7_919 * (g + 1)))
+        prefixes.append(await maker.make(max(1, prefix_len - overhead), salt=prompt_salt(seed, run_salt, "p", g)))
     items: list[WorkItem] = []
     for i in range(n):
         g = i % prefix_groups if prefix_len else None
-        text, ids = await maker.make(in_lens[i], salt=seed * 1_000_003 + 104_729 * (i + 1) + 13)
+        n_unique = in_lens[i] if g is not None else max(1, in_lens[i] - overhead)
+        text, ids = await maker.make(n_unique, salt=prompt_salt(seed, run_salt, "u", i), first=g is None)
         if g is not None:
             ptext, pids = prefixes[g]
             text = ptext + text
@@ -112,6 +122,17 @@ async def random_workload(
             )
         )
     return items
+
+
+def prompt_salt(seed: int, run_salt: str | None, part: str, i: int) -> int:
+    """The salt of prompt part ``part`` number ``i``: the seed's own (``run_salt=None``, the old
+    reproducible prompts) or a hash of seed, run salt and position (unique per run)."""
+    if run_salt is None:
+        return seed * 1_000_003 + (7_919 * (i + 1) if part == "p" else 104_729 * (i + 1) + 13)
+    import hashlib
+
+    h = hashlib.blake2b(f"{seed}:{run_salt}:{part}:{i}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big")
 
 
 def _load_json(path: Path) -> Any:

@@ -32,6 +32,8 @@ KINDS: dict[str, str] = {
     "request_errors": "some requests failed",
     "overrun": "the server sent more output than was asked for",
     "gpu_telemetry": "GPU telemetry was missing, too coarse or stale to set against the phases",
+    "rate_not_reached": "the load generator sent requests slower than the requested rate",
+    "no_server_counts": "the server reported no token counts; the client counted or estimated them",
     "note": "an observation that fits no other kind",
 }
 

@@ -78,7 +78,19 @@ class WatchState:
             out["groups"] = self.groups
         if self.slots is not None:
             out.update(self.slots.to_json(self.summary.get("waiting")))
+        out["warnings"] = self.warnings()
         return out
+
+    def warnings(self) -> list[dict[str, Any]]:
+        """Measurement warnings (not alerts about the server): rates need two scrapes."""
+        from phasescope.measure.warnings import MeasurementWarning, to_json
+
+        out = []
+        if len(self.timeline) < 2:
+            out.append(MeasurementWarning(
+                "too_few_samples", f"{len(self.timeline)} scrape(s) so far: rates and percentiles need two scrapes "
+                "of the counters.", {"scrapes": len(self.timeline)}, "watch for longer than one --interval"))
+        return to_json(out)
 
 
 def _iso(wall_s: float) -> str:

@@ -216,6 +216,10 @@ def run_plan(o: PlanOptions) -> dict[str, Any]:
         doc["summary"] = out["summary"]
         doc["timeseries"] = out["timeseries"]
     doc["sim_wall_s"] = time.perf_counter() - t0
+    from phasescope.load.hygiene import calibration_warnings
+
+    doc["warnings"] = calibration_warnings(o.calibrate_from, load_calibration_records(o.calibrate_from)
+                                           if o.calibrate_from else None)
     doc["run_id"] = _save(doc, spec, res, o) if o.save else None
     return doc
 
@@ -236,6 +240,7 @@ def _save(doc: dict[str, Any], spec: PlanSpec, res: SimResult | None, o: PlanOpt
                                   limit=o.records_limit, tags={"plan_mode": doc["mode"]}):
                 run.add(rec)
         summary = dict(doc.get("summary") or {})
+        summary["warnings"] = doc.get("warnings") or []
         for k in ("sweep", "capacity"):
             if k in doc:
                 summary[k] = doc[k]

@@ -7,7 +7,10 @@ record as it completes, and returns the result object that ``probe --json`` prin
     {"target", "api", "engine", "engine_version", "model",
      "sizes": [{"prompt_tokens", "ttft_s", "ttft_net_s", "prefill_tok_s", "decode_tok_s",
                 "itl_p50_s", "itl_p99_s", "server", ...}],
-     "verdict", "warmup", "ceilings", "ceilings_note", "plan", "run_id", "records_path"}
+     "verdict", "warmup", "ceilings", "ceilings_note", "plan", "host", "warnings", "run_id", "records_path"}
+
+``host`` is the machine's CPU contention during the run (:mod:`phasescope.measure.host`);
+``warnings`` the run's :class:`~phasescope.measure.warnings.MeasurementWarning` list as dicts.
 """
 
 from __future__ import annotations
@@ -113,10 +116,16 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
 
         exc_info: tuple[Any, Any, Any] = (None, None, None)
         try:
+            from phasescope.measure.host import HostSampler
+
             async with new_session(connect_timeout_s=target.timeouts.connect_s) as session:
                 if gpu is not None:
                     gpu.start()
-                run = await run_probe(target, plan, on_record=on_record, progress=say, session=session)
+                host = HostSampler(target.base_url).start()
+                try:
+                    run = await run_probe(target, plan, on_record=on_record, progress=say, session=session)
+                finally:
+                    host_d = host.stop()
                 result: dict[str, Any] = {
                     "target": target.display_url, "api": target.api, "engine": target.engine,
                     "engine_version": target.engine_version, "model": target.model,
@@ -144,6 +153,13 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
 
                     result["gpu"] = probe_section(gpu, run.records, result, device)
             result["plan"] = params
+            result["host"] = host_d
+            from phasescope.load.hygiene import server_build
+
+            result["server_build"] = server_build(ot.detected)
+            from phasescope.probe.summary import probe_warnings
+
+            result["warnings"] = probe_warnings(result, run, host_d, result.get("warnings"))
             result["records_path"] = str(recording.records_path) if recording is not None else str(out_path / "records.jsonl")
             result["run_id"] = recording.id if recording is not None else None
             if out_path is not None:

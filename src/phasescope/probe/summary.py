@@ -149,3 +149,47 @@ def warmup_summary(warm: RequestRecord | None, sizes: list[dict[str, Any]]) -> d
         "cold_start_s": (t - steady) if (t is not None and steady is not None) else None,
         "load_s": load,
     }
+
+
+def probe_warnings(result: dict[str, Any], run: Any, host: dict[str, Any] | None,
+                   earlier: Any = None) -> list[dict[str, Any]]:
+    """The probe's self-checks, as ``--json`` ``warnings`` (dicts): host contention, prompt lengths
+    the server counted differently, too few repeats for a spread, and a cold first request."""
+    from phasescope.measure.host import judge
+    from phasescope.measure.warnings import MeasurementWarning, to_json
+
+    out: list[Any] = list(earlier or [])
+    out += judge(host)
+    diffs: dict[int, list[int]] = {}
+    for r in run.records:
+        n = (r.tags or {}).get("prompt_tokens_target")
+        exact = (r.tags or {}).get("prompt_source") == "tokenizer"
+        if (r.ok and n is not None and r.prompt_tokens is not None and r.prompt_tokens_source in ("usage", "server")
+                and r.prompt_tokens != n and (exact or abs(r.prompt_tokens - n) > max(1, 0.05 * n))):
+            diffs.setdefault(int(n), []).append(int(r.prompt_tokens))
+    if diffs:
+        shown = "; ".join(f"asked {n}, server counted {', '.join(map(str, sorted(set(v))))}" for n, v in sorted(diffs.items()))
+        out.append(MeasurementWarning(
+            "token_count_mismatch",
+            f"The server counted other prompt lengths than were asked for ({shown}): prefill rates use the "
+            "server's count.", {"by_size": {str(k): v for k, v in diffs.items()}},
+            "use an API with a tokenizer endpoint and token-id prompts (--api openai on vLLM, SGLang, llama.cpp)"))
+    if run.plan.repeat < 3:
+        out.append(MeasurementWarning(
+            "too_few_samples",
+            f"--repeat {run.plan.repeat}: a median of fewer than 3 requests per size has no spread to judge "
+            "noise by.", {"repeat": run.plan.repeat}, "use --repeat 3 or more"))
+    if not run.plan.warmup and run.records:
+        first = run.records[0]
+        same = [D.ttft_s(r) for r in run.records[1:] if (r.tags or {}).get("prompt_tokens_target")
+                == (first.tags or {}).get("prompt_tokens_target")]
+        same = [x for x in same if x is not None]
+        t0 = D.ttft_s(first)
+        if t0 is not None and same and t0 > 3 * statistics.median(same) and t0 - statistics.median(same) > 0.05:
+            out.append(MeasurementWarning(
+                "cold_start",
+                f"The first request's TTFT ({t0 * 1000:.0f} ms) was {t0 / statistics.median(same):.1f}× the later "
+                "ones of its size, with no warm-up: the median still holds, but the spread does not.",
+                {"first_ttft_ms": t0 * 1000, "median_others_ms": statistics.median(same) * 1000},
+                "drop --no-warmup"))
+    return to_json(out)

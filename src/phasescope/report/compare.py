@@ -17,6 +17,23 @@ Verdict: ``better`` / ``worse`` when the interval excludes zero *and* the change
 The comparison warns when the runs differ in something other than the parameter under test:
 model, engine or its version, device, API, target, kind, requested prompt/output lengths, several
 parameters at once, or when a run is partial.
+
+It also refuses to be fooled (:func:`comparability`): when the two runs differ *beyond noise* in
+something that moves the numbers by itself, the affected verdicts read ``not comparable`` instead
+of better/worse, and the reason is said first:
+
+* prefix-cache hit rate (per request ``cached_tokens`` / ``cache_n``, or the bench summary's
+  ``prefix_cache_hit_rate``) differs by more than :data:`HIT_RATE_NOISE` → TTFT, TTFT p99,
+  prefill tok/s and E2E;
+* host contention (``host.during.other_cpu_share``, :mod:`phasescope.measure.host`): one run above
+  the ``host_busy`` threshold and the two more than :data:`HOST_NOISE` apart → every metric;
+* engine build (version, ``/props`` ``build_info``), its flags (slots, context: ``server_build``)
+  or the model file (path, size, quantization) → every metric;
+* the server's prompt token counts differ by more than :data:`COUNT_NOISE` → the prefill side;
+  output token counts → E2E and throughput.
+
+``gate(cmp, metrics)`` lists the chosen metrics whose verdict is ``worse`` — ``compare --fail-on
+worse`` exits 1 when there is any; :func:`to_markdown` renders the table for a pull-request comment.
 """
 
 from __future__ import annotations
@@ -29,6 +46,7 @@ import numpy as np
 
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import bootstrap_median_diff, median
+from phasescope.measure.warnings import MeasurementWarning, to_json
 from phasescope.report.samples import (
     METRICS,
     Group,
@@ -43,7 +61,25 @@ from phasescope.report.samples import (
 from phasescope.report.store import RunInfo
 
 MIN_SAMPLES = 3
-VERDICTS = ("better", "worse", "within noise", "too few samples")
+#: a tail percentile (TTFT p99) needs this many requests per side
+MIN_TAIL_SAMPLES = 20
+VERDICTS = ("better", "worse", "within noise", "too few samples", "not comparable")
+#: prefix-cache hit rates further apart than this (absolute) make TTFT-side verdicts not comparable
+HIT_RATE_NOISE = 0.05
+#: host contention shares further apart than this (with one run above the host_busy threshold)
+HOST_NOISE = 0.10
+#: relative difference of the mean server-counted token counts beyond which the runs differ
+COUNT_NOISE = 0.01
+PREFILL_SIDE = frozenset({"ttft_s", "ttft_p99_s", "prefill_tok_s", "e2e_s"})
+OUTPUT_SIDE = frozenset({"e2e_s", "throughput_tok_s"})
+ALL_METRICS = frozenset(m.key for m in METRICS)
+#: what users type for --metrics → the metric key
+METRIC_ALIASES = {
+    "ttft": "ttft_s", "ttft_p50": "ttft_s", "ttft_median": "ttft_s", "ttft_p99": "ttft_p99_s",
+    "prefill": "prefill_tok_s", "prefill_tok_s": "prefill_tok_s", "decode": "decode_tok_s",
+    "decode_tok_s": "decode_tok_s", "tpot": "tpot_s", "itl": "itl_p50_s", "itl_p50": "itl_p50_s",
+    "itl_p99": "itl_p99_s", "e2e": "e2e_s", "e2el": "e2e_s", "throughput": "throughput_tok_s",
+}
 #: a token-metric bootstrap pools at most this many ITL samples per resample (thinned evenly)
 MAX_POOLED = 20_000
 
@@ -64,6 +100,7 @@ class MetricComparison:
     ci_low: float | None
     ci_high: float | None
     verdict: str
+    why: str | None = None  # for "not comparable": what differs between the runs
 
 
 @dataclass
@@ -71,10 +108,11 @@ class Comparison:
     a: RunInfo
     b: RunInfo
     metrics: list[MetricComparison]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[MeasurementWarning] = field(default_factory=list)
     param_changes: dict[str, list[Any]] = field(default_factory=dict)
     confidence: float = 0.95
     min_change: float = 0.01
+    not_comparable: dict[str, list[str]] = field(default_factory=dict)  # metric → why
 
     def to_dict(self) -> dict[str, Any]:
         def run(i: RunInfo) -> dict[str, Any]:
@@ -88,7 +126,8 @@ class Comparison:
             "confidence": self.confidence,
             "min_change": self.min_change,
             "param_changes": self.param_changes,
-            "warnings": self.warnings,
+            "warnings": to_json(self.warnings),
+            "not_comparable": self.not_comparable,
             "metrics": [m.__dict__ for m in self.metrics],
         }
 
@@ -105,38 +144,52 @@ def compare_runs(
     seed: int = 0,
 ) -> Comparison:
     """Compare run B against run A (A is the reference)."""
-    warnings = environment_warnings(a, records_a, b, records_b)
+    warnings: list[MeasurementWarning] = environment_warnings(a, records_a, b, records_b)
     changes = param_changes(a.params, b.params)
     if len(changes) > 1:
-        warnings.append(
+        warnings.append(_nc(
             f"the runs differ in {len(changes)} parameters ({', '.join(sorted(changes))}); "
-            "a change cannot be pinned on one of them"
-        )
+            "a change cannot be pinned on one of them", {"parameters": sorted(changes)}))
     ga, gb = run_samples(records_a), run_samples(records_b)
     pairs: list[tuple[Group, Samples, Samples]] = [(g, ga[g], gb[g]) for g in ga if g in gb]
     if not pairs and ga and gb:
         if len(ga) == 1 and len(gb) == 1:
             (g1, s1), (g2, s2) = next(iter(ga.items())), next(iter(gb.items()))
-            warnings.append(f"different measurement points: {group_label(g1) or 'untagged'} → {group_label(g2) or 'untagged'}")
+            warnings.append(_nc(f"different measurement points: {group_label(g1) or 'untagged'} → {group_label(g2) or 'untagged'}"))
             pairs = [((), s1, s2)]
         else:
-            warnings.append("the runs share no measurement point (prompt size, concurrency...); comparing all requests pooled")
+            warnings.append(_nc("the runs share no measurement point (prompt size, concurrency...); comparing all requests pooled"))
             pairs = [((), samples_of(usable(records_a)), samples_of(usable(records_b)))]
     only = [group_label(g) for g in list(ga) + list(gb) if g and (g not in ga or g not in gb)]
     if only and any(g in gb for g in ga):
-        warnings.append(f"measured in one run only (not compared): {', '.join(dict.fromkeys(only))}")
+        warnings.append(_nc(f"measured in one run only (not compared): {', '.join(dict.fromkeys(only))}"))
+    # token counts are compared over the measurement points both runs share
+    checks = comparability(a, records_a, b, records_b, shared=([r for _, x, _ in pairs for r in x.records],
+                                                               [r for _, _, y in pairs for r in y.records]))
+    warnings = [w for w, _ in checks] + warnings
     rows: list[MetricComparison] = []
     for g, sa, sb in pairs:
         for m in METRICS:
             row = _compare_metric(m, group_label(g), sa, sb, confidence, min_change, n_boot, seed)
             if row is not None:
                 rows.append(row)
-    return Comparison(a, b, rows, warnings, changes, confidence, min_change)
+    why: dict[str, list[str]] = {}
+    for w, keys in checks:
+        for k in keys:
+            why.setdefault(k, []).append(w.evidence.get("what", w.message))
+    for row in rows:
+        if row.metric in why and row.verdict != "too few samples":
+            row.verdict = "not comparable"
+            row.why = "; ".join(why[row.metric])
+    return Comparison(a, b, rows, warnings, changes, confidence, min_change,
+                      {k: v for k, v in why.items() if any(r.metric == k for r in rows)})
 
 
 def _n(s: Samples, m: MetricDef) -> int:
     if m.kind == "request":
         return len(s.values(m.key))
+    if m.kind == "tail":
+        return len(s.values(m.source or ""))
     if m.kind == "token":
         return len(s.itl_by_request)
     return len(s.window_tok_s)
@@ -152,7 +205,8 @@ def _compare_metric(
     diff = None if va is None or vb is None else vb - va
     change = None if diff is None or not va else diff / abs(va)
     lo = hi = None
-    if va is None or vb is None or na < MIN_SAMPLES or nb < MIN_SAMPLES:
+    least = MIN_TAIL_SAMPLES if m.kind == "tail" else MIN_SAMPLES
+    if va is None or vb is None or na < least or nb < least:
         verdict = "too few samples"
     else:
         if m.kind == "request":
@@ -162,6 +216,10 @@ def _compare_metric(
             lo, hi = ci.low, ci.high
         elif m.kind == "token":
             lo, hi = _cluster_percentile_ci(sa.itl_by_request, sb.itl_by_request, m.q, min(n_boot, 1000), confidence, seed)
+        elif m.kind == "tail":  # a percentile of per-request values: each request its own cluster
+            src = m.source or ""
+            lo, hi = _cluster_percentile_ci([[v] for v in sa.values(src)], [[v] for v in sb.values(src)], m.q,
+                                            min(n_boot, 1000), confidence, seed)
         else:
             ci = bootstrap_median_diff(sa.window_tok_s, sb.window_tok_s, n_boot=n_boot, confidence=confidence, seed=seed)
             lo, hi = ci.low, ci.high
@@ -228,27 +286,160 @@ _ENV_FIELDS = (
 )
 
 
-def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[RequestRecord]) -> list[str]:
-    out: list[str] = []
+def _nc(msg: str, evidence: dict[str, Any] | None = None, fix: str | None = None) -> MeasurementWarning:
+    return MeasurementWarning("runs_not_comparable", msg, evidence or {}, fix)
+
+
+def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[RequestRecord]) -> list[MeasurementWarning]:
+    out: list[MeasurementWarning] = []
     for attr, name in _ENV_FIELDS:
+        if attr in ("model", "engine_version"):
+            continue  # said by comparability(), with the verdicts it affects
         x, y = getattr(a, attr), getattr(b, attr)
         if x != y and (x is not None or y is not None):
-            out.append(f"{name} differs: {x or '?'} → {y or '?'}")
+            out.append(_nc(f"{name} differs: {x or '?'} → {y or '?'}", {"a": x, "b": y}))
     if _host(a.target) != _host(b.target):  # a new port alone (e.g. the embedded engine's) is no warning
-        out.append(f"target host differs: {a.target or '?'} → {b.target or '?'} (fine if the server is what you compare)")
+        out.append(_nc(f"target host differs: {a.target or '?'} → {b.target or '?'} (fine if the server is what you compare)"))
     pa, pb = _lengths(ra, "prompt"), _lengths(rb, "prompt")
     if pa and pb and pa != pb:
-        out.append(f"prompt lengths differ: {_fmt_set(pa)} → {_fmt_set(pb)} tokens")
+        out.append(_nc(f"prompt lengths differ: {_fmt_set(pa)} → {_fmt_set(pb)} tokens"))
     oa, ob = _lengths(ra, "output"), _lengths(rb, "output")
     if oa and ob and oa != ob:
-        out.append(f"requested output lengths differ: {_fmt_set(oa)} → {_fmt_set(ob)} tokens")
+        out.append(_nc(f"requested output lengths differ: {_fmt_set(oa)} → {_fmt_set(ob)} tokens"))
     for i, name in ((a, "A"), (b, "B")):
         if i.status != "complete":
-            out.append(f"run {name} ({i.id}) is {i.status}" + (f": {i.error}" if i.error else ""))
+            out.append(MeasurementWarning("partial_run", f"run {name} ({i.id}) is {i.status}" + (f": {i.error}" if i.error else "")))
     for recs, name in ((ra, "A"), (rb, "B")):
         if not [r for r in recs if r.ok]:
-            out.append(f"run {name} has no successful request")
+            out.append(MeasurementWarning("no_success", f"run {name} has no successful request"))
+    for i, name in ((a, "A"), (b, "B")):  # a run that was itself shaky stays shaky in the comparison
+        for w in i.warnings:
+            if w["kind"] in ("host_busy", "prefix_cache_hits", "client_saturated"):
+                out.append(MeasurementWarning(w["kind"], f"run {name} ({i.id}): {w['message']}", w.get("evidence") or {},
+                                              w.get("fix")))
     return out
+
+
+# --- what makes two runs not comparable ----------------------------------------------------------
+def _summary(i: RunInfo) -> dict[str, Any]:
+    return i.summary if isinstance(i.summary, dict) else {}
+
+
+def hit_rate(info: RunInfo, recs: list[RequestRecord]) -> float | None:
+    """The run's prefix-cache hit rate: Σ cached / Σ prompt tokens over its requests, else the
+    summary's (bench: ``prefix_cache_hit_rate``, server /metrics)."""
+    from phasescope.load.hygiene import cached_of
+
+    known = [(cached_of(r), r.prompt_tokens) for r in usable(recs) if r.ok and r.prompt_tokens and cached_of(r) is not None]
+    if known:
+        return sum(c for c, _ in known) / sum(p for _, p in known)  # type: ignore[misc]
+    v = _summary(info).get("prefix_cache_hit_rate")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def host_share(info: RunInfo) -> tuple[float | None, float]:
+    h = _summary(info).get("host") or {}
+    d = h.get("during") or {} if isinstance(h, dict) else {}
+    v = d.get("other_cpu_share")
+    from phasescope.measure.host import BUSY_SHARE
+
+    return (float(v) if isinstance(v, (int, float)) else None), float(h.get("threshold") or BUSY_SHARE) if isinstance(h, dict) else BUSY_SHARE
+
+
+def _mean_count(recs: list[RequestRecord], which: str) -> float | None:
+    vals = [getattr(r, which) for r in usable(recs) if r.ok and getattr(r, which) is not None
+            and getattr(r, f"{which}_source") in ("usage", "server")]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _build(info: RunInfo) -> dict[str, Any]:
+    sb = _summary(info).get("server_build")
+    return sb if isinstance(sb, dict) else {}
+
+
+def comparability(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[RequestRecord], *,
+                  shared: tuple[list[RequestRecord], list[RequestRecord]] | None = None,
+                  ) -> list[tuple[MeasurementWarning, frozenset[str]]]:
+    """Each difference beyond noise that moves the numbers by itself, with the metrics it affects.
+    ``shared``: the records of the measurement points both runs have (token counts are compared there)."""
+    out: list[tuple[MeasurementWarning, frozenset[str]]] = []
+    ha, hb = hit_rate(a, ra), hit_rate(b, rb)
+    if ha is not None and hb is not None and abs(ha - hb) > HIT_RATE_NOISE:
+        what = f"prefix-cache hit rate {ha:.3f} → {hb:.3f}"
+        out.append((_nc(f"{what}: one run was served from the prefix cache, so its TTFT and prefill rate measure the "
+                        "cache, not prefill", {"what": what, "a": ha, "b": hb, "noise": HIT_RATE_NOISE},
+                        "rerun both without --reuse-prompts (bench salts its prompts per run)"), PREFILL_SIDE))
+    (sa, ta), (sb_, tb) = host_share(a), host_share(b)
+    if sa is not None and sb_ is not None and max(sa, sb_) > min(ta, tb) and abs(sa - sb_) > HOST_NOISE:
+        what = f"host contention {sa * 100:.0f} % → {sb_ * 100:.0f} % of the cores"
+        out.append((_nc(f"{what}: other work took CPU from one run more than the other", {"what": what, "a": sa, "b": sb_,
+                        "threshold": min(ta, tb), "noise": HOST_NOISE}, "rerun the busy one on a quiet machine"), ALL_METRICS))
+    if (a.model or b.model) and a.model != b.model:
+        what = f"model {a.model or '?'} → {b.model or '?'}"
+        out.append((_nc(f"{what}: a different model is a different workload", {"what": what}), ALL_METRICS))
+    if (a.engine_version or b.engine_version) and a.engine_version != b.engine_version and a.engine == b.engine:
+        what = f"engine build {a.engine_version or '?'} → {b.engine_version or '?'}"
+        out.append((_nc(f"{what}: compare builds on purpose only (then this is the change under test)",
+                        {"what": what}), ALL_METRICS))
+    ba, bb = _build(a), _build(b)
+    for k in sorted(set(ba) & set(bb)):
+        if k != "build_info" and ba[k] != bb[k] and ba[k] is not None and bb[k] is not None:
+            what = f"server {k} {ba[k]} → {bb[k]}"
+            out.append((_nc(f"{what}: the engine ran with other flags or another model file", {"what": what}), ALL_METRICS))
+    for which, keys, name in (("prompt_tokens", PREFILL_SIDE, "prompt"), ("output_tokens", OUTPUT_SIDE, "output")):
+        ma, mb = _mean_count(shared[0] if shared else ra, which), _mean_count(shared[1] if shared else rb, which)
+        if ma and mb and abs(mb - ma) / ma > COUNT_NOISE:
+            what = f"mean {name} tokens (server count) {ma:.1f} → {mb:.1f}"
+            out.append((_nc(f"{what}: the requests were not the same size", {"what": what, "a": ma, "b": mb}), keys))
+    return out
+
+
+def gate(cmp: Comparison, metrics: list[str] | None = None) -> list[MetricComparison]:
+    """The rows of the chosen metrics (all when None) whose verdict is ``worse``."""
+    keys = set(metrics) if metrics else ALL_METRICS
+    return [m for m in cmp.metrics if m.metric in keys and m.verdict == "worse"]
+
+
+def parse_metrics(text: str | None) -> list[str] | None:
+    """``--metrics ttft_p99,itl_p99`` → metric keys (aliases in :data:`METRIC_ALIASES`)."""
+    from phasescope.errors import InputError
+
+    if not text:
+        return None
+    out = []
+    for part in text.replace(" ", ",").split(","):
+        p = part.strip().lower()
+        if not p:
+            continue
+        key = METRIC_ALIASES.get(p, p if p in ALL_METRICS else None)
+        if key is None:
+            names = ", ".join(sorted(set(METRIC_ALIASES) | ALL_METRICS))
+            raise InputError(f"--metrics: unknown metric {part!r} (choose from {names})")
+        out.append(key)
+    return out
+
+
+def to_markdown(cmp: Comparison, failed: list[MetricComparison] | None = None) -> str:
+    """A markdown report for a pull-request comment: what makes the runs differ first, then the table."""
+    from phasescope.report.console import fmt_change, fmt_ci, fmt_value
+
+    lines = [f"### phasescope compare: `{cmp.b.id}` vs `{cmp.a.id}` (reference)", ""]
+    if failed:
+        lines += [f"**Regression:** {', '.join(f'{m.label} {fmt_change(m.change)}' for m in failed)} worse beyond noise.", ""]
+    nc = [w for w in cmp.warnings if w.kind == "runs_not_comparable"]
+    other = [w for w in cmp.warnings if w.kind != "runs_not_comparable"]
+    for w in nc + other:
+        lines.append(f"- ⚠️ **{w.kind}**: {w.message}")
+    if cmp.warnings:
+        lines.append("")
+    lines += ["| group | metric | A | B | change | CI of B − A | verdict |", "|---|---|---:|---:|---:|---:|---|"]
+    for m in cmp.metrics:
+        v = f"**{m.verdict}**" if m.verdict in ("worse", "not comparable") else m.verdict
+        lines.append(f"| {m.group or 'all'} | {m.label} {'↑' if m.higher_is_better else '↓'} | {fmt_value(m.a, m.unit)} | "
+                     f"{fmt_value(m.b, m.unit)} | {fmt_change(m.change)} | {fmt_ci(m.ci_low, m.ci_high, m.unit)} | {v} |")
+    lines += ["", f"_{cmp.confidence:.0%} bootstrap CI of B − A; better/worse when it excludes 0 and |change| ≥ "
+                  f"{cmp.min_change:.0%}; not comparable when the runs differ in more than the change under test._"]
+    return "\n".join(lines) + "\n"
 
 
 def _host(url: str | None) -> str | None:

@@ -90,13 +90,15 @@ def runs_table(runs: list[RunInfo], baselines: dict[str, str] | None = None) -> 
     for name, rid in (baselines or {}).items():
         by_run.setdefault(rid, []).append(name)
     t = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for col in ("id", "kind", "status", "started (UTC)", "duration", "requests", "model", "target", "engine", "baseline"):
+    for col in ("id", "kind", "status", "started (UTC)", "duration", "requests", "warm-up", "model", "target", "engine",
+                "baseline"):
         t.add_column(col, no_wrap=col not in ("target", "model"))
     for r in runs:
         eng = " ".join(x for x in (r.engine, r.engine_version) if x)
         st = {"complete": "complete", "partial": "[yellow]partial[/]", "running": "[cyan]running[/]"}.get(r.status, escape(r.status))
         t.add_row(
-            r.id, escape(r.kind), st, r.started_iso.replace("T", " ").rstrip("Z"), _dur(r.duration_s), str(r.n_records),
+            r.id, escape(r.kind), st, r.started_iso.replace("T", " ").rstrip("Z"), _dur(r.duration_s), str(r.n_measured),
+            "?" if r.n_warmup is None else str(r.n_warmup),
             escape(r.model or "—"), escape(r.target or "—"), escape(eng or "—"), escape(", ".join(by_run.get(r.id, []))),
         )
     return t
@@ -137,12 +139,19 @@ def show_renderable(info: RunInfo, metrics: list[dict[str, Any]], baselines: lis
         ("run", info.id), ("kind", info.kind), ("status", status), ("started", info.started_iso),
         ("duration", _dur(info.duration_s)), ("target", info.target), ("api", info.api), ("engine", eng or None),
         ("model", info.model), ("device", info.device), ("phasescope", info.phasescope_version),
-        ("requests", str(info.n_records)), ("records", str(info.records_path) if info.records_path else None),
+        ("requests", f"{info.n_measured} measured + {info.n_warmup} warm-up" if info.n_warmup is not None
+         else f"{info.n_records} (warm-ups not counted apart: stored by an older phasescope)"),
+        ("records", str(info.records_path) if info.records_path else None),
         ("baseline", ", ".join(baselines) or None),
     ):
         if v:
             head.add_row(k, Text(str(v)))
     parts: list[Any] = [head]
+    if info.warnings:  # the run's own measurement warnings, before any number they qualify
+        from phasescope.measure.warnings import render_lines
+
+        parts += [Text(""), Text(f"warnings ({len(info.warnings)}):", style="bold yellow")]
+        parts += [Text(f"  • {ln}", style="yellow") for ln in render_lines(info.warnings)]
     if info.params:
         p = Table(title="parameters", title_justify="left", show_edge=False, header_style="bold", show_header=False)
         p.add_column(style="dim")
@@ -170,7 +179,8 @@ def show_renderable(info: RunInfo, metrics: list[dict[str, Any]], baselines: lis
     return RichGroup(*parts)
 
 
-_VERDICT_STYLE = {"better": "green", "worse": "red", "within noise": "dim", "too few samples": "yellow"}
+_VERDICT_STYLE = {"better": "green", "worse": "red", "within noise": "dim", "too few samples": "yellow",
+                  "not comparable": "bold yellow"}
 
 
 def compare_renderable(c: Comparison) -> RichGroup:
@@ -183,8 +193,12 @@ def compare_renderable(c: Comparison) -> RichGroup:
         pc = Text("parameters changed: ", style="bold")
         pc.append(", ".join(f"{k}: {a!r} → {b!r}" for k, (a, b) in c.param_changes.items()))
         parts.append(pc)
-    for w in c.warnings:
-        parts.append(Text(f"warning: {w}", style="yellow"))
+    nc = [w for w in c.warnings if w.kind == "runs_not_comparable"]
+    if c.not_comparable:
+        parts.append(Text(f"not comparable: {', '.join(sorted(c.not_comparable))} — the runs differ in more than the "
+                          "change under test (first lines below)", style="bold yellow"))
+    for w in nc + [w for w in c.warnings if w.kind != "runs_not_comparable"]:
+        parts.append(Text(f"warning: {w.line()}", style="yellow"))
     t = Table(show_edge=False, header_style="bold",
               caption=f"verdict: {c.confidence:.0%} bootstrap CI of B − A excludes 0 and |change| ≥ {c.min_change:.0%}",
               caption_justify="left")

@@ -41,12 +41,14 @@ class MetricDef:
     label: str
     unit: str
     higher_is_better: bool
-    kind: str  # "request" (one value per request) | "token" (pooled, clustered) | "window"
-    q: float = 50.0  # the percentile reported (token metrics)
+    kind: str  # "request" (one value per request) | "tail" (a percentile of one) | "token" (pooled, clustered) | "window"
+    q: float = 50.0  # the percentile reported (token and tail metrics)
+    source: str | None = None  # tail metrics: the per-request metric whose percentile this is
 
 
 METRICS: tuple[MetricDef, ...] = (
     MetricDef("ttft_s", "TTFT", "s", False, "request"),
+    MetricDef("ttft_p99_s", "TTFT p99", "s", False, "tail", 99.0, "ttft_s"),
     MetricDef("prefill_tok_s", "prefill tok/s", "tok/s", True, "request"),
     MetricDef("decode_tok_s", "decode tok/s", "tok/s", True, "request"),
     MetricDef("tpot_s", "TPOT", "s", False, "request"),
@@ -169,6 +171,9 @@ def point_value(s: Samples, m: MetricDef) -> float | None:
 
     if m.kind == "request":
         return median(s.values(m.key))
+    if m.kind == "tail":
+        v = s.values(m.source or "")
+        return percentile(v, m.q) if v else None
     if m.kind == "token":
         return percentile(s.pooled_itl(), m.q)
     return s.throughput_tok_s
@@ -182,7 +187,8 @@ def metric_table(records: list[RequestRecord]) -> list[dict[str, Any]]:
             v = point_value(s, m)
             if v is None:
                 continue
-            n = len(s.values(m.key)) if m.kind == "request" else (len(s.pooled_itl()) if m.kind == "token" else s.n_ok)
+            n = (len(s.values(m.key)) if m.kind == "request" else len(s.values(m.source or "")) if m.kind == "tail"
+                 else (len(s.pooled_itl()) if m.kind == "token" else s.n_ok))
             rows.append({"group": group_label(g), "metric": m.key, "label": m.label, "unit": m.unit, "value": v, "n": n})
         if s.n_err:
             rows.append({"group": group_label(g), "metric": "errors", "label": "failed requests", "unit": "",

@@ -221,10 +221,14 @@ def card_html(runs: list[Run]) -> str:
             finds = "<h4>Findings</h4><p class=muted>none: nothing the rules could pin on a cause</p>"
         else:
             finds = "<p class=muted>no diagnosis in this run (<code>phasescope explain</code> names causes)</p>"
-        ws = _warnings_of(s)
+        from phasescope.measure.warnings import to_json
+
+        ws = to_json(_warnings_of(s))  # typed (kind, message, evidence, fix); old runs' strings as kind "note"
         warn = ""
         if ws:
-            items = "".join(f"<li>{esc(w.get('message') if isinstance(w, dict) else w)}</li>" for w in ws[:4])
+            items = "".join(f'<li class="warning kind-{esc(w["kind"])}"><span class=sev>{esc(w["kind"])}</span> '
+                            f'{esc(w["message"])}' + (f' <i>fix: {esc(w["fix"])}</i>' if w.get("fix") else "") + "</li>"
+                            for w in ws)
             warn = f"<h4>Measurement warnings</h4><ul class=cardwarn>{items}</ul>"
         eng = " ".join(x for x in (info.engine, info.engine_version) if x) or "?"
         cards.append(

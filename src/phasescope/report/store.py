@@ -42,7 +42,8 @@ summary or records.
 Schema (``schema_version`` table; migrations applied in order under ``BEGIN IMMEDIATE``):
 v1 runs(id, kind, target, api, model, device, phasescope_version, params, started_at,
 ended_at, status, summary, records_path, n_records); v2 adds engine, engine_version, owner
-(host:pid:process start, to find killed runs), error, and the baselines table.
+(host:pid:process start, to find killed runs), error, and the baselines table; v3 adds n_warmup
+(records tagged ``warmup``; ``n_records`` counts every record, so measured = n_records − n_warmup).
 Times are Unix seconds (UTC); params and summary are JSON text.
 """
 
@@ -77,7 +78,7 @@ __all__ = [
     "scrub",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 RUN_STATUSES = ("running", "complete", "partial")
 BUSY_TIMEOUT_MS = 30_000
 #: how often (at most) ``run.add`` writes the record count to the database
@@ -124,6 +125,8 @@ _MIGRATIONS: dict[int, list[str]] = {
         )""",
         "CREATE INDEX IF NOT EXISTS runs_kind ON runs(kind, started_at)",
     ],
+    # v3: warm-up requests counted apart from measured ones (NULL: a run stored before v3)
+    3: ["ALTER TABLE runs ADD COLUMN n_warmup INTEGER"],
 }
 
 
@@ -252,6 +255,26 @@ class RunInfo:
     records_path: Path | None = None
     n_records: int = 0
     error: str | None = None
+    n_warmup: int | None = None  # None: stored before warm-ups were counted apart
+
+    @property
+    def n_measured(self) -> int:
+        """Records that are not warm-ups (all records for a run stored before v3)."""
+        return self.n_records - (self.n_warmup or 0)
+
+    @property
+    def warnings(self) -> list[dict[str, Any]]:
+        """The run's measurement warnings as dicts; old runs' plain strings become kind ``note``."""
+        from phasescope.measure.warnings import to_json
+
+        s = self.summary if isinstance(self.summary, dict) else {}
+        return to_json(s.get("warnings") or [])
+
+    @property
+    def host(self) -> dict[str, Any] | None:
+        s = self.summary if isinstance(self.summary, dict) else {}
+        h = s.get("host")
+        return h if isinstance(h, dict) else None
 
     @property
     def duration_s(self) -> float | None:
@@ -282,13 +305,16 @@ class RunInfo:
             "summary": self.summary,
             "records_path": None if self.records_path is None else str(self.records_path),
             "n_records": self.n_records,
+            "requests": {"measured": self.n_measured, "warmup": self.n_warmup},
+            "host": self.host,
+            "warnings": self.warnings,
             "error": self.error,
         }
 
 
 _COLS = (
     "id, kind, status, started_at, ended_at, target, api, engine, engine_version, model, device, "
-    "phasescope_version, params, summary, records_path, n_records, error, owner"
+    "phasescope_version, params, summary, records_path, n_records, error, owner, n_warmup"
 )
 
 
@@ -402,6 +428,7 @@ class RunStore:
             "status": "running",
             "owner": _owner(),
             "n_records": 0,
+            "n_warmup": 0,
         }
         for _ in range(20):
             run_id = _new_id(row["started_at"])
@@ -521,10 +548,10 @@ class RunStore:
 
     def _info(self, r: tuple[Any, ...]) -> RunInfo:
         (rid, kind, status, started, ended, target, api, engine, ev, model, device, ver, params, summary, rpath,
-         n, error, owner) = r  # fmt: skip
+         n, error, owner, n_warm) = r  # fmt: skip
         path = None if not rpath else (Path(rpath) if os.path.isabs(rpath) else self.dir / rpath)
         if status == "running" and not _owner_alive(owner):
-            status, n, ended, error = self._mark_orphan(rid, path)
+            status, n, ended, error, n_warm = self._mark_orphan(rid, path)
         return RunInfo(
             id=rid,
             kind=kind,
@@ -543,19 +570,22 @@ class RunStore:
             records_path=path,
             n_records=int(n or 0),
             error=error,
+            n_warmup=None if n_warm is None else int(n_warm),
         )
 
-    def _mark_orphan(self, run_id: str, path: Path | None) -> tuple[str, int, float | None, str]:
+    def _mark_orphan(self, run_id: str, path: Path | None) -> tuple[str, int, float | None, str, int]:
         """A run whose process died without closing it: partial, with the records that reached disk."""
-        n = 0
+        n = n_warm = 0
         ended = None
         error = "the recording process died"
         if path is not None and path.exists():
-            n = len(read_records(path))
+            recs = read_records(path)
+            n = len(recs)
+            n_warm = sum(1 for r in recs if _is_warmup(r))
             ended = path.stat().st_mtime
         with contextlib.suppress(InputError, sqlite3.Error):
-            self._update(run_id, status="partial", n_records=n, ended_at=ended, error=error, owner=None)
-        return "partial", n, ended, error
+            self._update(run_id, status="partial", n_records=n, ended_at=ended, error=error, owner=None, n_warmup=n_warm)
+        return "partial", n, ended, error, n_warm
 
 
 def _read_version(con: sqlite3.Connection) -> int:
@@ -587,6 +617,13 @@ def _device_in(summary: Any) -> str | None:
     return None
 
 
+def _is_warmup(r: RequestRecord) -> bool:
+    """A warm-up: ``tags.warmup`` (probe, bench) or ``tags.phase == "warmup"`` (experiments), as
+    :func:`phasescope.report.samples.usable` leaves them out."""
+    t = r.tags or {}
+    return bool(t.get("warmup")) or t.get("phase") == "warmup"
+
+
 def _new_id(t: float) -> str:
     stamp = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y%m%d-%H%M")
     return f"r{stamp}-{secrets.token_hex(2)}"
@@ -602,6 +639,7 @@ class Recording:
         self._secrets = secrets_
         self._writer: RecordWriter | None = RecordWriter(records_path)
         self._last_flush = 0.0
+        self.n_warmup = 0
         self.finished = False
         self.summary: dict[str, Any] | None = None
 
@@ -614,11 +652,13 @@ class Recording:
         if self._writer is None:
             raise RuntimeError(f"run {self.id} is closed")
         self._writer.write(self._clean(record))
+        if _is_warmup(record):
+            self.n_warmup += 1
         now = time.monotonic()
         if now - self._last_flush >= COUNT_FLUSH_S:
             self._last_flush = now
             with contextlib.suppress(InputError, sqlite3.Error):
-                self.store._update(self.id, n_records=self._writer.count)
+                self.store._update(self.id, n_records=self._writer.count, n_warmup=self.n_warmup)
 
     def _clean(self, record: RequestRecord) -> RequestRecord:
         t = record.target or ""
@@ -659,7 +699,8 @@ class Recording:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        cols: dict[str, Any] = {"status": status, "ended_at": time.time(), "n_records": n, "owner": None}
+        cols: dict[str, Any] = {"status": status, "ended_at": time.time(), "n_records": n, "owner": None,
+                                "n_warmup": self.n_warmup}
         if summary is not None:
             cols["summary"] = dumps(scrub(summary, self._secrets))
             dev = _device_in(summary)

@@ -26,6 +26,8 @@ Constructor (all keyword arguments)::
         load_s=0.0,               # Ollama: load_duration (and delay) of the first request
         max_model_len=32768,
         log_path=None,            # also append each request's ground truth as JSONL here
+        prefix_cache=False,       # vLLM/SGLang: automatic prefix caching in 16-token blocks (usage cached_tokens,
+                                  # vllm:prefix_cache_{queries,hits}_total / sglang:cached_tokens_total)
     )
 
 Use it as ``async with FakeServer(...) as srv:`` (inside a loop), ``with FakeServer(...).running()
@@ -155,6 +157,7 @@ class FakeServer:
         load_s: float = 0.0,
         max_model_len: int = 32768,
         log_path: str | None = None,
+        prefix_cache: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -190,7 +193,9 @@ class FakeServer:
         self._runner: web.AppRunner | None = None
         self._logfh: Any = None
         self._running = 0
-        self._counters = {"prompt": 0, "gen": 0, "req": 0}
+        self._counters = {"prompt": 0, "gen": 0, "req": 0, "pc_queries": 0, "pc_hits": 0}
+        self.prefix_cache = prefix_cache
+        self._blocks: set[int] = set()  # hashes of cached 16-token block chains (vLLM APC)
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -349,6 +354,24 @@ class FakeServer:
         self._last_prompt = list(ids)
         return n
 
+    def _apc(self, ids: list[int]) -> int:
+        """vLLM-style automatic prefix caching: full 16-token blocks whose whole chain (this block
+        and every block before it) was seen before are hits; the prompt's blocks are then cached."""
+        if not self.prefix_cache or self.flavor not in ("vllm", "sglang"):
+            return 0
+        bs, h, hit, chain = 16, 0, 0, True
+        for i in range(0, len(ids) - len(ids) % bs, bs):
+            h = hash((h, tuple(ids[i:i + bs])))
+            if chain and h in self._blocks:
+                hit += bs
+            else:
+                chain = False
+                self._blocks.add(h)
+        hit = min(hit, max(0, len(ids) - 1))
+        self._counters["pc_queries"] += len(ids)
+        self._counters["pc_hits"] += hit
+        return hit
+
     def _ttft(self, evaluated: int) -> float:
         t = self.ttft_s
         if self.prefill_tok_s:
@@ -450,6 +473,14 @@ class FakeServer:
                 f"# HELP {p}generation_tokens_total Number of generation tokens processed.\n"
                 f"# TYPE {p}generation_tokens_total counter\n{p}generation_tokens_total{lab} {float(c['gen'])}\n"
             )
+            if self.prefix_cache and self.flavor == "vllm":
+                text += (f"# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"
+                         f"# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{lab} {float(c['pc_queries'])}\n"
+                         f"# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"
+                         f"# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{lab} {float(c['pc_hits'])}\n")
+            elif self.prefix_cache:
+                text += (f"# HELP sglang:cached_tokens_total The number of prefix cached tokens.\n"
+                         f"# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{lab} {float(c['pc_hits'])}\n")
         return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={})
 
     async def _begin(
@@ -499,7 +530,7 @@ class FakeServer:
             ids = self._prompt_ids(text, bos=False) + [1, 2, 3]  # template tokens
         else:
             ids = self._prompt_ids(body.get("prompt", ""), bos=self.flavor == "llamacpp")
-        cached = self._cache(ids, body.get("cache_prompt", True)) if self.flavor == "llamacpp" else 0
+        cached = self._cache(ids, body.get("cache_prompt", True)) if self.flavor == "llamacpp" else self._apc(ids)
         gt.prompt_tokens, gt.cached_tokens = len(ids), cached
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         ignore_eos = bool(body.get("ignore_eos")) or (body.get("min_tokens") or 0) >= max_tokens
@@ -511,7 +542,11 @@ class FakeServer:
         obj = "chat.completion.chunk" if chat else "text_completion"
         ttft = self._ttft(len(ids) - cached)
         self._counters["prompt"] += len(ids) - cached
-        usage = lambda n: {"prompt_tokens": len(ids), "total_tokens": len(ids) + n, "completion_tokens": n}  # noqa: E731
+        def usage(n: int) -> dict[str, Any]:
+            u: dict[str, Any] = {"prompt_tokens": len(ids), "total_tokens": len(ids) + n, "completion_tokens": n}
+            if self.prefix_cache and self.flavor in ("vllm", "sglang"):
+                u["prompt_tokens_details"] = {"cached_tokens": cached}
+            return u
         finish = "length" if n_out >= max_tokens else "stop"
 
         def timings(n: int, t_first: float, t_last: float) -> dict[str, Any]:
@@ -909,9 +944,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokens-per-event", type=int, default=1)
     ap.add_argument("--log", default=None, help="JSONL ground-truth log")
     ap.add_argument("--uvloop", action="store_true", help="use uvloop if installed")
+    ap.add_argument("--prefill-tok-s", type=float, default=None, help="TTFT grows by evaluated prompt tokens / this")
+    ap.add_argument("--prefix-cache", action="store_true", help="vLLM/SGLang automatic prefix caching (16-token blocks)")
     a = ap.parse_args(argv)
     srv = FakeServer(flavor=a.flavor, model=a.model, port=a.port, ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000,
-                     tokens_per_event=a.tokens_per_event, log_path=a.log)
+                     tokens_per_event=a.tokens_per_event, log_path=a.log, prefill_tok_s=a.prefill_tok_s,
+                     prefix_cache=a.prefix_cache)
 
     async def run() -> None:
         await srv.start()

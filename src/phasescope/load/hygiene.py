@@ -1,0 +1,167 @@
+"""Bench's self-checks: was the prefix cache hit, was the first request cold, are there enough
+samples for the percentiles printed? Each answer is a :class:`MeasurementWarning` in the summary.
+
+Prefix-cache hits are read from every source the server offers, per request where it can:
+``usage.prompt_tokens_details.cached_tokens`` (vLLM, SGLang, OpenAI), llama.cpp ``timings.cache_n``
+(both in :attr:`RequestRecord.cached_prompt_tokens` / ``server["cache_n"]``), and run-wide from the
+server's ``/metrics`` counters (vLLM ``prefix_cache_hits/queries``, SGLang cached tokens, in
+``server_metrics.summary.prefix_cache_hit_rate``). The *expected* hit rate of the workload is 0 for
+unique prompts, and for a shared-prefix workload at most ``prefix_len/(prefix_len + input_len)``
+(every request reusing its group's prefix; the warm-ups may have cached it). ``prefix_cache_hits`` fires when
+the measured rate exceeds the expected one by more than :data:`HIT_MARGIN` (5 points: llama.cpp
+reuses a matching BOS token on every request, ~0.4 % of a 256-token prompt).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from phasescope.measure import derive
+from phasescope.measure.records import RequestRecord
+from phasescope.measure.warnings import MeasurementWarning
+
+#: measured hit rate above expected + this → prefix_cache_hits
+HIT_MARGIN = 0.05
+#: fewer completed requests than this and a p99 is not a p99
+MIN_FOR_P99 = 20
+#: the first request is "cold" when its TTFT exceeds the median of the rest by this factor
+COLD_FACTOR = 3.0
+
+
+def cached_of(r: RequestRecord) -> int | None:
+    if r.cached_prompt_tokens is not None:
+        return int(r.cached_prompt_tokens)
+    c = (r.server or {}).get("cache_n")
+    return int(c) if isinstance(c, (int, float)) else None
+
+
+def expected_hit_rate(cfg: Any, n: int) -> float:
+    """The most a correct run can hit: 0 for unique prompts; with a shared prefix, every request
+    reusing its group's prefix (the warm-ups may already have cached each group's)."""
+    if cfg.dataset != "random" or not cfg.prefix_len or n <= 0:
+        return 0.0
+    return cfg.prefix_len / (cfg.prefix_len + cfg.input_len)
+
+
+def prefix_cache_section(cfg: Any, records: Sequence[RequestRecord], server_metrics: dict[str, Any] | None) -> dict[str, Any]:
+    """``prefix_cache``: hit rate per request source and from /metrics, and what was expected."""
+    ok = [r for r in records if r.ok and not (r.tags or {}).get("warmup")]
+    known = [(cached_of(r), r.prompt_tokens) for r in ok if cached_of(r) is not None and r.prompt_tokens]
+    rec_rate = (sum(c for c, _ in known) / sum(p for _, p in known)) if known else None
+    hits = sum(1 for c, p in known if c >= 2 and c > 0.01 * p)
+    srv = ((server_metrics or {}).get("summary") or {}).get("prefix_cache_hit_rate") if server_metrics else None
+    rates = [x for x in (rec_rate, srv) if isinstance(x, (int, float))]
+    return {
+        "hit_rate": max(rates) if rates else None,
+        "hit_rate_requests": rec_rate,
+        "hit_rate_server_metrics": srv,
+        "requests_with_hits": hits if known else None,
+        "requests_known": len(known),
+        "expected_hit_rate": expected_hit_rate(cfg, len(ok)),
+        "reuse_prompts": bool(cfg.reuse_prompts),
+    }
+
+
+def bench_warnings(cfg: Any, summary: dict[str, Any], records: Sequence[RequestRecord],
+                   warmups: Sequence[RequestRecord]) -> list[MeasurementWarning]:
+    out: list[MeasurementWarning] = []
+    pc = summary.get("prefix_cache") or {}
+    rate, exp = pc.get("hit_rate"), pc.get("expected_hit_rate") or 0.0
+    if rate is not None and rate > exp + HIT_MARGIN:
+        why = ("--reuse-prompts sent the same prompts as an earlier run: TTFT measures the cache, not prefill"
+               if cfg.reuse_prompts else
+               "the workload should have none: TTFT and prefill rates measure the cache, not prefill")
+        src = ", ".join(f"{k.replace('hit_rate_', '').replace('_', ' ')} {pc[k]:.3f}"
+                        for k in ("hit_rate_requests", "hit_rate_server_metrics") if pc.get(k) is not None)
+        out.append(MeasurementWarning(
+            "prefix_cache_hits",
+            f"The server answered {rate * 100:.1f} % of prompt tokens from its prefix cache ({src}; expected "
+            f"{exp * 100:.1f} %): {why}.",
+            {"hit_rate": rate, "expected_hit_rate": exp, "hit_rate_requests": pc.get("hit_rate_requests"),
+             "hit_rate_server_metrics": pc.get("hit_rate_server_metrics"),
+             "requests_with_hits": pc.get("requests_with_hits")},
+            "drop --reuse-prompts (every run salts its prompts)" if cfg.reuse_prompts else
+            "check that nothing else sends these prompts; use a new --seed, or disable the server's prefix cache"))
+    done = int(summary.get("completed") or 0)
+    pcts = [float(p) for p in summary.get("percentiles") or []]
+    high = [p for p in pcts if p >= 99]
+    if 0 < done < MIN_FOR_P99 and high:
+        out.append(MeasurementWarning(
+            "too_few_samples",
+            f"Only {done} requests completed: a p{high[-1]:g} of {done} values is close to the maximum of a few "
+            "requests, not a tail estimate.",
+            {"completed": done, "percentiles": high, "min_for_p99": MIN_FOR_P99},
+            f"send at least {MIN_FOR_P99} requests (--num-prompts) before reading p99"))
+    ok = sorted((r for r in records if r.ok), key=lambda r: r.t_start_ns)
+    if not warmups and len(ok) >= 4:
+        t = [derive.ttft_s(r) for r in ok]
+        first, rest = t[0], sorted(x for x in t[1:] if x is not None)
+        if first is not None and rest:
+            med = rest[len(rest) // 2]
+            if med > 0 and first > COLD_FACTOR * med and first - med > 0.05:
+                out.append(MeasurementWarning(
+                    "cold_start",
+                    f"The first request's TTFT was {first * 1000:.0f} ms, {first / med:.1f}× the median of the others "
+                    f"({med * 1000:.0f} ms), and no warm-up was sent: it paid a one-off cost inside the measurement.",
+                    {"first_ttft_ms": first * 1000, "median_ttft_ms": med * 1000},
+                    "keep --warmup 1 (the default) or more"))
+    return out
+
+
+def server_build(detected: Any) -> dict[str, Any] | None:
+    """What the engine says about its build, flags and model file (llama.cpp ``/props`` and
+    ``/v1/models`` meta; the detected version elsewhere), so ``compare`` can tell two servers apart."""
+    if detected is None:
+        return None
+    props = getattr(detected, "props", None) or {}
+    meta = getattr(detected, "model_meta", None) or {}
+    dgs = props.get("default_generation_settings") or {}
+    path = props.get("model_path")
+    out = {
+        "engine": getattr(detected, "engine", None),
+        "version": getattr(detected, "version", None),
+        "build_info": props.get("build_info"),
+        "model_file": str(path).replace("\\", "/").rsplit("/", 1)[-1] if path else None,
+        "model_size_bytes": meta.get("size"),
+        "model_ftype": meta.get("ftype"),
+        "total_slots": props.get("total_slots"),
+        "n_ctx": dgs.get("n_ctx") or meta.get("n_ctx"),
+    }
+    return {k: v for k, v in out.items() if v is not None} or None
+
+
+#: warnings of a measured run that make a calibration from it suspect
+_CALIBRATION_KINDS = ("host_busy", "prefix_cache_hits", "client_saturated", "token_count_mismatch", "cold_start")
+
+
+def calibration_warnings(ref: str | None, records: Sequence[RequestRecord] | None = None) -> list[dict[str, Any]]:
+    """``plan --calibrate-from REF``: the calibration run's own warnings that bias its fit (host
+    contention, prefix-cache hits, a saturated client...), and cache hits found in its records."""
+    from phasescope.measure.warnings import coerce, to_json
+
+    if not ref:
+        return []
+    out: list[MeasurementWarning] = []
+    try:
+        from pathlib import Path
+
+        if not Path(ref).expanduser().is_file():
+            from phasescope.report.store import open_store
+
+            info = open_store().get(ref)
+            for w in info.warnings:
+                cw = coerce(w)
+                if cw.kind in _CALIBRATION_KINDS:
+                    out.append(MeasurementWarning(cw.kind, f"calibration run {info.id}: {cw.message}", cw.evidence,
+                                                  "calibrate from a run without this warning"))
+    except Exception:  # noqa: BLE001 - a run we cannot read has no warnings to pass on
+        pass
+    known = [(cached_of(r), r.prompt_tokens) for r in records or [] if cached_of(r) is not None and r.prompt_tokens]
+    rate = sum(c for c, _ in known) / sum(p for _, p in known) if known else 0.0  # type: ignore[misc]
+    if rate > HIT_MARGIN and not any(w.kind == "prefix_cache_hits" for w in out):
+        out.append(MeasurementWarning(
+            "prefix_cache_hits",
+            f"{rate * 100:.0f} % of the calibration requests' prompt tokens came from the prefix cache: the "
+            "fitted prefill cost is too low.", {"hit_rate": rate},
+            "calibrate from a bench run with unique prompts (the default; not --reuse-prompts)"))
+    return to_json(out)
