@@ -192,7 +192,9 @@ def parse_retry_after(value: str | None) -> float | None:
 
 def http_error(status: int, body: bytes, headers: Any, target: Target, path: str) -> E.TargetError:
     """Map an HTTP error status to the error class a user can act on."""
-    msg = _error_text(body)
+    from phasescope.redact import redact
+
+    msg = redact(_error_text(body))  # 401 bodies may echo "Bearer <key>"
     where = f"{target.display_url}{path}"
     if status in (401, 403):
         what = "unauthorized (401)" if status == 401 else "forbidden (403)"
@@ -213,9 +215,11 @@ def http_error(status: int, body: bytes, headers: Any, target: Target, path: str
 
 
 def fail(rec: RequestRecord, exc: E.PhasescopeError) -> None:
+    from phasescope.redact import redact
+
     rec.ok = False
     rec.error_kind = E.error_kind(exc)
-    rec.error_message = str(exc)
+    rec.error_message = redact(str(exc))  # a server's error body may echo the Authorization header
     if isinstance(exc, E.OverloadedError):
         rec.retry_after_s = exc.retry_after_s
     if isinstance(exc, E.HttpError):

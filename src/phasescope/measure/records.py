@@ -123,7 +123,10 @@ class RequestRecord:
         return rec
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        """One JSONL line; encodable and with every secret masked (the records' write boundary)."""
+        from phasescope.redact import clean
+
+        return clean(json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")))
 
     # -- convenience views (raw only; metrics live in measure.derive) ------------------------
     def token_events(self) -> list[Event]:

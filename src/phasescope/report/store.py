@@ -163,6 +163,7 @@ def _redact(url: str) -> str:
 def scrub(obj: Any, secrets_: tuple[str, ...] = ()) -> Any:
     """A JSON-able copy of ``obj`` with secret-named keys dropped, URLs redacted and every known
     secret string replaced by ``***``."""
+    from phasescope.redact import redact
 
     def walk(o: Any) -> Any:
         if isinstance(o, dict):
@@ -173,7 +174,7 @@ def scrub(obj: Any, secrets_: tuple[str, ...] = ()) -> Any:
             s = _redact(o) if _URL.match(o) and ("@" in o or "?" in o) else o
             for sec in secrets_:
                 s = s.replace(sec, "***")
-            return s
+            return redact(s)
         return o
 
     return walk(to_jsonable(obj))
