@@ -102,6 +102,9 @@ class RequestRecord:
     error_kind: str | None = None
     error_message: str | None = None
     retry_after_s: float | None = None  # 429/503 Retry-After, when the server said
+    #: output tokens received past ``max_tokens`` when phasescope stopped reading a stream that did
+    #: not end (error_kind ``overrun``); None when the stream ended by itself
+    overrun: int | None = None
     # who sent it (bench workers / Ray actors)
     worker: str | None = None
 
@@ -147,33 +150,66 @@ class RecordWriter:
         self, path: str | os.PathLike[str], *, fsync: bool = True, fsync_interval_s: float = 0.5
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] = open(self.path, "a", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh: IO[str] = open(self.path, "a", encoding="utf-8")
+        except OSError as exc:
+            from phasescope.errors import OutputError
+            from phasescope.safeio import os_cause
+
+            raise OutputError(f"cannot write records to {self.path}: {os_cause(exc)}") from None
         self._lock = threading.Lock()
         self._fsync = fsync
         self._fsync_interval_ns = int(fsync_interval_s * 1e9)
         self._last_fsync_ns = time.monotonic_ns()
         self.count = 0
+        self.error: OSError | None = None
 
     def write(self, record: RequestRecord) -> None:
+        """Append one record; a failed write (disk full, a size limit) is an
+        :class:`~phasescope.errors.OutputError` naming the file, and every later write fails fast."""
         line = record.to_json() + "\n"
         with self._lock:
-            self._fh.write(line)
-            self._fh.flush()
-            if self._fsync:
-                now = time.monotonic_ns()
-                if now - self._last_fsync_ns >= self._fsync_interval_ns:
-                    os.fsync(self._fh.fileno())
-                    self._last_fsync_ns = now
+            if self.error is not None:
+                raise self._output_error(self.error)
+            try:
+                self._fh.write(line)
+                self._fh.flush()
+                if self._fsync:
+                    now = time.monotonic_ns()
+                    if now - self._last_fsync_ns >= self._fsync_interval_ns:
+                        os.fsync(self._fh.fileno())
+                        self._last_fsync_ns = now
+            except OSError as exc:
+                self.error = exc
+                raise self._output_error(exc) from None
             self.count += 1
 
+    def _output_error(self, exc: OSError) -> Exception:
+        from phasescope.errors import OutputError
+        from phasescope.safeio import os_cause
+
+        return OutputError(f"cannot write records to {self.path}: {os_cause(exc)} "
+                           f"({self.count} records written before it are kept)")
+
     def close(self) -> None:
+        """Flush and close. After a write failure this only releases the file (what reached the
+        disk stays; a last partial line is skipped by :func:`iter_records`)."""
         with self._lock:
-            if not self._fh.closed:
+            if self._fh.closed:
+                return
+            try:
                 self._fh.flush()
                 if self._fsync:
                     os.fsync(self._fh.fileno())
-                self._fh.close()
+            except OSError as exc:
+                if self.error is None:
+                    self.error = exc
+            finally:
+                try:
+                    self._fh.close()
+                except OSError:
+                    pass
 
     def __enter__(self) -> "RecordWriter":
         return self

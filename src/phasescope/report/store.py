@@ -649,8 +649,8 @@ class Recording:
     def finish(self, summary: dict[str, Any] | None = None, *, status: str = "complete") -> None:
         """Mark the run complete with its summary (JSON-able; NaN → null). ``status="partial"``
         keeps a summary of a run that stopped early (e.g. the server died) as partial."""
-        if status not in ("complete", "partial"):
-            raise ValueError(f"status must be complete or partial, not {status!r}")
+        if status not in ("complete", "partial", "failed"):
+            raise ValueError(f"status must be complete, partial or failed, not {status!r}")
         self.summary = summary
         self._close(status, summary)
         self.finished = True
