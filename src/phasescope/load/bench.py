@@ -216,7 +216,9 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
                    stop: threading.Event | None) -> BenchResult:
     stop = stop or threading.Event()
     sched = make_schedule(cfg)
-    n_items = max(1, len(sched.requests)) + len(sched.warmups)  # warm-ups use items after the measured ones
+    # warm-ups use items after the measured ones; a lazily continued schedule cycles a bounded pool
+    pool = sched.tail.num_items if sched.tail is not None and sched.tail.num_items else len(sched.requests)
+    n_items = max(1, pool) + len(sched.warmups)
     lengths = ([(r.input_len, r.output_len) for r in sched.requests] + [(None, None)] * len(sched.warmups)
                if cfg.shape == "trace" else None)
     status(f"building {n_items} prompts")
@@ -255,7 +257,8 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
                                               interval_s=cfg.metrics_interval_s, api_key=target.api_key)
     elif cfg.server_metrics:
         recorder = ServerMetricsRecorder(target.base_url, interval_s=cfg.metrics_interval_s, api_key=target.api_key)
-    status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
+    total = sched.total
+    status(f"sending {'up to ' if cfg.duration_s else ''}{f'{total:,}' if total is not None else '∞'} requests")
     try:
         if cfg.ray:
             from phasescope.load.ray_runner import run_bench_ray
