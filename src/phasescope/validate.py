@@ -90,7 +90,7 @@ RULES: dict[str, Num] = {
     "--min-change": NONNEG,
     # plan
     "--gpus": Num(lo=1, hi=1_000_000), "--tp": Num(lo=1, hi=1_000_000), "--rate": POS_INF,
-    "--concurrency": AT_LEAST_1, "--num-requests": Num(lo=1, hi=10_000_000),
+    "--concurrency": Num(lo=1, hi=10_000_000), "--num-requests": Num(lo=1, hi=200_000, what=" simulated requests"),
     "--prefix-share": Num(lo=0, hi=1), "--max-num-batched-tokens": TOKENS, "--max-num-seqs": Num(lo=1, hi=10_000_000),
     "--gpu-memory-utilization": FRACTION, "--kv-pool-tokens": Num(lo=1, hi=2**50), "--bw-eff": FRACTION,
     "--flops-eff": FRACTION, "--step-overhead-ms": Num(lo=0, hi=3_600_000), "--api-overhead-ms": Num(lo=0, hi=3_600_000),

@@ -335,20 +335,9 @@ def build_schedule(
 def iter_jsonl_objects(path: Path, *, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of a JSONL file; a missing file, a line
     that is not JSON or not an object is an :class:`InputError` naming the file and line."""
-    if not path.is_file():
-        raise InputError(f"{what} not found: {path}")
-    with path.open(encoding="utf-8") as fh:
-        for ln, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{ln}: not JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise InputError(f"{path}:{ln}: expected a JSON object")
-            yield ln, d
+    from phasescope.safeio import iter_user_jsonl  # the one reader for user files
+
+    yield from iter_user_jsonl(path, what=what)
 
 
 def read_trace(path: str | Path) -> list[TraceEntry]:
@@ -360,18 +349,30 @@ def read_trace(path: str | Path) -> list[TraceEntry]:
     """
     p = Path(path)
     out: list[TraceEntry] = []
+    def num(v: Any, key: str, ln: int) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise InputError(f"{p}:{ln}: {key} must be a finite number, not {json.dumps(v)[:40]}")
+        return float(v)
+
+    def length(v: Any, key: str, ln: int) -> int | None:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10_000_000:
+            raise InputError(f"{p}:{ln}: {key} must be an integer from 1 to 10,000,000, not {json.dumps(v)[:40]}")
+        return v
+
     for ln, d in iter_jsonl_objects(p, what="trace file"):
         if "offset_s" in d:
-            off = float(d["offset_s"])
+            off = num(d["offset_s"], "offset_s", ln)
         elif "timestamp_s" in d:
-            off = float(d["timestamp_s"])
+            off = num(d["timestamp_s"], "timestamp_s", ln)
         elif "timestamp" in d:
-            off = float(d["timestamp"]) / 1000.0
+            off = num(d["timestamp"], "timestamp", ln) / 1000.0
         else:
             raise InputError(f"{p}:{ln}: needs offset_s, timestamp_s or timestamp (ms)")
         il = d.get("input_len", d.get("input_length"))
         ol = d.get("output_len", d.get("output_length"))
-        out.append(TraceEntry(off, None if il is None else int(il), None if ol is None else int(ol)))
+        out.append(TraceEntry(off, length(il, "input_len", ln), length(ol, "output_len", ln)))
     if not out:
         raise InputError(f"trace file is empty: {p}")
     return out

@@ -219,17 +219,26 @@ class RecordWriter:
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
-    """Yield records from a JSONL file, skipping a truncated last line (interrupted writer)."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
+    """Yield records from a JSONL file, skipping a truncated last line (interrupted writer) and
+    undecodable bytes. A line that is JSON but not a request record is an
+    :class:`~phasescope.errors.InputError` naming the file and line (exit 2)."""
+    from phasescope.errors import InputError
+
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for ln, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
                 continue
             try:
                 d = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
-            yield RequestRecord.from_dict(d)
+            if not isinstance(d, dict) or not isinstance(d.get("id"), str) or "api" not in d:
+                raise InputError(f"{path}:{ln}: not a request record (expected an object with id, api, target, ...)")
+            try:
+                yield RequestRecord.from_dict(d)
+            except (TypeError, ValueError, KeyError, IndexError) as exc:
+                raise InputError(f"{path}:{ln}: malformed request record ({type(exc).__name__}: {exc})") from None
 
 
 def read_records(path: str | os.PathLike[str]) -> list[RequestRecord]:
