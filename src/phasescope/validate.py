@@ -31,6 +31,8 @@ MAX_TOKENS = 10_000_000
 #: counts of requests: a lazily generated schedule handles any number, but not past int64
 MAX_COUNT = 2**62
 MAX_SEED = 2**63 - 1
+#: no option value is longer (PATH_MAX on Linux; a URL, a label or llama-server flags fit)
+MAX_TEXT = 4096
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,12 @@ def check_url(value: str, flag: str = "URL") -> None:
     if port is not None and not 1 <= port <= 65535:
         raise InputError(f"{flag}: port {port} out of range 1-65535")
     try:
+        if len(host) > 253 or any(len(lbl) > 63 for lbl in host.split(".")) or not host.strip("."):
+            raise UnicodeError("label too long")
+        host.encode("idna")
+    except UnicodeError:
+        raise InputError(f"{flag}: {host[:60]!r} is not a valid host name") from None
+    try:
         redact_url(full)
     except ValueError as exc:
         raise InputError(f"{flag}: malformed URL ({exc})") from None
@@ -196,6 +204,8 @@ def check_text(flag: str, value: str, *, empty_ok: bool = False) -> None:
         raise InputError(f"{flag}: not valid UTF-8 text") from None
     if "\x00" in value:
         raise InputError(f"{flag}: contains a NUL character")
+    if len(value) > MAX_TEXT:
+        raise InputError(f"{flag}: {len(value):,} characters is too long (at most {MAX_TEXT:,})")
     if not empty_ok and not value.strip():
         raise InputError(f"{flag}: empty value")
 

@@ -114,6 +114,7 @@ def save_traceback(exc: BaseException) -> str | None:
         if not folder:
             continue
         try:
+            os.makedirs(folder, exist_ok=True)
             return str(write_text(os.path.join(folder, new_run_id("phasescope-crash-") + ".txt"), text,
                                   what="traceback file"))
         except Exception:  # noqa: BLE001 - the guard itself must not fail

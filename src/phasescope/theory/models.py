@@ -822,6 +822,13 @@ def load_model_spec(spec: str) -> ModelSpec:
         raise InputError("empty model spec")
     s = spec.strip()
     p = Path(s).expanduser()
+    try:
+        return _load_model_spec(s, p)
+    except OSError as exc:  # a name too long for a path, a file we may not read
+        raise InputError(f"cannot read the model spec {s[:80]!r}: {exc.strerror or exc}") from None
+
+
+def _load_model_spec(s: str, p: Path) -> ModelSpec:
     if s.lower().endswith(".gguf"):
         return spec_from_gguf(p)
     if s.lower().endswith(".json") or p.is_dir():
