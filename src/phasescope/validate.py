@@ -115,7 +115,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "--route": ("round-robin", "random", "least-outstanding"),
     "--arrival": ("poisson", "gamma", "constant"),
     "devices --kind": ("gpu", "cpu", "apple", "accelerator", "local"),
-    "runs --status": ("running", "complete", "partial", "failed"),
 }
 
 def _budget(text: str) -> None:

@@ -78,7 +78,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
-RUN_STATUSES = ("running", "complete", "partial")
+RUN_STATUSES = ("running", "complete", "partial", "failed")
 BUSY_TIMEOUT_MS = 30_000
 #: how often (at most) ``run.add`` writes the record count to the database
 COUNT_FLUSH_S = 0.5
