@@ -148,7 +148,8 @@ TEXT_RULES: dict[str, Callable[[str], None]] = {
     "--budget": _budget,
     "bench --out": _out_folder, "probe --out": _out_folder,
     "--trace": _input_file("trace file"), "--dataset-path": _input_file("dataset file"),
-    "--calibrate-from": lambda t: None,
+    "serve --model": _input_file("model file"), "serve --llama-server": _input_file("llama-server binary"),
+    "quantize --model": _input_file("model file"),
 }
 
 #: text options that may be empty
@@ -319,7 +320,7 @@ def check_params(command: str, params: list[Any], values: dict[str, Any], given:
                     rule_t(text)
                 choices = CHOICES.get(f"{command} {flag}", CHOICES.get(flag))
                 if choices is not None and text not in choices:
-                    raise InputError(f"{flag} {text!r} is not one of: {', '.join(choices)}")
+                    raise InputError(f"unknown {flag} {text!r}; expected one of: {', '.join(choices)}")
                 if (name in URL_PARAMS or flag in URL_PARAMS) and text:
                     check_url(text, flag if flag.startswith("--") else "URL")
     cross = CROSS.get(command)

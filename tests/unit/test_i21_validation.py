@@ -76,7 +76,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("flops-eff above 1", [*PLAN, "--flops-eff", "2"], "--flops-eff"),
     ("plan nan rate", [*PLAN, "--rate", "nan"], "--rate"),
     ("plan huge input", [*PLAN, "--input-len", "1000000000000"], "--input-len"),
-    ("devices bogus kind", ["devices", "--kind", "bogus"], "--kind"),
+    ("devices bogus kind", ["devices", "--kind", "bogus"], "unknown --kind"),
     ("serve unbalanced quote", ["serve", "--server-args", 'unbalanced "quote'], "--server-args"),
     ("serve zero parallel", ["serve", "--parallel", "0"], "--parallel"),
     ("serve negative ctx", ["serve", "--ctx-size", "-5"], "--ctx-size"),
