@@ -249,8 +249,6 @@ def _bench_cross(p: dict[str, Any], given: Given) -> None:
     pl, il = p.get("prefix_len") or 0, p.get("input_len") or 0
     if pl and p.get("dataset") == "random" and pl > il:
         raise InputError(f"--prefix-len {pl} is longer than --input-len {il}")
-    if p.get("burstiness") is not None and math.isinf(p["burstiness"]) and given("burstiness") and shape != "poisson":
-        pass  # inf burstiness = constant gaps: allowed
 
 
 def _plan_cross(p: dict[str, Any], given: Given) -> None:

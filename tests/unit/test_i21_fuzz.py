@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 import signal
 import struct
