@@ -188,3 +188,11 @@ def test_jsonl_lines_that_are_json_but_not_records(tmp_path: Path) -> None:
     p.write_text('{"offset_s": 0}\n' + "[" * 50_000 + "]" * 50_000 + "\n")
     with pytest.raises(InputError, match="nested"):
         read_trace(p)
+
+
+def test_library_refuses_zero_output_len_instead_of_sending_64() -> None:
+    from phasescope.errors import InputError
+    from phasescope.load.bench import BenchConfig, run_bench
+
+    with pytest.raises(InputError, match="--output-len"):
+        run_bench(BenchConfig(url=DEAD, num_prompts=1, output_len=0))

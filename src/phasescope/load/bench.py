@@ -196,6 +196,10 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
     status = on_status or (lambda s: None)
     if cfg.workers < 1:
         raise InputError("--workers must be at least 1")
+    if cfg.output_len is not None and cfg.output_len < 1:
+        raise InputError(f"--output-len must be at least 1 (got {cfg.output_len})")  # 0 used to mean 64
+    if cfg.input_len < 1:
+        raise InputError(f"--input-len must be at least 1 (got {cfg.input_len})")
     if cfg.ray and cfg.workers > 1:
         raise InputError("--ray and --workers do not combine: use --ray-workers N")
     if target is not None:
