@@ -4,8 +4,10 @@ The CLI turns a :class:`PhasescopeError` into ``phasescope: error: <message>`` o
 its ``exit_code`` — never a traceback. Low-level exceptions (aiohttp, OSError, JSON) are mapped
 onto this hierarchy in one place per API module, as httpx does in ``map_exceptions``.
 
-Exit codes: 2 bad input (usage, files, unknown ids); 3 the target server failed us;
-4 the embedded engine could not be built or started; 130 interrupted.
+Exit codes (the README's table): 0 success; 1 a phasescope bug (the last-resort guard saved a
+traceback file); 2 bad input (usage, flag values, files, unknown ids); 3 the run failed: the
+target server failed us, no request succeeded, or a result could not be written
+(:class:`OutputError`); 4 the embedded engine could not be built or started; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ class EngineError(PhasescopeError):
 def error_kind(exc: BaseException) -> str:
     """A short stable string for a record's ``error_kind`` (e.g. ``connect``, ``first_token_timeout``)."""
     table: list[tuple[type[BaseException], str]] = [
+        (RequestDeadline, "deadline"),
+        (OverrunError, "overrun"),
         (ConnectTimeout, "connect_timeout"),
         (FirstTokenTimeout, "first_token_timeout"),
         (InterTokenTimeout, "inter_token_timeout"),
@@ -140,3 +144,25 @@ def error_kind(exc: BaseException) -> str:
         if isinstance(exc, cls):
             return kind
     return "client"
+
+
+# --- what phasescope itself could not do ------------------------------------------------------
+class OutputError(PhasescopeError):
+    """A result could not be written (disk full, permission, a file where a folder should be).
+    Exit 3 like a failed run: what was written before stays on disk and is named in the message."""
+
+    exit_code = 3
+
+
+class RequestDeadline(TimeoutError_):
+    """A request ran past its overall deadline (first-token timeout + its token budget × the
+    between-tokens timeout): a stream that never ends is cut there."""
+
+
+class OverrunError(TargetError):
+    """The server kept streaming past the requested output (max_tokens plus a margin) without
+    ending the stream; phasescope stopped reading."""
+
+
+class NoSuccessError(TargetError):
+    """A run in which no request succeeded."""

@@ -24,4 +24,8 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def dumps(obj: Any, *, indent: int | None = None) -> str:
-    return json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, allow_nan=False)
+    """JSON text of ``obj``, encodable and with every secret masked (:func:`phasescope.redact.clean`):
+    every JSON document phasescope prints or writes passes through here."""
+    from phasescope.redact import clean
+
+    return clean(json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, allow_nan=False))

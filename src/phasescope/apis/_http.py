@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import uuid
 from typing import Any
@@ -38,6 +39,8 @@ from phasescope.measure.records import Event, RequestRecord
 
 #: body bytes kept from an HTTP error response for the message
 _ERR_BODY_MAX = 4096
+#: a streamed event (or NDJSON line) larger than this without its end is a broken stream
+_MAX_EVENT_BYTES = 16 * 1024**2
 
 
 # --- sessions and the pre-transfer hook ------------------------------------------------------
@@ -100,7 +103,7 @@ class _Watchdog:
     itself lazily when it fires before the current deadline, so nothing is re-armed per event.
     """
 
-    __slots__ = ("loop", "task", "kind", "deadline_ns", "handle", "fired")
+    __slots__ = ("loop", "task", "kind", "deadline_ns", "handle", "fired", "overall")
 
     def __init__(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -109,10 +112,28 @@ class _Watchdog:
         self.deadline_ns: float = float("inf")
         self.handle: asyncio.TimerHandle | None = None
         self.fired: str | None = None
+        self.overall: asyncio.TimerHandle | None = None
+
+    def arm_overall(self, seconds: float | None) -> None:
+        """The request's overall deadline: whatever the stream does, it ends here."""
+        if seconds is None or self.task is None or not math.isfinite(seconds):
+            return
+        self.overall = self.loop.call_later(max(0.0, seconds), self._fire_overall)
+
+    def _fire_overall(self) -> None:
+        self.overall = None
+        if self.fired:
+            return
+        self.fired = "deadline"
+        assert self.task is not None
+        self.task.cancel()
 
     def arm(self, kind: str, seconds: float | None) -> None:
         if seconds is None or self.task is None:
             self.kind, self.deadline_ns = None, float("inf")
+            if kind == "done" and self.overall is not None:  # the answer is complete
+                self.overall.cancel()
+                self.overall = None
             return
         self.kind = kind
         delay = float(seconds)
@@ -141,6 +162,36 @@ class _Watchdog:
         if self.handle is not None:
             self.handle.cancel()
             self.handle = None
+        if self.overall is not None:
+            self.overall.cancel()
+            self.overall = None
+
+
+def overrun_margin(max_tokens: int) -> int:
+    """Tokens accepted past ``max_tokens`` before a stream that does not end is cut: a few
+    servers send one or two extra (a stop token, a final delta), none sends 10 % more."""
+    return max(8, int(max_tokens) // 10)
+
+
+def request_deadline_s(to: Any, max_tokens: int | None) -> float | None:
+    """A request's overall deadline: connect + first token + (its token budget + margin) × the
+    between-tokens timeout. None when a timeout it depends on is disabled."""
+    if to.first_token_s is None or to.between_tokens_s is None:
+        return None
+    n = int(max_tokens or 0)
+    return float(to.connect_s or 0.0) + float(to.first_token_s) + (n + overrun_margin(n)) * float(to.between_tokens_s)
+
+
+def _check_overrun(proto: "Protocol") -> None:
+    """Raise :class:`OverrunError` when the stream brought more than max_tokens + margin tokens."""
+    rec = proto.rec
+    limit = int(proto.req.max_tokens or 0)
+    got = sum((e.n_tokens or 1) for e in rec.events if e.kind in _TOKEN_KINDS)
+    if got > limit + overrun_margin(limit):
+        rec.overrun = got - limit
+        raise E.OverrunError(
+            f"{proto.target.display_url}{proto.path}: the server sent {got} tokens for max_tokens={limit} without "
+            f"ending the stream; stopped reading", hint="the server ignores max_tokens or never finishes its stream")
 
 
 # --- error mapping ---------------------------------------------------------------------------
@@ -192,7 +243,9 @@ def parse_retry_after(value: str | None) -> float | None:
 
 def http_error(status: int, body: bytes, headers: Any, target: Target, path: str) -> E.TargetError:
     """Map an HTTP error status to the error class a user can act on."""
-    msg = _error_text(body)
+    from phasescope.redact import redact
+
+    msg = redact(_error_text(body))  # 401 bodies may echo "Bearer <key>"
     where = f"{target.display_url}{path}"
     if status in (401, 403):
         what = "unauthorized (401)" if status == 401 else "forbidden (403)"
@@ -213,9 +266,11 @@ def http_error(status: int, body: bytes, headers: Any, target: Target, path: str
 
 
 def fail(rec: RequestRecord, exc: E.PhasescopeError) -> None:
+    from phasescope.redact import redact
+
     rec.ok = False
     rec.error_kind = E.error_kind(exc)
-    rec.error_message = str(exc)
+    rec.error_message = redact(str(exc))  # a server's error body may echo the Authorization header
     if isinstance(exc, E.OverloadedError):
         rec.retry_after_s = exc.retry_after_s
     if isinstance(exc, E.HttpError):
@@ -303,6 +358,7 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=to.connect_s, connect=None, sock_read=None)
     dog = _Watchdog()
     rec.wall_start_ns = wall_ns()
+    dog.arm_overall(request_deadline_s(to, req.max_tokens))
     try:
         for attempt in range(_MAX_STALE_RETRIES):
             dog.arm("first_token", to.first_token_s)
@@ -350,8 +406,13 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
         if task is not None and hasattr(task, "uncancel"):
             task.uncancel()
         rec.t_done_ns = now_ns()
-        if dog.fired == "first_token":
-            exc: E.PhasescopeError = E.FirstTokenTimeout(
+        if dog.fired == "deadline":
+            exc: E.PhasescopeError = E.RequestDeadline(
+                f"{target.display_url}{proto.path}: the request ran past its overall deadline of "
+                f"{request_deadline_s(to, req.max_tokens):g} s ({len(rec.token_events())} token events received)",
+                hint="raise --ttft-timeout/--itl-timeout")
+        elif dog.fired == "first_token":
+            exc = E.FirstTokenTimeout(
                 f"{target.display_url}{proto.path}: no first token within {to.first_token_s:g} s",
                 hint="raise --ttft-timeout",
             )
@@ -431,6 +492,8 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
     on_message = proto.on_message
     clock = now_ns
     decode = _json_decode
+    # past this many events the tokens are counted: more than max_tokens + margin ends the read
+    cap = int(proto.req.max_tokens or 0) + overrun_margin(int(proto.req.max_tokens or 0))
     buf = b""
     content = resp.content
     while True:
@@ -469,6 +532,11 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
             _rearm(proto, dog, between, t)
         if proto.done:
             break
+        if len(events) > cap:
+            _check_overrun(proto)
+        if len(buf) > _MAX_EVENT_BYTES:
+            raise E.MalformedEventError(f"{target.display_url}{path}: one streamed event is over "
+                                        f"{_MAX_EVENT_BYTES // 1024**2} MiB without an end; stopped reading")
     rec.t_done_ns = now_ns()
     if proto.done:
         dog.arm("done", None)  # the answer is complete: no timeout may fail it now
@@ -505,6 +573,7 @@ async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watc
     events = rec.events
     on_message = proto.on_message
     clock = now_ns
+    cap = int(proto.req.max_tokens or 0) + overrun_margin(int(proto.req.max_tokens or 0))
     buf = b""
     content = resp.content
     while not proto.done:
@@ -529,6 +598,11 @@ async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watc
         buf = buf[pos:] if pos else buf
         if len(events) > n_before and _token_in(events, n_before):
             _rearm(proto, dog, between, t)
+        if len(events) > cap and not proto.done:
+            _check_overrun(proto)
+        if len(buf) > _MAX_EVENT_BYTES:
+            raise E.MalformedEventError(f"{target.display_url}{path}: one streamed line is over "
+                                        f"{_MAX_EVENT_BYTES // 1024**2} MiB without an end; stopped reading")
     rec.t_done_ns = now_ns()
     if proto.done:
         dog.arm("done", None)  # the answer is complete: no timeout may fail it now

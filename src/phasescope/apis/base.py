@@ -55,6 +55,12 @@ class Target:
     def __repr__(self) -> str:  # the URL may hold user:password@ or ?key=: show it redacted
         return f"Target(url={self.display_url!r}, api={self.api!r}, model={self.model!r}, engine={self.engine!r})"
 
+    def __post_init__(self) -> None:
+        from phasescope.redact import register, register_url
+
+        register(self.api_key)  # masked in every text that leaves the process from now on
+        register_url(self.base_url)
+
     def headers(self) -> dict[str, str]:
         h = {"Content-Type": "application/json"}
         if self.api_key:

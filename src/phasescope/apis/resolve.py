@@ -39,6 +39,9 @@ def _normalise_url(url: str) -> str:
         if u.endswith(suffix):
             u = u[: -len(suffix)]
             break
+    from phasescope.validate import check_url
+
+    check_url(u)  # a bad port or an unclosed [IPv6 is bad input (exit 2), not a ValueError
     if not u.startswith(("http://", "https://")):
         raise E.InputError(f"not an http(s) URL: {redact_url(u)}")
     return u

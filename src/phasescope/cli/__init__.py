@@ -88,35 +88,96 @@ def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
     )
 
 
+def _say(line: str) -> None:
+    from phasescope.redact import clean
+
+    print(clean(line), file=sys.stderr)
+
+
+def _command_path(argv: list[str]) -> str:
+    words = [a for a in argv[:2] if not a.startswith("-")]
+    return " ".join(["phasescope", *words[:1]])
+
+
+def save_traceback(exc: BaseException) -> str | None:
+    """Write the traceback of an unanticipated exception to a file for a bug report (redacted);
+    the path, or None when even that failed."""
+    import os
+    import tempfile
+    import traceback
+
+    from phasescope.safeio import new_run_id, write_text
+
+    text = (f"phasescope {__version__}, python {sys.version.split()[0]}, argv {sys.argv!r}\n\n"
+            + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    for folder in (os.environ.get("PHASESCOPE_CRASH_DIR"), tempfile.gettempdir()):
+        if not folder:
+            continue
+        try:
+            os.makedirs(folder, exist_ok=True)
+            return str(write_text(os.path.join(folder, new_run_id("phasescope-crash-") + ".txt"), text,
+                                  what="traceback file"))
+        except Exception:  # noqa: BLE001 - the guard itself must not fail
+            continue
+    return None
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI in this process and return its exit code (``main`` without ``sys.exit``).
+
+    Exit codes (README "Exit codes"): 0 ok; 1 a bug (the last-resort guard: one line and a saved
+    traceback); 2 bad input; 3 the run failed (server, no request succeeded, a write failed);
+    4 the embedded engine; 130 interrupted.
+    """
+    import typer.main
+
+    from phasescope.validate import install
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    usage_errors, click_errors, aborts = _click_exception_types()
+    try:
+        cmd = install(typer.main.get_command(app))
+        # standalone_mode=False: click hands usage errors to us instead of drawing a panel, so bad
+        # flags get the same one line as every other bad input
+        code = cmd.main(args=args, prog_name="phasescope", standalone_mode=False)
+    except PhasescopeError as exc:
+        _say(f"phasescope: error: {exc}")
+        return exc.exit_code
+    except usage_errors as exc:
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:  # bare `phasescope`: the help
+            print(ctx.get_help())
+            return 0
+        where = ctx.command_path if ctx is not None else "phasescope"
+        _say(f"phasescope: error: {exc.format_message()} (see `{where} --help`)")
+        return 2
+    except click_errors as exc:
+        _say(f"phasescope: error: {exc.format_message()}")
+        return int(getattr(exc, "exit_code", 1) or 1)
+    except (KeyboardInterrupt, *aborts):
+        _say("phasescope: interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last-resort guard: one line, a saved traceback, exit 1
+        path = save_traceback(exc)
+        what = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
+        saved = f"traceback saved to {path}" if path else "the traceback could not be saved"
+        _say(f"phasescope: error: unexpected failure in `{_command_path(args)}`: {what} "
+             f"(this is a phasescope bug; {saved} — please attach it to a bug report)")
+        return 1
+    if isinstance(code, int) and code:
+        return code
+    return 0
+
+
 def main() -> None:
     """Console-script entry point: run the app, turning our errors into one clear line."""
     import signal
+
+    from phasescope.redact import install_console_guard
 
     try:
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     except ValueError:  # not the main thread (embedded use): leave signals alone
         pass
-    usage_errors, click_errors, aborts = _click_exception_types()
-    try:
-        # standalone_mode=False: click hands usage errors to us instead of drawing a panel, so bad
-        # flags get the same one line as every other bad input
-        code = app(standalone_mode=False)
-    except PhasescopeError as exc:
-        print(f"phasescope: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
-    except usage_errors as exc:
-        ctx = getattr(exc, "ctx", None)
-        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:  # bare `phasescope`: the help
-            print(ctx.get_help())
-            sys.exit(0)
-        where = ctx.command_path if ctx is not None else "phasescope"
-        print(f"phasescope: error: {exc.format_message()} (see `{where} --help`)", file=sys.stderr)
-        sys.exit(2)
-    except click_errors as exc:
-        print(f"phasescope: error: {exc.format_message()}", file=sys.stderr)
-        sys.exit(getattr(exc, "exit_code", 1))
-    except (KeyboardInterrupt, *aborts):
-        print("phasescope: interrupted", file=sys.stderr)
-        sys.exit(130)
-    if isinstance(code, int) and code:
-        sys.exit(code)
+    install_console_guard()  # nothing printed carries a secret (phasescope.redact)
+    sys.exit(run())

@@ -289,6 +289,10 @@ def bench(
         else:
             _print_sweep(d)
             print_warnings(d.get("warnings"))
+        if d["rows"] and not any((r.get("request_throughput") or 0) > 0 for r in d["rows"]) and not stop.is_set():
+            from phasescope.errors import NoSuccessError
+
+            raise NoSuccessError(f"no request succeeded in any of the {len(d['rows'])} sweep steps")
         if res.partial:
             raise typer.Exit(130 if stop.is_set() else 3)
         return
@@ -302,8 +306,24 @@ def bench(
         print_json(result.summary)
     else:
         _print_summary(result.summary)
+    if result.run.write_error:  # the run stopped at a write failure: say where and why, exit 3
+        from phasescope.errors import OutputError
+
+        raise OutputError(f"{result.run.write_error}; sending stopped there", hint=f"records: {result.records_path}")
+    _fail_if_nothing_succeeded(result.summary)
     if result.summary.get("partial"):
         raise typer.Exit(130 if result.run.interrupted else 3)
+
+
+def _fail_if_nothing_succeeded(s: dict[str, Any]) -> None:
+    """A run in which no request succeeded is a failed run: exit 3, the error kinds counted."""
+    if s.get("status") != "failed":
+        return
+    from phasescope.errors import NoSuccessError
+
+    kinds = ", ".join(f"{k} {v}" for k, v in (s.get("errors_by_kind") or {}).items()) or "none sent"
+    raise NoSuccessError(f"no request succeeded ({s.get('failed', 0)} failed: {kinds}); "
+                         f"records in {s.get('records_path')}", hint=s.get("first_error") or None)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,8 @@ context each). Runs are recorded in the run store (kind ``explain``) with every 
 
 from __future__ import annotations
 
+import math
+
 import asyncio
 import time
 from dataclasses import dataclass, field
@@ -124,6 +126,8 @@ def parse_budget(text: str) -> float:
         v = float(s) * mult
     except ValueError:
         raise InputError(f"--budget {text!r} is not a duration (e.g. 3m, 90s)") from None
+    if not math.isfinite(v):
+        raise InputError(f"--budget {text!r} is not a finite duration (e.g. 3m, 90s)")
     if v < 10:
         raise InputError(f"--budget {text!r} is too short: the experiments need at least 10 s")
     return v

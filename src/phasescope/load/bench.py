@@ -23,12 +23,12 @@ import secrets
 import signal
 import threading
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
 from phasescope.apis.base import Target, Timeouts
-from phasescope.errors import InputError
+from phasescope.errors import InputError, OutputError
 from phasescope.jsonutil import dumps
 from phasescope.load.runner import RunResult, health_warnings, prewarm_count, run_load
 from phasescope.load.schedule import Schedule, build_schedule, read_trace
@@ -186,8 +186,16 @@ class _Fanout:
         self.sinks = sinks
 
     def write(self, rec: RequestRecord) -> None:
-        for s in self.sinks:
-            (s.add if hasattr(s, "add") else s.write)(rec)
+        first: BaseException | None = None
+        for s in self.sinks:  # every sink gets the record even when another one fails
+            try:
+                (s.add if hasattr(s, "add") else s.write)(rec)
+            except Exception as exc:  # noqa: BLE001 - re-raised below with the failing path
+                if first is None:
+                    first = exc
+                    exc.ps_path = getattr(s, "path", None) or getattr(s, "records_path", None)  # type: ignore[attr-defined]
+        if first is not None:
+            raise first
 
 
 def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_status: Callable[[str], None] | None = None,
@@ -199,6 +207,10 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
     status = on_status or (lambda s: None)
     if cfg.workers < 1:
         raise InputError("--workers must be at least 1")
+    if cfg.output_len is not None and cfg.output_len < 1:
+        raise InputError(f"--output-len must be at least 1 (got {cfg.output_len})")  # 0 used to mean 64
+    if cfg.input_len < 1:
+        raise InputError(f"--input-len must be at least 1 (got {cfg.input_len})")
     if cfg.ray and cfg.workers > 1:
         raise InputError("--ray and --workers do not combine: use --ray-workers N")
     if cfg.gpu_metrics:  # a malformed exporter URL is bad input, before anything is started or stored
@@ -227,7 +239,9 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
                    stop: threading.Event | None, build: dict[str, Any] | None = None) -> BenchResult:
     stop = stop or threading.Event()
     sched = make_schedule(cfg)
-    n_items = max(1, len(sched.requests)) + len(sched.warmups)  # warm-ups use items after the measured ones
+    # warm-ups use items after the measured ones; a lazily continued schedule cycles a bounded pool
+    pool = sched.tail.num_items if sched.tail is not None and sched.tail.num_items else len(sched.requests)
+    n_items = max(1, pool) + len(sched.warmups)
     lengths = ([(r.input_len, r.output_len) for r in sched.requests] + [(None, None)] * len(sched.warmups)
                if cfg.shape == "trace" else None)
     status(f"building {n_items} prompts")
@@ -241,9 +255,9 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
 
     items = asyncio.run(_items())
 
-    out_dir = Path(cfg.out_dir) if cfg.out_dir else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    from phasescope.safeio import new_run_dir, prepare_out_dir
+
+    out_dir = prepare_out_dir(cfg.out_dir) if cfg.out_dir else None
     recording = None
     if cfg.store:
         try:
@@ -254,8 +268,8 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
             status(f"run store unavailable ({exc}); records go to --out only")
             recording = None
     if recording is None and out_dir is None:
-        out_dir = Path("phasescope-bench-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"))
-        out_dir.mkdir(parents=True, exist_ok=True)
+        # unique per run (32 random bits), created exclusively: two runs in one second never share it
+        out_dir = new_run_dir(".", "phasescope-bench-")
     run_id = recording.id if recording is not None else (out_dir.name if out_dir else "run")
 
     recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None = None
@@ -273,7 +287,8 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
                             server_url=target.base_url)
     if gpu_rec is not None:  # GPU telemetry, if any: none → the summary has no "gpu" key at all
         gpu_rec.start()
-    status(f"sending {'up to ' if cfg.duration_s else ''}{len(sched.requests) if not sched.repeat else '∞'} requests")
+    total = sched.total
+    status(f"sending {'up to ' if cfg.duration_s else ''}{f'{total:,}' if total is not None else '∞'} requests")
     from phasescope.measure.host import HostSampler
 
     host = HostSampler(getattr(target, "base_url", None)).start()
@@ -332,11 +347,33 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
         rpath = str(out_dir / "records.jsonl") if rpath is None else rpath
         summary["out_dir"] = str(out_dir)
     summary["records_path"] = rpath
+    summary["status"] = run_status(summary, res)
+    if summary["status"] == "failed":
+        summary["first_error"] = next((r.error_message for r in res.records if not r.ok and r.error_message), None)
+    write_error: BaseException | None = None
     if out_dir is not None:
-        (out_dir / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
+        from phasescope.safeio import write_text
+
+        try:
+            write_text(out_dir / "summary.json", dumps(summary, indent=2) + "\n", what="summary")
+        except OutputError as exc:  # keep the store's copy; report the failure after it
+            write_error = exc
     if recording is not None:
-        recording.finish(summary, status="partial" if res.partial else "complete")
+        try:
+            recording.finish(summary, status=summary["status"])
+        except Exception as exc:  # noqa: BLE001 - a full disk under the store: the --out copy still stands
+            write_error = write_error or OutputError(f"cannot finish the run store's copy ({recording.records_path}): {exc}")
+    if write_error is not None:
+        raise write_error
     return BenchResult(summary, res.records, res, server, rpath, str(out_dir) if out_dir else None)
+
+
+def run_status(summary: dict[str, Any], res: RunResult) -> str:
+    """``complete``; ``partial`` (stopped early: Ctrl-C, a dead server, a write failure); ``failed``
+    (no request succeeded — the CLI exits 3 with the error kinds counted)."""
+    if not summary.get("completed") and not res.interrupted:
+        return "failed"
+    return "partial" if res.partial else "complete"
 
 
 def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Path | None,

@@ -51,10 +51,13 @@ CONNECTION_ERRORS = frozenset({"connect", "connect_timeout", "stream_broken"})
 class BackgroundWriter:
     """Hands records to a :class:`RecordWriter` on a thread so disk I/O never blocks the event loop."""
 
-    def __init__(self, writer: RecordWriter | None) -> None:
+    def __init__(self, writer: RecordWriter | None, on_error: Callable[[str], None] | None = None) -> None:
         self._writer = writer
         self._q: "queue.SimpleQueue[RequestRecord | None]" = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        #: the first write failure ("cannot write records to PATH: cause"); later records are dropped
+        self.error: str | None = None
+        self._on_error = on_error
         if writer is not None:
             self._thread = threading.Thread(target=self._loop, name="phasescope-records", daemon=True)
             self._thread.start()
@@ -65,7 +68,19 @@ class BackgroundWriter:
             rec = self._q.get()
             if rec is None:
                 return
-            self._writer.write(rec)
+            if self.error is not None:
+                continue
+            try:
+                self._writer.write(rec)
+            except Exception as exc:  # noqa: BLE001 - a full disk must stop the run, not kill this thread
+                from phasescope.errors import PhasescopeError
+                from phasescope.safeio import os_cause
+
+                path = getattr(exc, "ps_path", None) or getattr(self._writer, "path", "the records file")
+                self.error = str(exc) if isinstance(exc, PhasescopeError) else \
+                    f"cannot write records to {path}: {os_cause(exc)}"
+                if self._on_error is not None:
+                    self._on_error(self.error)
 
     def put(self, rec: RequestRecord) -> None:
         if self._thread is not None:
@@ -199,6 +214,7 @@ class RunResult:
     hit_duration: bool = False
     health: RunnerHealth = field(default_factory=RunnerHealth)
     worker: str | None = None
+    write_error: str | None = None  # a record could not be written: the run stopped there
 
     @property
     def partial(self) -> bool:
@@ -266,7 +282,12 @@ async def run_load(
     stop = stop or asyncio.Event()
     own_session = session is None
     sess = session or new_session()
-    bw = BackgroundWriter(writer)
+    loop_ = asyncio.get_running_loop()
+
+    def write_failed(why: str) -> None:  # on the writer thread: stop sending at once
+        loop_.call_soon_threadsafe(stop.set)
+
+    bw = BackgroundWriter(writer, on_error=write_failed)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     send_lags: list[int] = []
     consecutive_conn_errors = 0
@@ -398,6 +419,10 @@ async def run_load(
         res.t_end_ns = now_ns()
         res.health = await monitor.stop(send_lags) if monitor._task is not None else RunnerHealth()
         bw.close()
+        if bw.error is not None:
+            res.write_error = bw.error
+            res.aborted = res.aborted or f"stopped: {bw.error}"
+            res.interrupted = False
         if own_session:
             await sess.close()
     return res

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -38,6 +38,62 @@ import numpy as np
 from phasescope.errors import InputError
 
 SHAPES = ("poisson", "constant", "ramp", "trace")
+#: at most this many requests are planned up front; a longer schedule continues lazily (its
+#: :attr:`Schedule.tail`), so ``-n 1000000000 --duration 2`` costs the memory of this many
+MATERIALIZE = 100_000
+#: distinct workload items (prompts) built for a lazily continued schedule: its requests cycle them
+LAZY_ITEMS = 4096
+_CHUNK = 1024
+
+
+@dataclass(frozen=True)
+class _Arrivals:
+    """The arrival process as a picklable recipe (multi-process and Ray parts regenerate it): the
+    same draws, in the same chunks, as the up-front plan, so a seed reproduces every offset."""
+
+    seed: int
+    rate: float
+    burstiness: float
+    shape: str
+    num_prompts: int | None
+    duration_s: float | None
+    num_items: int | None
+    skip: int = 0  # the first ``skip`` requests are in Schedule.requests already
+    mod: int = 1  # partition: this part yields the requests with index % mod == rem
+    rem: int = 0
+
+    def item_of(self, i: int) -> int:
+        return i if not self.num_items else i % self.num_items
+
+    def __iter__(self) -> Iterator[ScheduledRequest]:
+        finite = math.isfinite(self.rate)
+        rng = np.random.default_rng(self.seed)
+        i, t = 0, 0.0
+        gaps: list[float] = []
+        gi = 0
+        while self.num_prompts is None or i < self.num_prompts:
+            if finite:
+                if gi >= len(gaps):
+                    gaps = _gaps(rng, np.full(_CHUNK, self.rate), self.burstiness, self.shape).tolist()
+                    gi = 0
+                g = gaps[gi]
+                gi += 1
+            else:
+                g = 0.0
+            if self.duration_s is not None and t >= self.duration_s:
+                return
+            if i >= self.skip and i % self.mod == self.rem:
+                yield ScheduledRequest(i, t, self.item_of(i))
+            i += 1
+            t += float(g)
+            if not finite and self.num_prompts is None:
+                return  # an unbounded all-at-once plan is the closed loop (repeat), not this
+
+    def count(self) -> int | None:
+        """Requests this recipe yields, when known without generating them (all-at-once)."""
+        if self.num_prompts is None or (math.isfinite(self.rate) and self.duration_s is not None):
+            return None
+        return len(range(self.skip + ((self.rem - self.skip) % self.mod), self.num_prompts, self.mod))
 
 
 @dataclass(frozen=True)
@@ -72,6 +128,19 @@ class Schedule:
     rate: float = math.inf
     burstiness: float = 1.0
     seed: int = 0
+    #: the requests after ``requests``, generated as the runner reaches them (None: none)
+    tail: _Arrivals | None = None
+
+    @property
+    def total(self) -> int | None:
+        """Measured requests planned: ``len(requests)`` plus the tail's; None when only the
+        duration bounds it (or the schedule repeats)."""
+        if self.repeat:
+            return None
+        if self.tail is None:
+            return len(self.requests)
+        n = self.tail.count()
+        return None if n is None else len(self.requests) + n
 
     @property
     def requested_rate(self) -> float | None:
@@ -87,6 +156,8 @@ class Schedule:
         """The measured requests; endless when ``repeat`` (the runner stops at its duration)."""
         if not self.repeat:
             yield from self.requests
+            if self.tail is not None:
+                yield from self.tail
             return
         n = len(self.requests)
         if n == 0:
@@ -117,6 +188,7 @@ class Schedule:
                     rate=self.rate / n_parts if math.isfinite(self.rate) else self.rate,
                     burstiness=self.burstiness,
                     seed=self.seed,
+                    tail=None if self.tail is None else replace(self.tail, mod=n_parts, rem=p),
                 )
             )
         return parts
@@ -212,6 +284,9 @@ def build_schedule(
         if num_prompts is None:
             raise InputError("a ramp needs --num-prompts (the ramp spans the requests, as in vLLM)")
         n = num_prompts
+        if n > MATERIALIZE:
+            raise InputError(f"a ramp spans at most {MATERIALIZE:,} requests (got --num-prompts {n:,}); "
+                             "use --load-shape poisson/constant for longer runs")
         prog = np.arange(n) / max(n - 1, 1)
         rates = ramp_start_rate + (ramp_end_rate - ramp_start_rate) * prog
         gaps = _gaps(rng, rates, burstiness, "poisson")
@@ -229,51 +304,40 @@ def build_schedule(
             n = num_items or max_concurrency
             reqs = [ScheduledRequest(i, 0.0, item_of(i)) for i in range(n)]
             return finish(Schedule(requests=reqs, repeat=True, rate=rate, **common))  # type: ignore[arg-type]
-        reqs = [ScheduledRequest(i, 0.0, item_of(i)) for i in range(num_prompts)]
-        return finish(Schedule(requests=reqs, rate=rate, **common))  # type: ignore[arg-type]
-
-    # finite rate: Poisson / gamma / constant arrivals
-    if num_prompts is None and duration_s is None:
+    elif num_prompts is None and duration_s is None:
+        # finite rate: Poisson / gamma / constant arrivals
         raise InputError("bound the run with --num-prompts and/or --duration")
+    # all at once with --num-prompts, or a finite rate: the first MATERIALIZE requests up front,
+    # the rest (if any) generated lazily from the same recipe
+    could_overflow = num_prompts is None or num_prompts > MATERIALIZE
+    # a schedule that may continue lazily cycles a bounded pool of prompts (LAZY_ITEMS)
+    recipe = _Arrivals(seed, rate, burstiness, shape, num_prompts, duration_s,
+                       (num_items or LAZY_ITEMS) if could_overflow else num_items)
     reqs = []
-    t = 0.0
-    i = 0
-    chunk = 1024
-    while True:
-        gaps = _gaps(rng, np.full(chunk, rate), burstiness, shape)
-        done = False
-        for g in gaps:
-            if num_prompts is not None and i >= num_prompts:
-                done = True
-                break
-            if duration_s is not None and t >= duration_s:
-                done = True
-                break
-            reqs.append(ScheduledRequest(i, t, item_of(i)))
-            i += 1
-            t += float(g)
-        if done:
+    for r in recipe:
+        reqs.append(r)
+        if len(reqs) > MATERIALIZE:
             break
-    return finish(Schedule(requests=reqs, rate=rate, **common))  # type: ignore[arg-type]
+    tail = None
+    if len(reqs) > MATERIALIZE:
+        reqs = reqs[:MATERIALIZE]
+        tail = replace(recipe, skip=MATERIALIZE)
+    elif could_overflow and not num_items and len(reqs) > LAZY_ITEMS:
+        # it fitted after all: one item per request, as for any planned schedule
+        reqs = [ScheduledRequest(r.index, r.offset_s, r.index) for r in reqs]
+    sched = Schedule(requests=reqs, rate=rate, tail=tail, **common)  # type: ignore[arg-type]
+    if tail is not None:
+        sched.warmups = [ScheduledRequest(i, 0.0, tail.num_items + i, True) for i in range(warmup)]  # type: ignore[operator]
+        return sched
+    return finish(sched)
 
 
 def iter_jsonl_objects(path: Path, *, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of a JSONL file; a missing file, a line
     that is not JSON or not an object is an :class:`InputError` naming the file and line."""
-    if not path.is_file():
-        raise InputError(f"{what} not found: {path}")
-    with path.open(encoding="utf-8") as fh:
-        for ln, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{ln}: not JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise InputError(f"{path}:{ln}: expected a JSON object")
-            yield ln, d
+    from phasescope.safeio import iter_user_jsonl  # the one reader for user files
+
+    yield from iter_user_jsonl(path, what=what)
 
 
 def read_trace(path: str | Path) -> list[TraceEntry]:
@@ -285,18 +349,30 @@ def read_trace(path: str | Path) -> list[TraceEntry]:
     """
     p = Path(path)
     out: list[TraceEntry] = []
+    def num(v: Any, key: str, ln: int) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise InputError(f"{p}:{ln}: {key} must be a finite number, not {json.dumps(v)[:40]}")
+        return float(v)
+
+    def length(v: Any, key: str, ln: int) -> int | None:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10_000_000:
+            raise InputError(f"{p}:{ln}: {key} must be an integer from 1 to 10,000,000, not {json.dumps(v)[:40]}")
+        return v
+
     for ln, d in iter_jsonl_objects(p, what="trace file"):
         if "offset_s" in d:
-            off = float(d["offset_s"])
+            off = num(d["offset_s"], "offset_s", ln)
         elif "timestamp_s" in d:
-            off = float(d["timestamp_s"])
+            off = num(d["timestamp_s"], "timestamp_s", ln)
         elif "timestamp" in d:
-            off = float(d["timestamp"]) / 1000.0
+            off = num(d["timestamp"], "timestamp", ln) / 1000.0
         else:
             raise InputError(f"{p}:{ln}: needs offset_s, timestamp_s or timestamp (ms)")
         il = d.get("input_len", d.get("input_length"))
         ol = d.get("output_len", d.get("output_length"))
-        out.append(TraceEntry(off, None if il is None else int(il), None if ol is None else int(ol)))
+        out.append(TraceEntry(off, length(il, "input_len", ln), length(ol, "output_len", ln)))
     if not out:
         raise InputError(f"trace file is empty: {p}")
     return out

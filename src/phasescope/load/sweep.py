@@ -159,10 +159,12 @@ def run_sweep(cfg: BenchConfig, *, slo: dict[str, float], steps: int = 4,
     res.knee = find_knee(res.rows, slo)
     res.saturation_rate = saturation(res.rows)
     if base_out is not None:
-        base_out.mkdir(parents=True, exist_ok=True)
-        (base_out / "sweep.json").write_text(dumps(res.to_dict(), indent=2) + "\n", encoding="utf-8")
+        from phasescope.safeio import prepare_out_dir, write_text
+
+        prepare_out_dir(base_out)
+        write_text(base_out / "sweep.json", dumps(res.to_dict(), indent=2) + "\n", what="sweep result")
         lines = [",".join(TABLE_COLUMNS)]
         for r in res.rows:
             lines.append(",".join("" if r.get(c) is None else str(r.get(c)) for c in TABLE_COLUMNS))
-        (base_out / "sweep.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        write_text(base_out / "sweep.csv", "\n".join(lines) + "\n", what="sweep table")
     return res

@@ -136,12 +136,9 @@ def prompt_salt(seed: int, run_salt: str | None, part: str, i: int) -> int:
 
 
 def _load_json(path: Path) -> Any:
-    if not path.is_file():
-        raise InputError(f"dataset file not found: {path}")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    from phasescope.safeio import read_user_json  # the one reader for user files
+
+    return read_user_json(path, what="dataset file", expect=None)
 
 
 async def sharegpt_workload(
@@ -206,11 +203,13 @@ async def jsonl_workload(
         ol = d.get("output_len", d.get("max_tokens", default_output_len))
         try:
             ol = int(ol)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise InputError(f"{p}:{ln}: output_len must be an integer") from None
-        if ol < 1:
-            raise InputError(f"{p}:{ln}: output_len must be at least 1")
+        if not 1 <= ol <= 10_000_000:
+            raise InputError(f"{p}:{ln}: output_len must be from 1 to 10,000,000 (got {ol})")
         il = d.get("input_len")
+        if il is not None and (isinstance(il, bool) or not isinstance(il, int) or il < 0):
+            raise InputError(f"{p}:{ln}: input_len must be a non-negative integer")
         src = "file" if il is not None else "estimate"
         if il is None and count is not None:
             il = await count(d["prompt"])

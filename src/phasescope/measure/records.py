@@ -102,6 +102,9 @@ class RequestRecord:
     error_kind: str | None = None
     error_message: str | None = None
     retry_after_s: float | None = None  # 429/503 Retry-After, when the server said
+    #: output tokens received past ``max_tokens`` when phasescope stopped reading a stream that did
+    #: not end (error_kind ``overrun``); None when the stream ended by itself
+    overrun: int | None = None
     # who sent it (bench workers / Ray actors)
     worker: str | None = None
 
@@ -123,7 +126,10 @@ class RequestRecord:
         return rec
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        """One JSONL line; encodable and with every secret masked (the records' write boundary)."""
+        from phasescope.redact import clean
+
+        return clean(json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")))
 
     # -- convenience views (raw only; metrics live in measure.derive) ------------------------
     def token_events(self) -> list[Event]:
@@ -144,33 +150,66 @@ class RecordWriter:
         self, path: str | os.PathLike[str], *, fsync: bool = True, fsync_interval_s: float = 0.5
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] = open(self.path, "a", encoding="utf-8")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh: IO[str] = open(self.path, "a", encoding="utf-8")
+        except OSError as exc:
+            from phasescope.errors import OutputError
+            from phasescope.safeio import os_cause
+
+            raise OutputError(f"cannot write records to {self.path}: {os_cause(exc)}") from None
         self._lock = threading.Lock()
         self._fsync = fsync
         self._fsync_interval_ns = int(fsync_interval_s * 1e9)
         self._last_fsync_ns = time.monotonic_ns()
         self.count = 0
+        self.error: OSError | None = None
 
     def write(self, record: RequestRecord) -> None:
+        """Append one record; a failed write (disk full, a size limit) is an
+        :class:`~phasescope.errors.OutputError` naming the file, and every later write fails fast."""
         line = record.to_json() + "\n"
         with self._lock:
-            self._fh.write(line)
-            self._fh.flush()
-            if self._fsync:
-                now = time.monotonic_ns()
-                if now - self._last_fsync_ns >= self._fsync_interval_ns:
-                    os.fsync(self._fh.fileno())
-                    self._last_fsync_ns = now
+            if self.error is not None:
+                raise self._output_error(self.error)
+            try:
+                self._fh.write(line)
+                self._fh.flush()
+                if self._fsync:
+                    now = time.monotonic_ns()
+                    if now - self._last_fsync_ns >= self._fsync_interval_ns:
+                        os.fsync(self._fh.fileno())
+                        self._last_fsync_ns = now
+            except OSError as exc:
+                self.error = exc
+                raise self._output_error(exc) from None
             self.count += 1
 
+    def _output_error(self, exc: OSError) -> Exception:
+        from phasescope.errors import OutputError
+        from phasescope.safeio import os_cause
+
+        return OutputError(f"cannot write records to {self.path}: {os_cause(exc)} "
+                           f"({self.count} records written before it are kept)")
+
     def close(self) -> None:
+        """Flush and close. After a write failure this only releases the file (what reached the
+        disk stays; a last partial line is skipped by :func:`iter_records`)."""
         with self._lock:
-            if not self._fh.closed:
+            if self._fh.closed:
+                return
+            try:
                 self._fh.flush()
                 if self._fsync:
                     os.fsync(self._fh.fileno())
-                self._fh.close()
+            except OSError as exc:
+                if self.error is None:
+                    self.error = exc
+            finally:
+                try:
+                    self._fh.close()
+                except OSError:
+                    pass
 
     def __enter__(self) -> "RecordWriter":
         return self
@@ -180,17 +219,26 @@ class RecordWriter:
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
-    """Yield records from a JSONL file, skipping a truncated last line (interrupted writer)."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
+    """Yield records from a JSONL file, skipping a truncated last line (interrupted writer) and
+    undecodable bytes. A line that is JSON but not a request record is an
+    :class:`~phasescope.errors.InputError` naming the file and line (exit 2)."""
+    from phasescope.errors import InputError
+
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for ln, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
                 continue
             try:
                 d = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
-            yield RequestRecord.from_dict(d)
+            if not isinstance(d, dict) or not isinstance(d.get("id"), str) or "api" not in d:
+                raise InputError(f"{path}:{ln}: not a request record (expected an object with id, api, target, ...)")
+            try:
+                yield RequestRecord.from_dict(d)
+            except (TypeError, ValueError, KeyError, IndexError) as exc:
+                raise InputError(f"{path}:{ln}: malformed request record ({type(exc).__name__}: {exc})") from None
 
 
 def read_records(path: str | os.PathLike[str]) -> list[RequestRecord]:

@@ -129,6 +129,9 @@ class CsvLog:
         for k in SUMMARY_KEYS:
             v = state.summary.get(k)
             row.append("" if v is None else (f"{v:.6g}" if isinstance(v, float) else v))
+        from phasescope.redact import clean  # the write boundary: no secret, encodable
+
+        row = [clean(c) if isinstance(c, str) else c for c in row]
         self._w.writerow(row)
         self._sync()
 

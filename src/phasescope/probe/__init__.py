@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -93,9 +92,10 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                   "retries": plan.retries, "api": target.api}
         writer: RecordWriter | None = None
         out_path: Path | None = None
+        from phasescope.safeio import new_run_dir, prepare_out_dir, write_text
+
         if out_dir is not None:
-            out_path = Path(out_dir)
-            out_path.mkdir(parents=True, exist_ok=True)
+            out_path = prepare_out_dir(out_dir)
             writer = RecordWriter(out_path / "records.jsonl")
         store_cm, recording = (None, None)
         if save:
@@ -104,8 +104,7 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
             except (E.PhasescopeError, OSError) as exc:
                 say(f"run store unavailable ({exc}); records only in --out")
         if writer is None and recording is None:
-            out_path = Path("phasescope-runs") / time.strftime("probe-%Y%m%d-%H%M%S")
-            out_path.mkdir(parents=True, exist_ok=True)
+            out_path = new_run_dir("phasescope-runs", "probe-")  # unique, created exclusively
             writer = RecordWriter(out_path / "records.jsonl")
 
         def on_record(rec: RequestRecord) -> None:
@@ -163,7 +162,7 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
             result["records_path"] = str(recording.records_path) if recording is not None else str(out_path / "records.jsonl")
             result["run_id"] = recording.id if recording is not None else None
             if out_path is not None:
-                (out_path / "summary.json").write_text(dumps(result, indent=2) + "\n", encoding="utf-8")
+                write_text(out_path / "summary.json", dumps(result, indent=2) + "\n", what="summary")
             if recording is not None:
                 recording.finish(result)
             return result

@@ -187,7 +187,9 @@ def write_report(runs: list[Run], out: str | os.PathLike[str], *, png_dir: str |
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(page, encoding="utf-8")
+        from phasescope.redact import clean  # the write boundary: no secret, encodable
+
+        tmp.write_text(clean(page), encoding="utf-8")
         tmp.replace(out)
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -78,7 +78,9 @@ def write_pngs(plots: list[Plot], png_dir: Path, *, width: int = 1100, height: i
                     f'<div id="p"></div><script>Plotly.newPlot("p",{script_json(fig.get("data", []))},'
                     f'{script_json(layout)},{{staticPlot:true}});</script></body></html>')
             page_path = Path(tmp) / f"{p.name}.html"
-            page_path.write_text(page, encoding="utf-8")
+            from phasescope.redact import clean  # the write boundary: no secret, encodable
+
+            page_path.write_text(clean(page), encoding="utf-8")
             cmd = [chrome, *CHROMIUM_FLAGS, f"--user-data-dir={tmp}/profile", f"--screenshot={path}",
                    f"--window-size={width},{height}", "--force-device-scale-factor=2", "--virtual-time-budget=3000",
                    page_path.as_uri()]

@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 3
-RUN_STATUSES = ("running", "complete", "partial")
+RUN_STATUSES = ("running", "complete", "partial", "failed")
 BUSY_TIMEOUT_MS = 30_000
 #: how often (at most) ``run.add`` writes the record count to the database
 COUNT_FLUSH_S = 0.5
@@ -166,6 +166,7 @@ def _redact(url: str) -> str:
 def scrub(obj: Any, secrets_: tuple[str, ...] = ()) -> Any:
     """A JSON-able copy of ``obj`` with secret-named keys dropped, URLs redacted and every known
     secret string replaced by ``***``."""
+    from phasescope.redact import redact
 
     def walk(o: Any) -> Any:
         if isinstance(o, dict):
@@ -176,7 +177,7 @@ def scrub(obj: Any, secrets_: tuple[str, ...] = ()) -> Any:
             s = _redact(o) if _URL.match(o) and ("@" in o or "?" in o) else o
             for sec in secrets_:
                 s = s.replace(sec, "***")
-            return s
+            return redact(s)
         return o
 
     return walk(to_jsonable(obj))
@@ -688,8 +689,8 @@ class Recording:
     def finish(self, summary: dict[str, Any] | None = None, *, status: str = "complete") -> None:
         """Mark the run complete with its summary (JSON-able; NaN → null). ``status="partial"``
         keeps a summary of a run that stopped early (e.g. the server died) as partial."""
-        if status not in ("complete", "partial"):
-            raise ValueError(f"status must be complete or partial, not {status!r}")
+        if status not in ("complete", "partial", "failed"):
+            raise ValueError(f"status must be complete, partial or failed, not {status!r}")
         self.summary = summary
         self._close(status, summary)
         self.finished = True

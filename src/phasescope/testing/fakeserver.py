@@ -75,6 +75,10 @@ FAULTS = (
     "error_event",  # the server's mid-stream error event after fault_after token events
     "stall",  # silence for stall_s after fault_after token events (0 → before the first token)
     "no_done",  # stream ends cleanly but without [DONE]/finish_reason/done:true
+    # hostile servers (issue 21): each must neither hang phasescope nor leak the key
+    "echo_key",  # 401 on generation endpoints whose body echoes the request's Authorization header
+    "endless",  # streams tokens past max_tokens forever: no finish_reason, no [DONE]
+    "silent",  # sends the response headers, then nothing at all (for stall_s)
 )
 
 FLAVORS = ("vllm", "sglang", "llamacpp", "ollama")
@@ -188,6 +192,7 @@ class FakeServer:
         self.log: list[GroundTruth] = []
         self.requests = 0  # generation requests received
         self._faulted = 0
+        self._echo_auth = ""
         self._loaded = False
         self._last_prompt: list[int] = []
         self._runner: web.AppRunner | None = None
@@ -328,6 +333,12 @@ class FakeServer:
             msg = "server busy, please try again.  maximum pending requests exceeded" if self.flavor == "ollama" else "Too many requests in the queue"
             headers = {"Retry-After": f"{self.retry_after:g}"} if self.retry_after is not None else {}
             return web.json_response(self._err_body(status, msg, "unavailable_error"), status=status, headers=headers)
+        if fault == "echo_key":
+            gt.status = 401
+            auth = self._echo_auth
+            return web.json_response(self._err_body(401, f"Invalid API key: {auth}", "authentication_error")
+                                     | {"received_headers": {"Authorization": auth}}, status=401,
+                                     headers={"WWW-Authenticate": f'Bearer realm="fake", error="invalid_token", token="{auth}"'})
         if fault == "http500":
             gt.status = 500
             return web.json_response(self._err_body(500, "internal engine error", "server_error"), status=500)
@@ -522,6 +533,7 @@ class FakeServer:
             return web.json_response(self._err_body(404, f"The model `{model}` does not exist.", "NotFoundError"), status=404)
         fault = self._take_fault()
         gt.fault = fault
+        self._echo_auth = request.headers.get("Authorization", "")
         if (resp := self._pre_fault(fault, gt)) is not None:
             self._record(gt)
             return resp
@@ -591,6 +603,21 @@ class FakeServer:
 
         reasoning_key = "reasoning" if self.flavor == "vllm" else "reasoning_content"
         try:
+            if fault == "silent":  # headers out, then nothing
+                await asyncio.sleep(self.stall_s)
+                return resp
+            if fault == "endless":  # past max_tokens for ever, never finishing
+                j = 0
+                while True:
+                    await self._sleep_until(t0, ttft + j * self.itl_s)
+                    text = _WORDS[j % len(_WORDS)]
+                    ch = ({"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None} if chat
+                          else {"index": 0, "text": text, "logprobs": None, "finish_reason": None})
+                    await send(chunk(ch))
+                    gt.t_events_ns.append(time.perf_counter_ns())
+                    gt.tokens_per_event.append(1)
+                    gt.output_tokens += 1
+                    j += 1
             if chat:  # role-only opening delta, sent before the prompt is processed (per server)
                 role: dict[str, Any] = {"role": "assistant", "content": "" if self.flavor != "llamacpp" else None}
                 if self.flavor == "sglang":
@@ -946,10 +973,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--uvloop", action="store_true", help="use uvloop if installed")
     ap.add_argument("--prefill-tok-s", type=float, default=None, help="TTFT grows by evaluated prompt tokens / this")
     ap.add_argument("--prefix-cache", action="store_true", help="vLLM/SGLang automatic prefix caching (16-token blocks)")
+    ap.add_argument("--fault", default=None, choices=FAULTS, help="fault mode for every generation request")
+    ap.add_argument("--fault-after", type=int, default=2)
+    ap.add_argument("--api-key", default=None, help="require this Bearer key")
     a = ap.parse_args(argv)
     srv = FakeServer(flavor=a.flavor, model=a.model, port=a.port, ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000,
                      tokens_per_event=a.tokens_per_event, log_path=a.log, prefill_tok_s=a.prefill_tok_s,
-                     prefix_cache=a.prefix_cache)
+                     prefix_cache=a.prefix_cache, fault=a.fault, fault_after=a.fault_after, api_key=a.api_key)
 
     async def run() -> None:
         await srv.start()

@@ -185,8 +185,10 @@ def _parse(buf: Any, size: int, path: str) -> GGUFHeader:
             ggml_type = cur.unpack("<I", 4)
             offset = cur.unpack("<Q", 8)
             header.tensors.append(GGUFTensor(name, dims, ggml_type, offset))
-    except EOFError:
+    except (EOFError, struct.error):  # struct.error: a length field pointing past the end
         raise UnknownModelError(f"{path}: truncated GGUF header") from None
+    except (OverflowError, MemoryError, UnicodeDecodeError):
+        raise UnknownModelError(f"{path}: malformed GGUF header (implausible lengths)") from None
     except ValueError as exc:
         raise UnknownModelError(f"{path}: malformed GGUF header ({exc})") from None
     return header

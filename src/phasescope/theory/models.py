@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import difflib
 import io
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field, replace
@@ -338,6 +337,13 @@ def spec_from_config(cfg: dict[str, Any], *, name: str = "config.json", source: 
         raise InputError(f"{where}: layers, hidden_size, heads and vocab_size must be > 0")
     n_kv_raw = _get(c, "num_key_value_heads")
     n_kv = _as_int(n_kv_raw, "num_key_value_heads", where) if n_kv_raw is not None else n_q
+    if n_kv < 1 or n_kv > n_q:
+        raise InputError(f"{where}: num_key_value_heads {n_kv} must be between 1 and num_attention_heads {n_q}")
+    if n_q % n_kv:
+        raise InputError(f"{where}: num_attention_heads {n_q} is not a multiple of num_key_value_heads {n_kv}")
+    if not c.get("head_dim") and d % n_q:
+        raise InputError(f"{where}: hidden_size {d} is not divisible by num_attention_heads {n_q} "
+                         "(and no head_dim is given)")
     hd_raw = c.get("head_dim")
     head_dim = _as_int(hd_raw, "head_dim", where) if hd_raw else d // n_q
     ff_raw = _get(c, "intermediate_size")
@@ -465,16 +471,10 @@ def spec_from_config_file(path: str | Path) -> ModelSpec:
     p = Path(path).expanduser()
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
-        raise InputError(f"config file not found: {p}")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {p}: {exc}") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{p}: malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    from phasescope.safeio import read_user_json
+
+    # one reader for user files: size and nesting limits, encoding, wrong top-level type
+    cfg = read_user_json(p, what="config file", expect=dict, max_bytes=64 * 1024**2)
     spec = spec_from_config(cfg, name=p.name, source=str(p))
     ident = (p.parent.name if p.name == "config.json" else p.stem) or spec.id
     named = "_name_or_path" in cfg and bool(cfg["_name_or_path"])
@@ -822,6 +822,13 @@ def load_model_spec(spec: str) -> ModelSpec:
         raise InputError("empty model spec")
     s = spec.strip()
     p = Path(s).expanduser()
+    try:
+        return _load_model_spec(s, p)
+    except OSError as exc:  # a name too long for a path, a file we may not read
+        raise InputError(f"cannot read the model spec {s[:80]!r}: {exc.strerror or exc}") from None
+
+
+def _load_model_spec(s: str, p: Path) -> ModelSpec:
     if s.lower().endswith(".gguf"):
         return spec_from_gguf(p)
     if s.lower().endswith(".json") or p.is_dir():
