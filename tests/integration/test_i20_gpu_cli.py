@@ -192,4 +192,5 @@ def test_exporter_credentials_stay_out_of_the_stored_params() -> None:
                                  ["watch", "http://127.0.0.1:9", "--once"]])
 def test_a_malformed_exporter_url_is_one_line_of_bad_input(cmd: list[str]) -> None:
     p = _run([*cmd, "--gpu-metrics", "http://"])
-    assert p.returncode == 2 and p.stderr.strip() == "phasescope: error: not a URL: 'http://'"
+    # checked at the CLI boundary like every URL flag, before any connection
+    assert p.returncode == 2 and p.stderr.strip() == "phasescope: error: --gpu-metrics: no host in URL http://"
