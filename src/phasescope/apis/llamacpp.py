@@ -103,3 +103,17 @@ async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) 
     """One ``/completion`` request; never raises for server-side failures."""
     rec = new_record(target, req)
     return await exchange(session, _Native(target, req, rec))
+
+
+async def get_props(session: aiohttp.ClientSession, target: Target, timeout_s: float = 5.0) -> dict[str, Any] | None:
+    """llama-server ``GET /props`` (slots, ``n_ctx``, ``model_ftype``, ``model_path``, and on builds
+    that report them ``n_batch``/``n_ubatch``); ``None`` when it does not answer with an object."""
+    try:
+        async with session.get(target.base_url + "/props", headers=target.headers(),
+                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            if r.status != 200:
+                return None
+            d = await r.json(content_type=None)
+            return d if isinstance(d, dict) else None
+    except (aiohttp.ClientError, ValueError, TimeoutError):
+        return None

@@ -163,7 +163,7 @@ async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, outp
     elif ctx.facts.slots:
         bound, src = ctx.facts.slots, ctx.facts.slots_source
     else:
-        bound, src = 16, "default (the server does not report its slots)"
+        bound, src = 16, "phasescope's cap: the server does not report how many requests it runs at once"
     t1 = request_time_s(c, prompt_tokens, output_tokens)
     levels: list[int] = []
     spent = 0.0

@@ -62,6 +62,9 @@ class QueueResult:
     ttft_queue_share: float | None = None
     queueing: bool | None = None
     reason: str = ""
+    #: the server's reported slots (llama.cpp /props); None when it does not say
+    slots: int | None = None
+    slots_source: str | None = None
 
     name: str = NAME
 
@@ -186,6 +189,8 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
         pre = (b - a) if a is not None and b is not None else None
     params = {"concurrency": cq, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
               "per_worker": per_worker, "interval_s": interval_s, "budget_s": budget_s}
-    return analyze(ctx.records, samples, ctx.info(NAME, started, params),
-                   metrics_source=ctx.facts.metrics_engine, preemptions=pre)
+    res = analyze(ctx.records, samples, ctx.info(NAME, started, params),
+                  metrics_source=ctx.facts.metrics_engine, preemptions=pre)
+    res.slots, res.slots_source = ctx.facts.slots, ctx.facts.slots_source
+    return res
 

@@ -429,9 +429,12 @@ class BehaviourFake:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
             return resp
-        except (asyncio.CancelledError, ConnectionResetError):
+        except asyncio.CancelledError:
             seq.cancelled = True
             raise
+        except ConnectionResetError:  # the client hung up (an experiment stopping a stream): not an error
+            seq.cancelled = True
+            return web.Response(status=499)
 
     def _usage(self, seq: _Seq) -> dict[str, Any]:
         u: dict[str, Any] = {"prompt_tokens": len(seq.tokens), "completion_tokens": seq.generated,
