@@ -1,0 +1,112 @@
+"""Issue #15: findings are generated from the data (levels actually run, bounds actually known,
+effects the experiment caused itself), and advice is set against the server's current settings.
+
+Each test here failed on the code before #15 (template sentences, fixed advice)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from phasescope.diagnose import diagnose
+from phasescope.experiments.batching import BatchingResult, BatchLevel
+from phasescope.experiments.common import ExperimentInfo
+from phasescope.experiments.context_fill import ContextFillResult, ContextPoint
+from phasescope.experiments.queue import QueueResult, QueueSample
+from phasescope.experiments.render import render_experiments
+from phasescope.jsonutil import to_jsonable
+
+
+def lv(c, tput, itl99=0.02):
+    return BatchLevel(concurrency=c, n=c, n_failed=0, output_tok_s=tput, per_user_decode_tok_s=tput / c,
+                      itl_p50_s=0.015, itl_p99_s=itl99, ttft_p50_s=0.1, ttft_p99_s=0.15, queue_p50_s=None, wall_s=1.0)
+
+
+def bt(levels, bound, src, knee=None, reached=False):
+    r = BatchingResult(ExperimentInfo(name="batching"), levels=levels, knee_concurrency=knee, knee_reached=reached,
+                       max_concurrency_bound=bound, bound_source=src)
+    r.throughput_gain_x = max(x.output_tok_s for x in levels) / levels[0].output_tok_s
+    r.itl_p99_growth_x = levels[-1].itl_p99_s / levels[0].itl_p99_s
+    return r
+
+
+# -- wording follows what was tested -----------------------------------------------------------------
+def test_batching_scales_does_not_claim_a_knee_beyond_a_bound_it_never_reached():
+    # only levels 1 and 2 ran (budget), the server has 4 slots
+    d = diagnose({"batching": bt([lv(1, 40), lv(2, 78)], 4, "llama.cpp /props total_slots")})
+    f = d.get("batching-scales")
+    assert f is not None
+    assert "further out than" not in f.cause
+    assert "were not run" in f.cause and "4" in f.cause
+
+
+def test_batching_bound_default_is_said_in_words_not_nested_parentheses():
+    from phasescope.experiments import batching
+
+    levels = [lv(c, 40 * c) for c in batching.levels_for(16)]
+    d = diagnose({"batching": bt(levels, 16, "default (the server does not report its slots)")})
+    cause = d.get("batching-scales").cause
+    assert "(default (" not in cause
+    assert "does not report" in cause and "above 16" in cause
+
+
+def test_batching_at_the_servers_own_slots_says_more_slots_would_help():
+    d = diagnose({"batching": bt([lv(1, 40), lv(2, 78), lv(4, 150)], 4, "llama.cpp /props total_slots")})
+    assert "more slots" in d.get("batching-scales").cause
+
+
+def q(concurrency, slots, queue_share, waiting_share, running=None):
+    samples = [QueueSample(i * 0.2, 3.0 if i < waiting_share * 10 else 0.0, running, None) for i in range(10)]
+    return QueueResult(ExperimentInfo(name="queue"), concurrency=concurrency, metrics_available=True,
+                       metrics_source="llamacpp", samples=samples, waiting_max=3.0, waiting_share=waiting_share,
+                       running_max=running, ttft_p99_s=0.5, ttft_queue_share=queue_share, queueing=True,
+                       reason="waiting > 0", slots=slots, slots_source="llama.cpp /props total_slots" if slots else None)
+
+
+def test_a_queue_the_experiment_made_itself_is_information_not_a_problem():
+    # 2 × slots requests on purpose; 2 % of TTFT was waiting
+    d = diagnose({"queue": q(8, 4, 0.02, 0.8)}, engine="llamacpp")
+    f = d.get("ttft-queueing")
+    assert f is not None and f.severity == "info"
+    assert "on purpose" in f.cause and "2%" in f.cause
+    assert not f.advice  # nothing to change for an effect the experiment caused
+
+
+def test_queueing_headline_agrees_with_its_evidence():
+    d = diagnose({"queue": q(8, 4, 0.02, 0.8)}, engine="llamacpp")
+    f = d.get("ttft-queueing")
+    share = next(e for e in f.evidence if e.what == "share of TTFT not spent in prefill")
+    assert f"{share.value:.0f}%" in f.cause
+
+
+def test_few_slots_that_cap_a_still_growing_batch_are_a_problem():
+    levels = [lv(1, 40), lv(2, 80), lv(4, 81), lv(8, 80), lv(16, 81)]
+    b = bt(levels, 16, "phasescope's cap: the server does not report how many requests it runs at once",
+           knee=2, reached=True)
+    d = diagnose({"queue": q(16, None, None, 0.9, running=2.0), "batching": b}, engine="vllm")
+    f = d.get("ttft-queueing")
+    assert f.severity == "problem" and "at most 2" in f.cause
+
+
+def cf_pts(rates, spread=0.01):
+    pts = [ContextPoint(80 * 3 ** i, 64 * 3 ** i, 2, r, None, 1 / r, spread=spread) for i, r in enumerate(rates)]
+    return pts
+
+
+def test_context_fill_never_prints_a_rate_falling_more_than_100_percent():
+    from phasescope.experiments.context_fill import analyze  # noqa: F401 - the fields below are its output
+
+    res = ContextFillResult(ExperimentInfo(name="context-fill"), points=cf_pts([15.1, 4.3, 10.2, 14.2, 73.1]),
+                            slowdown_pct=100 * (15.1 - 73.1) / 15.1, slows=None)
+    buf = io.StringIO()
+    render_experiments({"context-fill": to_jsonable(res)}, Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert "-384" not in text and "−384" not in text
+    assert "4.84× as fast" in text
+    d = diagnose({"context-fill": res})
+    why = next(u.reason for u in d.undecided if u.id == "long-context-decode-penalty")
+    assert "4.84× as fast" in why and "-384" not in why and "384%" not in why
+
+
