@@ -15,7 +15,7 @@ _URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the emb
 
 def _common(url: Optional[str], names: list[str], budget: str, api: str, model: Optional[str], api_key: Optional[str],
             model_spec: Optional[str], device: Optional[str], save: bool, json_out: bool, connect_timeout: float,
-            ttft_timeout: float, itl_timeout: float, single: bool) -> None:
+            ttft_timeout: float, itl_timeout: float, single: bool, server_flags: Optional[str] = None) -> None:
     from phasescope.experiments.render import render_experiments, render_findings
     from phasescope.experiments.suite import parse_budget, run_explain
 
@@ -25,7 +25,7 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
         err_console.print(f"[dim]…[/dim] {msg}")
 
     rep = run_explain(url, budget_s=budget_s, names=names, api=api, model=model, api_key=api_key or None,
-                      model_spec=model_spec, device=device, progress=progress, save=save,
+                      model_spec=model_spec, device=device, progress=progress, save=save, server_flags=server_flags,
                       timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout))
     doc = rep.to_json()
     if json_out:
@@ -60,6 +60,7 @@ def explain(
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
+    server_flags: Optional[str] = typer.Option(None, "--server-flags", help="The server's command line (e.g. \"-b 512 -np 4\", \"--max-num-batched-tokens 2048\"): advice is set against these values."),
 ) -> None:
     """Run experiments that expose each prefill/decode effect, then say what to change and why."""
     from phasescope.errors import InputError
@@ -71,7 +72,7 @@ def explain(
         if bad or not names:
             raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {', '.join(NAMES)}")
     _common(url, names, budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=False)
+            ttft_timeout, itl_timeout, single=False, server_flags=server_flags)
 
 
 def experiment(
@@ -88,6 +89,7 @@ def experiment(
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
+    server_flags: Optional[str] = typer.Option(None, "--server-flags", help="The server's command line (e.g. \"-b 512 -np 4\", \"--max-num-batched-tokens 2048\"): advice is set against these values."),
 ) -> None:
     """Run one experiment (prompt-scaling, prefix-cache, context-fill, batching, prefill-interference, queue)."""
     from phasescope.errors import InputError
@@ -95,7 +97,7 @@ def experiment(
     if name not in NAMES:
         raise InputError(f"unknown experiment {name!r}; choose from: {', '.join(NAMES)}")
     _common(url, [name], budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=True)
+            ttft_timeout, itl_timeout, single=True, server_flags=server_flags)
 
 
 def register(app: typer.Typer) -> None:

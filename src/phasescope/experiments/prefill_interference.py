@@ -227,7 +227,7 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
     # even if a chunked prefill takes several times the one-step estimate
     need = PRE_TOKENS + POST_GAPS + 4 * t_inj / gap + 16
     m = int(min(max(64, need * 1.5), ctx.ctx_limit() - stream_prompt_tokens - 8,
-                max(64, 0.9 * budget_s / gap)))
+                max(64, PRE_TOKENS + POST_GAPS + 2 * t_inj / gap + 16, 0.9 * budget_s / gap)))
     ctx.say(f"{NAME}: {k} streams of up to {m} tokens; a {inject_tokens}-token prompt (≈{t_inj * 1e3:.0f} ms of "
             f"prefill) once each stream has {PRE_TOKENS} tokens")
     sp = [await ctx.prompt(stream_prompt_tokens) for _ in range(k)]
@@ -241,8 +241,8 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
     tasks = {ids[i]: asyncio.create_task(ctx.send(reqs[i], NAME, phase="stream", stream=i)) for i in range(k)}
     poll = max(0.002, min(0.05, gap / 4))
     t_go = time.monotonic()
-    wait_max = min(0.6 * budget_s, 10 * (c.overhead_s + k * stream_prompt_tokens / c.prefill_tok_s
-                                         + PRE_TOKENS * gap * k) + 2.0)
+    need_s = c.overhead_s + k * stream_prompt_tokens / c.prefill_tok_s + PRE_TOKENS * gap
+    wait_max = max(3 * need_s + 1.0, min(0.6 * budget_s, 10 * need_s + 2.0))
     notes: list[str] = []
     stopped: set[str] = set()
 
