@@ -314,6 +314,7 @@ class BehaviourFake:
         return web.json_response({
             "default_generation_settings": {"n_ctx": self.b.max_model_len // max(1, self.b.slots), "params": {}},
             "total_slots": self.b.slots, "model_alias": self.b.model, "model_path": "/fake/model.gguf",
+            "model_ftype": "Q4_K - Medium",
             "build_info": "b1-fake", "endpoint_slots": True, "endpoint_metrics": self.b.metrics,
         })
 
@@ -355,6 +356,11 @@ class BehaviourFake:
             m("prompt_tokens_total", "counter", c.prompt_tokens)
             m("generation_tokens_total", "counter", c.generation_tokens)
             m("num_preemptions_total", "counter", 0)
+            pc = "True" if self.b.prefix_cache else "False"
+            lines.extend(["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+                          "# TYPE vllm:cache_config_info gauge",
+                          f'vllm:cache_config_info{{block_size="{self.b.cache_block}",cache_dtype="auto",'
+                          f'enable_prefix_caching="{pc}",engine="0",gpu_memory_utilization="0.9"}} 1.0'])
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     # -- generation ---------------------------------------------------------------------------------
