@@ -110,3 +110,18 @@ def test_context_fill_never_prints_a_rate_falling_more_than_100_percent():
     assert "4.84× as fast" in why and "-384" not in why and "384%" not in why
 
 
+
+
+def test_decode_ceiling_is_cannot_tell_when_its_two_measurements_disagree():
+    # #14: explain said "65 % of the ceiling" while its own batching table had single-stream decode at 15 tok/s
+    from phasescope.diagnose import Ceilings
+    from phasescope.experiments.prompt_scaling import PromptScalingResult, ScalingPoint
+
+    ps = PromptScalingResult(ExperimentInfo(name="prompt-scaling"),
+                             points=[ScalingPoint(32, 1, 0.1, 0.1, None, None, 40.0, None, decode_step_s=1 / 89.0)])
+    b = bt([lv(1, 15.0), lv(2, 29.0)], 4, "slots")
+    b.levels[0].per_user_decode_tok_s = 15.0
+    d = diagnose({"prompt-scaling": ps, "batching": b}, ceilings=Ceilings(137.0, "theory"))
+    assert not [i for i in d.ids() if i.startswith("decode-")]
+    why = next(u.reason for u in d.undecided if u.id == "decode-ceiling")
+    assert "89.0" in why and "15.0" in why

@@ -29,6 +29,8 @@ OVERHEAD_MIN_SHARE = 0.5
 QUEUE_DOMINATES = 0.5
 #: p99 ITL growth (top level / level 1) worth naming as a tail-latency cost of batching
 TAIL_GROWTH_X = 2.0
+#: two measurements of single-stream decode must agree within this factor for a ceiling verdict
+DECODE_SOURCES_AGREE_X = 1.5
 #: a model load during a request above this many seconds is worth a finding
 MODEL_LOAD_MIN_S = 0.5
 
@@ -149,6 +151,17 @@ def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | Non
     if d is None:
         if r:
             diag.undecided.append(Undecided("decode-ceiling", "no single-stream decode speed was measured"))
+        return
+    # the same quantity measured twice: when the two disagree, the machine's noise beats the effect
+    b = r.get("batching")
+    c1 = next((lv for lv in (b.levels if b is not None else []) if lv.concurrency == 1 and lv.per_user_decode_tok_s), None)
+    if c1 is not None and src.startswith("prompt-scaling") and not (
+            1 / DECODE_SOURCES_AGREE_X <= c1.per_user_decode_tok_s / d <= DECODE_SOURCES_AGREE_X):
+        diag.undecided.append(Undecided(
+            "decode-ceiling", f"single-stream decode read {d:.1f} tok/s in prompt-scaling (typical token gap) but "
+                              f"{c1.per_user_decode_tok_s:.1f} tok/s in batching at concurrency 1: the two disagree by more "
+                              f"than {DECODE_SOURCES_AGREE_X:g}×, so the machine's noise is larger than the question "
+                              f"(other work on the host?)"))
         return
     if ceil is None or not ceil.decode_ceiling_tok_s:
         diag.undecided.append(Undecided(

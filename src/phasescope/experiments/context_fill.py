@@ -188,7 +188,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         if res.slowdown_pct is not None and pred > 0:
             res.measured_over_predicted = res.slowdown_pct / pred
     else:
-        res.notes.append("model bytes unknown: no predicted slowdown (pass --model to compare)")
+        res.notes.append("model bytes unknown: no predicted slowdown (pass --model-spec to compare)")
     return res
 
 

@@ -57,11 +57,12 @@ def render_experiments(exps: dict[str, Any], console: Console) -> None:
 
 def _ps(e: dict[str, Any]) -> Table:
     t = Table(title="prompt-scaling: TTFT vs prompt length (output fixed)", title_justify="left")
-    for c in ("prompt tokens", "n", "TTFT s", "server prefill tok/s", "decode tok/s"):
+    for c in ("prompt tokens", "n", "TTFT s", "server prefill tok/s", "decode tok/s", "1 / typical gap tok/s"):
         t.add_column(c, justify="right")
     for p in e["points"]:
+        step = p.get("decode_step_s")
         t.add_row(str(p["prompt_tokens"]), str(p["n"]), _f(p["ttft_s"]), _f(p["server_prefill_tok_s"], "{:.0f}"),
-                  _f(p["decode_tok_s"], "{:.1f}"))
+                  _f(p["decode_tok_s"], "{:.1f}"), _f(1 / step if step else None, "{:.1f}"))
     fit = e.get("fit") or {}
     t.caption = (f"TTFT = {_f(fit.get('a_s'))} s + {_f(fit.get('b_s_per_token'))}·n + {_f(fit.get('c_s_per_token2'))}·n²"
                  f" (R² {_f(fit.get('r2'), '{:.3f}')}); prefill {_f(e.get('prefill_tok_s'), '{:.0f}')} tok/s, quadratic share "
