@@ -6,6 +6,8 @@ Each test here failed on the code before #15 (template sentences, fixed advice).
 from __future__ import annotations
 
 import io
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -17,6 +19,8 @@ from phasescope.experiments.context_fill import ContextFillResult, ContextPoint
 from phasescope.experiments.queue import QueueResult, QueueSample
 from phasescope.experiments.render import render_experiments
 from phasescope.jsonutil import to_jsonable
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def lv(c, tput, itl99=0.02):
@@ -125,3 +129,16 @@ def test_decode_ceiling_is_cannot_tell_when_its_two_measurements_disagree():
     assert not [i for i in d.ids() if i.startswith("decode-")]
     why = next(u.reason for u in d.undecided if u.id == "decode-ceiling")
     assert "89.0" in why and "15.0" in why
+
+
+def test_waiting_for_the_next_scheduler_step_is_not_a_queue():
+    from phasescope.experiments.queue import analyze
+    from explain_synth import rec
+
+    recs = [rec("queue", "measure", ttft=0.05, concurrency=16) for _ in range(16)]
+    # a sample caught arrivals before the scheduler's next step; all 16 ran at once a moment later
+    samples = [QueueSample(0.0, 16.0, 0.0, 0.1), QueueSample(0.2, 0.0, 16.0, 0.2), QueueSample(0.4, 0.0, 16.0, 0.2)]
+    r = analyze(recs, samples)
+    assert r.queueing is False and "ran at once" in r.reason
+    queued = [QueueSample(0.0, 14.0, 2.0, 0.1), QueueSample(0.2, 12.0, 2.0, 0.2), QueueSample(0.4, 10.0, 2.0, 0.2)]
+    assert analyze(recs, queued).queueing is True

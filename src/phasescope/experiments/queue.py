@@ -100,6 +100,10 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
         res.kv_usage_max = max(kv)
         res.kv_pool_full = res.kv_usage_max >= KV_FULL
     by_metrics = None if not w else (res.waiting_share or 0) >= WAIT_SHARE_MIN
+    all_ran = (by_metrics and res.running_max is not None and res.concurrency is not None
+               and res.running_max >= res.concurrency)
+    if all_ran:  # every request ran at once at some point: they waited for a scheduler step, not for room
+        by_metrics = False
     by_client = None if res.ttft_queue_share is None else res.ttft_queue_share >= QUEUE_SHARE_MIN
     if by_metrics or by_client:
         res.queueing = True
@@ -111,7 +115,9 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
         res.reason = "; ".join(parts)
     elif by_metrics is False:
         res.queueing = False
-        res.reason = "waiting stayed at 0 in /metrics"
+        res.reason = (f"all {res.concurrency} requests ran at once (running max {res.running_max:.0f} in /metrics); "
+                      f"waiting was > 0 only between an arrival and the next scheduler step"
+                      if all_ran else "waiting stayed at 0 in /metrics")
     elif by_client is False:
         res.queueing = False
         res.reason = f"only {res.ttft_queue_share:.0%} of TTFT was outside the server's prefill"
