@@ -38,9 +38,10 @@ def test_no_batch_size_advice_that_would_not_split_the_prompt():
     s = ServerSettings(n_batch=512, n_ubatch=512, sources={"n_batch": "--server-flags", "n_ubatch": "--server-flags"})
     f = diagnose({"prefill-interference": pi(372)}, engine="llamacpp", settings=s).get("prefill-interference")
     lc = [a.change for a in f.advice if a.engine == "llamacpp"]
-    assert lc and not any("-b 512" in c for c in lc), lc
+    advised = [c.split(" (now")[0] for c in lc]
+    assert lc and not any("-b 512" in c for c in advised), lc
     n = int(lc[0].split()[1])
-    assert n < 372 and "now 512" in lc[0]
+    assert n < 372 and "(now -b 512 -ub 512, --server-flags)" in lc[0]
 
 
 def test_default_batch_is_named_as_the_default():
@@ -49,7 +50,7 @@ def test_default_batch_is_named_as_the_default():
     s = with_defaults(ServerSettings(), "llamacpp")
     f = diagnose({"prefill-interference": pi(372)}, engine="llamacpp", settings=s).get("prefill-interference")
     lc = next(a.change for a in f.advice if a.engine == "llamacpp")
-    assert "now 2048, llama.cpp default" in lc
+    assert "(now -b 2048 -ub 512, llama.cpp default)" in lc
 
 
 def test_quant_advice_steps_down_from_the_current_type_with_the_bandwidth_speedup():

@@ -160,10 +160,13 @@ def _interference(items: list[Advice], s: Any, prompt: int | None, chunked: bool
         if a.engine == "llamacpp":
             b = _batch_split("llamacpp", "-b", s.n_batch, s.src("n_batch"), prompt)
             if b is not None:
-                ub = min(int(b.change.split()[1]), s.n_ubatch or 10 ** 9)
-                b = A("llamacpp", b.change.replace(f"-b {b.change.split()[1]}", f"-b {b.change.split()[1]} -ub {ub}", 1),
-                      b.why + " (llama-server decodes the other slots between -b pieces; -ub must not exceed -b)")
-                out.append(b)
+                nb = int(b.change.split()[1])
+                ub = min(nb, s.n_ubatch or nb)
+                now = ""
+                if s.n_batch is not None:
+                    now = f" (now -b {s.n_batch}" + (f" -ub {s.n_ubatch}" if s.n_ubatch else "") + f", {s.src('n_batch')})"
+                out.append(A("llamacpp", f"-b {nb} -ub {ub}{now}",
+                             b.why + " (llama-server decodes the other slots between -b pieces; -ub must not exceed -b)"))
             elif prompt is None:
                 out.append(a)
         elif a.engine in ("vllm", "sglang", "tgi"):
@@ -212,8 +215,8 @@ def _quant(items: list[Advice], s: Any) -> list[Advice]:
                 continue  # a GGUF file: the GGUF ladder below applies
             if nxt is not None and cur_bits:
                 nb = bits_per_weight(nxt)
-                name = nxt.upper() if ft else nxt
-                tag = f"a …-{name.lower()} tag" if a.engine == "ollama" else name
+                name = nxt.upper() if ft else {"awq": "an AWQ/GPTQ 4-bit checkpoint", "fp8": "--quantization fp8"}.get(nxt, nxt)
+                tag = f"a …-{nxt[:2]}{nxt[2:].upper()} tag" if a.engine == "ollama" and ft else name
                 out.append(A(a.engine, f"{tag} instead of {cur.upper() if ft else cur} ({s.src('model_file_type' if ft else 'quantization')})",
                              f"bandwidth model: {cur_bits:.2f} → {nb:.2f} bits per weight reads {cur_bits / nb:.2f}× fewer "
                              f"weight bytes per token, so decode gets at most {cur_bits / nb:.2f}× faster; check the quality"))
