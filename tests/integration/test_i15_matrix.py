@@ -64,7 +64,11 @@ def test_judge_grades_by_the_truth():
                "experiments": {}}
     assert judge((), healthy)[0] == "right"
     assert judge(("nocache",), healthy)[0] == "wrong"  # says working, and misses the absent cache
-    assert judge(("batch",), {**healthy, "undecided": [{"id": "batching", "reason": "r"}]})[0] == "wrong"  # scales
+    levels = [{"concurrency": c, "output_tok_s": 10.0 * c} for c in (1, 2, 4, 8, 16)]
+    tested = {**healthy, "experiments": {"batching": {"levels": levels}}}
+    assert judge(("batch",), tested)[0] == "wrong"  # "still pays at 16" where the knee shows by 8
+    short = {**healthy, "experiments": {"batching": {"levels": levels[:3]}}}
+    assert judge(("batch",), short)[0] == "cannot tell"  # "still pays at 4": true, the knee lies further
     und = {"findings": [], "undecided": [{"id": "prefix-cache", "reason": "noise"}], "experiments": {}}
     assert judge(("nocache",), und) == ("cannot tell", ["nocache: cannot tell (noise)"])
     stall_claim = {"findings": [{"id": "prefill-interference"}], "undecided": [],
