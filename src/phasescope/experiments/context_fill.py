@@ -168,6 +168,10 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             res.slows = True
     elif abs(res.slowdown_pct) <= FLAT_PCT and noise <= 2 * FLAT_PCT:
         res.slows = False
+    elif abs(res.slowdown_pct) < NOISE_K * noise:
+        res.reason = (f"decode changed {-res.slowdown_pct:+.1f}% from {pts[0].context_tokens} to {pts[-1].context_tokens} "
+                      f"tokens of context, within the points' spread of ±{res.noise_pct:.0f}%: the measurement is "
+                      f"noisier than any effect (a busy machine?)")
     elif res.slowdown_pct < 0:
         res.reason = (f"decode was {r1 / r0:.2f}× as fast at {pts[-1].context_tokens} tokens of context as at "
                       f"{pts[0].context_tokens}: it cannot speed up with more context, so the measurement is noisier "

@@ -90,8 +90,10 @@ def _slowdown_text(e: dict[str, Any]) -> str:
     sd = e.get("slowdown_pct")
     if sd is None:
         return "slowdown –"
+    if sd <= -10:
+        return f"decode {1 - sd / 100:.2f}× as fast at the longest context"
     if sd < 0:
-        return f"decode {1 - sd / 100:.2f}× as fast at the longest context (noise, not physics)"
+        return f"decode {-sd:.1f} % faster at the longest context"
     return f"slowdown {sd:.1f} %"
 
 
