@@ -205,7 +205,7 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
     res = analyze(ctx.records, samples, ctx.info(NAME, started, params),
                   metrics_source=ctx.facts.metrics_engine, preemptions=pre)
     res.slots, res.slots_source = ctx.facts.slots, ctx.facts.slots_source
-    if res.queueing is False and not res.slots and cq < UNKNOWN_SLOTS_MIN:
+    if res.queueing is False and not res.slots and cq < UNKNOWN_SLOTS_MIN and concurrency is None:
         res.queueing = None
         res.reason = (f"no queue at {cq} concurrent requests, but the server does not say how many it runs at once "
                       f"and the budget allowed only {cq} (a longer --budget sends more)")
