@@ -142,3 +142,16 @@ def test_waiting_for_the_next_scheduler_step_is_not_a_queue():
     assert r.queueing is False and "ran at once" in r.reason
     queued = [QueueSample(0.0, 14.0, 2.0, 0.1), QueueSample(0.2, 12.0, 2.0, 0.2), QueueSample(0.4, 10.0, 2.0, 0.2)]
     assert analyze(recs, queued).queueing is True
+
+
+def test_prompt_cost_does_not_split_a_fit_that_explains_little():
+    # the embedded engine on a loaded box: R² 0.30, "quadratic (attention) share 100 %" was noise
+    from phasescope.experiments.prompt_scaling import PromptScalingResult, QuadraticFit, ScalingPoint
+
+    pts = [ScalingPoint(n, 1, t, t, None, None, 3.0, None) for n, t in ((32, 2.1), (50, 1.0), (104, 6.7))]
+    ps = PromptScalingResult(ExperimentInfo(name="prompt-scaling"), points=pts, fit=QuadraticFit(0.0, 0.0, 6e-4, 0.30, 3),
+                             fixed_overhead_s=0.0, prefill_tok_s=25.0, quadratic_share=1.0, ttft_growth_x=3.2,
+                             ttft_grows=True)
+    f = diagnose({"prompt-scaling": ps}).get("prompt-cost")
+    assert not any(e.what.startswith("quadratic") for e in f.evidence)
+    assert any("R² 0.30" in str(e.value) for e in f.evidence)

@@ -29,6 +29,8 @@ OVERHEAD_MIN_SHARE = 0.5
 QUEUE_DOMINATES = 0.5
 #: p99 ITL growth (top level / level 1) worth naming as a tail-latency cost of batching
 TAIL_GROWTH_X = 2.0
+#: below this R² the prompt-scaling fit's quadratic share is noise, not attention
+FIT_R2_FOR_SHAPE = 0.8
 #: two measurements of single-stream decode must agree within this factor for a ceiling verdict
 DECODE_SOURCES_AGREE_X = 1.5
 #: a model load during a request above this many seconds is worth a finding
@@ -103,8 +105,13 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
             Evidence(f"TTFT at {pts[0].prompt_tokens} prompt tokens", pts[0].ttft_s, "s", "prompt-scaling: median client TTFT"),
             Evidence(f"TTFT at {pts[-1].prompt_tokens} prompt tokens", pts[-1].ttft_s, "s", "prompt-scaling: median client TTFT"),
             Evidence("prefill rate at the longest prompt", ps.prefill_tok_s, "tok/s", src),
-            Evidence("quadratic (attention) share of that prefill", 100 * (ps.quadratic_share or 0), "%", src),
         ]
+        # the split into linear and quadratic terms needs a fit that explains the points
+        if ps.fit.r2 >= FIT_R2_FOR_SHAPE:
+            ev.append(Evidence("quadratic (attention) share of that prefill", 100 * (ps.quadratic_share or 0), "%", src))
+        else:
+            ev.append(Evidence("linear vs quadratic split", f"not stated: the fit explains only R² {ps.fit.r2:.2f} of the "
+                               f"points (noise)", "", src))
         if ps.decode_change_pct is not None:
             ev.append(Evidence("decode speed change over the same range", ps.decode_change_pct, "%",
                                f"prompt-scaling: decode from {ps.decode_source or 'client'} timing, best repetition"))
