@@ -155,3 +155,12 @@ def test_prompt_cost_does_not_split_a_fit_that_explains_little():
     f = diagnose({"prompt-scaling": ps}).get("prompt-cost")
     assert not any(e.what.startswith("quadratic") for e in f.evidence)
     assert any("R² 0.30" in str(e.value) for e in f.evidence)
+
+
+def test_tail_latency_advice_does_not_name_a_knee_that_was_not_found():
+    b = bt([lv(1, 36, itl99=0.054), lv(2, 71, itl99=0.058), lv(4, 120, itl99=0.15), lv(8, 191, itl99=0.22)], 16,
+           "phasescope's cap: the server does not report how many requests it runs at once")
+    f = diagnose({"batching": b}, engine="vllm").get("batching-tail-latency")
+    assert f is not None and f.advice
+    assert not any("knee" in a.change for a in f.advice)
+    assert "no knee" in f.advice[0].why

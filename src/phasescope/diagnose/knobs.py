@@ -275,4 +275,8 @@ def tailored(topic: str, engine: str | None, settings: Any = None, *, prompt_tok
         return _quant(items, settings)
     if topic in ("batching_knee", "batching_no_gain", "queueing"):
         return _parallel(items, settings, topic, knee)
+    if topic == "prefix_cache" and settings.prefix_caching is not None:
+        src = settings.src("prefix_caching")
+        now = "off" if settings.prefix_caching is False else "on"
+        return [A(a.engine, f"{a.change} (now {now}: {src})", a.why) if a.engine != "any" else a for a in items]
     return items

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from phasescope.diagnose.findings import Diagnosis, Evidence, Finding, Undecided
+from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
 
 #: decode at ≥ this share of the bandwidth ceiling: only fewer bytes or faster memory help (seed)
@@ -78,7 +78,7 @@ def rule_prefix_cache(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             "prefix-cache-absent", "problem",
             f"The shared system prompt is prefilled again on every request: repeats saved "
             f"{max(pc.saved_s or 0, 0) * 1e3:.0f} ms of the {pc.expected_saving_s * 1e3:.0f} ms it costs.",
-            ev, advice_for("prefix_cache", diag.engine)))
+            ev, tailored("prefix_cache", diag.engine, diag.settings)))
     else:
         diag.findings.append(Finding(
             "prefix-cache-working", "info",
@@ -287,7 +287,10 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
             [Evidence(f"p99 ITL at concurrency {first.concurrency}", first.itl_p99_s, "s", "batching: per-token ITL"),
              Evidence(f"p99 ITL at concurrency {last.concurrency}", last.itl_p99_s, "s", "batching: per-token ITL"),
              Evidence(f"p50 ITL at concurrency {last.concurrency}", last.itl_p50_s, "s", "batching: per-token ITL")],
-            advice_for("batching_knee", diag.engine)))
+            tailored("batching_knee", diag.engine, diag.settings, knee=b.knee_concurrency) if b.knee_reached else
+            [Advice("any", "cap concurrency per server where the p99 ITL still meets your target, and scale out beyond it",
+                    f"no knee showed up to {last.concurrency} streams: throughput still grew, so the cap is a latency "
+                    f"choice, not a throughput one")]))
 
 
 def _beyond(b: Any, top: int) -> str:
