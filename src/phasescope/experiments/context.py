@@ -134,7 +134,8 @@ class RunContext:
         return ExperimentInfo(
             name=name, target=self.target.display_url, engine=self.target.engine, model=self.target.model,
             api=self.target.api, started_unix_s=started, duration_s=time.time() - started,
-            n_requests=len(mine), n_failed=sum(1 for r in mine if not r.ok), params=params,
+            n_requests=len(mine), n_failed=sum(1 for r in mine if not r.ok and r.error_kind != "stopped_by_client"),
+            params=params,
         )
 
 

@@ -119,7 +119,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     if res.injected_ttft_s is not None:
         res.injected_prefill_s = max(1e-4, res.injected_ttft_s - max(0.0, overhead_s))
     pre_s = res.injected_prefill_s or 0.0
-    baselines, maxes, quiet, during = [], [], [], []
+    baselines, maxes, quiet, during, extras = [], [], [], [], []
     per_stream: list[tuple[float, list[tuple[int, int]], float]] = []
     ended_early = 0
     for r in streams:
@@ -139,6 +139,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         baselines.append(base)
         quiet.append(max(pre))
         maxes.append(max((b - a) / 1e9 for a, b in win))
+        extras.append(sum(max(0.0, (b - a) / 1e9 - base) for a, b in win))
         per_stream.append((maxes[-1], win, base))
     if not baselines:
         res.reason = (f"the streams had too few tokens before the injection to measure (need {PRE_TOKENS}; "
@@ -150,6 +151,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     res.itl_quiet_max_s = max(quiet)
     res.itl_max_during_s = max(maxes)
     res.tokens_during_prefill = med(during)
+    res.extra_delay_s = med(extras)
     base = res.itl_baseline_s or 0.0
     res.spike_x = res.itl_max_during_s / base if base > 0 else None
     res.stall_s = res.itl_max_during_s - base
