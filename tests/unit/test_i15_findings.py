@@ -164,3 +164,23 @@ def test_tail_latency_advice_does_not_name_a_knee_that_was_not_found():
     assert f is not None and f.advice
     assert not any("knee" in a.change for a in f.advice)
     assert "no knee" in f.advice[0].why
+
+
+def test_one_gap_holding_most_of_the_prefill_is_a_stall_even_with_tokens_at_the_edges():
+    # the embedded engine on a loaded box: a 3.7 s gap covered 79 % of a 4.7 s prefill, while the
+    # prefill window (TTFT − overhead) also caught 3 tokens per stream before the prefill began
+    from explain_synth import rec
+
+    from phasescope.experiments import prefill_interference as pi_mod
+
+    base = 0.32
+    streams = []
+    for i in range(3):
+        gaps = [base] * 20 + [0.2, 0.2, 0.2, 3.7] + [base] * 10  # the injected request arrives at t≈6.7 s
+        streams.append(rec(pi_mod.NAME, "stream", ttft=0.3, t0=0.0, gaps=gaps, stream=i))
+    t_inj0 = 0.3 + 20 * base + 0.05  # sent after the streams' 21st token
+    t_first = 0.3 + 20 * base + 0.6 + 3.7 + 0.01
+    inj = rec(pi_mod.NAME, "inject", ttft=t_first - t_inj0, t0=t_inj0, n_out=4, prompt=297)
+    r = pi_mod.analyze(streams + [inj], overhead_s=0.1)
+    assert r.tokens_during_prefill >= 3
+    assert r.interference is True and r.chunked_prefill_likely is False, r.reason

@@ -24,7 +24,8 @@ From the streams' token timestamps (per event gap, first gap excluded):
   first token] (median over streams): ≈ 0 when the prefill ran as one step.
 
 ``interference`` is ``True`` (not chunked) when the longest gap covers ≥ half the prefill, is
-≥ 3× the usual gap and ≥ 30 ms; ``True`` (chunked, ``chunked_prefill_likely``) when streams kept
+≥ 3× the usual gap and ≥ 30 ms (a few tokens at the window's edges do not matter: the prefill
+window is TTFT − overhead, which on a busy host also holds waiting for the running batch); ``True`` (chunked, ``chunked_prefill_likely``) when streams kept
 receiving tokens but gaps still spiked ≥ 3× and ≥ 1.5× the quiet maximum; ``False`` when the
 streams kept receiving tokens and no gap exceeded a quarter of a prefill that lasted ≥ 5 usual
 gaps; else ``None`` with the reason (the injected request queued, the prefill was too short to
@@ -178,7 +179,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     if not visible:
         res.reason = (f"the injected prefill ({pre_s * 1e3:.0f} ms) was under {VISIBLE_PREFILL_GAPS:g} decode gaps "
                       f"({base * 1e3:.1f} ms each): too short to expose a stall")
-    elif spiked and (res.stall_share or 0) >= STALL_SHARE and not kept_going:
+    elif spiked and (res.stall_share or 0) >= STALL_SHARE:  # one gap held most of the prefill: frozen
         res.interference, res.chunked_prefill_likely = True, False
         res.reason = (f"running streams paused {res.stall_s * 1e3:.0f} ms ({res.spike_x:.1f}× their usual gap) "
                       f"while a {res.injected_prompt_tokens}-token prompt was prefilled in {pre_s * 1e3:.0f} ms")
