@@ -156,7 +156,7 @@ def _single_stream_decode(r: dict[str, Any]) -> tuple[float | None, str]:
 def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
     d, src = _single_stream_decode(r)
     if d is None:
-        if r:
+        if r.get("prompt-scaling") is not None or r.get("batching") is not None:
             diag.undecided.append(Undecided("decode-ceiling", "no single-stream decode speed was measured"))
         return
     # the same quantity measured twice: when the two disagree, the machine's noise beats the effect
@@ -340,7 +340,8 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     if pi.chunked_prefill_likely is True:
         how = " The prefill was split (streams kept receiving tokens), but each piece still slows them."
     elif pi.chunked_prefill_likely is False:
-        how = " The streams waited out nearly the whole prefill: it was not chunked."
+        share = f"{pi.stall_share:.0%} of" if pi.stall_share is not None else "most of"
+        how = f" One gap held {share} the prompt's prefill, with no token in between: it was not chunked."
     diag.findings.append(Finding(
         "prefill-interference", "problem",
         f"A {pi.injected_prompt_tokens}-token prompt arriving mid-generation froze running streams for "
