@@ -345,7 +345,7 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     diag.findings.append(Finding(
         "prefill-interference", "problem",
         f"A {pi.injected_prompt_tokens}-token prompt arriving mid-generation froze running streams for "
-        f"{pi.stall_s * 1e3:.0f} ms ({pi.spike_x:.0f}× their usual gap).{how}", ev,
+        f"{pi.stall_s * 1e3:.0f} ms ({pi.spike_x:.1f}× their usual gap).{how}", ev,
         tailored("interference", diag.engine, diag.settings, prompt_tokens=pi.injected_prompt_tokens,
                  chunked=pi.chunked_prefill_likely)))
 

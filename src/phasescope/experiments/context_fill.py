@@ -158,8 +158,9 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     noise = max(res.noise_pct, NOISE_FLOOR_PCT)
     if res.slowdown_pct >= SLOW_PCT:
         if res.slowdown_pct < NOISE_K * noise:
-            res.reason = (f"decode slowed {res.slowdown_pct:.0f}% but the repetitions of one point differ by up to "
-                          f"{res.noise_pct:.0f}%: within the noise")
+            res.reason = (f"decode slowed {res.slowdown_pct:.0f}% but its two end points carry a spread of "
+                          f"±{res.noise_pct:.0f}% ({'over repetitions' if pts[0].n > 1 else 'within each request'}): "
+                          f"within the noise")
         elif res.rises_pct > 0.5 * res.slowdown_pct and res.rises_pct > FLAT_PCT:
             res.reason = (f"decode should only fall as the context grows, but between neighbouring points it rose "
                           f"{res.rises_pct:.0f}% in all against a {res.slowdown_pct:.0f}% fall end to end: "
