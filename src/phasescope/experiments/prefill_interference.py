@@ -268,8 +268,16 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
             pass
         stopped.add(rid)
 
-    # 1. every stream decoding, by the client's own count of the tokens received
-    while time.monotonic() - t_go < wait_max:
+    # 1. every stream decoding, by the client's own count of the tokens received; the wait counts
+    # from the streams' first token (a loaded server can take seconds to start them)
+    t_seen: float | None = None
+    start_max = max(wait_max, 0.5 * budget_s + 10.0)
+    while True:
+        now_t = time.monotonic()
+        if t_seen is None and any(live_tokens(r) for r in ids):
+            t_seen = now_t
+        if (t_seen is None and now_t - t_go >= start_max) or (t_seen is not None and now_t - t_seen >= wait_max):
+            break
         counts = [live_tokens(r) for r in ids if r not in stopped]
         if counts and min(counts) >= PRE_TOKENS:
             break
@@ -298,7 +306,7 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
             skip = (f"the server ran one request at a time ({len(queued)} of {k} streams waited): an injected "
                     f"request would queue, not interfere")
     elif not running:
-        skip = (f"no stream reached {PRE_TOKENS} tokens within {wait_max:.0f} s (the calibration said "
+        skip = (f"no stream reached {PRE_TOKENS} tokens within {wait_max:.0f} s of its first token (the calibration said "
                 f"{c.decode_tok_s:.0f} tok/s): a longer --budget or a less loaded server would let it")
     if skip is None:
         t_inj0 = time.monotonic()
