@@ -184,3 +184,13 @@ def test_one_gap_holding_most_of_the_prefill_is_a_stall_even_with_tokens_at_the_
     r = pi_mod.analyze(streams + [inj], overhead_s=0.1)
     assert r.tokens_during_prefill >= 3
     assert r.interference is True and r.chunked_prefill_likely is False, r.reason
+
+
+def test_throughput_that_halves_with_a_second_stream_is_noise_not_no_gain():
+    # the embedded engine on a loaded box: 17.0 tok/s at 1 stream, 8.9 at 2 → was "batching-no-gain"
+    b = bt([lv(1, 17.0), lv(2, 8.9)], 4, "llama.cpp /props total_slots", knee=1, reached=True)
+    d = diagnose({"batching": b}, engine="llamacpp")
+    assert "batching-no-gain" not in d.ids()
+    assert "fell from 17.0" in next(u.reason for u in d.undecided if u.id == "batching")
+    flat = bt([lv(1, 17.0), lv(2, 16.5), lv(4, 17.2)], 4, "llama.cpp /props total_slots", knee=1, reached=True)
+    assert "batching-no-gain" in diagnose({"batching": flat}).ids()

@@ -27,6 +27,8 @@ OVERHEAD_MIN_S = 0.1
 OVERHEAD_MIN_SHARE = 0.5
 #: share of TTFT spent outside prefill at the top batching level that means "queueing dominates"
 QUEUE_DOMINATES = 0.5
+#: a higher level with less than 1/this of level 1's throughput is noise, not "no gain"
+NO_GAIN_FLOOR_X = 1.3
 #: p99 ITL growth (top level / level 1) worth naming as a tail-latency cost of batching
 TAIL_GROWTH_X = 2.0
 #: below this R² the prompt-scaling fit's quadratic share is noise, not attention
@@ -259,6 +261,15 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
     if first.itl_p99_s and last.itl_p99_s:
         ev.append(Evidence(f"p99 ITL at concurrency {first.concurrency} → {last.concurrency}",
                            f"{_ms(first.itl_p99_s):.0f} → {_ms(last.itl_p99_s):.0f}", "ms", "batching: per-token ITL over all streams"))
+    if b.knee_reached and b.knee_concurrency == first.concurrency and \
+            max(x.output_tok_s or 0 for x in lv[1:]) < (first.output_tok_s or 0) / NO_GAIN_FLOOR_X:
+        # batching can fail to help, but more streams do not halve what one stream gets done
+        best = max(lv[1:], key=lambda x: x.output_tok_s or 0)
+        diag.undecided.append(Undecided(
+            "batching", f"aggregate throughput fell from {first.output_tok_s:.1f} tok/s at concurrency "
+                        f"{first.concurrency} to at best {best.output_tok_s:.1f} at {best.concurrency}: more streams do "
+                        f"not make a server slower in total, so the levels are noisier than the effect (a busy host?)"))
+        return
     if b.knee_reached and b.knee_concurrency == first.concurrency:
         nxt = lv[1]
         diag.findings.append(Finding(
