@@ -105,6 +105,12 @@ async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) 
     return await exchange(session, _Native(target, req, rec))
 
 
+async def get_props(session: aiohttp.ClientSession, target: Target, timeout_s: float = 5.0) -> dict[str, Any] | None:
+    """llama-server ``GET /props`` (slots, ``n_ctx``, ``model_ftype``, ``model_path``, and on builds
+    that report them ``n_batch``/``n_ubatch``); ``None`` when it does not answer with an object."""
+    return await fetch_props(session, target.base_url, timeout_s=timeout_s, api_key=target.api_key)
+
+
 # --- monitoring endpoints: GET /slots and GET /props (watch) ------------------------------------------
 #: how to turn /slots on, said when it is off (llama-server: "--slots, --no-slots  expose slots
 #: monitoring endpoint (default: enabled)" at the pinned build 0c1e570; off answers HTTP 501)

@@ -134,3 +134,17 @@ async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) 
     cls = _Chat if req.tags.get("ollama_chat") else _Generate
     rec = new_record(target, req)
     return await exchange(session, cls(target, req, rec))
+
+
+async def show_model(session: aiohttp.ClientSession, target: Target, timeout_s: float = 5.0) -> dict[str, Any] | None:
+    """Ollama ``POST /api/show {"model"}``: ``details.quantization_level``, ``parameters`` (the
+    Modelfile's ``num_ctx``/``num_batch``/… lines), ``model_info``; ``None`` when it does not answer."""
+    try:
+        async with session.post(target.base_url + "/api/show", json={"model": target.model}, headers=target.headers(),
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            if r.status != 200:
+                return None
+            d = await r.json(content_type=None)
+            return d if isinstance(d, dict) else None
+    except (aiohttp.ClientError, ValueError, TimeoutError):
+        return None

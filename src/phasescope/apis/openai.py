@@ -210,3 +210,44 @@ async def send_chat(session: aiohttp.ClientSession, target: Target, req: GenRequ
     rec = new_record(target, req)
     rec.api = "chat"
     return await exchange(session, _Chat(target, req, rec))
+
+
+async def list_models(session: aiohttp.ClientSession, target: Target, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """``GET /v1/models`` ``data`` entries (vLLM adds ``max_model_len``); ``[]`` when it does not answer."""
+    try:
+        async with session.get(target.base_url + "/v1/models", headers=target.headers(),
+                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            if r.status != 200:
+                return []
+            d = await r.json(content_type=None)
+    except (aiohttp.ClientError, ValueError, TimeoutError):
+        return []
+    data = d.get("data") if isinstance(d, dict) else None
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+
+async def metrics_info_labels(session: aiohttp.ClientSession, target: Target,
+                              timeout_s: float = 5.0) -> dict[str, dict[str, str]]:
+    """Labels of the info-style gauges in ``/metrics`` (``vllm:cache_config_info`` and any other
+    ``*_info`` family whose value is 1): family name → its label set. ``{}`` when /metrics does not answer."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        async with session.get(target.base_url + "/metrics", headers=target.headers(),
+                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            if r.status != 200:
+                return {}
+            text = await r.text()
+    except (aiohttp.ClientError, ValueError, TimeoutError, UnicodeDecodeError):
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            if not fam.name.endswith("_info"):
+                continue
+            for s in fam.samples:
+                labels = {k: v for k, v in s.labels.items() if k not in ("engine", "model_name")}
+                out.setdefault(fam.name, {}).update(labels)
+    except ValueError:
+        return out
+    return out

@@ -17,7 +17,7 @@ _URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the emb
 def _common(url: Optional[str], names: list[str], budget: str, api: str, model: Optional[str], api_key: Optional[str],
             model_spec: Optional[str], device: Optional[str], save: bool, json_out: bool, connect_timeout: float,
             ttft_timeout: float, itl_timeout: float, single: bool, gpu_metrics: Optional[list[str]] = None,
-            nvml: bool = True) -> None:
+            nvml: bool = True, server_flags: Optional[str] = None) -> None:
     from phasescope.experiments.render import render_experiments, render_findings
     from phasescope.experiments.suite import parse_budget, run_explain
 
@@ -27,7 +27,7 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
         err_console.print(f"[dim]…[/dim] {msg}")
 
     rep = run_explain(url, budget_s=budget_s, names=names, api=api, model=model, api_key=api_key or None,
-                      model_spec=model_spec, device=device, progress=progress, save=save,
+                      model_spec=model_spec, device=device, progress=progress, save=save, server_flags=server_flags,
                       timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
                       gpu_metrics=list(gpu_metrics or []), nvml=nvml)
     doc = rep.to_json()
@@ -73,6 +73,7 @@ def explain(
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
+    server_flags: Optional[str] = typer.Option(None, "--server-flags", help="The server's command line (e.g. \"-b 512 -np 4\", \"--max-num-batched-tokens 2048\"): advice is set against these values."),
 ) -> None:
     """Run experiments that expose each prefill/decode effect, then say what to change and why."""
     from phasescope.errors import InputError
@@ -84,7 +85,7 @@ def explain(
         if bad or not names:
             raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {', '.join(NAMES)}")
     _common(url, names, budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml)
+            ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags)
 
 
 def experiment(
@@ -103,6 +104,7 @@ def experiment(
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
+    server_flags: Optional[str] = typer.Option(None, "--server-flags", help="The server's command line (e.g. \"-b 512 -np 4\", \"--max-num-batched-tokens 2048\"): advice is set against these values."),
 ) -> None:
     """Run one experiment (prompt-scaling, prefix-cache, context-fill, batching, prefill-interference, queue)."""
     from phasescope.errors import InputError
@@ -110,7 +112,7 @@ def experiment(
     if name not in NAMES:
         raise InputError(f"unknown experiment {name!r}; choose from: {', '.join(NAMES)}")
     _common(url, [name], budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml)
+            ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags)
 
 
 def register(app: typer.Typer) -> None:

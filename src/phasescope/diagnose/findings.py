@@ -80,6 +80,10 @@ class Diagnosis:
     engine: str | None
     findings: list[Finding] = field(default_factory=list)
     undecided: list[Undecided] = field(default_factory=list)
+    #: the server's current settings (``diagnose.settings.ServerSettings``) the advice is set against
+    settings: Any = None
+    #: what the server says about its capacity (``experiments.context.ServerFacts``), when known
+    facts: Any = None
 
     def ids(self) -> list[str]:
         return [f.id for f in self.findings]

@@ -8,6 +8,8 @@ or every engine's entries when the engine is unknown.
 
 from __future__ import annotations
 
+from typing import Any
+
 from phasescope.diagnose.findings import Advice
 
 ENGINES = ("vllm", "sglang", "tgi", "llamacpp", "ollama")
@@ -118,3 +120,163 @@ def advice_for(topic: str, engine: str | None) -> list[Advice]:
     if engine not in ENGINES:
         return list(items)
     return [a for a in items if a.engine in ("any", engine)]
+
+
+# -- advice that knows the current settings ------------------------------------------------------------------
+def _pow2_below(n: int, floor: int = 32) -> int:
+    """The largest power of two at most n/2 (a split into at least two pieces), not below ``floor``."""
+    p = 1
+    while p * 2 <= max(1, n // 2):
+        p *= 2
+    return max(floor, p)
+
+
+def _batch_split(engine: str, flag: str, cur: int | None, cur_src: str, prompt: int | None,
+                 unit: str = "prompt tokens per step") -> Advice | None:
+    """Advice to lower a prefill-batch limit so a ``prompt``-token prompt is split; None when no value
+    would act on it (or it is already split into pieces no larger than the smallest sensible one)."""
+    if prompt is None:
+        return None
+    if cur is not None and cur < prompt:
+        new = cur // 2
+        if new < 32:
+            return None
+        return A(engine, f"{flag} {new} (now {cur}, {cur_src})",
+                 f"the {prompt}-token prompt is already split into {-(-prompt // cur)} pieces of ≤ {cur} {unit}; "
+                 f"halving the piece halves how long each one stalls the running streams")
+    new = _pow2_below(prompt)
+    if new >= prompt:
+        return None
+    now = f" (now {cur}, {cur_src})" if cur is not None else ""
+    why = (f"the {prompt}-token prompt fits one piece of {cur}, so it is prefilled in one step while the running "
+           f"streams wait; below {prompt} it is split and the streams decode between the pieces") if cur is not None else \
+        (f"a limit below the {prompt}-token prompt splits it, and the running streams decode between the pieces")
+    return A(engine, f"{flag} {new}{now}", why)
+
+
+def _interference(items: list[Advice], s: Any, prompt: int | None, chunked: bool | None) -> list[Advice]:
+    out: list[Advice] = []
+    for a in items:
+        if a.engine == "llamacpp":
+            b = _batch_split("llamacpp", "-b", s.n_batch, s.src("n_batch"), prompt)
+            if b is not None:
+                nb = int(b.change.split()[1])
+                ub = min(nb, s.n_ubatch or nb)
+                now = ""
+                if s.n_batch is not None:
+                    now = f" (now -b {s.n_batch}" + (f" -ub {s.n_ubatch}" if s.n_ubatch else "") + f", {s.src('n_batch')})"
+                out.append(A("llamacpp", f"-b {nb} -ub {ub}{now}",
+                             b.why + " (llama-server decodes the other slots between -b pieces; -ub must not exceed -b)"))
+            elif prompt is None:
+                out.append(a)
+        elif a.engine in ("vllm", "sglang", "tgi"):
+            flag = {"vllm": "--max-num-batched-tokens", "sglang": "--chunked-prefill-size",
+                    "tgi": "--max-batch-prefill-tokens"}[a.engine]
+            if a.engine == "vllm" and s.chunked_prefill is False:
+                out.append(A("vllm", f"--enable-chunked-prefill (now off, {s.src('chunked_prefill')})",
+                             "without chunked prefill a long prompt runs as one step and every running stream waits it out"))
+                continue
+            b = _batch_split(a.engine, flag, s.max_num_batched_tokens, s.src("max_num_batched_tokens"), prompt)
+            if b is not None:
+                out.append(A(a.engine, b.change, b.why))
+            elif prompt is None:
+                out.append(a)
+        elif a.engine == "ollama":
+            b = _batch_split("ollama", "num_batch", s.n_batch, s.src("n_batch"), prompt)
+            if b is not None or prompt is None:
+                out.append(b or a)
+        else:
+            out.append(a)
+    return out
+
+
+def _quant(items: list[Advice], s: Any) -> list[Advice]:
+    from phasescope.diagnose.settings import next_smaller_quant
+    from phasescope.theory.quant import bits_per_weight
+
+    ft = s.model_file_type
+    if ft is None and not s.quantization:
+        return [A(a.engine, a.change.replace("a smaller quant type (Q8_0 → Q5_K_M → Q4_K_M)",
+                                             "one quant type smaller than the current one (Q8_0 → Q5_K_M → Q4_K_M → Q3_K_M)"), a.why)
+                for a in items]
+    out: list[Advice] = []
+    cur = ft or s.quantization
+    try:
+        cur_bits = bits_per_weight(cur)
+    except Exception:  # noqa: BLE001
+        cur_bits = None
+    nxt = next_smaller_quant(cur) if ft else ({"fp16": "fp8", "bf16": "fp8", "fp8": "awq", "int8": "awq"}.get(cur))
+    for a in items:
+        if a.change.startswith("quantize the weights"):
+            continue  # replaced by the step from the current type below
+        if a.engine in ("llamacpp", "ollama", "vllm", "sglang", "tgi") and (
+                "quant" in a.change.lower() or "q4_k_m" in a.change.lower()):
+            if a.engine not in ("llamacpp", "ollama") and ft:
+                continue  # a GGUF file: the GGUF ladder below applies
+            if nxt is not None and cur_bits:
+                nb = bits_per_weight(nxt)
+                name = nxt.upper() if ft else {"awq": "an AWQ/GPTQ 4-bit checkpoint", "fp8": "--quantization fp8"}.get(nxt, nxt)
+                tag = f"a …-{nxt[:2]}{nxt[2:].upper()} tag" if a.engine == "ollama" and ft else name
+                out.append(A(a.engine, f"{tag} instead of {cur.upper() if ft else cur} ({s.src('model_file_type' if ft else 'quantization')})",
+                             f"bandwidth model: {cur_bits:.2f} → {nb:.2f} bits per weight reads {cur_bits / nb:.2f}× fewer "
+                             f"weight bytes per token, so decode gets at most {cur_bits / nb:.2f}× faster; check the quality"))
+            else:
+                out.append(A(a.engine, f"a smaller model ({cur.upper() if ft else cur} is already as small as a quant type sensibly goes)",
+                             "fewer parameters are fewer bytes per token"))
+            continue
+        out.append(a)
+    if not any(x.engine in ("llamacpp", "ollama") for x in out) and ft and nxt and cur_bits:
+        nb = bits_per_weight(nxt)
+        out.insert(0, A("any", f"{nxt.upper()} instead of {ft.upper()} ({s.src('model_file_type')})",
+                        f"bandwidth model: {cur_bits:.2f} → {nb:.2f} bits per weight, at most {cur_bits / nb:.2f}× faster decode"))
+    return out
+
+
+def _parallel(items: list[Advice], s: Any, topic: str, knee: int | None) -> list[Advice]:
+    out: list[Advice] = []
+    for a in items:
+        par = a.engine in ("llamacpp", "ollama") and ("--parallel" in a.change or "NUM_PARALLEL" in a.change)
+        seqs = a.engine in ("vllm", "sglang", "tgi") and ("max-num-seqs" in a.change or "max-running" in a.change
+                                                          or "max-concurrent" in a.change or "max-batch-size" in a.change)
+        cur, src = (s.n_parallel, s.src("n_parallel")) if par else ((s.max_num_seqs, s.src("max_num_seqs")) if seqs else (None, ""))
+        if not (par or seqs) or cur is None:
+            out.append(a)
+            continue
+        flag = a.change.split()[0]
+        if topic == "batching_knee":
+            if knee is None or knee == cur:
+                continue  # already there
+            out.append(A(a.engine, f"{flag} {knee} (now {cur}, {src})", a.why))
+        elif topic == "batching_no_gain":
+            if cur > 1:
+                continue  # slots are not what serialises the requests
+            out.append(A(a.engine, f"{flag} 4 (now {cur}, {src})", a.why))
+        elif topic == "queueing":
+            ctx = f" and --ctx-size {2 * s.ctx_size}" if a.engine == "llamacpp" and s.ctx_size else ""
+            out.append(A(a.engine, f"{flag} {2 * cur}{ctx} (now {cur}, {src})", a.why))
+        else:
+            out.append(a)
+    return out
+
+
+def tailored(topic: str, engine: str | None, settings: Any = None, *, prompt_tokens: int | None = None,
+             chunked: bool | None = None, knee: int | None = None) -> list[Advice]:
+    """:func:`advice_for`, with each change set against the server's current settings
+    (:class:`phasescope.diagnose.settings.ServerSettings`): a change equal to the current value, or
+    one that would not act on this workload, is left out; the rest name the current value."""
+    items = advice_for(topic, engine)
+    if settings is None:
+        from phasescope.diagnose.settings import ServerSettings
+
+        settings = ServerSettings()
+    if topic == "interference":
+        return _interference(items, settings, prompt_tokens, chunked)
+    if topic in ("decode_at_ceiling",):
+        return _quant(items, settings)
+    if topic in ("batching_knee", "batching_no_gain", "queueing"):
+        return _parallel(items, settings, topic, knee)
+    if topic == "prefix_cache" and settings.prefix_caching is not None:
+        src = settings.src("prefix_caching")
+        now = "off" if settings.prefix_caching is False else "on"
+        return [A(a.engine, f"{a.change} (now {now}: {src})", a.why) if a.engine != "any" else a for a in items]
+    return items

@@ -7,11 +7,12 @@ module constants, named and documented, so a test can sit on either side of each
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from phasescope.diagnose.findings import Diagnosis, Evidence, Finding, Undecided
-from phasescope.diagnose.knobs import advice_for
+from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
+from phasescope.diagnose.knobs import advice_for, tailored
 
 #: decode at ≥ this share of the bandwidth ceiling: only fewer bytes or faster memory help (seed)
 CEILING_AT = 0.80
@@ -26,8 +27,14 @@ OVERHEAD_MIN_S = 0.1
 OVERHEAD_MIN_SHARE = 0.5
 #: share of TTFT spent outside prefill at the top batching level that means "queueing dominates"
 QUEUE_DOMINATES = 0.5
+#: a higher level with less than 1/this of level 1's throughput is noise, not "no gain"
+NO_GAIN_FLOOR_X = 1.3
 #: p99 ITL growth (top level / level 1) worth naming as a tail-latency cost of batching
 TAIL_GROWTH_X = 2.0
+#: below this R² the prompt-scaling fit's quadratic share is noise, not attention
+FIT_R2_FOR_SHAPE = 0.8
+#: two measurements of single-stream decode must agree within this factor for a ceiling verdict
+DECODE_SOURCES_AGREE_X = 1.5
 #: a model load during a request above this many seconds is worth a finding
 MODEL_LOAD_MIN_S = 0.5
 
@@ -73,7 +80,7 @@ def rule_prefix_cache(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             "prefix-cache-absent", "problem",
             f"The shared system prompt is prefilled again on every request: repeats saved "
             f"{max(pc.saved_s or 0, 0) * 1e3:.0f} ms of the {pc.expected_saving_s * 1e3:.0f} ms it costs.",
-            ev, advice_for("prefix_cache", diag.engine)))
+            ev, tailored("prefix_cache", diag.engine, diag.settings)))
     else:
         diag.findings.append(Finding(
             "prefix-cache-working", "info",
@@ -100,8 +107,13 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
             Evidence(f"TTFT at {pts[0].prompt_tokens} prompt tokens", pts[0].ttft_s, "s", "prompt-scaling: median client TTFT"),
             Evidence(f"TTFT at {pts[-1].prompt_tokens} prompt tokens", pts[-1].ttft_s, "s", "prompt-scaling: median client TTFT"),
             Evidence("prefill rate at the longest prompt", ps.prefill_tok_s, "tok/s", src),
-            Evidence("quadratic (attention) share of that prefill", 100 * (ps.quadratic_share or 0), "%", src),
         ]
+        # the split into linear and quadratic terms needs a fit that explains the points
+        if ps.fit.r2 >= FIT_R2_FOR_SHAPE:
+            ev.append(Evidence("quadratic (attention) share of that prefill", 100 * (ps.quadratic_share or 0), "%", src))
+        else:
+            ev.append(Evidence("linear vs quadratic split", f"not stated: the fit explains only R² {ps.fit.r2:.2f} of the "
+                               f"points (noise)", "", src))
         if ps.decode_change_pct is not None:
             ev.append(Evidence("decode speed change over the same range", ps.decode_change_pct, "%",
                                f"prompt-scaling: decode from {ps.decode_source or 'client'} timing, best repetition"))
@@ -146,8 +158,19 @@ def _single_stream_decode(r: dict[str, Any]) -> tuple[float | None, str]:
 def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
     d, src = _single_stream_decode(r)
     if d is None:
-        if r:
+        if r.get("prompt-scaling") is not None or r.get("batching") is not None:
             diag.undecided.append(Undecided("decode-ceiling", "no single-stream decode speed was measured"))
+        return
+    # the same quantity measured twice: when the two disagree, the machine's noise beats the effect
+    b = r.get("batching")
+    c1 = next((lv for lv in (b.levels if b is not None else []) if lv.concurrency == 1 and lv.per_user_decode_tok_s), None)
+    if c1 is not None and src.startswith("prompt-scaling") and not (
+            1 / DECODE_SOURCES_AGREE_X <= c1.per_user_decode_tok_s / d <= DECODE_SOURCES_AGREE_X):
+        diag.undecided.append(Undecided(
+            "decode-ceiling", f"single-stream decode read {d:.1f} tok/s in prompt-scaling (typical token gap) but "
+                              f"{c1.per_user_decode_tok_s:.1f} tok/s in batching at concurrency 1: the two disagree by more "
+                              f"than {DECODE_SOURCES_AGREE_X:g}×, so the machine's noise is larger than the question "
+                              f"(other work on the host?)"))
         return
     if ceil is None or not ceil.decode_ceiling_tok_s:
         diag.undecided.append(Undecided(
@@ -163,7 +186,7 @@ def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | Non
             "decode-at-ceiling", "limit",
             f"Decode runs at {share:.0%} of the memory-bandwidth ceiling: only fewer bytes per token "
             f"(quantization, a smaller model) or faster memory will make a single stream faster.",
-            ev, advice_for("decode_at_ceiling", diag.engine)))
+            ev, tailored("decode_at_ceiling", diag.engine, diag.settings)))
     elif share < CEILING_FAR_BELOW:
         diag.findings.append(Finding(
             "decode-below-ceiling", "problem",
@@ -174,7 +197,7 @@ def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | Non
         diag.findings.append(Finding(
             "decode-near-ceiling", "info",
             f"Decode runs at {share:.0%} of the memory-bandwidth ceiling, typical for a tuned stack; "
-            f"quantization is the main lever left.", ev, advice_for("decode_at_ceiling", diag.engine)))
+            f"quantization is the main lever left.", ev, tailored("decode_at_ceiling", diag.engine, diag.settings)))
 
 
 def rule_long_context(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
@@ -182,11 +205,13 @@ def rule_long_context(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     if cf is None:
         return
     if cf.slows is None:
-        if cf.slowdown_pct is None:
+        if getattr(cf, "reason", ""):
+            why = cf.reason
+        elif cf.slowdown_pct is None:
             why = "; ".join(cf.notes) or "no decode speed at two context lengths"
         elif cf.slowdown_pct < 0:
-            why = (f"decode got {-cf.slowdown_pct:.0f}% faster with more context: the measurement is noisier "
-                   f"than the effect (a busy machine?)")
+            why = (f"decode was {1 - cf.slowdown_pct / 100:.2f}× as fast at the longest context as at the shortest: "
+                   f"the measurement is noisier than the effect (a busy machine?)")
         else:
             why = f"decode slowed {cf.slowdown_pct:.1f}% over the context range: between noise and a clear slowdown"
         diag.undecided.append(Undecided("long-context-decode-penalty", why))
@@ -194,11 +219,18 @@ def rule_long_context(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     if not cf.slows:
         return
     p0, p1 = cf.points[0], cf.points[-1]
-    who = "server-timed" if p0.server_decode_tok_s and p1.server_decode_tok_s else "client"
-    src = f"context-fill: median {who} decode tok/s, {len(cf.points)} context lengths"
-    ev = [Evidence(f"decode at {p0.context_tokens} tokens of context", p0.server_decode_tok_s or p0.decode_tok_s, "tok/s", src),
-          Evidence(f"decode at {p1.context_tokens} tokens of context", p1.server_decode_tok_s or p1.decode_tok_s, "tok/s", src),
+    src = (f"context-fill: 1 / typical token gap, best of {p0.n} repetitions, {len(cf.points)} context lengths"
+           f" (the table's decode tok/s)")
+
+    def _sp(p: Any) -> str:
+        sp = getattr(p, "spread", None)
+        return f" ±{100 * sp:.0f}%" if sp else ""
+
+    ev = [Evidence(f"decode at {p0.context_tokens} tokens of context{_sp(p0)}", p0.decode_tok_s, "tok/s", src),
+          Evidence(f"decode at {p1.context_tokens} tokens of context{_sp(p1)}", p1.decode_tok_s, "tok/s", src),
           Evidence("slowdown", cf.slowdown_pct, "%", src)]
+    if getattr(cf, "noise_pct", None) is not None:
+        ev.append(Evidence("spread of those two points (repetitions)", cf.noise_pct, "%", src))
     if cf.per_token_s_per_ctx_token is not None:
         ev.append(Evidence("added time per output token per 1000 context tokens", cf.per_token_s_per_ctx_token * 1000,
                            "s", "context-fill: linear fit of 1/decode"))
@@ -229,27 +261,35 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
     if first.itl_p99_s and last.itl_p99_s:
         ev.append(Evidence(f"p99 ITL at concurrency {first.concurrency} → {last.concurrency}",
                            f"{_ms(first.itl_p99_s):.0f} → {_ms(last.itl_p99_s):.0f}", "ms", "batching: per-token ITL over all streams"))
+    if b.knee_reached and b.knee_concurrency == first.concurrency and \
+            max(x.output_tok_s or 0 for x in lv[1:]) < (first.output_tok_s or 0) / NO_GAIN_FLOOR_X:
+        # batching can fail to help, but more streams do not halve what one stream gets done
+        best = max(lv[1:], key=lambda x: x.output_tok_s or 0)
+        diag.undecided.append(Undecided(
+            "batching", f"aggregate throughput fell from {first.output_tok_s:.1f} tok/s at concurrency "
+                        f"{first.concurrency} to at best {best.output_tok_s:.1f} at {best.concurrency}: more streams do "
+                        f"not make a server slower in total, so the levels are noisier than the effect (a busy host?)"))
+        return
     if b.knee_reached and b.knee_concurrency == first.concurrency:
         nxt = lv[1]
         diag.findings.append(Finding(
             "batching-no-gain", "problem",
             f"Concurrent requests gain nothing over one at a time: {nxt.concurrency} streams deliver "
             f"{(nxt.output_tok_s or 0) / (first.output_tok_s or 1):.2f}× the throughput of {first.concurrency}.",
-            ev, advice_for("batching_no_gain", diag.engine)))
+            ev, tailored("batching_no_gain", diag.engine, diag.settings)))
     elif b.knee_reached:
         k = b.knee_concurrency
         knee = by_c.get(k) if k is not None else None
         cause = (f"Throughput stops growing past {k} concurrent streams "
                  f"({knee.output_tok_s:.0f} tok/s there); beyond it more users mostly add latency.") if knee else \
             f"Throughput stops growing past {k} concurrent streams."
-        diag.findings.append(Finding("batching-knee", "info", cause, ev, advice_for("batching_knee", diag.engine)))
+        diag.findings.append(Finding("batching-knee", "info", cause, ev,
+                                     tailored("batching_knee", diag.engine, diag.settings, knee=k)))
     else:
         diag.findings.append(Finding(
             "batching-scales", "info",
             f"Batching still pays at the highest level tested ({last.concurrency}): "
-            f"{b.throughput_gain_x:.1f}× the single-stream throughput; the knee is further out"
-            + (f" than the server's bound of {b.max_concurrency_bound} ({b.bound_source})." if b.max_concurrency_bound else "."),
-            ev))
+            f"{b.throughput_gain_x:.1f}× the single-stream throughput; {_beyond(b, last.concurrency)}", ev))
     if b.itl_p99_growth_x is not None and b.itl_p99_growth_x >= TAIL_GROWTH_X:
         diag.findings.append(Finding(
             "batching-tail-latency", "info",
@@ -258,7 +298,24 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
             [Evidence(f"p99 ITL at concurrency {first.concurrency}", first.itl_p99_s, "s", "batching: per-token ITL"),
              Evidence(f"p99 ITL at concurrency {last.concurrency}", last.itl_p99_s, "s", "batching: per-token ITL"),
              Evidence(f"p50 ITL at concurrency {last.concurrency}", last.itl_p50_s, "s", "batching: per-token ITL")],
-            advice_for("batching_knee", diag.engine)))
+            tailored("batching_knee", diag.engine, diag.settings, knee=b.knee_concurrency) if b.knee_reached else
+            [Advice("any", "cap concurrency per server where the p99 ITL still meets your target, and scale out beyond it",
+                    f"no knee showed up to {last.concurrency} streams: throughput still grew, so the cap is a latency "
+                    f"choice, not a throughput one")]))
+
+
+def _beyond(b: Any, top: int) -> str:
+    """What lies past the highest level tested, from what is known about the bound."""
+    bound, src = b.max_concurrency_bound, b.bound_source or ""
+    if bound is None:
+        return "the knee, if any, lies beyond it."
+    if top < bound:
+        return (f"levels up to the bound of {bound} ({src}) were not run within the budget, so the knee may lie "
+                f"anywhere above {top} (a longer --budget runs them).")
+    if "does not report" in src or src.startswith("default"):
+        return (f"the server does not report how many requests it runs at once, and {bound} is as far as this "
+                f"experiment goes, so the knee lies above {bound}.")
+    return (f"that is the server's own limit ({bound}: {src}), so more slots would likely still add throughput.")
 
 
 def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
@@ -268,45 +325,99 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     if pi.interference is None:
         diag.undecided.append(Undecided("prefill-interference", pi.reason or "could not measure"))
         return
+    src = f"prefill-interference: token gaps of {pi.n_streams} running streams (client view)"
+    base = [Evidence("usual gap between tokens", pi.itl_baseline_s, "s", src),
+            Evidence("longest gap while the long prompt was prefilled", pi.itl_max_during_s, "s", src),
+            Evidence("spike", pi.spike_x, "×", src)]
+    pre = getattr(pi, "injected_prefill_s", None)
+    ttft = Evidence(f"TTFT of the injected {pi.injected_prompt_tokens}-token prompt", pi.injected_ttft_s, "s",
+                    "prefill-interference: client TTFT")
     if not pi.interference:
+        got = getattr(pi, "tokens_during_prefill", None)
+        ev = base + [ttft]
+        if got is not None:
+            ev.append(Evidence("tokens each stream received during that prefill (median)", got, "tokens", src))
+        diag.findings.append(Finding(
+            "prefill-no-stall", "info",
+            f"A {pi.injected_prompt_tokens}-token prompt arriving mid-generation did not stall the running streams: "
+            f"their longest gap during its prefill was {pi.spike_x:.1f}× the usual "
+            f"({pi.itl_max_during_s * 1e3:.0f} vs {pi.itl_baseline_s * 1e3:.0f} ms) — the engine mixes the prefill "
+            f"into decode steps (chunked prefill).", ev))
         return
-    src = f"prefill-interference: token gaps of {pi.n_streams} running streams"
-    ev = [Evidence("usual gap between tokens", pi.itl_baseline_s, "s", src),
-          Evidence("longest gap while the long prompt was prefilled", pi.itl_max_during_s, "s", src),
-          Evidence("spike", pi.spike_x, "×", src),
-          Evidence("spike duration", pi.spike_duration_s, "s", src),
-          Evidence(f"TTFT of the injected {pi.injected_prompt_tokens}-token prompt", pi.injected_ttft_s, "s",
-                   "prefill-interference: client TTFT")]
+    ev = base + [Evidence("spike duration", pi.spike_duration_s, "s", src), ttft]
+    if pre is not None:
+        ev.append(Evidence("that prompt's prefill (TTFT − fixed overhead)", pre, "s", "prefill-interference: client TTFT"))
     how = ""
     if pi.chunked_prefill_likely is True:
-        how = " The prefill was split (streams kept receiving tokens), but each piece still stalls them."
+        how = " The prefill was split (streams kept receiving tokens), but each piece still slows them."
     elif pi.chunked_prefill_likely is False:
-        how = " The streams waited out nearly the whole prefill: it was not chunked."
+        share = f"{pi.stall_share:.0%} of" if pi.stall_share is not None else "most of"
+        how = f" One gap held {share} the prompt's prefill, with no token in between: it was not chunked."
     diag.findings.append(Finding(
         "prefill-interference", "problem",
-        f"A long prompt arriving mid-generation froze running streams for {pi.stall_s * 1e3:.0f} ms "
-        f"({pi.spike_x:.0f}× their usual gap).{how}", ev, advice_for("interference", diag.engine)))
+        f"A {pi.injected_prompt_tokens}-token prompt arriving mid-generation froze running streams for "
+        f"{pi.stall_s * 1e3:.0f} ms ({pi.spike_x:.1f}× their usual gap).{how}", ev,
+        tailored("interference", diag.engine, diag.settings, prompt_tokens=pi.injected_prompt_tokens,
+                 chunked=pi.chunked_prefill_likely)))
+
+
+def _capacity(q: Any) -> tuple[int | None, str]:
+    """How many requests the server runs at once: its reported slots, else the most /metrics saw running."""
+    if getattr(q, "slots", None):
+        return int(q.slots), q.slots_source or "the server's slots"
+    if q.running_max:
+        return int(q.running_max), "the most requests /metrics showed running at once"
+    return None, ""
 
 
 def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
     q, b = r.get("queue"), r.get("batching")
     found = False
     if q is not None and q.queueing:
+        cap, cap_src = _capacity(q)
         ev = []
         if q.metrics_available:
             ev.append(Evidence("requests waiting (max)", q.waiting_max, "", f"/metrics {q.metrics_source or ''}, {len(q.samples)} samples".strip()))
             ev.append(Evidence("share of samples with a queue", 100 * (q.waiting_share or 0), "%", "/metrics"))
+        if q.running_max is not None:
+            ev.append(Evidence("requests running at once (max)", q.running_max, "", "/metrics"))
         if q.ttft_queue_share is not None:
             ev.append(Evidence("share of TTFT not spent in prefill", 100 * q.ttft_queue_share, "%",
                                "queue: client TTFT − server-timed prefill"))
         ev.append(Evidence(f"TTFT p99 at concurrency {q.concurrency}", q.ttft_p99_s, "s", "queue: client TTFT"))
         if q.kv_usage_max is not None:
             ev.append(Evidence("KV-cache usage (max)", 100 * q.kv_usage_max, "%", "/metrics"))
-        dominated = (q.ttft_queue_share or 0) >= QUEUE_DOMINATES or (q.waiting_share or 0) >= QUEUE_DOMINATES
-        diag.findings.append(Finding(
-            "ttft-queueing", "problem" if dominated else "info",
-            f"At {q.concurrency} concurrent requests, requests wait before their prefill starts ({q.reason}).",
-            ev, advice_for("queueing", diag.engine)))
+        waited = []
+        if q.waiting_share is not None and (q.waiting_max or 0) > 0:
+            waited.append(f"up to {q.waiting_max:.0f} waited in /metrics ({q.waiting_share:.0%} of samples)")
+        if q.ttft_queue_share is not None:
+            waited.append(f"waiting was {q.ttft_queue_share:.0%} of TTFT")
+        costly = (q.ttft_queue_share or 0) >= QUEUE_DOMINATES or (
+            q.ttft_queue_share is None and (q.waiting_share or 0) >= QUEUE_DOMINATES)
+        self_caused = cap is not None and q.concurrency is not None and q.concurrency > cap
+        if self_caused:
+            knee = b.knee_concurrency if b is not None else None
+            lv_cap = next((x for x in (b.levels if b is not None else []) if x.concurrency == cap), None)
+            lv_1 = next((x for x in (b.levels if b is not None else []) if x.concurrency == 1), None)
+            gain = (lv_cap.output_tok_s / lv_1.output_tok_s) if lv_cap and lv_1 and lv_cap.output_tok_s and \
+                lv_1.output_tok_s and cap > 1 else None
+            # a limit worth raising: batching still paid right up to it, and it is small
+            limited = (knee is not None and knee == cap and gain is not None and gain >= 1.15 ** math.log2(cap)
+                       and cap < q.concurrency)
+            cause = (f"The server runs at most {cap} requests at once ({cap_src}); this experiment sent {q.concurrency} "
+                     f"on purpose, so the others waited: {'; '.join(waited) or q.reason}.")
+            if limited:
+                cause += (f" Batching still gave {gain:.1f}× the single-stream throughput at {cap}, the knee is at that "
+                          f"limit: more concurrent requests per server would add throughput.")
+                ev.append(Evidence(f"throughput gain at concurrency {cap} over 1", gain, "×", "batching"))
+            diag.findings.append(Finding(
+                "ttft-queueing", "problem" if limited else "info", cause, ev,
+                tailored("queueing", diag.engine, diag.settings) if limited else []))
+        else:
+            cause = (f"At {q.concurrency} concurrent requests{f' (the server runs {cap} at once)' if cap else ''}, "
+                     f"requests waited before their prefill started: {'; '.join(waited) or q.reason}.")
+            diag.findings.append(Finding("ttft-queueing", "problem" if costly else "info", cause, ev,
+                                         tailored("queueing", diag.engine, diag.settings)))
         found = True
         if q.kv_pool_full and (q.waiting_max or 0) > 0:
             diag.findings.append(Finding(
@@ -318,12 +429,15 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
     elif b is not None:
         top = next((x for x in reversed(b.levels) if x.queue_p50_s is not None and x.ttft_p50_s), None)
         if top is not None and top.queue_p50_s / top.ttft_p50_s >= QUEUE_DOMINATES:  # type: ignore[operator]
+            slots = b.max_concurrency_bound if b.bound_source and "slots" in b.bound_source else None
+            mine = slots is not None and top.concurrency > slots
+            cause = (f"At {top.concurrency} concurrent requests most of TTFT is waiting, not prefill"
+                     + (f" — more than the server's {slots} slots, as this experiment sent on purpose." if mine else "."))
             diag.findings.append(Finding(
-                "ttft-queueing", "problem",
-                f"At {top.concurrency} concurrent requests most of TTFT is waiting, not prefill.",
+                "ttft-queueing", "info" if mine else "problem", cause,
                 [Evidence(f"median TTFT at concurrency {top.concurrency}", top.ttft_p50_s, "s", "batching: client TTFT"),
                  Evidence("median TTFT − server-timed prefill", top.queue_p50_s, "s", "batching: client TTFT − server prompt time")],
-                advice_for("queueing", diag.engine)))
+                [] if mine else tailored("queueing", diag.engine, diag.settings)))
             found = True
     if not found and q is not None and q.queueing is None:
         diag.undecided.append(Undecided("ttft-queueing", q.reason or "no queue signal"))
@@ -347,9 +461,12 @@ RULES: list[Callable[[dict[str, Any], Diagnosis, Ceilings | None], None]] = [
 
 
 def diagnose(results: dict[str, Any], *, engine: str | None = None, ceilings: Ceilings | None = None,
-             records: Sequence[Any] = ()) -> Diagnosis:
-    """Run every rule over ``results`` (experiment name → typed result) and return the diagnosis."""
-    diag = Diagnosis(engine=engine)
+             records: Sequence[Any] = (), settings: Any = None, facts: Any = None) -> Diagnosis:
+    """Run every rule over ``results`` (experiment name → typed result) and return the diagnosis.
+
+    ``settings`` (:class:`phasescope.diagnose.settings.ServerSettings`): the server's current
+    settings; advice then names them and leaves out changes that would not act."""
+    diag = Diagnosis(engine=engine, settings=settings, facts=facts)
     for rule in RULES:
         rule(results, diag, ceilings)
     rule_model_load(results, diag, ceilings, records)

@@ -145,7 +145,7 @@ def levels_for(bound: int) -> list[int]:
     return out
 
 
-async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, output_tokens: int = 48,
+async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, output_tokens: int | None = None,
               per_worker: int = 2, max_concurrency: int | None = None) -> BatchingResult:
     """Closed-loop levels 1, 2, 4, … bounded by the server's slots (llama.cpp) or 16, and by the
     budget (each level's cost estimated as if batching gave nothing)."""
@@ -163,23 +163,26 @@ async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, outp
     elif ctx.facts.slots:
         bound, src = ctx.facts.slots, ctx.facts.slots_source
     else:
-        bound, src = 16, "default (the server does not report its slots)"
+        bound, src = 16, "phasescope's cap: the server does not report how many requests it runs at once"
+    if output_tokens is None:  # level 1 (per_worker + 1 requests) takes at most a fifth of the budget
+        output_tokens = int(max(12, min(48, 0.2 * budget_s * c.decode_tok_s / (per_worker + 1))))
     t1 = request_time_s(c, prompt_tokens, output_tokens)
-    levels: list[int] = []
-    spent = 0.0
-    for lv in levels_for(max(1, bound)):
-        n_req = (per_worker + 1 if lv == 1 else per_worker) * lv
-        cost = n_req * t1 if lv == 1 else per_worker * lv * t1  # worst case: no batching gain
-        if levels and len(levels) >= 2 and spent + cost > 0.85 * budget_s:
-            break
-        levels.append(lv)
-        spent += cost
-    ctx.say(f"{NAME}: concurrency {', '.join(map(str, levels))} (bound {bound}: {src}), "
+    planned = levels_for(max(1, bound))
+    ctx.say(f"{NAME}: concurrency {', '.join(map(str, planned))} while the budget lasts (bound {bound}: {src}), "
             f"{prompt_tokens}-token prompts, {output_tokens} output tokens")
-    for lv in levels:
+    levels: list[int] = []
+    t_start = time.monotonic()
+    last_wall: float | None = None
+    for lv in planned:
         if ctx.over():
             break
+        # the next level's cost: the calibrated worst case (no batching gain) before anything ran,
+        # then from the last level measured (twice the streams cost at most twice its time)
         k = per_worker + 1 if lv == 1 else per_worker
+        est = (k * lv * t1) if last_wall is None else last_wall * 2 * k / (per_worker + 1 if levels[-1] == 1 else per_worker)
+        spent = time.monotonic() - t_start
+        if len(levels) >= 2 and spent + est > 0.95 * budget_s:
+            break
         prompts = [[await ctx.prompt(prompt_tokens) for _ in range(k)] for _ in range(lv)]
 
         async def worker(w: int, lv: int = lv, prompts: list = prompts) -> None:
@@ -188,8 +191,11 @@ async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, outp
                     break
                 await ctx.send(p.request(output_tokens), NAME, phase="measure", concurrency=lv, worker=w, i=i)
 
+        t_lv = time.monotonic()
         await asyncio.gather(*(worker(w) for w in range(lv)))
-        ctx.say(f"{NAME}: concurrency {lv} done")
+        last_wall = time.monotonic() - t_lv
+        levels.append(lv)
+        ctx.say(f"{NAME}: concurrency {lv} done ({last_wall:.1f} s)")
     params = {"levels": levels, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
               "per_worker": per_worker, "budget_s": budget_s}
     return analyze(ctx.records, ctx.info(NAME, started, params), bound=bound, bound_source=src)

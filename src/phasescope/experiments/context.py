@@ -11,6 +11,8 @@ import asyncio
 import dataclasses
 import math
 import time
+import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -62,6 +64,7 @@ class RunContext:
     _prompts: PromptBuilder | None = None
     _prompt_session: aiohttp.ClientSession | None = None
     _n: int = 0
+    _uid: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
     @property
     def prompts(self) -> PromptBuilder:
@@ -92,10 +95,19 @@ class RunContext:
         """Tokens one sequence may hold (prompt + output)."""
         return self.facts.ctx_per_seq or default
 
-    async def send(self, req: GenRequest, experiment: str, **tags: Any) -> RequestRecord:
+    def next_id(self, experiment: str) -> str:
         self._n += 1
+        return f"{experiment}-{self._n}-{self._uid}"
+
+    def keep(self, rec: RequestRecord) -> None:
+        """Keep a record the experiment finished itself (e.g. a stream it stopped on purpose)."""
+        self.records.append(rec)
+        if self.sink is not None:
+            self.sink(rec)
+
+    async def send(self, req: GenRequest, experiment: str, **tags: Any) -> RequestRecord:
         req.tags = {**(req.tags or {}), "experiment": experiment, **tags}
-        req.id = req.id or f"{experiment}-{self._n}"
+        req.id = req.id or self.next_id(experiment)
         if self.target.api == "chat":
             from phasescope.apis import openai as oa
 
@@ -122,8 +134,39 @@ class RunContext:
         return ExperimentInfo(
             name=name, target=self.target.display_url, engine=self.target.engine, model=self.target.model,
             api=self.target.api, started_unix_s=started, duration_s=time.time() - started,
-            n_requests=len(mine), n_failed=sum(1 for r in mine if not r.ok), params=params,
+            n_requests=len(mine), n_failed=sum(1 for r in mine if not r.ok and r.error_kind != "stopped_by_client"),
+            params=params,
         )
+
+
+#: records of requests in flight, by record id: the client appends each token event as it reads it,
+#: so an experiment can watch its own streams (the client's view) without asking the server
+LIVE: "weakref.WeakValueDictionary[str, RequestRecord]" = weakref.WeakValueDictionary()
+_LIVE_TRACE: aiohttp.TraceConfig | None = None
+
+
+async def _on_request_start(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        LIVE[rec.id] = rec
+
+
+def live_trace() -> aiohttp.TraceConfig:
+    global _LIVE_TRACE
+    if _LIVE_TRACE is None:
+        tc = aiohttp.TraceConfig()
+        tc.on_request_start.append(_on_request_start)
+        tc.freeze()
+        _LIVE_TRACE = tc
+    return _LIVE_TRACE
+
+
+def live_tokens(req_id: str) -> int:
+    """Token events received so far by the request ``req_id`` (0 before its first token)."""
+    rec = LIVE.get(req_id)
+    if rec is None:
+        return 0
+    return len(rec.token_events())
 
 
 def experiment_session(connect_timeout_s: float | None = 10.0) -> aiohttp.ClientSession:
@@ -137,7 +180,7 @@ def experiment_session(connect_timeout_s: float | None = 10.0) -> aiohttp.Client
 
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=True),
-        trace_configs=[trace_config()],
+        trace_configs=[trace_config(), live_trace()],
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
     )
 

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from phasescope.experiments.common import ExperimentInfo, finite, med, ok, output_tokens_of, prompt_tokens_of, select
+import math
+
+from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, output_tokens_of, prompt_tokens_of, select
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import fit_linear
@@ -39,6 +41,10 @@ if TYPE_CHECKING:
 NAME = "context-fill"
 SLOW_PCT = 10.0
 FLAT_PCT = 5.0
+#: a slowdown must be this many times the points' spread to count
+NOISE_K = 2.0
+#: the smallest spread assumed (%): a single repetition never proves a 1 % effect
+NOISE_FLOOR_PCT = 2.0
 
 
 @dataclass
@@ -46,10 +52,17 @@ class ContextPoint:
     context_tokens: int
     prompt_tokens: int
     n: int
+    #: the one per-point decode estimate, used by the table and by the finding alike: 1 / the typical
+    #: step of the best repetition (median gap between tokens within a request; load only slows)
     decode_tok_s: float | None
     server_decode_tok_s: float | None
     per_token_s: float | None
     predicted_decode_tok_s: float | None = None
+    #: relative spread of that estimate: over repetitions (max − min) / max, else within the request
+    #: (robust σ of the gaps / √gaps / median gap)
+    spread: float | None = None
+    #: the decode rate of each repetition (same estimator), for the record
+    rep_decode_tok_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -70,6 +83,12 @@ class ContextFillResult:
     fit_r2: float | None = None
     slowdown_pct: float | None = None
     slows: bool | None = None
+    #: the spread both ends carry, in % of the rate: a slowdown within it is noise
+    noise_pct: float | None = None
+    #: Σ of rises between neighbouring points (% of the first rate): decode should only fall with context
+    rises_pct: float | None = None
+    #: why ``slows`` is None, when it is
+    reason: str = ""
     prediction: Prediction | None = None
     measured_over_predicted: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -97,32 +116,72 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         rs = groups[key]
         p = med(prompt_tokens_of(r) for r in rs) or key
         o = med(output_tokens_of(r) for r in rs) or 0
-        d = med(derive.decode_tok_s(r) for r in rs)
         sd = med(derive.server_decode_tok_s(r) for r in rs)
-        # the physics: the typical step — median token gap within a request (a burst of load hits a
-        # few gaps, not the median), best repetition; the server's mean decode time if no gaps
-        steps = finite(med(derive.itl_s(r)) for r in rs if len(derive.itl_s(r)) >= 4)
-        best_s = max(finite(derive.server_decode_tok_s(r) for r in rs), default=None)
-        rate = (1.0 / min(steps)) if steps and min(steps) > 0 else best_s
+        rates: list[float] = []
+        within: list[float] = []
+        for r in rs:
+            g = finite(derive.itl_s(r))
+            if len(g) >= 4 and med(g):
+                m = float(med(g))  # type: ignore[arg-type]
+                rates.append(1.0 / m)
+                within.append(mad_sigma(g) / math.sqrt(len(g)) / m)
+            else:
+                v = derive.server_decode_tok_s(r)
+                if v:
+                    rates.append(float(v))
+        rate = max(rates) if rates else None
+        spread = None
+        if len(rates) >= 2 and rate:
+            spread = (max(rates) - min(rates)) / max(rates)
+        elif within:
+            spread = min(within)
         res.points.append(ContextPoint(
             context_tokens=int(round(p + o / 2)), prompt_tokens=int(round(p)), n=len(rs),
-            decode_tok_s=d, server_decode_tok_s=sd, per_token_s=(1.0 / rate) if rate else None,
+            decode_tok_s=rate, server_decode_tok_s=sd, per_token_s=(1.0 / rate) if rate else None,
+            spread=spread, rep_decode_tok_s=[round(x, 3) for x in rates],
         ))
     pts = [p for p in res.points if p.per_token_s is not None]
     if len(pts) < 2:
         res.notes.append(f"only {len(pts)} context lengths gave a decode speed; need at least 2")
+        res.reason = res.notes[-1]
         return res
     xs = [float(p.context_tokens) for p in pts]
     f = fit_linear(xs, [float(p.per_token_s) for p in pts])  # type: ignore[arg-type]
     res.per_token_s_at_zero, res.per_token_s_per_ctx_token, res.fit_r2 = f.intercept, f.slope, f.r2
-    r0 = 1.0 / pts[0].per_token_s  # type: ignore[operator]
-    r1 = 1.0 / pts[-1].per_token_s  # type: ignore[operator]
-    if r0 and r1:
-        res.slowdown_pct = 100.0 * (r0 - r1) / r0
-        if res.slowdown_pct >= SLOW_PCT:
+    r0 = float(pts[0].decode_tok_s)  # type: ignore[arg-type]
+    r1 = float(pts[-1].decode_tok_s)  # type: ignore[arg-type]
+    res.slowdown_pct = 100.0 * (r0 - r1) / r0
+    spreads = [p.spread for p in (pts[0], pts[-1]) if p.spread is not None]
+    res.noise_pct = 100.0 * (sum(spreads) if len(spreads) == 2 else (2 * spreads[0] if spreads else 0.0))
+    rates_all = [float(p.decode_tok_s) for p in pts]  # type: ignore[arg-type]
+    res.rises_pct = 100.0 * sum(max(0.0, b - a) for a, b in zip(rates_all, rates_all[1:])) / r0
+    noise = max(res.noise_pct, NOISE_FLOOR_PCT)
+    if res.slowdown_pct >= SLOW_PCT:
+        if res.slowdown_pct < NOISE_K * noise:
+            res.reason = (f"decode slowed {res.slowdown_pct:.0f}% but its two end points carry a spread of "
+                          f"±{res.noise_pct:.0f}% ({'over repetitions' if pts[0].n > 1 else 'within each request'}): "
+                          f"within the noise")
+        elif res.rises_pct > 0.5 * res.slowdown_pct and res.rises_pct > FLAT_PCT:
+            res.reason = (f"decode should only fall as the context grows, but between neighbouring points it rose "
+                          f"{res.rises_pct:.0f}% in all against a {res.slowdown_pct:.0f}% fall end to end: "
+                          f"the points are noisier than the effect (a busy machine?)")
+        else:
             res.slows = True
-        elif abs(res.slowdown_pct) <= FLAT_PCT:
-            res.slows = False
+    elif abs(res.slowdown_pct) <= FLAT_PCT and noise <= 2 * FLAT_PCT:
+        res.slows = False
+    elif abs(res.slowdown_pct) < NOISE_K * noise:
+        res.reason = (f"decode changed {-res.slowdown_pct:+.1f}% from {pts[0].context_tokens} to {pts[-1].context_tokens} "
+                      f"tokens of context, within the points' spread of ±{res.noise_pct:.0f}%: the measurement is "
+                      f"noisier than any effect (a busy machine?)")
+    elif res.slowdown_pct < 0:
+        res.reason = (f"decode was {r1 / r0:.2f}× as fast at {pts[-1].context_tokens} tokens of context as at "
+                      f"{pts[0].context_tokens}: it cannot speed up with more context, so the measurement is noisier "
+                      f"than the effect (a busy machine?)")
+    elif res.slowdown_pct < SLOW_PCT:
+        res.reason = (f"decode slowed {res.slowdown_pct:.1f}% over the context range (noise ±{res.noise_pct:.0f}%): "
+                      f"between flat and a clear slowdown")
+    else:
+        res.reason = f"decode changes within the noise ({res.noise_pct:.0f}%)"
     if weight_bytes and kv_bytes_per_token:
         pred = predicted_slowdown_pct(weight_bytes, kv_bytes_per_token, xs[0], xs[-1])
         res.prediction = Prediction(weight_bytes=float(weight_bytes), kv_bytes_per_token=float(kv_bytes_per_token),
@@ -134,7 +193,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         if res.slowdown_pct is not None and pred > 0:
             res.measured_over_predicted = res.slowdown_pct / pred
     else:
-        res.notes.append("model bytes unknown: no predicted slowdown (pass --model to compare)")
+        res.notes.append("model bytes unknown: no predicted slowdown (pass --model-spec to compare)")
     return res
 
 

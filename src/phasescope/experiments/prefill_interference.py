@@ -1,23 +1,35 @@
 """``prefill-interference``: what a long prompt arriving mid-generation does to running streams.
 
-k streams decode steadily; once they are going, one request with a long prompt is injected. An
-engine that prefills the whole prompt in one step stalls every running stream for about the whole
-prefill; chunked prefill (vLLM ``--max-num-batched-tokens``, llama.cpp ``-b``) mixes the prompt into
-decode steps in pieces, so the streams slow down but keep receiving tokens.
+k streams decode steadily; once every one of them has received ``PRE_TOKENS`` tokens — the
+client's own view of the streams, read from the records as their events arrive, so it works on
+any server and at any speed (no ``/slots``, no /metrics needed) — one request with a long prompt
+is injected. Once its first token is in and the streams have run ``POST_GAPS`` more gaps, the
+streams are stopped (records kept, ``error_kind`` ``stopped_by_client``), so stream lengths need
+no guess. Sizes come from the calibration: the injected prompt is long enough that its prefill
+lasts ≥ ``TARGET_PREFILL_GAPS`` decode gaps (at least ``MIN_PREFILL_S``).
+
+An engine that prefills the whole prompt in one step stalls every running stream for about the
+whole prefill; chunked prefill (vLLM ``--max-num-batched-tokens``, llama.cpp ``-b``) mixes the
+prompt into decode steps in pieces, so the streams slow down but keep receiving tokens.
 
 From the streams' token timestamps (per event gap, first gap excluded):
 
-* ``itl_baseline_s`` — median gap before the injection was sent (median over streams).
-* ``itl_max_during_s`` — the longest gap overlapping [injection sent, its first token + 3 baseline gaps].
-* ``spike_x`` = itl_max_during / baseline; ``stall_s`` = itl_max_during − baseline.
-* ``extra_delay_s`` — Σ (gap − baseline)⁺ in that window, median over streams: total delay added.
-* ``spike_duration_s`` — from the start of the first to the end of the last gap above 2× baseline
-  in the window (stream with the longest gap).
-* ``stall_share`` = stall_s / injected TTFT: ≈ 1 → streams waited out the whole prefill (no
-  chunking); ≪ 1 → the prefill was split and streams kept going.
+* ``itl_baseline_s`` — median gap before the injection was sent (median over streams);
+  ``itl_quiet_max_s`` — the longest gap before it (how long gaps get without any injection).
+* ``injected_prefill_s`` — the injected TTFT minus the calibrated fixed overhead.
+* ``itl_max_during_s`` — the longest gap overlapping [injection sent, its first token + 3 gaps].
+* ``spike_x`` = itl_max_during / baseline; ``stall_s`` = itl_max_during − baseline;
+  ``stall_share`` = itl_max_during / injected_prefill.
+* ``tokens_during_prefill`` — tokens each stream received in [first token − injected_prefill,
+  first token] (median over streams): ≈ 0 when the prefill ran as one step.
 
-``interference`` is ``True`` when spike_x ≥ 3 and the stall ≥ 30 ms; ``False`` when spike_x < 1.5
-although the injected prefill lasted ≥ 5 baseline gaps (a stall would have shown); else ``None``.
+``interference`` is ``True`` (not chunked) when the longest gap covers ≥ half the prefill, is
+≥ 3× the usual gap and ≥ 30 ms (a few tokens at the window's edges do not matter: the prefill
+window is TTFT − overhead, which on a busy host also holds waiting for the running batch); ``True`` (chunked, ``chunked_prefill_likely``) when streams kept
+receiving tokens but gaps still spiked ≥ 3× and ≥ 1.5× the quiet maximum; ``False`` when the
+streams kept receiving tokens and no gap exceeded a quarter of a prefill that lasted ≥ 5 usual
+gaps; else ``None`` with the reason (the injected request queued, the prefill was too short to
+show, the streams ended too soon, …).
 """
 
 from __future__ import annotations
@@ -38,8 +50,18 @@ if TYPE_CHECKING:
 NAME = "prefill-interference"
 SPIKE_MIN_X = 3.0
 STALL_MIN_S = 0.03
-NO_SPIKE_MAX_X = 1.5
 VISIBLE_PREFILL_GAPS = 5.0
+#: a stall covers at least this share of the injected prefill; no stall: no gap above NO_STALL_SHARE of it
+STALL_SHARE = 0.5
+NO_STALL_SHARE = 0.25
+#: streams that received at least this many tokens during the prefill kept going (chunked)
+KEPT_GOING_TOKENS = 3
+#: tokens every stream must have before the injection (a baseline of PRE_TOKENS − 2 gaps)
+PRE_TOKENS = 14
+POST_GAPS = 12
+TARGET_PREFILL_GAPS = 20
+MIN_PREFILL_S = 0.1
+STOPPED = "stopped_by_client"
 
 
 @dataclass
@@ -55,6 +77,9 @@ class InterferenceResult:
     extra_delay_s: float | None = None
     spike_duration_s: float | None = None
     stall_share: float | None = None
+    injected_prefill_s: float | None = None
+    itl_quiet_max_s: float | None = None
+    tokens_during_prefill: float | None = None
     interference: bool | None = None
     chunked_prefill_likely: bool | None = None
     reason: str = ""
@@ -68,12 +93,22 @@ def _gaps(r: RequestRecord) -> list[tuple[int, int]]:
     return list(zip(ts, ts[1:]))[1:]  # (start, end) ns; first gap excluded (may hold queueing)
 
 
-def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None) -> InterferenceResult:
+def _streams(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in select(records, NAME, phase="stream") if r.ok or r.error_kind == STOPPED]
+
+
+def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None,
+            overhead_s: float = 0.0, waiting_seen: float | None = None) -> InterferenceResult:
+    """``overhead_s``: the calibrated fixed TTFT overhead (taken off the injected TTFT);
+    ``waiting_seen``: requests /metrics showed waiting right after the injection (None: not read)."""
     info = info or ExperimentInfo(name=NAME)
     res = InterferenceResult(info=info)
-    streams = ok(select(records, NAME, phase="stream"))
+    streams = _streams(records)
     injs = ok(select(records, NAME, phase="inject"))
     res.n_streams = len(streams)
+    if info.skipped:
+        res.reason = info.skipped
+        return res
     if not streams or not injs:
         res.reason = "no successful streams or injected request"
         return res
@@ -82,7 +117,10 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     res.injected_ttft_s = derive.ttft_s(inj)
     t0 = inj.t_start_ns
     t_first = derive.first_token_ns(inj) or inj.t_done_ns or t0
-    baselines, maxes, extras = [], [], []
+    if res.injected_ttft_s is not None:
+        res.injected_prefill_s = max(1e-4, res.injected_ttft_s - max(0.0, overhead_s))
+    pre_s = res.injected_prefill_s or 0.0
+    baselines, maxes, quiet, during, extras = [], [], [], [], []
     per_stream: list[tuple[float, list[tuple[int, int]], float]] = []
     ended_early = 0
     for r in streams:
@@ -97,18 +135,23 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             continue
         if g[-1][1] < t_first:
             ended_early += 1
-        mx = max((b - a) / 1e9 for a, b in win)
+        ts = [e.t_ns for e in r.token_events()]
+        during.append(sum(1 for t in ts if t_first - int(pre_s * 1e9) <= t < t_first))
         baselines.append(base)
-        maxes.append(mx)
+        quiet.append(max(pre))
+        maxes.append(max((b - a) / 1e9 for a, b in win))
         extras.append(sum(max(0.0, (b - a) / 1e9 - base) for a, b in win))
-        per_stream.append((mx, win, base))
+        per_stream.append((maxes[-1], win, base))
     if not baselines:
-        res.reason = "the streams had too few tokens before/around the injection to measure"
+        res.reason = (f"the streams had too few tokens before the injection to measure (need {PRE_TOKENS}; "
+                      f"a longer --budget gives them more)")
         return res
     if ended_early:
         res.notes.append(f"{ended_early} stream(s) ended before the injected prefill finished; the stall is a lower bound")
     res.itl_baseline_s = med(baselines)
+    res.itl_quiet_max_s = max(quiet)
     res.itl_max_during_s = max(maxes)
+    res.tokens_during_prefill = med(during)
     res.extra_delay_s = med(extras)
     base = res.itl_baseline_s or 0.0
     res.spike_x = res.itl_max_during_s / base if base > 0 else None
@@ -116,38 +159,62 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     mx, win, b = max(per_stream, key=lambda x: x[0])
     hi = [(a, e) for a, e in win if (e - a) / 1e9 > 2 * b]
     res.spike_duration_s = (hi[-1][1] - hi[0][0]) / 1e9 if hi else 0.0
-    if res.injected_ttft_s:
-        res.stall_share = res.stall_s / res.injected_ttft_s
-    visible = res.injected_ttft_s is not None and base > 0 and res.injected_ttft_s >= VISIBLE_PREFILL_GAPS * base
-    if res.spike_x is not None and res.spike_x >= SPIKE_MIN_X and res.stall_s >= STALL_MIN_S:
-        res.interference = True
+    if res.injected_prefill_s:
+        res.stall_share = res.itl_max_during_s / res.injected_prefill_s
+    last_stream_token = max((derive.last_token_ns(r) or 0) for r in streams)
+    if res.injected_ttft_s is None:
+        res.reason = "the injected request gave no first token"
+        return res
+    if waiting_seen:
+        res.reason = (f"the injected request queued ({waiting_seen:.0f} waiting in /metrics): the server had no free "
+                      f"slot for it next to {len(streams)} streams")
+        return res
+    if last_stream_token and last_stream_token < t_first:
+        res.reason = ("every stream had ended before the injected request's first token: it probably waited for a "
+                      "slot, so its prefill never overlapped the streams")
+        return res
+    visible = base > 0 and pre_s >= VISIBLE_PREFILL_GAPS * base
+    kept_going = (res.tokens_during_prefill or 0) >= KEPT_GOING_TOKENS
+    spiked = (res.spike_x or 0) >= SPIKE_MIN_X and res.stall_s >= STALL_MIN_S
+    if not visible:
+        res.reason = (f"the injected prefill ({pre_s * 1e3:.0f} ms) was under {VISIBLE_PREFILL_GAPS:g} decode gaps "
+                      f"({base * 1e3:.1f} ms each): too short to expose a stall")
+    elif spiked and (res.stall_share or 0) >= STALL_SHARE and (
+            not kept_going or res.itl_max_during_s >= 1.5 * res.itl_quiet_max_s):
+        # one gap held most of the prefill: frozen (tokens at the window's edges are fine when that
+        # gap stands out from every gap before the injection, so it is no hiccup of the host)
+        res.interference, res.chunked_prefill_likely = True, False
         res.reason = (f"running streams paused {res.stall_s * 1e3:.0f} ms ({res.spike_x:.1f}× their usual gap) "
-                      f"while a {res.injected_prompt_tokens}-token prompt was prefilled")
-        if res.stall_share is not None:
-            res.chunked_prefill_likely = res.stall_share < 0.5
-    elif res.spike_x is not None and res.spike_x < NO_SPIKE_MAX_X and visible:
-        res.interference = False
-        res.reason = (f"the {res.injected_ttft_s * 1e3:.0f} ms prefill left running streams' gaps within "
-                      f"{res.spike_x:.2f}× of normal")
-    elif not visible:
-        res.reason = "the injected prefill was too short compared with a decode gap to expose a stall"
+                      f"while a {res.injected_prompt_tokens}-token prompt was prefilled in {pre_s * 1e3:.0f} ms")
+    elif kept_going and spiked and res.itl_max_during_s >= 1.5 * res.itl_quiet_max_s:
+        res.interference, res.chunked_prefill_likely = True, True
+        res.reason = (f"streams kept receiving tokens ({res.tokens_during_prefill:.0f} each) during the "
+                      f"{pre_s * 1e3:.0f} ms prefill, but their gaps rose to {res.spike_x:.1f}× normal")
+    elif kept_going and (res.stall_share or 0) <= NO_STALL_SHARE:
+        res.interference, res.chunked_prefill_likely = False, True
+        res.reason = (f"the {pre_s * 1e3:.0f} ms prefill left running streams receiving tokens "
+                      f"({res.tokens_during_prefill:.0f} each), no gap above {res.itl_max_during_s * 1e3:.0f} ms "
+                      f"({res.spike_x:.2f}× normal)")
     else:
-        res.reason = f"gaps rose {res.spike_x:.1f}× — between clearly none and clearly a stall"
-    if finite([res.injected_ttft_s]) == []:
-        res.notes.append("the injected request gave no first token")
+        res.reason = (f"the longest gap ({res.itl_max_during_s * 1e3:.0f} ms, {res.spike_x:.1f}× normal) covered "
+                      f"{(res.stall_share or 0):.0%} of the {pre_s * 1e3:.0f} ms prefill with "
+                      f"{res.tokens_during_prefill:.0f} tokens per stream during it: between clearly none and clearly a stall")
     return res
 
 
 async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, inject_tokens: int | None = None,
               stream_prompt_tokens: int = 32) -> InterferenceResult:
-    """k streams (≤ slots − 1, so the injected request gets a slot of its own), then the injection."""
+    """k streams (≤ slots − 1, so the injected request gets a slot of its own), then the injection
+    once the client has seen every stream decode (see the module docstring)."""
     import asyncio
-    import math
     import time
+
+    from phasescope.experiments.context import LIVE, live_tokens
 
     started = time.time()
     c = ctx.calib
     assert c is not None, "calibrate first"
+    ctx.start_clock(budget_s)
     slots = ctx.facts.slots
     if slots == 1:
         res = InterferenceResult(info=ctx.info(NAME, started, {}))
@@ -155,59 +222,133 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
         res.reason = res.info.skipped
         return res
     k = streams or (min(3, slots - 1) if slots else 3)
-    gap = max(1.0, k / 2) / c.decode_tok_s
+    gap = 1.0 / c.decode_tok_s
     if inject_tokens is None:
-        t_inj = min(max(25 * gap, 0.3), 0.35 * budget_s)
-        inject_tokens = int(t_inj * c.prefill_tok_s)
-    inject_tokens = max(64, min(inject_tokens, ctx.ctx_limit() - 16, 4096))
+        t_target = max(TARGET_PREFILL_GAPS * gap, MIN_PREFILL_S)
+        t_target = min(t_target, 0.3 * budget_s)
+        inject_tokens = int(t_target * c.prefill_tok_s)
+    inject_tokens = max(64, min(inject_tokens, ctx.ctx_limit() - 16, 8192))
     t_inj = inject_tokens / c.prefill_tok_s
-    pre_s = c.overhead_s + k * stream_prompt_tokens / c.prefill_tok_s + 15 * gap
-    total = pre_s + t_inj + 15 * gap
-    m = int(math.ceil(1.3 * total / gap))
-    m = max(40, min(m, ctx.ctx_limit() - stream_prompt_tokens - 8))
-    ctx.say(f"{NAME}: {k} streams of {m} tokens, a {inject_tokens}-token prompt injected after ≈{pre_s:.1f} s")
+    # the streams are stopped once the measurement is done; their length only has to outlast it
+    # even if a chunked prefill takes several times the one-step estimate
+    need = PRE_TOKENS + POST_GAPS + 4 * t_inj / gap + 16
+    m = int(min(max(64, need * 1.5), ctx.ctx_limit() - stream_prompt_tokens - 8,
+                max(64, PRE_TOKENS + POST_GAPS + 2 * t_inj / gap + 16, 0.9 * budget_s / gap)))
+    ctx.say(f"{NAME}: {k} streams of up to {m} tokens; a {inject_tokens}-token prompt (≈{t_inj * 1e3:.0f} ms of "
+            f"prefill) once each stream has {PRE_TOKENS} tokens")
     sp = [await ctx.prompt(stream_prompt_tokens) for _ in range(k)]
     ip = await ctx.prompt(inject_tokens)
-    base = await _generated_now(ctx)
+    ids = [ctx.next_id(NAME) for _ in range(k)]
+    reqs = []
+    for i, p in enumerate(sp):
+        rq = p.request(m)
+        rq.id = ids[i]
+        reqs.append(rq)
+    tasks = {ids[i]: asyncio.create_task(ctx.send(reqs[i], NAME, phase="stream", stream=i)) for i in range(k)}
+    poll = max(0.002, min(0.05, gap / 4))
     t_go = time.monotonic()
-    tasks = [asyncio.create_task(ctx.send(p.request(m), NAME, phase="stream", stream=i)) for i, p in enumerate(sp)]
-    # inject once the streams are visibly decoding (server progress), else after the calibrated time
-    want = k * 15
-    while time.monotonic() - t_go < 4 * pre_s + 5:
-        await asyncio.sleep(0.1)
-        now = await _generated_now(ctx)
-        if now is None or base is None:
-            if time.monotonic() - t_go >= pre_s:
-                break
-        elif now - base >= want:
-            break
-    pre_s = time.monotonic() - t_go
-    inj = asyncio.create_task(ctx.send(ip.request(4, cache_prompt=False), NAME, phase="inject"))
-    await asyncio.gather(inj, *tasks)
-    params = {"streams": k, "stream_tokens": m, "inject_tokens": inject_tokens, "inject_after_s": pre_s,
-              "budget_s": budget_s}
-    return analyze(ctx.records, ctx.info(NAME, started, params))
+    need_s = c.overhead_s + k * stream_prompt_tokens / c.prefill_tok_s + PRE_TOKENS * gap
+    wait_max = max(3 * need_s + 1.0, min(0.6 * budget_s, 10 * need_s + 2.0))
+    notes: list[str] = []
+    stopped: set[str] = set()
 
+    held: dict[str, RequestRecord] = {}
 
-async def _generated_now(ctx: RunContext) -> float | None:
-    """Tokens the server has generated so far: llama.cpp ``/slots`` (Σ ``n_decoded`` of busy
-    slots), else the ``generation_tokens`` counter in /metrics; None when neither says."""
-    import aiohttp
-
-    if ctx.target.engine == "llamacpp":
+    async def stop(rid: str) -> None:
+        t = tasks[rid]
+        if t.done():
+            return
+        rec = LIVE.get(rid)
+        if rec is not None:
+            held[rid] = rec  # a strong reference: the cancelled send drops its own
+        t.cancel()
         try:
-            async with ctx.session.get(ctx.target.base_url + "/slots", headers=ctx.target.headers(),
-                                       timeout=aiohttp.ClientTimeout(total=2)) as r:
-                if r.status == 200:
-                    slots = await r.json(content_type=None)
-                    return float(sum(int((s.get("next_token") or [{}])[0].get("n_decoded", 0) or 0)
-                                     for s in slots if isinstance(s, dict) and s.get("is_processing")))
-        except (aiohttp.ClientError, ValueError, TimeoutError, IndexError, AttributeError):
+            await t
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopped on purpose
             pass
-    if ctx.facts.metrics:
-        from phasescope.experiments.context import counter, scrape_snapshot
+        stopped.add(rid)
 
-        snap = await scrape_snapshot(ctx)
-        return counter(snap, "generation_tokens") if snap is not None else None
-    return None
+    # 1. every stream decoding, by the client's own count of the tokens received; the wait counts
+    # from the streams' first token (a loaded server can take seconds to start them)
+    t_seen: float | None = None
+    start_max = max(wait_max, 0.5 * budget_s + 10.0)
+    while True:
+        now_t = time.monotonic()
+        if t_seen is None and any(live_tokens(r) for r in ids):
+            t_seen = now_t
+        if (t_seen is None and now_t - t_go >= start_max) or (t_seen is not None and now_t - t_seen >= wait_max):
+            break
+        counts = [live_tokens(r) for r in ids if r not in stopped]
+        if counts and min(counts) >= PRE_TOKENS:
+            break
+        if counts and min(counts) == 0 and max(counts) >= PRE_TOKENS + 6:
+            break  # some streams decode while others have not started: the server queued them
+        if any(tasks[r].done() for r in ids):
+            break
+        await asyncio.sleep(poll)
+    counts = {r: live_tokens(r) for r in ids}
+    running = [r for r in ids if counts[r] >= PRE_TOKENS and not tasks[r].done()]
+    queued = [r for r in ids if counts[r] == 0 and not tasks[r].done()]
+    waiting_seen: float | None = None
+    inj_task = None
+    skip = None
+    if queued and running:
+        # the server runs fewer requests at once than we sent: drop the queued ones, and one more
+        # so the injected request finds a free slot
+        for r in queued:
+            await stop(r)
+        notes.append(f"the server ran {len(running)} of {k} streams at once; the others were withdrawn")
+        if len(running) >= 2:
+            await stop(running.pop())
+            notes.append("one running stream was withdrawn to leave a slot for the injected request")
+            await asyncio.sleep(4 * gap + 0.02)  # the server frees the slot at its next step
+        else:
+            skip = (f"the server ran one request at a time ({len(queued)} of {k} streams waited): an injected "
+                    f"request would queue, not interfere")
+    elif not running:
+        skip = (f"no stream reached {PRE_TOKENS} tokens within {wait_max:.0f} s of its first token (the calibration said "
+                f"{c.decode_tok_s:.0f} tok/s): a longer --budget or a less loaded server would let it")
+    if skip is None:
+        t_inj0 = time.monotonic()
+        irq = ip.request(4, cache_prompt=False)
+        irq.id = ctx.next_id(NAME)
+        inj_task = asyncio.create_task(ctx.send(irq, NAME, phase="inject"))
+        if ctx.facts.metrics:
+            await asyncio.sleep(min(max(3 * gap, 0.02), 0.5 * t_inj + c.overhead_s + 0.02))
+            waiting_seen = await _waiting_now(ctx)
+        # 2. the injected request's first token, then POST_GAPS more gaps of the streams
+        limit = max(10 * (t_inj + c.overhead_s) + 2.0, 0.5 * budget_s)
+        while not inj_task.done() and live_tokens(irq.id) == 0 and time.monotonic() - t_inj0 < limit:
+            if all(tasks[r].done() for r in ids):
+                break
+            await asyncio.sleep(poll)
+        t_after = time.monotonic() + POST_GAPS * gap * 1.5
+        while time.monotonic() < t_after and not all(tasks[r].done() for r in ids):
+            await asyncio.sleep(poll)
+    for r in ids:
+        await stop(r)
+    if inj_task is not None:
+        await inj_task
+    for r in ids:
+        if r in stopped:
+            rec = held.get(r)
+            if rec is not None and rec.t_start_ns:
+                rec.ok, rec.error_kind = False, STOPPED
+                rec.error_message = "stopped by the client once the measurement window had passed"
+                rec.t_done_ns = rec.t_done_ns or (rec.token_events()[-1].t_ns if rec.token_events() else rec.t_start_ns)
+                rec.tags = {**(rec.tags or {}), **reqs[ids.index(r)].tags}
+                ctx.keep(rec)
+    params = {"streams": k, "stream_tokens": m, "inject_tokens": inject_tokens, "inject_after_tokens": PRE_TOKENS,
+              "budget_s": budget_s, "waiting_after_injection": waiting_seen}
+    info = ctx.info(NAME, started, params)
+    info.skipped = skip
+    res = analyze(ctx.records, info, overhead_s=c.overhead_s, waiting_seen=waiting_seen)
+    res.notes.extend(notes)
+    return res
 
+
+async def _waiting_now(ctx: RunContext) -> float | None:
+    from phasescope.experiments.context import gauge, scrape_snapshot
+
+    snap = await scrape_snapshot(ctx)
+    return gauge(snap, "waiting") if snap is not None else None

@@ -33,6 +33,8 @@ NAME = "queue"
 WAIT_SHARE_MIN = 0.1
 KV_FULL = 0.95
 QUEUE_SHARE_MIN = 0.5
+#: with the server's slots unknown, no queue at fewer concurrent requests than this says little
+UNKNOWN_SLOTS_MIN = 8
 
 
 @dataclass
@@ -62,6 +64,9 @@ class QueueResult:
     ttft_queue_share: float | None = None
     queueing: bool | None = None
     reason: str = ""
+    #: the server's reported slots (llama.cpp /props); None when it does not say
+    slots: int | None = None
+    slots_source: str | None = None
 
     name: str = NAME
 
@@ -95,6 +100,10 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
         res.kv_usage_max = max(kv)
         res.kv_pool_full = res.kv_usage_max >= KV_FULL
     by_metrics = None if not w else (res.waiting_share or 0) >= WAIT_SHARE_MIN
+    all_ran = (by_metrics and res.running_max is not None and res.concurrency is not None
+               and res.running_max >= res.concurrency)
+    if all_ran:  # every request ran at once at some point: they waited for a scheduler step, not for room
+        by_metrics = False
     by_client = None if res.ttft_queue_share is None else res.ttft_queue_share >= QUEUE_SHARE_MIN
     if by_metrics or by_client:
         res.queueing = True
@@ -106,7 +115,9 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
         res.reason = "; ".join(parts)
     elif by_metrics is False:
         res.queueing = False
-        res.reason = "waiting stayed at 0 in /metrics"
+        res.reason = (f"all {res.concurrency} requests ran at once (running max {res.running_max:.0f} in /metrics); "
+                      f"waiting was > 0 only between an arrival and the next scheduler step"
+                      if all_ran else "waiting stayed at 0 in /metrics")
     elif by_client is False:
         res.queueing = False
         res.reason = f"only {res.ttft_queue_share:.0%} of TTFT was outside the server's prefill"
@@ -116,7 +127,7 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
 
 
 async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = None, prompt_tokens: int = 64,
-              output_tokens: int = 32, per_worker: int = 2, interval_s: float = 0.2) -> QueueResult:
+              output_tokens: int | None = None, per_worker: int = 2, interval_s: float = 0.2) -> QueueResult:
     """Load above the server's slots while sampling /metrics (see module docstring)."""
     import asyncio
     import time
@@ -130,13 +141,18 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
     timed = ctx.target.engine in ("llamacpp", "ollama")  # server-timed prefill in every response
     if not ctx.facts.metrics and not timed:
         res = QueueResult(info=ctx.info(NAME, started, {}))
-        res.info.skipped = "no /metrics and no server-timed prefill: queueing cannot be observed"
+        res.info.skipped = ("no /metrics and no server-timed prefill: queueing cannot be observed (vLLM, SGLang and "
+                            "TGI serve /metrics by default; start llama-server with --metrics)")
         res.reason = res.info.skipped
         return res
     slots = ctx.facts.slots
     cq = concurrency or min(32, 2 * slots if slots else 16)
+    if output_tokens is None:  # a slow decoder gets short outputs before it gets fewer requests
+        output_tokens = int(max(4, min(32, 0.1 * budget_s * c.decode_tok_s)))
     t1 = request_time_s(c, prompt_tokens, output_tokens)
-    floor = min(cq, slots + 2) if slots else 2  # a queue needs more requests than slots
+    # a queue needs more requests than the server runs at once: its slots + 2, or when it does not
+    # say, at least UNKNOWN_SLOTS_MIN
+    floor = min(cq, slots + 2) if slots else UNKNOWN_SLOTS_MIN
 
     def est(n: int, k: int) -> float:  # as if batching gave nothing (worst case)
         return k * n * t1 * 1.2
@@ -186,6 +202,12 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
         pre = (b - a) if a is not None and b is not None else None
     params = {"concurrency": cq, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
               "per_worker": per_worker, "interval_s": interval_s, "budget_s": budget_s}
-    return analyze(ctx.records, samples, ctx.info(NAME, started, params),
-                   metrics_source=ctx.facts.metrics_engine, preemptions=pre)
+    res = analyze(ctx.records, samples, ctx.info(NAME, started, params),
+                  metrics_source=ctx.facts.metrics_engine, preemptions=pre)
+    res.slots, res.slots_source = ctx.facts.slots, ctx.facts.slots_source
+    if res.queueing is False and not res.slots and cq < UNKNOWN_SLOTS_MIN and concurrency is None:
+        res.queueing = None
+        res.reason = (f"no queue at {cq} concurrent requests, but the server does not say how many it runs at once "
+                      f"and the budget allowed only {cq} (a longer --budget sends more)")
+    return res
 

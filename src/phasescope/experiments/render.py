@@ -57,11 +57,12 @@ def render_experiments(exps: dict[str, Any], console: Console) -> None:
 
 def _ps(e: dict[str, Any]) -> Table:
     t = Table(title="prompt-scaling: TTFT vs prompt length (output fixed)", title_justify="left")
-    for c in ("prompt tokens", "n", "TTFT s", "server prefill tok/s", "decode tok/s"):
+    for c in ("prompt tokens", "n", "TTFT s", "server prefill tok/s", "decode tok/s", "1 / typical gap tok/s"):
         t.add_column(c, justify="right")
     for p in e["points"]:
+        step = p.get("decode_step_s")
         t.add_row(str(p["prompt_tokens"]), str(p["n"]), _f(p["ttft_s"]), _f(p["server_prefill_tok_s"], "{:.0f}"),
-                  _f(p["decode_tok_s"], "{:.1f}"))
+                  _f(p["decode_tok_s"], "{:.1f}"), _f(1 / step if step else None, "{:.1f}"))
     fit = e.get("fit") or {}
     t.caption = (f"TTFT = {_f(fit.get('a_s'))} s + {_f(fit.get('b_s_per_token'))}·n + {_f(fit.get('c_s_per_token2'))}·n²"
                  f" (R² {_f(fit.get('r2'), '{:.3f}')}); prefill {_f(e.get('prefill_tok_s'), '{:.0f}')} tok/s, quadratic share "
@@ -83,16 +84,33 @@ def _pc(e: dict[str, Any]) -> Table:
     return t
 
 
+def _slowdown_text(e: dict[str, Any]) -> str:
+    """``slowdown 32.0 %`` or, when decode was faster at the longest context, ``1.9× faster`` —
+    a rate never falls by more than 100 %."""
+    sd = e.get("slowdown_pct")
+    if sd is None:
+        return "slowdown –"
+    if sd <= -10:
+        return f"decode {1 - sd / 100:.2f}× as fast at the longest context"
+    if sd < 0:
+        return f"decode {-sd:.1f} % faster at the longest context"
+    return f"slowdown {sd:.1f} %"
+
+
 def _cf(e: dict[str, Any]) -> Table:
     t = Table(title="context-fill: decode speed vs context", title_justify="left")
-    for c in ("context tokens", "n", "decode tok/s", "server decode tok/s", "predicted tok/s"):
+    for c in ("context tokens", "n", "decode tok/s", "± spread", "server decode tok/s", "predicted tok/s"):
         t.add_column(c, justify="right")
     for p in e["points"]:
         t.add_row(str(p["context_tokens"]), str(p["n"]), _f(p["decode_tok_s"], "{:.1f}"),
-                  _f(p["server_decode_tok_s"], "{:.1f}"), _f(p.get("predicted_decode_tok_s"), "{:.1f}"))
+                  _f(p.get("spread"), "{:.0%}"), _f(p["server_decode_tok_s"], "{:.1f}"),
+                  _f(p.get("predicted_decode_tok_s"), "{:.1f}"))
     pred = (e.get("prediction") or {}).get("slowdown_pct")
-    t.caption = (f"slowdown {_f(e.get('slowdown_pct'), '{:.1f}')} % (bandwidth model: {_f(pred, '{:.1f}')} %); "
-                 f"+{_f(e.get('per_token_s_per_ctx_token'), '{:.3g}', 1e6)} µs per output token per context token")
+    verdict = {True: "slows", False: "flat"}.get(e.get("slows"), "cannot tell")
+    t.caption = (f"{_slowdown_text(e)} (bandwidth model: {_f(pred, '{:.1f}')} %; spread ±{_f(e.get('noise_pct'), '{:.0f}')} %): "
+                 f"{verdict}{' — ' + e['reason'] if e.get('reason') else ''}; "
+                 f"fit +{_f(e.get('per_token_s_per_ctx_token'), '{:.3g}', 1e6)} µs per output token per context token. "
+                 f"decode tok/s = 1 / typical token gap, best repetition")
     return t
 
 
@@ -121,6 +139,7 @@ def _pi(e: dict[str, Any]) -> Table:
     t.add_row("longest gap during the prefill ms", _f(e.get("itl_max_during_s"), "{:.1f}", 1e3))
     t.add_row("spike ×", _f(e.get("spike_x"), "{:.1f}"))
     t.add_row("spike duration s", _f(e.get("spike_duration_s")))
+    t.add_row("tokens per stream during the prefill", _f(e.get("tokens_during_prefill"), "{:.0f}"))
     t.caption = e.get("reason", "")
     return t
 

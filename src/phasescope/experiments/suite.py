@@ -47,6 +47,7 @@ class ExplainReport:
     experiments: dict[str, Any]
     diagnosis: Diagnosis
     ceilings: Ceilings | None = None
+    settings: Any = None
     run_id: str | None = None
     records_path: str | None = None
     duration_s: float | None = None
@@ -76,6 +77,7 @@ class ExplainReport:
             "records_path": self.records_path,
             "findings": d["findings"], "undecided": d["undecided"],
             "ceilings": self.ceilings, "server": self.facts, "calibration": self.calibration,
+            "settings": self.settings,
             "skipped": self.skipped,
             "experiments": {k: v for k, v in self.experiments.items()},
             **({"gpu": self.gpu} if self.gpu is not None else {}),
@@ -225,26 +227,46 @@ def _server_build(det: Any) -> dict[str, Any] | None:
     return server_build(det)
 
 
+#: experiment → the id of the rule that decides from it (what "cannot tell" is said under)
+RULE_OF = {"prompt-scaling": "prompt-cost", "prefix-cache": "prefix-cache", "context-fill": "long-context-decode-penalty",
+           "batching": "batching", "prefill-interference": "prefill-interference", "queue": "ttft-queueing"}
+
+
+def add_skipped(diag: Diagnosis, skipped: dict[str, str]) -> None:
+    """An experiment that did not run is a "cannot tell" for its rule, with the reason."""
+    from phasescope.diagnose import Undecided
+
+    have = set(diag.ids()) | set(diag.undecided_ids())
+    for name, why in skipped.items():
+        rid = RULE_OF.get(name, name)
+        if rid not in have:
+            diag.undecided.append(Undecided(rid, f"{name} did not run: {why} (a longer --budget runs it)"))
+
+
 def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str] = NAMES, api: str = "auto",
                 model: str | None = None, model_spec: str | None = None, device: str | None = None,
                 api_key: str | None = None, progress: Callable[[str], None] | None = None, save: bool = True,
                 timeouts: Timeouts | None = None, store_path: str | None = None,
-                gpu_metrics: list[str] | None = None, nvml: bool = True) -> ExplainReport:
+                gpu_metrics: list[str] | None = None, nvml: bool = True,
+                server_flags: str | None = None) -> ExplainReport:
     """Everything ``phasescope explain`` / ``experiment`` do, synchronously."""
     bad = [n for n in names if n not in NAMES]
     if bad:
         raise InputError(f"unknown experiment {bad[0]!r}; choose from: {', '.join(NAMES)}")
+    from phasescope.diagnose.settings import parse_server_flags
+
+    parse_server_flags(server_flags)  # a bad value is one clear line before anything starts
     return asyncio.run(_run_explain(url, budget_s=budget_s, names=list(names), api=api, model=model,
                                     model_spec=model_spec, device=device, api_key=api_key, progress=progress,
                                     save=save, timeouts=timeouts, store_path=store_path,
-                                    gpu_metrics=gpu_metrics, nvml=nvml))
+                                    gpu_metrics=gpu_metrics, nvml=nvml, server_flags=server_flags))
 
 
 async def _run_explain(url: str | None, *, budget_s: float, names: list[str], api: str, model: str | None,
                        model_spec: str | None, device: str | None, api_key: str | None,
                        progress: Callable[[str], None] | None, save: bool, timeouts: Timeouts | None,
                        store_path: str | None, gpu_metrics: list[str] | None = None,
-                       nvml: bool = True) -> ExplainReport:
+                       nvml: bool = True, server_flags: str | None = None) -> ExplainReport:
     from phasescope.apis.resolve import open_target
     from phasescope.experiments.context import experiment_session
 
@@ -278,6 +300,11 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
         try:
             async with experiment_session(ot.timeouts.connect_s) as session:
                 facts = await discover_facts(session, target, props=getattr(det, "props", None))
+                from phasescope.diagnose.settings import discover_settings
+
+                eng_args = list(getattr(ot.engine, "args", None) or []) if url is None else None
+                settings = await discover_settings(session, target, props=getattr(det, "props", None),
+                                                   server_flags=server_flags, engine_args=eng_args)
                 say(f"target {target.display_url}: {target.engine or 'unknown engine'}, model {target.model}, "
                     f"slots {facts.slots or '?'}, context/seq {facts.ctx_per_seq or '?'}, "
                     f"/metrics {'yes' if facts.metrics else 'no'}")
@@ -294,7 +321,9 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                     await ctx.close()
                     if sink is not None:
                         sink.close()  # every record is on disk before the run is finished
-            diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records)
+            diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records, settings=settings,
+                            facts=facts)
+            add_skipped(diag, skipped)
             from phasescope.probe.ceilings import explain_above_ceiling
 
             explain_above_ceiling(results, ceil)  # measured decode above the bandwidth roof → experiment warning
@@ -305,7 +334,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
             report = ExplainReport(
                 target=target.display_url, engine=target.engine, model=target.model, api=target.api,
                 budget_s=budget_s, facts=facts, calibration=ctx.calib, experiments=results, diagnosis=diag,
-                ceilings=ceil, run_id=getattr(recording, "id", None), records_path=rp,
+                ceilings=ceil, settings=settings, run_id=getattr(recording, "id", None), records_path=rp,
                 duration_s=time.monotonic() - t_start, skipped=skipped, gpu=gpu_doc, host=host_d,
                 server_build=_server_build(det))
             if recording is not None:
