@@ -198,14 +198,4 @@ def iter_user_jsonl(path: str | os.PathLike[str], *, what: str) -> Iterator[tupl
                 raise InputError(f"{p}:{ln}: not UTF-8 text") from None
             if not line:
                 continue
-            if _too_deep(line, MAX_JSON_DEPTH):
-                raise InputError(f"{p}:{ln}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{p}:{ln}: not JSON ({e.msg})") from None
-            except RecursionError:
-                raise InputError(f"{p}:{ln}: JSON nested too deeply") from None
-            if not isinstance(d, dict):
-                raise InputError(f"{p}:{ln}: expected a JSON object, got {_json_type(d)}")
-            yield ln, d
+            yield ln, parse_user_json(line, where=f"{p}:{ln}", expect=dict)
