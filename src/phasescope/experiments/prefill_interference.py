@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from phasescope.experiments.common import ExperimentInfo, finite, med, ok, prompt_tokens_of, select
+from phasescope.experiments.common import ExperimentInfo, med, ok, prompt_tokens_of, select
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 

@@ -64,7 +64,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from phasescope.apis.base import Target
-from phasescope.errors import InputError, PhasescopeError, TargetError
+from phasescope.errors import InputError, PhasescopeError
 from phasescope.load.bench import _Fanout, _install_sigint, _restore_sigint
 from phasescope.measure.warnings import MeasurementWarning
 from phasescope.load.runner import BackgroundWriter, RunnerHealth, RunResult, health_warnings, run_load

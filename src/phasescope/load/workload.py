@@ -18,7 +18,6 @@ the output length to ask for). Sources:
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass, field

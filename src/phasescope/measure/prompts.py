@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import random
-import uuid
 from dataclasses import dataclass
 from typing import Any
 

@@ -40,7 +40,6 @@ sizes (anchored at 1.0 for B = 1), held at the largest fitted size's value beyon
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 

@@ -33,7 +33,7 @@ import time
 import zlib
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 from aiohttp import web

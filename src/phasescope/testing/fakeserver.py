@@ -59,7 +59,7 @@ import time
 import uuid
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, Iterator
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
