@@ -301,6 +301,12 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
                 f_eff_abs = 1.0 / float(slope)
                 if icpt > 0:
                     ov = float(icpt)
+        if dec:
+            # The prefill fit's intercept is a per-request cost (sampling set-up, the first step, HTTP), not
+            # a per-step one: charged to every decode step it would exceed the measured step itself and the
+            # decode bandwidth would come out infinite (seen: 28.6 ms "overhead" vs 15.8 ms steps). A step's
+            # fixed part can be at most half of the fastest measured step, the rest is memory or math.
+            ov = min(ov, 0.5 * float(min(y for _, y in dec)))
         elif pre:
             f_eff_abs = float(np.median([x_p(n) / max(y - ov, 1e-9) for n, y in pre]))
         if dec:
