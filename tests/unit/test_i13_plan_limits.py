@@ -3,14 +3,11 @@ p99 ITL, and a workload that cannot be admitted is one clear error, never a tabl
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from phasescope.cli import main
+from cli_helpers import isolated_home, run  # noqa: F401  (isolated_home: the autouse fixture "_home")
 from phasescope.errors import InputError
 from phasescope.plan.api import PlanOptions, run_plan
 from phasescope.plan.limits import LIMITS
@@ -20,21 +17,6 @@ from phasescope.plan.sim import SchedulerConfig, simulate
 from phasescope.plan.workload import Workload
 
 
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path / "cfg"))
-    return tmp_path / "cfg"
-
-
-def run(argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["phasescope", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def plan(**kw):

@@ -4,31 +4,14 @@ H100s can be answered without `kv --gpu-mem-gb 160`, and no tensor-parallel numb
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from phasescope.cli import main
+from cli_helpers import isolated_home, run  # noqa: F401  (isolated_home: the autouse fixture "_home")
 from phasescope.theory import roofline as R
 from phasescope.theory.models import load_model_spec
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["phasescope", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path / "cfg"))
-    return tmp_path / "cfg"
 
 
 def test_ceiling_tp4_70b_on_h100_is_at_most_95_tok_s_and_fits(capsys, monkeypatch) -> None:

@@ -11,24 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from phasescope.cli import main
+from cli_helpers import isolated_home, run  # noqa: F401  (isolated_home: the autouse fixture "_home")
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["phasescope", *argv])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path / "cfg"))
-    return tmp_path / "cfg"
 
 
 def test_ceiling_json_seed_contract(capsys, monkeypatch) -> None:

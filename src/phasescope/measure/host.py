@@ -105,21 +105,23 @@ def _read(path: str) -> str | None:
 def read_processes(proc: str = _PROC) -> dict[int, tuple[str, int, int]]:
     """Every readable process: pid → (comm, ppid, cpu ticks)."""
     out: dict[int, tuple[str, int, int]] = {}
-    try:
-        names = os.listdir(proc)
-    except OSError:
-        return out
-    for n in names:
-        if not n.isdigit():
-            continue
-        text = _read(f"{proc}/{n}/stat")
+    for pid in _pids(proc):
+        text = _read(f"{proc}/{pid}/stat")
         if text is None:
             continue
         try:
-            out[int(n)] = parse_proc_stat(text)
+            out[pid] = parse_proc_stat(text)
         except (ValueError, IndexError):
             continue
     return out
+
+
+def _pids(proc: str = _PROC) -> list[int]:
+    """The process ids listed under ``proc`` (none when it cannot be read)."""
+    try:
+        return [int(n) for n in os.listdir(proc) if n.isdigit()]
+    except OSError:
+        return []
 
 
 def tree(roots: Iterable[int], procs: Mapping[int, tuple[str, int, int]]) -> set[int]:
@@ -157,14 +159,8 @@ def listening_pids(port: int, proc: str = _PROC) -> set[int]:
         return set()
     want = {f"socket:[{i}]" for i in inodes}
     out: set[int] = set()
-    try:
-        names = os.listdir(proc)
-    except OSError:
-        return out
-    for n in names:
-        if not n.isdigit():
-            continue
-        d = f"{proc}/{n}/fd"
+    for pid in _pids(proc):
+        d = f"{proc}/{pid}/fd"
         try:
             fds = os.listdir(d)
         except OSError:
@@ -172,7 +168,7 @@ def listening_pids(port: int, proc: str = _PROC) -> set[int]:
         for fd in fds:
             try:
                 if os.readlink(f"{d}/{fd}") in want:
-                    out.add(int(n))
+                    out.add(pid)
                     break
             except OSError:
                 continue
