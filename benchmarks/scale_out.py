@@ -136,10 +136,9 @@ def one(mode: str, n: int, loop: str = "closed", ray_address: str | None = None)
 def driver_ingest_rate(n: int = 3000, fsync: bool = True) -> float:
     """Records/s the Ray driver's per-record path sustains: align + JSONL write (fsync per record
     as the bench writers do, or without fsync = the driver's CPU cost alone)."""
-    from phasescope.load.ray_runner import ActorState, _align
-    from phasescope.load.runner import BackgroundWriter
+    from phasescope.load.ray import ActorState, align
     from phasescope.load.schedule import Schedule
-    from phasescope.measure.records import Event, RecordWriter, RequestRecord
+    from phasescope.measure.records import Event, RecordWriter, RequestRecord, ThreadedSink
 
     d = Path(tempfile.mkdtemp(prefix="scale-ingest-"))
     a = ActorState(0, "a0", None, Schedule(requests=[]))
@@ -148,10 +147,10 @@ def driver_ingest_rate(n: int = 3000, fsync: bool = True) -> float:
             for i in range(n)]
     try:
         w = RecordWriter(d / "records.jsonl", fsync=fsync)
-        bw = BackgroundWriter(w)
+        bw = ThreadedSink(w)
         t0 = time.perf_counter()
         for r in recs:
-            _align(r, a, 0, 0)
+            align(r, a.off, a.name, 0, 0)
             bw.put(r)
         bw.close()
         dt = time.perf_counter() - t0

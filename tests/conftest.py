@@ -27,6 +27,21 @@ def engine() -> Iterator[object]:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _isolated_fallback_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Runs without the store or --out (``--no-save``, ``--no-store``) write their fallback folder
+    (``phasescope.lifecycle``) to a scratch ``$PHASESCOPE_RUNS_DIR``, never the checkout."""
+    old = os.environ.get("PHASESCOPE_RUNS_DIR")
+    os.environ["PHASESCOPE_RUNS_DIR"] = str(tmp_path_factory.mktemp("fallback-runs"))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PHASESCOPE_RUNS_DIR", None)
+        else:
+            os.environ["PHASESCOPE_RUNS_DIR"] = old
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _isolated_run_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Runs recorded by tests go to a scratch store, never the user's ``~/.local/share/phasescope``.
     A test that passes its own ``--store``/``PHASESCOPE_STORE`` still wins."""

@@ -154,6 +154,12 @@ class OutputError(PhasescopeError):
     exit_code = 3
 
 
+class RayError(PhasescopeError):
+    """Ray could not run the load (cluster unreachable, no room for the actors, actor start failed)."""
+
+    exit_code = 3
+
+
 class RequestDeadline(TimeoutError_):
     """A request ran past its overall deadline (first-token timeout + its token budget × the
     between-tokens timeout): a stream that never ends is cut there."""

@@ -149,7 +149,7 @@ def cli(*args: str, env=None) -> subprocess.CompletedProcess:
     e.pop("OPENAI_API_KEY", None)
     e.pop("PHASESCOPE_API_KEY", None)
     e.update(env or {})
-    # run in a scratch folder: with --no-save and no --out, probe writes ./phasescope-runs/
+    # run in a scratch folder: with --no-save and no --out, probe writes $PHASESCOPE_RUNS_DIR or ./phasescope-runs/
     with tempfile.TemporaryDirectory() as cwd:
         return subprocess.run([sys.executable, "-m", "phasescope", "probe", *args], capture_output=True, text=True,
                               env=e, timeout=120, cwd=cwd)

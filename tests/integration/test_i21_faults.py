@@ -65,6 +65,7 @@ def test_key_echoed_in_401_body_appears_nowhere(tmp_path: Path, capsys: pytest.C
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.setenv("PHASESCOPE_STORE", str(store))
+    monkeypatch.delenv("PHASESCOPE_RUNS_DIR", raising=False)  # the fallback folder under ./phasescope-runs/
     monkeypatch.chdir(work)
     printed = []
     codes = []
@@ -91,8 +92,8 @@ def test_key_echoed_in_401_body_appears_nowhere(tmp_path: Path, capsys: pytest.C
         code, out, err = cli(["report", rid, "--out", str(work / "report.html")], capsys, monkeypatch)
         printed += [out, err]
     files = everything_written(work, store)
-    assert any(p.name == "records.jsonl" for p, _ in files) and any(p.parent.name.startswith("phasescope-bench-")
-                                                                    for p, _ in files)
+    assert any(p.name == "records.jsonl" for p, _ in files) and any(
+        p.parent.name.startswith("bench-") and p.parent.parent.name == "phasescope-runs" for p, _ in files)
     assert any(b"unauthorized (401)" in data for _, data in files)  # the error is kept, without the key
     leaks = [str(p) for p, data in files if KEY.encode() in data]
     assert not leaks, leaks
@@ -218,11 +219,12 @@ def test_two_runs_in_the_same_second_never_share_a_folder(tmp_path: Path, monkey
     except ImportError:
         pass
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PHASESCOPE_RUNS_DIR", raising=False)  # the default: ./phasescope-runs/
     with FakeServer().running() as srv:
         for _ in range(2):
             code, out, err = cli(["bench", srv.url, "--no-store", "--json", "-n", "2", *SMALL], capsys, monkeypatch)
             assert code == 0, err
-    dirs = sorted(p for p in tmp_path.iterdir() if p.name.startswith("phasescope-bench-"))
+    dirs = sorted(p for p in (tmp_path / "phasescope-runs").iterdir() if p.name.startswith("bench-"))
     assert len(dirs) == 2
     ids = {json.loads((d / "summary.json").read_text())["run_id"] for d in dirs}
     assert len(ids) == 2

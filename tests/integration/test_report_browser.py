@@ -104,7 +104,7 @@ def test_png_export(tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 from report_axes import degenerate_axes  # noqa: E402
 from test_i19_report_plots import bench_info, bench_records, one_bench, two_bench  # noqa: E402
 
-from phasescope.report.store import RunInfo  # noqa: E402
+from phasescope.store import RunInfo  # noqa: E402
 from report_synth import concurrent_run, sequential_run  # noqa: E402
 
 #: injected into a copy of the page: once plotted, each plot div's live data (what plotly drew) →

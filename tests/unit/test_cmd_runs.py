@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from report_synth import sequential_run  # noqa: E402
 
 from phasescope.cli import app  # noqa: E402
-from phasescope.report.store import open_store  # noqa: E402
+from phasescope.store import open_store  # noqa: E402
 
 runner = CliRunner()
 

@@ -12,7 +12,7 @@ from report_synth import concurrent_run, sequential_run  # noqa: E402
 
 from phasescope.report.compare import compare_runs, param_changes  # noqa: E402
 from phasescope.report.samples import group_records, metric_table  # noqa: E402
-from phasescope.report.store import RunInfo  # noqa: E402
+from phasescope.store import RunInfo  # noqa: E402
 
 
 def info(run_id: str, **kw: object) -> RunInfo:

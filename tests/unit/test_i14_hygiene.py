@@ -18,7 +18,7 @@ from phasescope.cli import app  # noqa: E402
 from phasescope.load.summary import summarize  # noqa: E402
 from phasescope.measure.warnings import KINDS  # noqa: E402
 from phasescope.report.compare import compare_runs, gate, parse_metrics, to_markdown  # noqa: E402
-from phasescope.report.store import RunInfo, open_store  # noqa: E402
+from phasescope.store import RunInfo, open_store  # noqa: E402
 
 runner = CliRunner()
 

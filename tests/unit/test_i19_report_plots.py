@@ -16,7 +16,7 @@ from report_axes import degenerate_axes, trace_colour  # noqa: E402
 from report_synth import NS, make_record, sequential_run  # noqa: E402
 
 from phasescope.report.html import build_plots, write_report  # noqa: E402
-from phasescope.report.store import RunInfo  # noqa: E402
+from phasescope.store import RunInfo  # noqa: E402
 
 
 def bench_records(n: int, seed: int, *, concurrency: int = 4, ttft_s: float = 0.08, itl_s: float = 0.012,
@@ -205,7 +205,7 @@ def test_cli_report_two_runs_and_compare_html(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from phasescope.cli import app
-    from phasescope.report.store import open_store
+    from phasescope.store import open_store
 
     st = open_store(tmp_path / "store")
     ids = []

@@ -167,7 +167,7 @@ def test_cli_plan_json_and_errors(tmp_path, monkeypatch) -> None:
     doc = json.loads(r.stdout)
     assert doc["kind"] == "plan" and doc["summary"]["completed"] == 60 and doc["run_id"]
     assert doc["cost_model"]["kv_pool_tokens"] > 100_000
-    from phasescope.report.store import open_store
+    from phasescope.store import open_store
 
     store = open_store(tmp_path / "store")
     assert len(store.load_records(doc["run_id"])) == 60

@@ -7,7 +7,7 @@ import threading
 from dataclasses import asdict
 
 from phasescope.apis.base import Target
-from phasescope.load.ray_runner import LOST, ActorState, ClockOffset, RayRunResult, _align, _lost_records, _merge
+from phasescope.load.ray import LOST, ActorState, ClockOffset, RayRunResult, align, lost_records, merge
 from phasescope.load.runner import RunnerHealth
 from phasescope.load.schedule import build_schedule
 from phasescope.load.summary import summarize
@@ -27,7 +27,7 @@ def test_align_places_wall_start_on_the_driver_clock_and_keeps_raw_readings() ->
     a = _actor(0, sched.partition(1), off_ns=5_000_000_000)  # actor clock 5 s ahead of the driver's
     rec = RequestRecord(id="x", api="openai", target="t", t_start_ns=5_000_000_000 + 1_000, wall_start_ns=42,
                         t_scheduled_ns=5_000_000_000)
-    _align(rec, a, d_mono0=0, d_wall0=1_700_000_000_000_000_000)
+    align(rec, a.off, a.name, d_mono0=0, d_wall0=1_700_000_000_000_000_000)
     assert rec.wall_start_ns == 1_700_000_000_000_000_000 + 1_000
     assert rec.tags["actor_wall_start_ns"] == 42 and rec.t_start_ns == 5_000_001_000 and rec.worker == "a0"
 
@@ -49,9 +49,9 @@ def test_dead_actor_requests_become_worker_lost_and_the_run_is_partial() -> None
     a0.meta = {"health": h, "scheduled": 5, "sent": 5, "cancelled": 0, "aborted": None, "interrupted": False,
                "hit_duration": False, "t0_ns": t0}
     a1.dead, a1.died_at_ns, a1.in_flight = "ActorDiedError: killed", t0 + 500_000_000, [a1.part.requests[2].index]
-    a1.lost = _lost_records(a1, sched, TGT, "run", t0, 0, 0)
+    a1.lost = lost_records(a1, sched, TGT, "run", t0, 0, 0)
     res.records.extend(a1.lost)
-    out = _merge(res, [a0, a1], sched, t0, 0, 0, "local", True, 1.0, threading.Event())
+    out = merge(res, [a0, a1], sched, t0, 0, 0, "local", True, 1.0, threading.Event())
     # a1 owned 5, returned 2: 3 worker_lost records, one in flight, two never sent
     assert sorted(r.tags["index"] for r in out.records) == list(range(10))
     lost = [r for r in out.records if r.error_kind == LOST]
@@ -77,5 +77,5 @@ def test_endless_closed_loop_only_marks_what_was_in_flight() -> None:
     assert sched.repeat
     a = _actor(0, sched.partition(1))
     a.dead, a.died_at_ns, a.in_flight, a.received = "gone", 1_000, [7, 8], {8}
-    lost = _lost_records(a, sched, TGT, "run", 0, 0, 0)
+    lost = lost_records(a, sched, TGT, "run", 0, 0, 0)
     assert [r.tags["index"] for r in lost] == [7] and lost[0].tags["lost"] == "in_flight"

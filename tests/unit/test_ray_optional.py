@@ -9,15 +9,15 @@ import sys
 import pytest
 
 from phasescope.errors import InputError
-from phasescope.load import ray_runner
-from phasescope.load.ray_runner import check_scale_out_flags
+from phasescope.cli._scale_out import check_scale_out_flags
+from phasescope.load.ray import driver as ray_driver
 
 NO_RAY = "import sys; sys.modules['ray'] = None; sys.argv = ['phasescope'] + sys.argv[1:]; " \
          "import runpy; runpy.run_module('phasescope', run_name='__main__')"
 
 
 def test_core_imports_do_not_import_ray() -> None:
-    code = ("import sys; import phasescope.cli, phasescope.load.bench, phasescope.load.ray_runner, "
+    code = ("import sys; import phasescope.cli, phasescope.load.bench, phasescope.load.ray, "
             "phasescope.load.routing; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
@@ -32,7 +32,7 @@ def test_ray_flag_without_ray_installed_is_one_line_with_the_install_command() -
 
 @pytest.fixture
 def no_import(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ray_runner, "import_ray", lambda local=False: None)
+    monkeypatch.setattr(ray_driver, "import_ray", lambda local=False: None)
 
 
 @pytest.mark.parametrize("url, extra, want", [

@@ -21,7 +21,7 @@ from phasescope.report.html import (  # noqa: E402
     find_timeline,
     write_report,
 )
-from phasescope.report.store import RunInfo  # noqa: E402
+from phasescope.store import RunInfo  # noqa: E402
 
 EVIL = "<script>alert('pwned')</script>"
 

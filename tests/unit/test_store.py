@@ -16,8 +16,8 @@ import pytest
 from phasescope.apis.base import Target
 from phasescope.errors import InputError
 from phasescope.measure.records import Event, RequestRecord
-from phasescope.report import store as store_mod
-from phasescope.report.store import SCHEMA_VERSION, open_store
+import phasescope.store as store_mod
+from phasescope.store import SCHEMA_VERSION, open_store
 
 
 def rec(i: int, target: str = "http://127.0.0.1:1", **kw: object) -> RequestRecord:
@@ -171,7 +171,7 @@ def test_killed_process_leaves_partial_with_records(tmp_path: Path) -> None:
         import sys, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_store import rec
-        from phasescope.report.store import open_store
+        from phasescope.store import open_store
         s = open_store({str(tmp_path)!r})
         with s.recording("bench", "http://127.0.0.1:9") as run:
             print(run.id, flush=True)

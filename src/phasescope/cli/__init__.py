@@ -65,12 +65,6 @@ def _discover() -> None:
 _discover()
 
 
-def _sigterm_as_interrupt(signum: int, frame: object) -> None:
-    # SIGTERM (kill, timeout, a CI runner) takes the same path as Ctrl-C: context managers
-    # stop the embedded engine and partial results are saved, instead of dying mid-write.
-    raise KeyboardInterrupt
-
-
 def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
     """Usage, other click and abort exception classes: typer ≥ 0.25 vendors click as
     ``typer._click``, older typer uses the ``click`` package; catch whichever is in use."""
@@ -171,13 +165,9 @@ def run(argv: list[str] | None = None) -> int:
 
 def main() -> None:
     """Console-script entry point: run the app, turning our errors into one clear line."""
-    import signal
-
+    from phasescope.lifecycle import sigterm_as_interrupt
     from phasescope.redact import install_console_guard
 
-    try:
-        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    except ValueError:  # not the main thread (embedded use): leave signals alone
-        pass
+    sigterm_as_interrupt()  # SIGTERM takes Ctrl-C's path (phasescope.lifecycle)
     install_console_guard()  # nothing printed carries a secret (phasescope.redact)
     sys.exit(run())

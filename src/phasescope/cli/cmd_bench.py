@@ -226,7 +226,7 @@ def bench(
         store=not no_store, label=label, engine_parallel=parallel, prewarm=not no_prewarm,
         timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
     )
-    from phasescope.load.ray_runner import check_scale_out_flags
+    from phasescope.cli._scale_out import check_scale_out_flags
 
     cfg.url, cfg.targets, cfg.route, cfg.ray, cfg.ray_address = check_scale_out_flags(
         url, ray_address_arg, target_urls or [], route, ray, sweep=sweep)

@@ -10,13 +10,13 @@ import typer
 from phasescope.cli._common import console, err_console, print_json
 
 if TYPE_CHECKING:
-    from phasescope.report.store import RunStore
+    from phasescope.store import RunStore
 
 STORE_HELP = "Run store (SQLite file or its folder); default $PHASESCOPE_STORE or ~/.local/share/phasescope/runs.db."
 
 
 def _store(path: Optional[Path]) -> "RunStore":
-    from phasescope.report.store import open_store
+    from phasescope.store import open_store
 
     return open_store(path)
 
@@ -33,7 +33,7 @@ def runs(
     """List stored runs, newest first."""
     from phasescope.errors import InputError
     from phasescope.report.console import runs_json, runs_table, wide
-    from phasescope.report.store import RUN_STATUSES
+    from phasescope.store import RUN_STATUSES
 
     if status is not None and status not in RUN_STATUSES:
         raise InputError(f"--status must be one of {', '.join(RUN_STATUSES)}")

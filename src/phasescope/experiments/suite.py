@@ -7,7 +7,10 @@ prefill/decode speed — a fast GPU server gets long prompts and high concurrenc
 gets short ones — so the whole suite ends near the budget on any server.
 
 With no URL the embedded engine is started with :data:`EMBEDDED_ENGINE` (4 slots, 8192 tokens of
-context each). Runs are recorded in the run store (kind ``explain``) with every raw record.
+context each). Runs are recorded through :func:`phasescope.lifecycle.run_output` (kind ``explain``):
+the run store with every raw record as it completes (the experiments hand records to ``RunContext.sink``,
+a :class:`~phasescope.measure.records.ThreadedSink` over the run's sink), or the fallback folder without
+the store; Ctrl-C or a failure keeps the partial run, marked with why it stopped.
 """
 
 from __future__ import annotations
@@ -82,37 +85,6 @@ class ExplainReport:
             "experiments": {k: v for k, v in self.experiments.items()},
             **({"gpu": self.gpu} if self.gpu is not None else {}),
         })
-
-
-class BackgroundSink:
-    """Hands records to ``write`` (the store's fsync'd JSONL append) on a thread of its own, so
-    a disk flush never stalls the event loop while other streams' tokens are being timestamped."""
-
-    def __init__(self, write: Callable[[Any], None]) -> None:
-        import queue
-        import threading
-
-        self._write = write
-        self._q: queue.Queue[Any] = queue.Queue()
-        self._th = threading.Thread(target=self._run, name="explain-records", daemon=True)
-        self._th.start()
-
-    def _run(self) -> None:
-        while True:
-            rec = self._q.get()
-            if rec is None:
-                return
-            try:
-                self._write(rec)
-            except Exception:  # noqa: BLE001 - a closed run must not kill the measurement
-                pass
-
-    def __call__(self, rec: Any) -> None:
-        self._q.put(rec)
-
-    def close(self) -> None:
-        self._q.put(None)
-        self._th.join(timeout=30)
 
 
 def parse_budget(text: str) -> float:
@@ -268,7 +240,6 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                        store_path: str | None, gpu_metrics: list[str] | None = None,
                        nvml: bool = True, server_flags: str | None = None) -> ExplainReport:
     from phasescope.apis.resolve import open_target
-    from phasescope.experiments.context import experiment_session
 
     say = progress or (lambda _m: None)
     if url is None:
@@ -279,70 +250,78 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
     t_start = time.monotonic()
     async with ot as target:
         det = ot.detected
-        from phasescope.metrics.gpu_phases import explain_gpu_finish, explain_gpu_start, telemetry_device_id
+        from phasescope.metrics.gpu_phases import explain_gpu_start, telemetry_device_id
 
         gpu = explain_gpu_start(gpu_metrics, nvml, url)  # None without GPU telemetry
         device = device or (telemetry_device_id(gpu) if gpu is not None else None)
         ceil, w, kv, msrc = resolve_ceilings(model=model_spec, device=device, detected=det, embedded=url is None)
-        recording = None
-        store_cm = None
-        if save:
+        from phasescope.lifecycle import run_output
+
+        # the store (or the fallback folder); every record written as it completes. Leaving the block
+        # by an exception or Ctrl-C keeps the partial run, marked with why it stopped.
+        with run_output("explain", target, {"budget_s": budget_s, "experiments": names},
+                        store=(store_path or True) if save else False, say=say,
+                        engine_version=getattr(det, "version", None), device=ceil.device if ceil else None) as out:
             try:
-                from phasescope.report.store import open_store
+                return await _explain_in(ot, target, det, out, budget_s, names, say, server_flags, url, gpu, ceil,
+                                         w, kv, msrc, t_start)
+            except BaseException:
+                if gpu is not None:
+                    gpu.stop()
+                raise
 
-                store_cm = open_store(store_path).recording(
-                    kind="explain", target=target, params={"budget_s": budget_s, "experiments": names},
-                    model=target.model, api=target.api, engine=target.engine,
-                    engine_version=getattr(det, "version", None), device=ceil.device if ceil else None)
-                recording = store_cm.__enter__()
-            except ImportError:
-                recording = None
+
+async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float, names: list[str],
+                      say: Callable[[str], None], server_flags: str | None, url: str | None, gpu: Any,
+                      ceil: Ceilings | None, w: float | None, kv: float | None, msrc: str,
+                      t_start: float) -> ExplainReport:
+    from phasescope.experiments.context import experiment_session
+    from phasescope.measure.records import ThreadedSink
+    from phasescope.metrics.gpu_phases import explain_gpu_finish
+
+    async with experiment_session(ot.timeouts.connect_s) as session:
+        facts = await discover_facts(session, target, props=getattr(det, "props", None))
+        from phasescope.diagnose.settings import discover_settings
+
+        eng_args = list(getattr(ot.engine, "args", None) or []) if url is None else None
+        settings = await discover_settings(session, target, props=getattr(det, "props", None),
+                                           server_flags=server_flags, engine_args=eng_args)
+        say(f"target {target.display_url}: {target.engine or 'unknown engine'}, model {target.model}, "
+            f"slots {facts.slots or '?'}, context/seq {facts.ctx_per_seq or '?'}, "
+            f"/metrics {'yes' if facts.metrics else 'no'}")
+        # a disk flush on a thread of its own never stalls the loop timestamping other streams
+        sink = ThreadedSink(out.sink, name="explain-records")
+        ctx = RunContext(target=target, session=session, facts=facts, sink=sink.write, progress=say)
+        from phasescope.measure.host import HostSampler
+
+        host = HostSampler(target.base_url).start()
         try:
-            async with experiment_session(ot.timeouts.connect_s) as session:
-                facts = await discover_facts(session, target, props=getattr(det, "props", None))
-                from phasescope.diagnose.settings import discover_settings
+            results, skipped = await run_suite(ctx, budget_s, names, weight_bytes=w, kv_bytes_per_token=kv,
+                                               model_source=msrc)
+        finally:
+            host_d = host.stop()
+            await ctx.close()
+            sink.close()  # every record is on disk before the run is finished
+    diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records, settings=settings,
+                    facts=facts)
+    add_skipped(diag, skipped)
+    from phasescope.probe.ceilings import explain_above_ceiling
 
-                eng_args = list(getattr(ot.engine, "args", None) or []) if url is None else None
-                settings = await discover_settings(session, target, props=getattr(det, "props", None),
-                                                   server_flags=server_flags, engine_args=eng_args)
-                say(f"target {target.display_url}: {target.engine or 'unknown engine'}, model {target.model}, "
-                    f"slots {facts.slots or '?'}, context/seq {facts.ctx_per_seq or '?'}, "
-                    f"/metrics {'yes' if facts.metrics else 'no'}")
-                sink = BackgroundSink(recording.add) if recording is not None else None
-                ctx = RunContext(target=target, session=session, facts=facts, sink=sink, progress=say)
-                from phasescope.measure.host import HostSampler
+    explain_above_ceiling(results, ceil)  # measured decode above the bandwidth roof → experiment warning
+    gpu_doc = explain_gpu_finish(gpu, ctx.records, diag, ceil)  # + the GPU's evidence findings
+    rp = out.records_path
+    for r in results.values():
+        r.info.records_path = rp
+    report = ExplainReport(
+        target=target.display_url, engine=target.engine, model=target.model, api=target.api,
+        budget_s=budget_s, facts=facts, calibration=ctx.calib, experiments=results, diagnosis=diag,
+        ceilings=ceil, settings=settings, run_id=out.store_id, records_path=rp,
+        duration_s=time.monotonic() - t_start, skipped=skipped, gpu=gpu_doc, host=host_d,
+        server_build=_server_build(det))
+    if sink.error is not None:  # a record could not be written (a full disk): partial, and said
+        out.finish(report.to_json(), status="partial")
+        from phasescope.errors import OutputError
 
-                host = HostSampler(target.base_url).start()
-                try:
-                    results, skipped = await run_suite(ctx, budget_s, names, weight_bytes=w, kv_bytes_per_token=kv,
-                                                       model_source=msrc)
-                finally:
-                    host_d = host.stop()
-                    await ctx.close()
-                    if sink is not None:
-                        sink.close()  # every record is on disk before the run is finished
-            diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records, settings=settings,
-                            facts=facts)
-            add_skipped(diag, skipped)
-            from phasescope.probe.ceilings import explain_above_ceiling
-
-            explain_above_ceiling(results, ceil)  # measured decode above the bandwidth roof → experiment warning
-            gpu_doc = explain_gpu_finish(gpu, ctx.records, diag, ceil)  # + the GPU's evidence findings
-            rp = str(recording.records_path) if recording is not None else None
-            for r in results.values():
-                r.info.records_path = rp
-            report = ExplainReport(
-                target=target.display_url, engine=target.engine, model=target.model, api=target.api,
-                budget_s=budget_s, facts=facts, calibration=ctx.calib, experiments=results, diagnosis=diag,
-                ceilings=ceil, settings=settings, run_id=getattr(recording, "id", None), records_path=rp,
-                duration_s=time.monotonic() - t_start, skipped=skipped, gpu=gpu_doc, host=host_d,
-                server_build=_server_build(det))
-            if recording is not None:
-                recording.finish(report.to_json())
-            return report
-        except BaseException as exc:  # keep the partial run, marked with why it stopped
-            if gpu is not None:
-                gpu.stop()
-            if store_cm is not None:
-                store_cm.__exit__(type(exc), exc, exc.__traceback__)
-            raise
+        raise OutputError(f"{sink.error}; the explain run is kept as partial", hint=f"records: {rp}")
+    out.finish(report.to_json())
+    return report

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
-import signal
 import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -28,8 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from phasescope.apis.base import Target, Timeouts
-from phasescope.errors import InputError, OutputError
-from phasescope.jsonutil import dumps
+from phasescope.errors import InputError
 from phasescope.load.runner import RunResult, health_warnings, prewarm_count, run_load
 from phasescope.load.schedule import Schedule, build_schedule, read_trace
 from phasescope.load.server_metrics import (
@@ -40,7 +38,7 @@ from phasescope.load.server_metrics import (
 )
 from phasescope.load.summary import DEFAULT_PERCENTILES, summarize
 from phasescope.load.workload import WorkItem, jsonl_workload, random_workload, sharegpt_workload
-from phasescope.measure.records import RecordWriter, RequestRecord
+from phasescope.measure.records import RequestRecord
 
 SCHEMA = "phasescope.bench/1"
 
@@ -93,7 +91,7 @@ class BenchConfig:
     prewarm: bool = True  # open the first second's connections before t0 (--no-prewarm)
     drain_timeout_s: float | None = 60.0
     engine_parallel: int = 4  # embedded engine slots when no URL
-    # scale-out (issue 10; phasescope.load.routing / ray_runner)
+    # scale-out (issue 10; phasescope.load.routing / phasescope.load.ray)
     targets: list[str] = field(default_factory=list)  # --target URL (repeatable): more endpoints
     route: str = "round-robin"  # --route round-robin|random|least-outstanding
     ray: bool = False  # --ray [ADDRESS]
@@ -179,25 +177,6 @@ def make_schedule(cfg: BenchConfig, n_items: int | None = None) -> Schedule:
         trace_speed=cfg.trace_speed, seed=cfg.seed)
 
 
-class _Fanout:
-    """Writes each record to several sinks (the --out JSONL and the run store)."""
-
-    def __init__(self, sinks: list[Any]) -> None:
-        self.sinks = sinks
-
-    def write(self, rec: RequestRecord) -> None:
-        first: BaseException | None = None
-        for s in self.sinks:  # every sink gets the record even when another one fails
-            try:
-                (s.add if hasattr(s, "add") else s.write)(rec)
-            except Exception as exc:  # noqa: BLE001 - re-raised below with the failing path
-                if first is None:
-                    first = exc
-                    exc.ps_path = getattr(s, "path", None) or getattr(s, "records_path", None)  # type: ignore[attr-defined]
-        if first is not None:
-            raise first
-
-
 def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_status: Callable[[str], None] | None = None,
               stop: threading.Event | None = None, target: Target | None = None) -> BenchResult:
     """One load run, start to summary. Blocking; Ctrl-C (SIGINT) sets ``stop`` and yields a
@@ -255,23 +234,17 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
 
     items = asyncio.run(_items())
 
-    from phasescope.safeio import new_run_dir, prepare_out_dir
+    from phasescope.lifecycle import run_output
 
-    out_dir = prepare_out_dir(cfg.out_dir) if cfg.out_dir else None
-    recording = None
-    if cfg.store:
-        try:
-            from phasescope.report.store import open_store
+    # the store and/or --out, else the fallback folder; every record written as it completes
+    with run_output("bench", target, cfg.params(), out_dir=cfg.out_dir, store=cfg.store, say=status) as out:
+        return _measure(cfg, target, sched, run_salt, items, out, on_record, status, stop, build)
 
-            recording = open_store().recording("bench", target, cfg.params())
-        except Exception as exc:  # the store is a convenience; never lose a run over it
-            status(f"run store unavailable ({exc}); records go to --out only")
-            recording = None
-    if recording is None and out_dir is None:
-        # unique per run (32 random bits), created exclusively: two runs in one second never share it
-        out_dir = new_run_dir(".", "phasescope-bench-")
-    run_id = recording.id if recording is not None else (out_dir.name if out_dir else "run")
 
+def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | None, items: list[WorkItem],
+             out: Any, on_record: ProgressFn | None, status: Callable[[str], None], stop: threading.Event,
+             build: dict[str, Any] | None) -> BenchResult:
+    run_id = out.id
     recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None = None
     from phasescope.load.routing import MultiTarget, is_multi
 
@@ -294,21 +267,17 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     host = HostSampler(getattr(target, "base_url", None)).start()
     try:
         if cfg.ray:
-            from phasescope.load.ray_runner import run_bench_ray
-
-            res = run_bench_ray(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder, status)
+            res: RunResult = _run_ray(cfg, sched, items, target, out, on_record, stop, run_id, recorder, status)
         elif cfg.workers == 1:
-            res = _run_single(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder)
+            res = _run_single(cfg, sched, items, target, out, on_record, stop, run_id, recorder)
         else:
-            res = _run_multi(cfg, sched, items, target, out_dir, recording, on_record, stop, run_id, recorder)
-    except BaseException:
+            res = _run_multi(cfg, sched, items, target, out, on_record, stop, run_id, recorder)
+    except BaseException:  # the run output marks the stored run partial on the way out
         host.stop()
         if recorder is not None:
             recorder.stop()
         if gpu_rec is not None:
             gpu_rec.stop()
-        if recording is not None:
-            recording.__exit__(*__import__("sys").exc_info())
         raise
     server = recorder.stop() if recorder is not None and recorder.started else None
     per_ep: dict[str, ServerMetricsResult] = (
@@ -330,7 +299,7 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
         from phasescope.metrics.gpu_phases import finish_section
 
         summary["gpu"] = finish_section(gpu_rec, res.records, t0_ns=res.t0_ns if cfg.workers == 1 else None)
-    from phasescope.load.ray_runner import add_ray_summary
+    from phasescope.load.ray import add_ray_summary
     from phasescope.load.routing import endpoint_breakdown
 
     add_ray_summary(summary, res)
@@ -340,32 +309,15 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
         one = per_ep.get(ep["endpoint"])
         ep["server_metrics"] = one.to_dict() if one is not None else None
         ep["ttft_client_vs_server"] = compare_ttft(ep, one.summary) if one is not None and one.available else None
-    rpath = None
-    if recording is not None:
-        rpath = str(recording.records_path)
-    if out_dir is not None:
-        rpath = str(out_dir / "records.jsonl") if rpath is None else rpath
-        summary["out_dir"] = str(out_dir)
+    rpath = out.records_path
+    if out.out_dir is not None:
+        summary["out_dir"] = str(out.out_dir)
     summary["records_path"] = rpath
     summary["status"] = run_status(summary, res)
     if summary["status"] == "failed":
         summary["first_error"] = next((r.error_message for r in res.records if not r.ok and r.error_message), None)
-    write_error: BaseException | None = None
-    if out_dir is not None:
-        from phasescope.safeio import write_text
-
-        try:
-            write_text(out_dir / "summary.json", dumps(summary, indent=2) + "\n", what="summary")
-        except OutputError as exc:  # keep the store's copy; report the failure after it
-            write_error = exc
-    if recording is not None:
-        try:
-            recording.finish(summary, status=summary["status"])
-        except Exception as exc:  # noqa: BLE001 - a full disk under the store: the --out copy still stands
-            write_error = write_error or OutputError(f"cannot finish the run store's copy ({recording.records_path}): {exc}")
-    if write_error is not None:
-        raise write_error
-    return BenchResult(summary, res.records, res, server, rpath, str(out_dir) if out_dir else None)
+    out.finish(summary, status=summary["status"])
+    return BenchResult(summary, res.records, res, server, rpath, str(out.out_dir) if out.out_dir else None)
 
 
 def run_status(summary: dict[str, Any], res: RunResult) -> str:
@@ -376,15 +328,10 @@ def run_status(summary: dict[str, Any], res: RunResult) -> str:
     return "partial" if res.partial else "complete"
 
 
-def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Path | None,
-                recording: Any, on_record: ProgressFn | None, stop: threading.Event, run_id: str,
+def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out: Any,
+                on_record: ProgressFn | None, stop: threading.Event, run_id: str,
                 recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None) -> RunResult:
-    sinks: list[Any] = []
-    file_writer = RecordWriter(out_dir / "records.jsonl") if out_dir is not None else None
-    if file_writer is not None:
-        sinks.append(file_writer)
-    if recording is not None:
-        sinks.append(recording)
+    from phasescope.lifecycle import on_sigint
 
     async def main() -> RunResult:
         loop = asyncio.get_running_loop()
@@ -396,7 +343,6 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
             astop.set()
 
         watcher = loop.create_task(watch())
-        prev = _install_sigint(lambda: (stop.set(), loop.call_soon_threadsafe(astop.set)))
         try:
             async def gate() -> int:
                 from phasescope.measure.clock import now_ns
@@ -408,52 +354,58 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
                     recorder.t0_ns = t0
                 return t0
 
-            return await run_load(sched, items, target, send=_send_for(target),
-                                  max_concurrency=cfg.max_concurrency, writer=_Fanout(sinks) if sinks else None,  # type: ignore[arg-type]
-                                  on_record=on_record, stop=astop, run_id=run_id, start_gate=gate,
-                                  abort_after_errors=cfg.abort_after_errors, drain_timeout_s=cfg.drain_timeout_s,
-                                  ignore_eos=cfg.ignore_eos,
-                                  prewarm_connections=prewarm_count(sched, cfg.max_concurrency) if cfg.prewarm else 0)
+            with on_sigint(lambda: (stop.set(), loop.call_soon_threadsafe(astop.set))):
+                return await run_load(sched, items, target, send=_send_for(target),
+                                      max_concurrency=cfg.max_concurrency, writer=out.sink,
+                                      on_record=on_record, stop=astop, run_id=run_id, start_gate=gate,
+                                      abort_after_errors=cfg.abort_after_errors, drain_timeout_s=cfg.drain_timeout_s,
+                                      ignore_eos=cfg.ignore_eos,
+                                      prewarm_connections=prewarm_count(sched, cfg.max_concurrency) if cfg.prewarm else 0)
         finally:
-            _restore_sigint(prev)
             watcher.cancel()
 
-    try:
-        return asyncio.run(main())
-    finally:
-        if file_writer is not None:
-            file_writer.close()
+    return asyncio.run(main())
 
 
-def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Path | None,
-               recording: Any, on_record: ProgressFn | None, stop: threading.Event, run_id: str,
+def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out: Any,
+               on_record: ProgressFn | None, stop: threading.Event, run_id: str,
                recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None) -> RunResult:
+    """``--workers N``: each worker process keeps its own ``records/worker-<i>.jsonl`` and sends every
+    record to this process, which writes it to the run's sink as it arrives (load/workers.py)."""
     import tempfile
 
+    from phasescope.lifecycle import on_sigint
     from phasescope.load.workers import run_workers
 
-    rdir = (out_dir / "records") if out_dir is not None else Path(tempfile.mkdtemp(prefix="phasescope-bench-"))
-    prev = _install_sigint(stop.set)
-    try:
-        res = run_workers(sched, items, target, n_workers=cfg.workers, records_dir=rdir,
-                          on_start=(lambda: recorder.start()) if recorder is not None else None,
-                          max_concurrency=cfg.max_concurrency, run_id=run_id, on_progress=on_record,  # type: ignore[arg-type]
-                          send_ref=_send_ref_for(target),
-                          stop=stop, abort_after_errors=cfg.abort_after_errors,
-                          drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos,
-                          prewarm_connections=(-(-prewarm_count(sched, cfg.max_concurrency) // cfg.workers)
-                                               if cfg.prewarm else 0))
-    finally:
-        _restore_sigint(prev)
-    # merged records: one JSONL in wall-clock order, and the run store
-    if out_dir is not None:
-        with RecordWriter(out_dir / "records.jsonl", fsync=False) as w:
-            for r in res.warmup_records + res.records:
-                w.write(r)
-    if recording is not None:
-        for r in res.warmup_records + res.records:
-            recording.add(r)
-    return res
+    rdir = (out.out_dir / "records") if out.out_dir is not None else Path(tempfile.mkdtemp(prefix="phasescope-bench-"))
+    with on_sigint(stop.set):
+        return run_workers(sched, items, target, n_workers=cfg.workers, records_dir=rdir, sink=out.sink,
+                           on_start=(lambda: recorder.start()) if recorder is not None else None,
+                           max_concurrency=cfg.max_concurrency, run_id=run_id, on_progress=on_record,  # type: ignore[arg-type]
+                           send_ref=_send_ref_for(target),
+                           stop=stop, abort_after_errors=cfg.abort_after_errors,
+                           drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos,
+                           prewarm_connections=(-(-prewarm_count(sched, cfg.max_concurrency) // cfg.workers)
+                                                if cfg.prewarm else 0))
+
+
+def _run_ray(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out: Any,
+             on_record: ProgressFn | None, stop: threading.Event, run_id: str, recorder: Any,
+             status: Callable[[str], None]) -> RunResult:
+    """``--ray``: records reach the run's sink as the driver polls them from the actors; the /metrics
+    timeline starts at t0 (driver clock). See :mod:`phasescope.load.ray`."""
+    from phasescope.lifecycle import on_sigint
+    from phasescope.load.ray import run_ray
+
+    prewarm = (-(-prewarm_count(sched, cfg.max_concurrency) // cfg.ray_workers) if cfg.prewarm else 0)
+    with on_sigint(stop.set):
+        return run_ray(sched, items, target, n_actors=cfg.ray_workers, address=cfg.ray_address,
+                       actor_cpus=cfg.ray_actor_cpus, max_concurrency=cfg.max_concurrency, run_id=run_id,
+                       send_ref=_send_ref_for(target), writer=out.sink, on_record=on_record,
+                       on_start=(lambda t0: recorder.start(t0)) if recorder is not None else None,
+                       on_status=status, stop=stop, abort_after_errors=cfg.abort_after_errors,
+                       drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos,
+                       prewarm_connections=prewarm)
 
 
 def _send_for(target: Target) -> Any:
@@ -466,20 +418,6 @@ def _send_ref_for(target: Target) -> str | None:
     from phasescope.load.routing import send_ref_for
 
     return send_ref_for(target)
-
-
-def _install_sigint(handler: Callable[[], Any]) -> Any:
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        return signal.signal(signal.SIGINT, lambda *_: handler())
-    except ValueError:
-        return None
-
-
-def _restore_sigint(prev: Any) -> None:
-    if prev is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, prev)
 
 
 def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: ServerMetricsResult | None,

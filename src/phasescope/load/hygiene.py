@@ -146,7 +146,7 @@ def calibration_warnings(ref: str | None, records: Sequence[RequestRecord] | Non
         from pathlib import Path
 
         if not Path(ref).expanduser().is_file():
-            from phasescope.report.store import open_store
+            from phasescope.store import open_store
 
             info = open_store().get(ref)
             for w in info.warnings:

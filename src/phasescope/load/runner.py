@@ -9,8 +9,11 @@ Timing rules (why the numbers can be trusted):
   it back; vLLM's ``client_queue_time``) and **send lag** = ``t_start − max(t_scheduled, t_slot)``
   (the client was late: timer resolution, a busy loop). TTFT/E2E start at ``t_start`` as in
   ``vllm bench serve``, so neither is inside the server latencies.
-* Records are written by a background thread (JSONL, flushed per record, fsync every 0.5 s) so disk I/O never blocks the
-  event loop, and each record is on disk as soon as its request completes. (Serializing one record
+* Records go to the run's sink (:class:`~phasescope.measure.records.RecordSink`, given by
+  :func:`phasescope.lifecycle.run_output`: the ``--out`` JSONL and/or the run store, flushed per record,
+  fsync every 0.5 s) through a :class:`~phasescope.measure.records.ThreadedSink`, so disk I/O never
+  blocks the event loop, and each record is on disk as soon as its request completes. The runner
+  never knows where records land; a write failure (a full disk) stops sending there. (Serializing one record
   holds the GIL for well under Python's 5 ms switch interval; lowering the interval to 0.2 ms was
   tried and measured no better — slightly worse at 128 streams — so it is left alone.)
 * The runner watches itself (:class:`HealthMonitor`): event-loop lag sampled every 10 ms, process
@@ -25,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import queue
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
@@ -38,7 +39,7 @@ from phasescope.errors import error_kind
 from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
-from phasescope.measure.records import RecordWriter, RequestRecord
+from phasescope.measure.records import RecordSink, RequestRecord, ThreadedSink
 from phasescope.measure.warnings import MeasurementWarning
 
 SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
@@ -46,51 +47,6 @@ OnRecord = Callable[[RequestRecord], None]
 
 #: error kinds that mean "the server is not there any more" (used for the dead-server stop)
 CONNECTION_ERRORS = frozenset({"connect", "connect_timeout", "stream_broken"})
-
-
-class BackgroundWriter:
-    """Hands records to a :class:`RecordWriter` on a thread so disk I/O never blocks the event loop."""
-
-    def __init__(self, writer: RecordWriter | None, on_error: Callable[[str], None] | None = None) -> None:
-        self._writer = writer
-        self._q: "queue.SimpleQueue[RequestRecord | None]" = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        #: the first write failure ("cannot write records to PATH: cause"); later records are dropped
-        self.error: str | None = None
-        self._on_error = on_error
-        if writer is not None:
-            self._thread = threading.Thread(target=self._loop, name="phasescope-records", daemon=True)
-            self._thread.start()
-
-    def _loop(self) -> None:
-        assert self._writer is not None
-        while True:
-            rec = self._q.get()
-            if rec is None:
-                return
-            if self.error is not None:
-                continue
-            try:
-                self._writer.write(rec)
-            except Exception as exc:  # noqa: BLE001 - a full disk must stop the run, not kill this thread
-                from phasescope.errors import PhasescopeError
-                from phasescope.safeio import os_cause
-
-                path = getattr(exc, "ps_path", None) or getattr(self._writer, "path", "the records file")
-                self.error = str(exc) if isinstance(exc, PhasescopeError) else \
-                    f"cannot write records to {path}: {os_cause(exc)}"
-                if self._on_error is not None:
-                    self._on_error(self.error)
-
-    def put(self, rec: RequestRecord) -> None:
-        if self._thread is not None:
-            self._q.put(rec)
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._q.put(None)
-            self._thread.join()
-            self._thread = None
 
 
 @dataclass
@@ -255,7 +211,7 @@ async def run_load(
     *,
     send: SendFn,
     max_concurrency: int | None = None,
-    writer: RecordWriter | None = None,
+    writer: RecordSink | None = None,
     on_record: OnRecord | None = None,
     stop: asyncio.Event | None = None,
     worker: str | None = None,
@@ -270,6 +226,8 @@ async def run_load(
 ) -> RunResult:
     """Send ``schedule`` (items indexed by ``ScheduledRequest.item``) and return every record.
 
+    ``writer``: the run's :class:`~phasescope.measure.records.RecordSink`; every record (warm-ups
+    too) is handed to it, on a thread, as its request completes.
     ``start_gate``: awaited after the warm-ups; returns t0 on this process's ``now_ns`` clock
     (multi-process runs align their t0 on the wall clock through it). Default: now.
     ``drain_timeout_s``: after a ``duration_s`` stop, in-flight requests get this long to finish
@@ -287,7 +245,7 @@ async def run_load(
     def write_failed(why: str) -> None:  # on the writer thread: stop sending at once
         loop_.call_soon_threadsafe(stop.set)
 
-    bw = BackgroundWriter(writer, on_error=write_failed)
+    bw = ThreadedSink(writer, on_error=write_failed)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     send_lags: list[int] = []
     consecutive_conn_errors = 0

@@ -5,6 +5,16 @@ guidellm#487, inference-perf#86, mlc-llm PR #2727); past that, the client's own 
 TTFT/ITL. Each worker is a separate process with its own event loop, aiohttp session and record
 file (``records/worker-<i>.jsonl``).
 
+Records: a worker's sink is its own file (a :class:`~phasescope.measure.records.RecordWriter`,
+flushed per record). The parent follows every worker's file as it grows (complete lines only; every
+50 ms) and writes each new record to the run's sink (:func:`phasescope.lifecycle.run_output`: the store
+and/or ``--out``) at once, so the run's JSONL grows as the run goes, in arrival order, and Ctrl-C leaves
+it usable. A file, not a pipe, because a worker killed mid-write (OOM, ``kill -9``) can only leave a
+partial last line in its own file — which is skipped — where a half-written message in a shared pipe
+would corrupt every other worker's; the worker's death marks the run partial and everything it finished
+is in the run. Ctrl-C belongs to the parent (:func:`phasescope.lifecycle.ignore_sigint` in each worker),
+which tells the workers to stop through an event.
+
 Clocks: every duration is a difference of one process's ``perf_counter_ns`` readings, never
 across processes. Processes are aligned only on the wall clock: the parent picks a wall-clock
 start ``t0_wall`` once every worker has imported and sent its warm-ups; each worker converts it
@@ -21,10 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import multiprocessing as mp
 import queue as queue_mod
-import signal
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -36,7 +47,7 @@ from phasescope.load.schedule import Schedule
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.derive import itl_s, ttft_s
-from phasescope.measure.records import RecordWriter, RequestRecord, read_records
+from phasescope.measure.records import RecordSink, RecordWriter, RequestRecord
 
 #: progress messages from workers: (ok, ttft_s | None, mean per-token itl_s | None, error_kind | None)
 Progress = tuple[bool, "float | None", "float | None", "str | None"]
@@ -67,11 +78,13 @@ def progress_of(rec: RequestRecord) -> Progress:
 
 def _worker_main(idx: int, part: Schedule, items: Sequence[WorkItem], target: Target, cap: int | None, path: str,
                  run_id: str, send_ref: str | None, kw: dict[str, Any], ready_q: Any, go: Any, t0_wall: Any,
-                 progress_q: Any, stop_ev: Any, result_q: Any) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C and tells us via stop_ev
+                 stop_ev: Any, result_q: Any) -> None:
+    from phasescope.lifecycle import ignore_sigint
+
+    ignore_sigint()  # the parent owns Ctrl-C and tells us via stop_ev
     try:
         res = asyncio.run(_worker_async(idx, part, items, target, cap, path, run_id, send_ref, kw, ready_q, go,
-                                        t0_wall, progress_q, stop_ev))
+                                        t0_wall, stop_ev))
         result_q.put((idx, _result_meta(res), None))
     except BaseException as exc:  # report, never hang the parent
         result_q.put((idx, None, f"{type(exc).__name__}: {exc}"))
@@ -79,7 +92,7 @@ def _worker_main(idx: int, part: Schedule, items: Sequence[WorkItem], target: Ta
 
 async def _worker_async(idx: int, part: Schedule, items: Sequence[WorkItem], target: Target, cap: int | None,
                         path: str, run_id: str, send_ref: str | None, kw: dict[str, Any], ready_q: Any, go: Any,
-                        t0_wall: Any, progress_q: Any, stop_ev: Any) -> RunResult:
+                        t0_wall: Any, stop_ev: Any) -> RunResult:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -98,16 +111,44 @@ async def _worker_async(idx: int, part: Schedule, items: Sequence[WorkItem], tar
             pass
         return now_ns() + (int(t0_wall.value) - wall_ns())
 
-    def on_record(rec: RequestRecord) -> None:
-        progress_q.put(progress_of(rec))
-
     try:
-        with RecordWriter(path) as writer:
+        with RecordWriter(path) as own:  # the parent follows this file (module docstring)
             return await run_load(part, items, target, send=resolve_send(send_ref, target), max_concurrency=cap,
-                                  writer=writer, on_record=on_record, stop=stop, worker=f"w{idx}",
+                                  writer=own, stop=stop, worker=f"w{idx}",
                                   run_id=f"{run_id}-w{idx}", start_gate=gate, **kw)
     finally:
         watcher.cancel()
+
+
+class _Follow:
+    """The records appended to a worker's JSONL since the last :meth:`read` (complete lines only: a
+    line still being written, or cut by a killed worker, waits — and is never taken)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: Any = None
+        self._buf = b""
+
+    def read(self) -> list[RequestRecord]:
+        if self._fh is None:
+            try:
+                self._fh = open(self.path, "rb")
+            except FileNotFoundError:
+                return []
+        lines = (self._buf + self._fh.read()).split(b"\n")
+        self._buf = lines.pop()
+        out = []
+        for ln in lines:
+            try:
+                d = json.loads(ln.decode("utf-8", "replace"))
+                out.append(RequestRecord.from_dict(d))
+            except (ValueError, TypeError, KeyError, AttributeError):
+                continue
+        return out
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
 
 
 def _result_meta(res: RunResult) -> dict[str, Any]:
@@ -126,7 +167,8 @@ def run_workers(
     max_concurrency: int | None = None,
     run_id: str = "run",
     send_ref: str | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
+    sink: RecordSink | None = None,
+    on_progress: Callable[[RequestRecord], None] | None = None,
     stop: threading.Event | None = None,
     on_start: Callable[[], None] | None = None,
     ready_timeout_s: float = 120.0,
@@ -135,8 +177,9 @@ def run_workers(
     """Run ``schedule`` over ``n_workers`` processes; blocks until all finish (or ``stop``).
 
     ``kw`` goes to :func:`run_load` (``abort_after_errors``, ``drain_timeout_s``, ``ignore_eos``,
-    ``extra_body``). Records land in ``records_dir/worker-<i>.jsonl`` and come back merged in
-    wall-clock order.
+    ``extra_body``). Records land in ``records_dir/worker-<i>.jsonl`` and in ``sink`` as they arrive
+    (module docstring); ``on_progress`` gets each measured one. They come back merged in wall-clock order.
+    A write failure of ``sink`` (a full disk) stops the workers and is ``write_error``.
     """
     if n_workers < 1:
         raise InputError("--workers must be at least 1")
@@ -145,7 +188,7 @@ def run_workers(
     rdir = Path(records_dir)
     rdir.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
-    ready_q, progress_q, result_q = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    ready_q, result_q = ctx.Queue(), ctx.Queue()
     go, stop_ev = ctx.Event(), ctx.Event()
     t0_wall = ctx.Value("q", 0)
     paths = [rdir / f"worker-{i}.jsonl" for i in range(n_workers)]
@@ -154,28 +197,39 @@ def run_workers(
     procs = [
         ctx.Process(target=_worker_main, name=f"phasescope-bench-w{i}", daemon=True,
                     args=(i, parts[i], list(items), target, caps[i], str(paths[i]), run_id, send_ref, kw, ready_q,
-                          go, t0_wall, progress_q, stop_ev, result_q))
+                          go, t0_wall, stop_ev, result_q))
         for i in range(n_workers)
     ]
     for p in procs:
         p.start()
     metas: dict[int, dict[str, Any]] = {}
     failures: list[str] = []
+    follow = [_Follow(p) for p in paths]
+    records: list[RequestRecord] = []
+    write_error: list[str] = []
+
+    def take(rec: RequestRecord) -> None:
+        records.append(rec)
+        if sink is not None and not write_error:
+            try:
+                sink.write(rec)
+            except Exception as exc:  # noqa: BLE001 - a full disk stops the run; what reached disk stays
+                from phasescope.errors import PhasescopeError
+                from phasescope.safeio import os_cause
+
+                write_error.append(str(exc) if isinstance(exc, PhasescopeError) else
+                                   f"cannot write records to {getattr(exc, 'ps_path', None) or 'the records file'}: "
+                                   f"{os_cause(exc)}")
+                stop_ev.set()
+        if on_progress is not None and not (rec.tags or {}).get("warmup"):
+            on_progress(rec)
 
     def pump(block_s: float) -> None:
-        try:
-            msg = progress_q.get(timeout=block_s)
-        except queue_mod.Empty:
-            return
-        if on_progress is not None:
-            on_progress(msg)
-        while True:
-            try:
-                msg = progress_q.get_nowait()
-            except queue_mod.Empty:
-                break
-            if on_progress is not None:
-                on_progress(msg)
+        if block_s:
+            time.sleep(block_s)
+        for f in follow:
+            for rec in f.read():
+                take(rec)
 
     def drain_results() -> None:
         while True:
@@ -192,9 +246,7 @@ def run_workers(
     try:
         # wait until every worker is imported and warmed up, then start all at one wall instant
         ready: set[int] = set()
-        import time as _t
-
-        deadline = _t.monotonic() + ready_timeout_s
+        deadline = time.monotonic() + ready_timeout_s
         while len(ready) + len(metas) < n_workers:
             drain_results()
             if stop is not None and stop.is_set():
@@ -202,8 +254,9 @@ def run_workers(
             try:
                 ready.add(ready_q.get(timeout=0.1))
             except queue_mod.Empty:
-                if _t.monotonic() > deadline or not any(p.is_alive() for p in procs):
+                if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
                     break
+        pump(0.0)  # warm-up records
         if on_start is not None:
             on_start()
         t0_wall.value = wall_ns() + 50_000_000  # 50 ms ahead so every worker sees it before t0
@@ -227,12 +280,11 @@ def run_workers(
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
+        pump(0.0)
+        for f in follow:
+            f.close()
 
     res = RunResult(worker=None)
-    records: list[RequestRecord] = []
-    for path in paths:
-        if path.exists():
-            records.extend(read_records(path))
     records.sort(key=lambda r: r.wall_start_ns)
     res.records = [r for r in records if not (r.tags or {}).get("warmup")]
     res.warmup_records = [r for r in records if (r.tags or {}).get("warmup")]
@@ -255,4 +307,8 @@ def run_workers(
         if not records:
             raise TargetError("bench workers failed: " + "; ".join(failures))
         res.aborted = res.aborted or "; ".join(failures)
+    if write_error:
+        res.write_error = write_error[0]
+        res.aborted = res.aborted or f"stopped: {write_error[0]}"
+        res.interrupted = False
     return res

@@ -4,6 +4,20 @@ server-side timings and the error, if any. Every metric is derived from records 
 
 Records are appended to a JSONL file as each request completes (:class:`RecordWriter`), so Ctrl-C
 or a dying server still leaves a usable partial result.
+
+Every producer of records (the bench runner, probe, the experiments, the ``--workers`` processes,
+Ray actors, plan's simulator) hands each record to one :class:`RecordSink` — ``write(record)`` as the
+request completes, ``close()`` when no more will come — and never knows where it lands. The sinks:
+
+* :class:`RecordWriter` — a JSONL file (``--out DIR/records.jsonl``, a worker's own file);
+* :class:`phasescope.store.Recording` — the run store's copy of one run;
+* :class:`FanoutSink` — several sinks at once (every one gets each record even when another fails);
+* :class:`ThreadedSink` — another sink on a thread of its own, so a disk flush never stalls an event
+  loop that is timestamping tokens; the first failure is kept in ``error`` and reported once;
+* :class:`QueueSink` — a queue to another process or thread (a Ray actor's poll, a worker's pipe).
+
+Which sinks a run gets, and what happens to them at the end, is decided in one place:
+:func:`phasescope.lifecycle.run_output`.
 """
 
 from __future__ import annotations
@@ -15,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 SCHEMA_VERSION = 1
 
@@ -136,6 +150,18 @@ class RequestRecord:
         return [e for e in self.events if e.kind in TOKEN_EVENTS]
 
 
+@runtime_checkable
+class RecordSink(Protocol):
+    """Where a run's records go, one at a time, as each request completes (module docstring).
+
+    ``write`` may raise (a full disk: :class:`~phasescope.errors.OutputError` naming the file);
+    ``close`` says no more records will come (idempotent)."""
+
+    def write(self, record: RequestRecord) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class RecordWriter:
     """Append records to a JSONL file, one line each, written out as they complete.
 
@@ -216,6 +242,105 @@ class RecordWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def sink_path(sink: Any) -> str | None:
+    """The file a sink writes to, for error messages (``None``: not a file)."""
+    p = getattr(sink, "path", None) or getattr(sink, "records_path", None)
+    return None if p is None else str(p)
+
+
+class FanoutSink:
+    """Writes each record to every sink in ``sinks`` (the ``--out`` JSONL and the run store). A
+    failing sink does not starve the others; the first failure is re-raised after all were tried,
+    with ``ps_path`` naming the file that failed."""
+
+    def __init__(self, sinks: Sequence[RecordSink]) -> None:
+        self.sinks = list(sinks)
+
+    def write(self, record: RequestRecord) -> None:
+        first: BaseException | None = None
+        for s in self.sinks:
+            try:
+                s.write(record)
+            except Exception as exc:  # noqa: BLE001 - re-raised below with the failing path
+                if first is None:
+                    first = exc
+                    exc.ps_path = sink_path(s)  # type: ignore[attr-defined]
+        if first is not None:
+            raise first
+
+    def close(self) -> None:
+        for s in self.sinks:
+            s.close()
+
+
+class ThreadedSink:
+    """Hands records to ``sink`` on a thread of its own, so disk I/O never blocks an event loop.
+
+    ``write`` only enqueues. The first failure is kept in ``error`` (one line: "cannot write records
+    to PATH: cause") and passed to ``on_error`` (the runner stops sending there); later records are
+    dropped, not retried. ``close`` waits until every record handed in was written; it does not close
+    ``sink``, which belongs to whoever opened it (the run's :func:`~phasescope.lifecycle.run_output`)."""
+
+    def __init__(self, sink: RecordSink | None, on_error: Callable[[str], None] | None = None,
+                 name: str = "phasescope-records") -> None:
+        import queue
+
+        self._sink = sink
+        self._q: "queue.SimpleQueue[RequestRecord | None]" = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None
+        self._on_error = on_error
+        if sink is not None:
+            self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        assert self._sink is not None
+        while True:
+            rec = self._q.get()
+            if rec is None:
+                return
+            if self.error is not None:
+                continue
+            try:
+                self._sink.write(rec)
+            except Exception as exc:  # noqa: BLE001 - a full disk must stop the run, not kill this thread
+                from phasescope.errors import PhasescopeError
+                from phasescope.safeio import os_cause
+
+                path = getattr(exc, "ps_path", None) or sink_path(self._sink) or "the records file"
+                self.error = str(exc) if isinstance(exc, PhasescopeError) else \
+                    f"cannot write records to {path}: {os_cause(exc)}"
+                if self._on_error is not None:
+                    self._on_error(self.error)
+
+    def write(self, record: RequestRecord) -> None:
+        if self._thread is not None:
+            self._q.put(record)
+
+    put = write
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._q.put(None)
+            self._thread.join()
+            self._thread = None
+
+
+class QueueSink:
+    """Puts each record on a queue (``queue.SimpleQueue`` in a Ray actor, a ``multiprocessing``
+    queue from a ``--workers`` process): whoever reads it writes the record to the run's sink."""
+
+    def __init__(self, q: Any) -> None:
+        self.q = q
+
+    def write(self, record: RequestRecord) -> None:
+        self.q.put(record)
+
+    def close(self) -> None:
+        pass
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:

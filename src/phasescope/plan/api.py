@@ -225,20 +225,20 @@ def run_plan(o: PlanOptions) -> dict[str, Any]:
 
 
 def _save(doc: dict[str, Any], spec: PlanSpec, res: SimResult | None, o: PlanOptions) -> str | None:
-    try:
-        from phasescope.report.store import open_store
-    except ImportError:  # pragma: no cover
-        return None
-    store = open_store()
+    """Record the plan as a run (kind ``plan``) through :func:`phasescope.lifecycle.run_output`: its
+    simulated requests as records, its summary; the store's id (None: the store was unavailable and
+    the run went to the fallback folder)."""
+    from phasescope.lifecycle import run_output
+
     params = {"mode": doc["mode"], **doc["config"], "cost_model": doc["cost_model"]["params"],
               "calibrated_from": o.calibrate_from}
     target = f"sim://{doc['device']}/{doc['model']}"
-    with store.recording("plan", target, params, model=doc["model"], device=doc["device"], api="sim",
-                         engine=f"sim-{spec.sched.policy}") as run:
+    with run_output("plan", target, params, model=doc["model"], device=doc["device"], api="sim",
+                    engine=f"sim-{spec.sched.policy}") as run:
         if res is not None:
             for rec in to_records(res, model=doc["model"], target=target, wall_base_ns=time.time_ns(),
                                   limit=o.records_limit, tags={"plan_mode": doc["mode"]}):
-                run.add(rec)
+                run.write(rec)
         summary = dict(doc.get("summary") or {})
         summary["warnings"] = doc.get("warnings") or []
         for k in ("sweep", "capacity"):
@@ -249,7 +249,7 @@ def _save(doc: dict[str, Any], spec: PlanSpec, res: SimResult | None, o: PlanOpt
             summary["disaggregation"] = {k: v for k, v in dz.items() if k not in ("colocated", "disaggregated")}
             summary["colocated"] = dz["colocated"]["summary"]
         run.finish(summary)
-        return run.id
+        return run.store_id
 
 
 def options_dict(o: PlanOptions) -> dict[str, Any]:

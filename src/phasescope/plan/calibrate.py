@@ -82,10 +82,8 @@ def load_calibration_records(ref: str) -> list[RequestRecord]:
     else:
         if ref.endswith((".jsonl", ".json")) or "/" in ref:
             raise InputError(f"file not found: {ref}")
-        try:
-            from phasescope.report.store import open_store
-        except ImportError:  # pragma: no cover - the store ships with phasescope
-            raise InputError(f"{ref!r} is not a file and the run store is unavailable") from None
+        from phasescope.store import open_store
+
         store = open_store()
         info = store.get(ref)
         recs = store.load_records(info.id)

@@ -2,7 +2,8 @@
 
 :func:`probe` resolves the target (or starts the embedded engine), builds prompts of exact token
 lengths, sends a discarded warm-up and ``repeat`` rounds of each size one at a time, saves every
-record as it completes, and returns the result object that ``probe --json`` prints::
+record as it completes (:func:`phasescope.lifecycle.run_output`: the run store and/or ``--out``, else
+the fallback folder; Ctrl-C or a dead server keeps the partial run), and returns the result object that ``probe --json`` prints::
 
     {"target", "api", "engine", "engine_version", "model",
      "sizes": [{"prompt_tokens", "ttft_s", "ttft_net_s", "prefill_tok_s", "decode_tok_s",
@@ -17,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from pathlib import Path
 from typing import Any, Callable
 
 from phasescope import errors as E
 from phasescope.apis import new_session
 from phasescope.apis.base import Timeouts
 from phasescope.apis.resolve import open_target
-from phasescope.jsonutil import dumps
-from phasescope.measure.records import RecordWriter, RequestRecord
 from phasescope.probe import ceilings as C
 from phasescope.probe.runner import ProbePlan, run_probe
 from phasescope.probe.summary import size_summary, verdict, warmup_summary
@@ -39,17 +37,6 @@ def summarize_run(run: Any) -> dict[str, Any]:
         recs = [r for r in run.records if r.tags.get("prompt_tokens_target") == n]
         sizes.append(size_summary(n, recs))
     return {"sizes": sizes, "verdict": verdict(sizes), "warmup": warmup_summary(run.warmup, sizes)}
-
-
-def _open_store_recording(target: Any, params: dict[str, Any]) -> tuple[Any, Any]:
-    try:
-        from phasescope.report.store import open_store
-    except ImportError:
-        return None, None
-    store = open_store()
-    cm = store.recording(kind="probe", target=target, params=params, model=target.model, api=target.api,
-                         engine=target.engine, engine_version=target.engine_version)
-    return cm, cm.__enter__()
 
 
 def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_key: str | None = None,
@@ -90,31 +77,11 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
         say(f"target {target.display_url}: {target.engine} {target.engine_version or ''}, api {target.api}, model {target.model}")
         params = {"sizes": plan.sizes, "max_tokens": plan.max_tokens, "repeat": plan.repeat, "warmup": plan.warmup,
                   "retries": plan.retries, "api": target.api}
-        writer: RecordWriter | None = None
-        out_path: Path | None = None
-        from phasescope.safeio import new_run_dir, prepare_out_dir, write_text
+        from phasescope.lifecycle import run_output
 
-        if out_dir is not None:
-            out_path = prepare_out_dir(out_dir)
-            writer = RecordWriter(out_path / "records.jsonl")
-        store_cm, recording = (None, None)
-        if save:
-            try:
-                store_cm, recording = _open_store_recording(target, params)
-            except (E.PhasescopeError, OSError) as exc:
-                say(f"run store unavailable ({exc}); records only in --out")
-        if writer is None and recording is None:
-            out_path = new_run_dir("phasescope-runs", "probe-")  # unique, created exclusively
-            writer = RecordWriter(out_path / "records.jsonl")
-
-        def on_record(rec: RequestRecord) -> None:
-            if writer is not None:
-                writer.write(rec)
-            if recording is not None:
-                recording.add(rec)
-
-        exc_info: tuple[Any, Any, Any] = (None, None, None)
-        try:
+        # the store and/or --out, else the fallback folder; each record written as it completes
+        with run_output("probe", target, params, out_dir=out_dir, store=save, say=say,
+                        engine_version=target.engine_version) as out:
             from phasescope.measure.host import HostSampler
 
             async with new_session(connect_timeout_s=target.timeouts.connect_s) as session:
@@ -122,7 +89,7 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                     gpu.start()
                 host = HostSampler(target.base_url).start()
                 try:
-                    run = await run_probe(target, plan, on_record=on_record, progress=say, session=session)
+                    run = await run_probe(target, plan, on_record=out.write, progress=say, session=session)
                 finally:
                     host_d = host.stop()
                 result: dict[str, Any] = {
@@ -159,18 +126,7 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
             from phasescope.probe.summary import probe_warnings
 
             result["warnings"] = probe_warnings(result, run, host_d, result.get("warnings"))
-            result["records_path"] = str(recording.records_path) if recording is not None else str(out_path / "records.jsonl")
-            result["run_id"] = recording.id if recording is not None else None
-            if out_path is not None:
-                write_text(out_path / "summary.json", dumps(result, indent=2) + "\n", what="summary")
-            if recording is not None:
-                recording.finish(result)
+            result["records_path"] = out.records_path
+            result["run_id"] = out.store_id
+            out.finish(result)
             return result
-        except BaseException as exc:
-            exc_info = (type(exc), exc, exc.__traceback__)
-            raise
-        finally:
-            if writer is not None:
-                writer.close()
-            if store_cm is not None:
-                store_cm.__exit__(*exc_info)

@@ -58,7 +58,7 @@ from phasescope.report.samples import (
     samples_of,
     usable,
 )
-from phasescope.report.store import RunInfo
+from phasescope.store import RunInfo
 
 MIN_SAMPLES = 3
 #: a tail percentile (TTFT p99) needs this many requests per side

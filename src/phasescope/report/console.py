@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from phasescope.report.compare import Comparison
-from phasescope.report.store import RunInfo
+from phasescope.store import RunInfo
 
 
 def fmt_value(v: float | int | None, unit: str) -> str:

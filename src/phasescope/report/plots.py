@@ -46,7 +46,7 @@ from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import fit_quadratic_nonneg, median, percentile
 from phasescope.report.samples import samples_of, usable
-from phasescope.report.store import RunInfo
+from phasescope.store import RunInfo
 
 Run = tuple[RunInfo, list[RequestRecord]]
 

@@ -1,91 +1,40 @@
-"""``bench --ray [ADDRESS]``: one arrival schedule, partitioned over Ray actors, records merged exactly.
+"""The Ray driver: :func:`run_ray` runs one schedule over N :class:`~phasescope.load.ray.actor.LoadActor`.
 
-Why Ray: past one machine a load generator needs a distributed runtime; Ray is what LLMPerf uses,
-runs on a laptop as well as a cluster, and schedules actors by declared resources. Ray is an
-optional extra (``pip install 'phasescope[ray]'``) imported only here, lazily.
-
-Design (the driver is the process running ``phasescope bench``):
-
-1. The driver computes the schedule once (:func:`phasescope.load.schedule.build_schedule`) and the
-   workload, then splits the schedule with :meth:`Schedule.partition` (request ``i`` → actor
-   ``i mod N``, offsets unchanged, so the union of all sends *is* the schedule) and a
-   ``--max-concurrency`` cap with :func:`phasescope.load.workers.split_concurrency`.
-2. ``N`` actors (:class:`LoadActor`, ``num_cpus=--ray-actor-cpus`` each, ``SPREAD`` over nodes) each
-   run the ordinary async runner (:func:`phasescope.load.runner.run_load`) on their own event loop
-   in their own thread, with their own aiohttp session — exactly the single-process code path.
-3. Each actor queues every record the moment its request completes; the driver keeps one
-   ``poll()`` call in flight per actor (a batch of records, at most ``POLL_S`` old), writes each
-   record to the run's JSONL and the run store as it arrives, and feeds the live progress bar.
-4. Merge: the measured records of all actors, sorted by (aligned) start time. Nothing is
-   recomputed per actor: the summary is :func:`phasescope.load.summary.summarize` of the merged
-   records, as for one process.
-
-Clocks (stated, because timing is the product):
-
-* Every duration (TTFT, ITL, E2EL, queue, send lag) is a difference of two readings of **one
-  actor's** ``perf_counter_ns`` — never across processes or machines. Records keep those raw
-  readings unchanged.
-* Cross-actor alignment (start together, one timeline, the run's duration and peaks) uses a
-  **measured offset** per actor: the driver pings the actor ``k`` times; with driver readings
-  ``a`` (send) and ``c`` (reply) around the actor's reading ``b``,
-  ``offset = b − (a + c)/2`` (actor clock − driver clock) from the ping with the smallest round
-  trip, and the uncertainty is ``(c − a)/2`` of that ping (the actor read its clock somewhere in
-  ``[a, c]``). Measured before the run and again after it (``drift_ns``).
-* Start: after every actor finished its warm-ups the driver picks ``t0`` on its own clock
-  (``now + START_LEAD_S``) and sends each actor ``t0 + offset``; so all actors share one t0 to
-  within the offset uncertainty.
-* ``wall_start_ns`` of a Ray record is placed on the **driver's** wall clock through the offset
-  (``driver_wall_t0 + (t_start − offset − driver_mono_t0)``); the actor's own wall reading is
-  kept in ``tags["actor_wall_start_ns"]``. Summaries across actors use ``wall_start_ns``
-  (:func:`summarize`), so no NTP agreement between machines is assumed.
-
-Honesty at scale: each actor reports its own :class:`~phasescope.load.runner.RunnerHealth`
-(event-loop lag, CPU of its process, send lag = achieved vs scheduled send time); the driver turns
-each into warnings naming the actor, and while the run goes it watches every actor's rolling send
-lag and says so the moment one falls behind. An actor that dies (node lost, OOM, ``ray.kill``) is
-reported: each request it owned that never completed gets a record with ``ok=False`` and
-``error_kind="worker_lost"`` (``tags["lost"]`` = ``"in_flight"`` or ``"unsent"``), and the run is
-marked partial — never silently dropped. (For an endless closed loop only the requests in flight
-at its last report are known.)
+Steps (the package docstring, :mod:`phasescope.load.ray`, says why): connect (a running connection,
+``ADDRESS``, or a loopback cluster started for the run), place the actors (``SPREAD``,
+``num_cpus=--ray-actor-cpus``), measure each clock offset (:mod:`phasescope.load.ray.clock`), hand
+each its part of the schedule, start them together, poll records as they complete and write each to
+the run's sink (on a :class:`~phasescope.measure.records.ThreadedSink`), record a dead actor's
+unfinished requests as ``worker_lost`` (:func:`lost_records`), and merge (:func:`merge`). Ray is
+imported lazily (:func:`import_ray`): without it ``--ray`` is one line saying how to install it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
-import queue
 import secrets
-import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from phasescope.apis.base import Target
-from phasescope.errors import InputError, PhasescopeError
-from phasescope.load.bench import _Fanout, _install_sigint, _restore_sigint
-from phasescope.measure.warnings import MeasurementWarning
-from phasescope.load.runner import BackgroundWriter, RunnerHealth, RunResult, health_warnings, run_load
+from phasescope.errors import InputError, RayError
+from phasescope.load.ray.actor import LoadActor
+from phasescope.load.ray.clock import START_LEAD_S, ClockOffset, align, measure_offset
+from phasescope.load.runner import RunnerHealth, RunResult, health_warnings
 from phasescope.load.schedule import Schedule, ScheduledRequest
-from phasescope.load.workers import _result_meta, resolve_send, split_concurrency
+from phasescope.load.workers import split_concurrency
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
-from phasescope.measure.records import RecordWriter, RequestRecord
+from phasescope.measure.records import RecordSink, RequestRecord, ThreadedSink
+from phasescope.measure.warnings import MeasurementWarning
 
-POLL_S = 0.1  #: longest an actor holds a completed record before the driver has it
-START_LEAD_S = 0.2  #: t0 is this far ahead of the driver's "go", so every actor hears it in time
-PING_SAMPLES = 15
 LOST = "worker_lost"
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 INSTALL_HINT = "--ray needs Ray: pip install 'phasescope[ray]'"
-
-
-class RayError(PhasescopeError):
-    """Ray could not run the load (cluster unreachable, no room for the actors, actor start failed)."""
-
-    exit_code = 3
 
 
 def import_ray(local: bool = False) -> Any:
@@ -101,170 +50,6 @@ def import_ray(local: bool = False) -> Any:
     except ImportError:
         raise InputError(INSTALL_HINT) from None
     return ray
-
-
-# ------------------------------------------------------------------------------------------------
-# the actor (a plain class; ray.remote() wraps it at run time so importing this module needs no Ray)
-
-
-class _QueueSink:
-    """The runner's record writer inside an actor: hands every record (warm-ups too) to the queue."""
-
-    def __init__(self, q: "queue.SimpleQueue[RequestRecord]") -> None:
-        self.q = q
-
-    def write(self, rec: RequestRecord) -> None:
-        self.q.put(rec)
-
-
-class LoadActor:
-    """One async runner in a Ray worker process. Methods are called by the driver (threaded actor)."""
-
-    def __init__(self, idx: int, name: str) -> None:
-        self.idx = idx
-        self.name = name
-        self._q: "queue.SimpleQueue[RequestRecord]" = queue.SimpleQueue()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._astop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._go = threading.Event()
-        self._stop_req = threading.Event()
-        self._t0: int | None = None
-        self._thread: threading.Thread | None = None
-        self._meta: dict[str, Any] | None = None
-        self._error: str | None = None
-        self._finished = threading.Event()
-        self._in_flight: set[int] = set()
-        self._sent = 0
-
-    def ping(self) -> int:
-        return now_ns()
-
-    def info(self) -> dict[str, Any]:
-        import platform
-
-        import phasescope
-
-        try:
-            import ray
-
-            ip = ray.util.get_node_ip_address()
-            node_id = ray.get_runtime_context().get_node_id()
-            ray_version = ray.__version__
-        except Exception:  # pragma: no cover - inside an actor ray is importable
-            ip, node_id, ray_version = None, None, None
-        return {"name": self.name, "node_ip": ip, "node_id": node_id, "hostname": socket.gethostname(), "pid": os.getpid(),
-                "phasescope": phasescope.__version__, "ray": ray_version, "python": platform.python_version(),
-                "cpu_count": os.cpu_count()}
-
-    def start(self, part: Schedule, items: Sequence[WorkItem], target: Target, cap: int | None, run_id: str,
-              send_ref: str | None, kw: dict[str, Any]) -> None:
-        self._thread = threading.Thread(target=self._run, args=(part, items, target, cap, run_id, send_ref, kw),
-                                        name=f"phasescope-{self.name}", daemon=True)
-        self._thread.start()
-
-    def _run(self, *args: Any) -> None:
-        try:
-            self._meta = asyncio.run(self._main(*args))
-        except BaseException as exc:  # reported through poll(), never lost
-            self._error = f"{type(exc).__name__}: {exc}"
-        finally:
-            self._ready.set()
-            self._finished.set()
-
-    async def _main(self, part: Schedule, items: Sequence[WorkItem], target: Target, cap: int | None, run_id: str,
-                    send_ref: str | None, kw: dict[str, Any]) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        self._astop = asyncio.Event()
-        if self._stop_req.is_set():
-            self._astop.set()
-        base = resolve_send(send_ref, target)
-
-        async def tracked(session: Any, tgt: Target, req: Any) -> RequestRecord:
-            idx = (req.tags or {}).get("index")
-            measured = idx is not None and not str(req.id or "").endswith(f"-w{idx}")
-            if measured:
-                self._in_flight.add(int(idx))
-                self._sent += 1
-            try:
-                return await base(session, tgt, req)  # type: ignore[no-any-return]
-            finally:
-                if measured:
-                    self._in_flight.discard(int(idx))
-
-        async def gate() -> int:
-            self._ready.set()
-            while not await loop.run_in_executor(None, self._go.wait, 0.2):
-                pass
-            return self._t0 if self._t0 is not None else now_ns()
-
-        res = await run_load(part, items, target, send=tracked, max_concurrency=cap,
-                             writer=_QueueSink(self._q), stop=self._astop,  # type: ignore[arg-type]
-                             worker=self.name, run_id=run_id, start_gate=gate, **kw)
-        return _result_meta(res) | {"t0_ns": res.t0_ns}
-
-    def go(self, t0_ns: int) -> None:
-        self._t0 = int(t0_ns)
-        self._go.set()
-
-    def stop(self) -> None:
-        self._stop_req.set()
-        self._go.set()
-        if self._loop is not None and self._astop is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._astop.set)
-            except RuntimeError:  # loop already closed
-                pass
-
-    def poll(self, timeout_s: float = POLL_S, max_batch: int = 2000) -> dict[str, Any]:
-        """Records completed since the last poll (waits up to ``timeout_s`` for the first one).
-        ``done`` is the run's metadata once the runner returned and every record was handed over."""
-        recs: list[RequestRecord] = []
-        finished_before = self._finished.is_set()
-        try:
-            recs.append(self._q.get(timeout=timeout_s))
-        except queue.Empty:
-            pass
-        while len(recs) < max_batch:
-            try:
-                recs.append(self._q.get_nowait())
-            except queue.Empty:
-                break
-        done = finished_before and self._q.empty() and len(recs) < max_batch
-        return {"records": recs, "ready": self._ready.is_set(), "in_flight": sorted(self._in_flight),
-                "sent": self._sent, "done": done, "meta": self._meta if done else None,
-                "error": self._error if done else None}
-
-
-# ------------------------------------------------------------------------------------------------
-# the driver
-
-
-@dataclass
-class ClockOffset:
-    """Actor clock − driver clock (ns), from the ping with the smallest round trip."""
-
-    offset_ns: int
-    uncertainty_ns: int
-    rtt_ns: int
-    samples: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def measure_offset(ray: Any, actor: Any, samples: int = PING_SAMPLES) -> ClockOffset:
-    """NTP-style midpoint estimate (module docstring): ``b − (a + c)/2``, ± ``(c − a)/2``."""
-    best: tuple[int, int] | None = None
-    for _ in range(samples):
-        a = now_ns()
-        b = ray.get(actor.ping.remote())
-        c = now_ns()
-        if best is None or c - a < best[0]:
-            best = (c - a, b - (a + c) // 2)
-    assert best is not None
-    return ClockOffset(offset_ns=best[1], uncertainty_ns=best[0] // 2, rtt_ns=best[0], samples=samples)
 
 
 @dataclass
@@ -341,7 +126,7 @@ def run_ray(
     max_concurrency: int | None = None,
     run_id: str = "run",
     send_ref: str | None = None,
-    writer: Any = None,
+    writer: RecordSink | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     on_status: Callable[[str], None] | None = None,
@@ -353,8 +138,8 @@ def run_ray(
 ) -> RayRunResult:
     """Run ``schedule`` over ``n_actors`` Ray actors; blocks until all finish, die or ``stop``.
 
-    ``writer``: gets every record (warm-ups included) as it arrives, on a background thread
-    (``write(rec)``). ``on_record``: every measured record, on the driver thread (progress).
+    ``writer``: the run's :class:`~phasescope.measure.records.RecordSink`; gets every record (warm-ups
+    included) as it arrives, on a background thread; a failure there stops the run (``write_error``). ``on_record``: every measured record, on the driver thread (progress).
     ``on_start(t0_ns)``: called with t0 on the driver's clock when the measured part starts.
     ``on_actors(handles)``: the actor handles once created (tests use it to kill one).
     ``kw`` goes to :func:`run_load` (``abort_after_errors``, ``drain_timeout_s``, ``ignore_eos``,
@@ -370,7 +155,7 @@ def run_ray(
     caps = split_concurrency(max_concurrency, n_actors)
     parts = schedule.partition(n_actors)
     started, where = _connect(ray, address, n_actors * actor_cpus)
-    bw = BackgroundWriter(writer)
+    bw = ThreadedSink(writer, on_error=lambda _why: stop.set())  # type: ignore[union-attr]
     actors: list[ActorState] = []
     d_mono0, d_wall0 = now_ns(), wall_ns()
     t0_d: int | None = None
@@ -448,7 +233,7 @@ def run_ray(
                 a.ready = a.ready or bool(out["ready"])
                 a.in_flight = list(out["in_flight"])
                 for rec in out["records"]:
-                    _align(rec, a, d_mono0, d_wall0)
+                    align(rec, a.off, a.name, d_mono0, d_wall0)
                     if (rec.tags or {}).get("warmup"):
                         res.warmup_records.append(rec)
                     else:
@@ -473,7 +258,7 @@ def run_ray(
         for a in actors:
             if a.dead is None:
                 continue
-            a.lost = _lost_records(a, schedule, target, run_id, t0_d, d_mono0, d_wall0)
+            a.lost = lost_records(a, schedule, target, run_id, t0_d, d_mono0, d_wall0)
             for rec in a.lost:
                 res.records.append(rec)
                 bw.put(rec)
@@ -487,6 +272,8 @@ def run_ray(
                     pass
     finally:
         bw.close()
+        if bw.error is not None:
+            res.write_error = bw.error
         for a in actors:
             try:
                 ray.kill(a.handle, no_restart=True)
@@ -494,22 +281,13 @@ def run_ray(
                 pass
         if started:
             ray.shutdown()
-    return _merge(res, actors, schedule, t0_d, d_mono0, d_wall0, where, started, actor_cpus, stop)
+    return merge(res, actors, schedule, t0_d, d_mono0, d_wall0, where, started, actor_cpus, stop)
 
 
 def _version() -> str:
     import phasescope
 
     return phasescope.__version__
-
-
-def _align(rec: RequestRecord, a: ActorState, d_mono0: int, d_wall0: int) -> None:
-    """Place the record on the driver's wall clock through the measured offset (module docstring)."""
-    rec.tags = dict(rec.tags or {})
-    rec.tags["actor_wall_start_ns"] = rec.wall_start_ns
-    rec.wall_start_ns = d_wall0 + (rec.t_start_ns - a.off - d_mono0)
-    if rec.worker is None:
-        rec.worker = a.name
 
 
 def _watch_lag(a: ActorState, rec: RequestRecord, lag_warn_ms: float, status: Callable[[str], None]) -> None:
@@ -529,7 +307,7 @@ def _watch_lag(a: ActorState, rec: RequestRecord, lag_warn_ms: float, status: Ca
                    "(add --ray-workers or lower the load)")
 
 
-def _lost_records(a: ActorState, schedule: Schedule, target: Target, run_id: str, t0_d: int | None,
+def lost_records(a: ActorState, schedule: Schedule, target: Target, run_id: str, t0_d: int | None,
                   d_mono0: int, d_wall0: int) -> list[RequestRecord]:
     """One ``worker_lost`` record per request the dead actor owned and never returned."""
     died_d = a.died_at_ns or now_ns()
@@ -557,7 +335,7 @@ def _lost_records(a: ActorState, schedule: Schedule, target: Target, run_id: str
     return out
 
 
-def _merge(res: RayRunResult, actors: list[ActorState], schedule: Schedule, t0_d: int | None, d_mono0: int,
+def merge(res: RayRunResult, actors: list[ActorState], schedule: Schedule, t0_d: int | None, d_mono0: int,
            d_wall0: int, where: str, started: bool, actor_cpus: float, stop: threading.Event) -> RayRunResult:
     res.records.sort(key=lambda r: (r.wall_start_ns, (r.tags or {}).get("index", 0)))
     res.warmup_records.sort(key=lambda r: r.wall_start_ns)
@@ -606,6 +384,8 @@ def _merge(res: RayRunResult, actors: list[ActorState], schedule: Schedule, t0_d
     res.health = RunnerHealth.merge(healths) if healths else RunnerHealth()
     if problems:
         res.aborted = "; ".join(problems) if res.aborted is None else res.aborted + "; " + "; ".join(problems)
+    if res.write_error is not None:
+        res.aborted = res.aborted or f"stopped: {res.write_error}"
     if stop.is_set() and res.aborted is None:
         res.interrupted = True
     unc = max((a.clock.uncertainty_ns for a in actors if a.clock), default=None)
@@ -630,92 +410,3 @@ def add_ray_summary(summary: dict[str, Any], res: RunResult) -> None:
     from phasescope.measure.warnings import to_json
 
     summary["warnings"] = to_json(list(summary.get("warnings") or []) + res.actor_warnings)
-
-
-def run_bench_ray(cfg: Any, sched: Schedule, items: list[WorkItem], target: Target, out_dir: Any, recording: Any,
-                  on_record: Any, stop: threading.Event, run_id: str, recorder: Any,
-                  status: Callable[[str], None] | None = None) -> RayRunResult:
-    """:func:`phasescope.load.bench.run_bench`'s Ray branch: records to ``out_dir/records.jsonl`` and the
-    run store as they arrive, /metrics timeline started at t0 (driver clock)."""
-    from phasescope.load.routing import send_ref_for
-
-    sinks: list[Any] = []
-    file_writer = RecordWriter(out_dir / "records.jsonl") if out_dir is not None else None
-    if file_writer is not None:
-        sinks.append(file_writer)
-    if recording is not None:
-        sinks.append(recording)
-    extra: dict[str, Any] = {}
-    if getattr(cfg, "prewarm", False):  # the runner's connection pre-warm, when it has one: split over actors
-        import inspect
-
-        from phasescope.load import runner as _runner
-
-        if "prewarm_connections" in inspect.signature(run_load).parameters and hasattr(_runner, "prewarm_count"):
-            extra["prewarm_connections"] = -(-_runner.prewarm_count(sched, cfg.max_concurrency) // cfg.ray_workers)
-    prev = _install_sigint(stop.set)
-    try:
-        return run_ray(sched, items, target, n_actors=cfg.ray_workers, address=cfg.ray_address,
-                       actor_cpus=cfg.ray_actor_cpus, max_concurrency=cfg.max_concurrency, run_id=run_id,
-                       send_ref=send_ref_for(target), writer=_Fanout(sinks) if sinks else None, on_record=on_record,
-                       on_start=(lambda t0: recorder.start(t0)) if recorder is not None else None,
-                       on_status=status, stop=stop, abort_after_errors=cfg.abort_after_errors,
-                       drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos, **extra)
-    finally:
-        _restore_sigint(prev)
-        if file_writer is not None:
-            file_writer.close()
-
-
-def u_is_http(u: str) -> bool:
-    return u.lower().startswith(("http://", "https://"))
-
-
-def check_scale_out_flags(url: str | None, extra: str | None, targets: Sequence[str], route: str, ray: bool, *,
-                          sweep: bool = False) -> tuple[str | None, list[str], str, bool, str | None]:
-    """Validate ``--target/--route/--ray [ADDRESS]`` and split the positionals.
-
-    ``bench [URL] [ADDRESS] --ray``: a positional starting with ``http://``/``https://`` is the
-    target; any other (``host:6379``, ``ray://host:10001``, ``auto``) is the Ray address; two
-    scheme-less values are URL then ADDRESS. Returns ``(url, targets, route, ray, ray_address)``
-    (address ``None`` = start a local cluster). With ``--ray`` and no Ray installed: one line
-    saying ``pip install 'phasescope[ray]'``.
-    """
-    from phasescope.load.routing import ROUTES
-
-    if route not in ROUTES:
-        raise InputError(f"unknown --route {route!r} (choose from {', '.join(ROUTES)})")
-    targets = [t for t in targets if t]
-    from phasescope.apis.base import redact_url
-
-    seen: set[str] = set()
-    for u in ([url] if url and (not ray or u_is_http(url)) else []) + targets:
-        key = redact_url(u if "://" in u else "http://" + u).rstrip("/")
-        if key in seen:
-            raise InputError(f"--target given twice: {u}")
-        seen.add(key)
-    if sweep and (targets and (url or len(targets) > 1)):
-        raise InputError("--sweep runs against one endpoint; pass one URL (several --target are for bench runs)")
-    if not ray:
-        if extra:
-            raise InputError(f"unexpected argument {extra!r} (a second positional is the Ray ADDRESS and needs --ray)")
-        return url, targets, route, False, None
-    pos = [v for v in (url, extra) if v]
-    is_http = [v.lower().startswith(("http://", "https://")) for v in pos]
-    address: str | None = None
-    if len(pos) == 2:
-        if all(is_http):
-            raise InputError("two target URLs given: pass the second with --target")
-        if is_http[1] and not is_http[0]:
-            address, url = pos[0], pos[1]
-        else:
-            url, address = pos[0], pos[1]
-    elif len(pos) == 1:
-        if is_http[0]:
-            url = pos[0]
-        else:
-            url, address = None, pos[0]
-    if address is not None and address.strip().lower() == "local":
-        address = None
-    import_ray(local=address is None)
-    return url, targets, route, True, address

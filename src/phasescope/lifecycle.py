@@ -1,0 +1,207 @@
+"""One run's output from start to finish, the same for every kind of run, and Ctrl-C in one place.
+
+``bench``, ``probe``, ``explain`` and ``plan`` — and through bench the ``--workers`` processes and
+Ray actors, whose records come back to the parent — all go through :func:`run_output`::
+
+    with run_output("bench", target, params, out_dir=cfg.out_dir, store=cfg.store, say=status) as run:
+        ...runner(sink=run.sink)...      # every record written as its request completes
+        run.finish(summary, status=...)  # summary.json + the store's row, both tried
+
+1. **Open.** The run store's :class:`~phasescope.store.Recording` (unless ``store`` is false; a
+   store that cannot be opened is said once through ``say`` and skipped — a run is never lost over
+   it) and the user's ``--out`` folder (``records.jsonl`` + ``summary.json``; a file in its place
+   is bad input, before anything is started). When neither takes the records they go to the
+   **fallback folder**, one rule for every kind: ``$PHASESCOPE_RUNS_DIR`` (default
+   ``./phasescope-runs``) ``/<kind>-<UTC second>-<8 hex>/``, created exclusively
+   (:func:`phasescope.safeio.new_run_dir`), so two runs started in the same second never share one.
+2. **Write.** ``run.sink`` is a :class:`~phasescope.measure.records.RecordSink` (the folder's JSONL
+   and the store's copy, fanned out); the runner hands it each record and never knows where it
+   lands. Redaction happens at the write boundary (``RequestRecord.to_json``, the store's scrub,
+   :func:`phasescope.safeio.write_text`), so no file gets an API key.
+3. **Finish.** ``run.finish(summary, status)`` writes ``summary.json`` into the folder and closes the
+   store's row with ``complete``, ``partial`` (stopped early: Ctrl-C, a dead server, a killed worker
+   or Ray actor, a full disk) or ``failed`` (no request succeeded; the CLI exits 3). Both copies are
+   tried; the first failure is one :class:`~phasescope.errors.OutputError` raised after both.
+4. **Leaving without finish** (an exception; Ctrl-C or SIGTERM arriving as KeyboardInterrupt) closes
+   the files with what reached the disk and marks the stored run ``partial`` with why it stopped.
+
+Signals: :func:`on_sigint` is the one place SIGINT is caught — a load run turns Ctrl-C into its stop
+event, so in-flight requests are cancelled and the summary of what finished is still written;
+:func:`ignore_sigint` is for child processes, whose parent owns Ctrl-C; :func:`sigterm_as_interrupt`
+makes SIGTERM take the Ctrl-C path in the CLI (context managers stop the engine, step 4 runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from phasescope.errors import OutputError
+from phasescope.measure.records import FanoutSink, RecordSink, RecordWriter, RequestRecord
+
+__all__ = ["RunOutput", "fallback_parent", "ignore_sigint", "on_sigint", "run_output", "sigterm_as_interrupt"]
+
+#: where fallback folders go when set (default ``./phasescope-runs``)
+RUNS_DIR_ENV = "PHASESCOPE_RUNS_DIR"
+
+
+def fallback_parent() -> Path:
+    """The folder fallback run folders are created in (module docstring, step 1)."""
+    return Path(os.environ.get(RUNS_DIR_ENV) or "phasescope-runs").expanduser()
+
+
+class RunOutput:
+    """Where one run's records and summary go (see :func:`run_output`)."""
+
+    def __init__(self, kind: str, recording: Any, out_dir: Path | None, fallback: bool) -> None:
+        self.kind = kind
+        self.recording = recording
+        #: the folder holding records.jsonl and summary.json: ``--out`` or the fallback folder (None: store only)
+        self.out_dir = out_dir
+        #: True when ``out_dir`` is the fallback folder (no store, no ``--out``)
+        self.fallback = fallback
+        self._writer = RecordWriter(out_dir / "records.jsonl") if out_dir is not None else None
+        self.sink: RecordSink = FanoutSink([s for s in (self._writer, recording) if s is not None])
+        self.finished = False
+        self.status: str | None = None
+
+    @property
+    def store_id(self) -> str | None:
+        """The run store's id (None when the run is not in the store)."""
+        return self.recording.id if self.recording is not None else None
+
+    @property
+    def id(self) -> str:
+        """The store's id, else the folder's name: what request ids and ``run_id`` are made of."""
+        return self.store_id or (self.out_dir.name if self.out_dir is not None else "run")
+
+    @property
+    def records_path(self) -> str | None:
+        """The JSONL every record went to: the store's copy when there is one, else the folder's."""
+        if self.recording is not None:
+            return str(self.recording.records_path)
+        return str(self.out_dir / "records.jsonl") if self.out_dir is not None else None
+
+    def write(self, record: RequestRecord) -> None:
+        self.sink.write(record)
+
+    def update(self, **fields: Any) -> None:
+        """What was learnt after the start (model, engine, device...) for the store's row."""
+        if self.recording is not None:
+            self.recording.update(**fields)
+
+    def finish(self, summary: dict[str, Any], *, status: str = "complete") -> None:
+        """Write ``summary.json`` (into the folder, if any) and finish the store's row with ``status``.
+        Both are tried; the first failure is raised after both (an :class:`OutputError`)."""
+        from phasescope.jsonutil import dumps
+        from phasescope.safeio import write_text
+
+        errors: list[BaseException] = []
+        self._close_writer()
+        if self.out_dir is not None:
+            try:
+                write_text(self.out_dir / "summary.json", dumps(summary, indent=2) + "\n", what="summary")
+            except OutputError as exc:  # keep the store's copy; report the failure after it
+                errors.append(exc)
+        if self.recording is not None:
+            try:
+                self.recording.finish(summary, status=status)
+            except Exception as exc:  # noqa: BLE001 - a full disk under the store: the folder's copy still stands
+                errors.append(OutputError(
+                    f"cannot finish the run store's copy ({self.recording.records_path}): {exc}"))
+        self.finished = True
+        self.status = status
+        if errors:
+            raise errors[0]
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+    def close(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> None:
+        """Close the files; a run not finished is kept as ``partial`` with why (module docstring, step 4)."""
+        self._close_writer()
+        if self.recording is not None and not self.finished:
+            self.recording.__exit__(exc_type, exc, tb)
+            self.status = "partial"
+
+    def __enter__(self) -> "RunOutput":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close(exc_type, exc, tb)
+
+
+def run_output(kind: str, target: Any, params: dict[str, Any] | None, out_dir: str | os.PathLike[str] | None = None,
+               store: bool | str | os.PathLike[str] | None = True, *, say: Callable[[str], None] | None = None,
+               **row: Any) -> RunOutput:
+    """Open one run's output (module docstring). ``kind``: bench, probe, explain, plan; ``target``:
+    a Target, a URL or ``None``; ``params``: the run's parameters (secrets dropped by the store);
+    ``out_dir``: the user's ``--out``; ``store``: True (the default store), a store path, or False;
+    ``row``: model, api, engine, engine_version, device for the store's row. Use it as a context manager."""
+    from phasescope.safeio import new_run_dir, prepare_out_dir
+
+    tell = say or (lambda _m: None)
+    folder = prepare_out_dir(out_dir) if out_dir is not None else None
+    recording = None
+    why_not: str | None = None
+    if store:
+        try:
+            from phasescope.store import open_store
+
+            db = open_store(None if store is True else store)  # type: ignore[arg-type]
+            recording = db.recording(kind, target, params or {}, **row)
+        except Exception as exc:  # noqa: BLE001 - the store is a convenience; never lose a run over it
+            why_not = str(exc) or type(exc).__name__
+    fallback = recording is None and folder is None
+    if fallback:
+        folder = new_run_dir(fallback_parent(), f"{kind}-")
+    if why_not is not None:
+        tell(f"run store unavailable ({why_not}); records go to {folder}")
+    try:
+        return RunOutput(kind, recording, folder, fallback)
+    except BaseException as exc:  # the folder's JSONL cannot be opened: do not leave a "running" row
+        if recording is not None:
+            recording.__exit__(type(exc), exc, exc.__traceback__)
+        raise
+
+
+# --- signals ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def on_sigint(handler: Callable[[], Any]) -> Iterator[None]:
+    """While the block runs, Ctrl-C calls ``handler()`` (a load run's stop) instead of raising
+    KeyboardInterrupt. Only the main thread can own signals; elsewhere nothing changes."""
+    prev = None
+    if threading.current_thread() is threading.main_thread():
+        try:
+            prev = signal.signal(signal.SIGINT, lambda *_: handler())
+        except ValueError:
+            prev = None
+    try:
+        yield
+    finally:
+        if prev is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, prev)
+
+
+def ignore_sigint() -> None:
+    """In a child process (a ``--workers`` process): Ctrl-C reaches the whole process group, and the
+    parent owns it — it tells the children to stop through their stop event."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def sigterm_as_interrupt() -> None:
+    """SIGTERM (kill, a timeout, a CI runner) takes the same path as Ctrl-C: context managers stop the
+    embedded engine and partial results are kept, instead of dying mid-write. Main thread only."""
+    try:
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:  # not the main thread (embedded use): leave signals alone
+        pass
