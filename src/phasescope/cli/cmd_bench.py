@@ -195,7 +195,7 @@ def bench(
     sweep_steps: int = typer.Option(4, "--sweep-steps", help="Constant rates tested between the two ends."),
     slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (tpot, e2el)."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for records.jsonl + summary.json (+ sweep.csv)."),
-    no_store: bool = typer.Option(False, "--no-store", help="Do not save the run in the run history."),
+    no_store: bool = typer.Option(False, "--no-store", help="Do not save the run in the run history (without --out, records go to ./phasescope-runs/bench-…/)."),
     label: Optional[str] = typer.Option(None, "--label", help="Free-text label saved with the run."),
     parallel: int = typer.Option(4, "--parallel", help="Embedded engine only: llama-server slots (batch size)."),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to connect."),

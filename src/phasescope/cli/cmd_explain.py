@@ -55,6 +55,8 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
     print_warnings(doc.get("warnings"))
     if doc.get("run_id"):
         console.print(f"[dim]saved as run {doc['run_id']} (raw records: {doc['records_path']})[/dim]")
+    elif doc.get("records_path"):  # not in the store: the fallback folder (phasescope.lifecycle)
+        console.print(f"[dim]raw records: {doc['records_path']}[/dim]")
 
 
 def explain(
@@ -66,7 +68,7 @@ def explain(
     api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling (default: `local` for the embedded engine, when `phasescope hw` measured it)."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Record the run (kind explain) in the run store."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Record the run (kind explain) in the run store (--no-save: records in ./phasescope-runs/explain-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print findings and experiments as JSON on stdout."),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
@@ -97,7 +99,7 @@ def experiment(
     api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings/predictions."),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store (--no-save: records in ./phasescope-runs/explain-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print the experiment's result as JSON."),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),

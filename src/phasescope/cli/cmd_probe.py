@@ -45,7 +45,7 @@ def probe(
     device: Optional[str] = typer.Option(None, "--device", help="Device id for ceilings (default: `local` if `phasescope hw` measured it)."),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write records.jsonl and summary.json into this folder."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store (--no-save without --out: ./phasescope-runs/probe-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),

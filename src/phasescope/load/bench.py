@@ -3,6 +3,13 @@
 :func:`run_bench` does one load run; :func:`phasescope.load.sweep.run_sweep` chains several. The
 CLI only parses flags into a :class:`BenchConfig`, passes a progress callback and prints.
 
+Lifecycle: the run's output is opened by :func:`phasescope.lifecycle.run_output` (the run store and/or
+``--out``, else the fallback folder); the runner — one process, ``--workers`` processes
+(:mod:`phasescope.load.workers`) or Ray actors (:mod:`phasescope.load.ray`) — gets its
+:class:`~phasescope.measure.records.RecordSink` and writes every record as it completes; Ctrl-C becomes
+the ``stop`` event (:func:`phasescope.lifecycle.on_sigint`), so the summary of what finished is still
+assembled and the run finishes ``partial``; an exception leaves the stored run ``partial`` with why.
+
 The result (``BenchResult.summary``) is one flat JSON object: the keys ``vllm bench serve
 --save-result`` writes, with the same meanings (``date``, ``backend``, ``model_id``,
 ``num_prompts``, ``request_rate``, ``burstiness``, ``max_concurrency``, ``duration``,

@@ -155,7 +155,7 @@ def run_ray(
     caps = split_concurrency(max_concurrency, n_actors)
     parts = schedule.partition(n_actors)
     started, where = _connect(ray, address, n_actors * actor_cpus)
-    bw = ThreadedSink(writer, on_error=lambda _why: stop.set())  # type: ignore[union-attr]
+    bw = ThreadedSink(writer, on_error=lambda _why: stop.set())  # a full disk stops the run there
     actors: list[ActorState] = []
     d_mono0, d_wall0 = now_ns(), wall_ns()
     t0_d: int | None = None
