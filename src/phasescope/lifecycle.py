@@ -27,7 +27,9 @@ Ray actors, whose records come back to the parent — all go through :func:`run_
 
 Signals: :func:`on_sigint` is the one place SIGINT is caught — a load run turns Ctrl-C into its stop
 event, so in-flight requests are cancelled and the summary of what finished is still written;
-:func:`ignore_sigint` is for child processes, whose parent owns Ctrl-C; :func:`sigterm_as_interrupt`
+:func:`ignore_sigint` is for child processes, whose parent owns Ctrl-C, and :func:`children_start_deaf`
+starts them with SIGINT blocked, so a Ctrl-C while they boot cannot kill one half-started (the parent
+would wait forever writing its arguments to a pipe nobody reads); :func:`sigterm_as_interrupt`
 makes SIGTERM take the Ctrl-C path in the CLI (context managers stop the engine, step 4 runs).
 """
 
@@ -43,7 +45,8 @@ from typing import Any, Callable, Iterator
 from phasescope.errors import OutputError
 from phasescope.measure.records import FanoutSink, RecordSink, RecordWriter, RequestRecord
 
-__all__ = ["RunOutput", "fallback_parent", "ignore_sigint", "on_sigint", "run_output", "sigterm_as_interrupt"]
+__all__ = ["RunOutput", "children_start_deaf", "fallback_parent", "ignore_sigint", "on_sigint", "run_output",
+           "sigterm_as_interrupt"]
 
 #: where fallback folders go when set (default ``./phasescope-runs``)
 RUNS_DIR_ENV = "PHASESCOPE_RUNS_DIR"
@@ -186,6 +189,23 @@ def on_sigint(handler: Callable[[], Any]) -> Iterator[None]:
     finally:
         if prev is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, prev)
+
+
+@contextlib.contextmanager
+def children_start_deaf() -> Iterator[None]:
+    """Processes started inside the block begin life with SIGINT blocked (the signal mask is inherited
+    across fork and exec), until they ignore it themselves (:func:`ignore_sigint`). A terminal's Ctrl-C
+    reaches the whole process group; a ``spawn`` child that dies of it while importing would leave the
+    parent blocked in ``Process.start()`` writing the child's arguments into a full pipe. Here, the
+    parent's own Ctrl-C is only deferred until the block ends (then ``on_sigint``'s handler runs)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def ignore_sigint() -> None:

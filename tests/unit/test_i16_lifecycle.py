@@ -356,3 +356,38 @@ def test_a_killed_worker_leaves_a_partial_run_with_everything_it_finished(srv: F
     w1 = {r.id for r in read_records(tmp_path / "out" / "records" / "worker-1.jsonl")}
     assert w1 and w1 <= stored  # what the killed worker finished is in the run
     assert stored == {r.id for r in read_records(tmp_path / "out" / "records.jsonl")}
+
+
+def _report_mask(q: Any) -> None:
+    import signal
+
+    q.put(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []))
+
+
+def test_worker_processes_start_with_ctrl_c_blocked_and_the_parent_gets_it_after() -> None:
+    """A Ctrl-C while --workers processes boot used to kill one half-started and hang bench in
+    Process.start() (seen: a parent blocked writing 64 KB of arguments to a dead child's pipe)."""
+    import multiprocessing as mp
+    import signal
+
+    from phasescope.lifecycle import children_start_deaf, on_sigint
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    got: list[int] = []
+    with on_sigint(lambda: got.append(1)):
+        with children_start_deaf():
+            p = ctx.Process(target=_report_mask, args=(q,))
+            p.start()
+            signal.raise_signal(signal.SIGINT)  # arrives while children boot: deferred, not lost
+            assert got == []
+        assert got == [1]
+        assert q.get(timeout=60) is True
+        p.join(30)
+    assert SIGINT_free()
+
+
+def SIGINT_free() -> bool:
+    import signal
+
+    return signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])

@@ -200,8 +200,11 @@ def run_workers(
                           go, t0_wall, stop_ev, result_q))
         for i in range(n_workers)
     ]
-    for p in procs:
-        p.start()
+    from phasescope.lifecycle import children_start_deaf
+
+    with children_start_deaf():  # a Ctrl-C while they boot must not kill one half-started
+        for p in procs:
+            p.start()
     metas: dict[int, dict[str, Any]] = {}
     failures: list[str] = []
     follow = [_Follow(p) for p in paths]
