@@ -391,3 +391,31 @@ def SIGINT_free() -> bool:
     import signal
 
     return signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+@pytest.mark.timeout(120)
+def test_explain_on_a_full_disk_is_a_partial_run_and_says_so(srv: FakeServer, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """explain's records used to go through a sink that swallowed every write failure: a full disk
+    lost records silently and the run was stored ``complete``."""
+    from phasescope.errors import OutputError
+    from phasescope.experiments.suite import run_explain
+    from phasescope.store import Recording, open_store
+
+    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "store"))
+    orig = Recording.add
+    n = [0]
+
+    def full_after_two(self: Recording, rec: RequestRecord) -> None:
+        n[0] += 1
+        if n[0] > 2:
+            raise OutputError(f"cannot write records to {self.records_path}: No space left on device")
+        orig(self, rec)
+
+    monkeypatch.setattr(Recording, "add", full_after_two)
+    monkeypatch.setattr(Recording, "write", full_after_two, raising=False)
+    with pytest.raises(OutputError, match="No space left on device"):
+        run_explain(srv.url, budget_s=4.0, names=["prompt-scaling"], nvml=False)
+    [info] = open_store().list_runs(kind="explain")
+    assert info.status == "partial" and info.summary is not None  # the report is kept with the run
+    assert len(open_store().load_records(info.id)) == 2
