@@ -199,7 +199,7 @@ def plan(
         interconnect_gb_s=interconnect_gb_s, calibrate_from=calibrate_from, slo=slo, slo_percentile=slo_percentile,
         disaggregate=disaggregate, sweep=sweep, capacity=capacity, save=not no_save, records_limit=records_limit,
     )
-    doc = run_plan(o)
+    doc = run_plan(o, say=lambda m: err_console.print(f"[dim]plan: {m}[/dim]"))
     if json_out:
         print_json(doc)
         return

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from phasescope.errors import InputError
 from phasescope.plan.build import cost_from_theory, resolve_model
@@ -182,8 +182,9 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
     return spec, cal_info, {"model": spec_model.id, "device": device, "policy": policy}
 
 
-def run_plan(o: PlanOptions) -> dict[str, Any]:
-    """Run ``phasescope plan`` (see module docstring); returns the ``--json`` document."""
+def run_plan(o: PlanOptions, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run ``phasescope plan`` (see module docstring); returns the ``--json`` document. ``say``: one
+    line about where the run went when the store could not take it."""
     if sum(bool(x) for x in (o.sweep, o.capacity, o.disaggregate)) > 1:
         raise InputError("use one of --sweep, --capacity, --disaggregate at a time")
     spec, cal, facts = build_spec(o)
@@ -220,11 +221,12 @@ def run_plan(o: PlanOptions) -> dict[str, Any]:
 
     doc["warnings"] = calibration_warnings(o.calibrate_from, load_calibration_records(o.calibrate_from)
                                            if o.calibrate_from else None)
-    doc["run_id"] = _save(doc, spec, res, o) if o.save else None
+    doc["run_id"] = _save(doc, spec, res, o, say) if o.save else None
     return doc
 
 
-def _save(doc: dict[str, Any], spec: PlanSpec, res: SimResult | None, o: PlanOptions) -> str | None:
+def _save(doc: dict[str, Any], spec: PlanSpec, res: SimResult | None, o: PlanOptions,
+          say: Callable[[str], None] | None = None) -> str | None:
     """Record the plan as a run (kind ``plan``) through :func:`phasescope.lifecycle.run_output`: its
     simulated requests as records, its summary; the store's id (None: the store was unavailable and
     the run went to the fallback folder)."""
@@ -233,7 +235,7 @@ def _save(doc: dict[str, Any], spec: PlanSpec, res: SimResult | None, o: PlanOpt
     params = {"mode": doc["mode"], **doc["config"], "cost_model": doc["cost_model"]["params"],
               "calibrated_from": o.calibrate_from}
     target = f"sim://{doc['device']}/{doc['model']}"
-    with run_output("plan", target, params, model=doc["model"], device=doc["device"], api="sim",
+    with run_output("plan", target, params, say=say, model=doc["model"], device=doc["device"], api="sim",
                     engine=f"sim-{spec.sched.policy}") as run:
         if res is not None:
             for rec in to_records(res, model=doc["model"], target=target, wall_base_ns=time.time_ns(),
