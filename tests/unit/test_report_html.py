@@ -104,13 +104,57 @@ def test_single_size_probe_has_ttft_plot_without_fit() -> None:
                             "server_timeline", "ceilings"}
 
 
-def test_fit_recovers_linear_prefill_cost() -> None:
-    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m")
-    recs = sequential_run(10, seed=4, sizes=(128, 512, 1024, 2048, 4096), ttft_s=0.02, ttft_per_token_s=5e-5, jitter=0.01)
+def _explain_run() -> tuple[RunInfo, list]:  # type: ignore[type-arg]
+    """An explain run: prompt-scaling requests (TTFT = 20 ms + 50 µs/token) and context-fill requests
+    at short prompts with long TTFTs (their long context was sent before), stored with explain's fit."""
+    sizes = (128, 512, 1024, 2048, 4096)
+    scaling = sequential_run(3, seed=4, sizes=sizes, ttft_s=0.02, ttft_per_token_s=5e-5, jitter=0.01)
+    for r in scaling:
+        r.tags = {"experiment": "prompt-scaling", "phase": "measure", "prompt_tokens_target": r.prompt_tokens}
+    other = sequential_run(4, seed=5, sizes=(100, 300), ttft_s=0.4, jitter=0.3)
+    for r in other:
+        r.tags = {"experiment": "context-fill", "phase": "measure", "context_target": 8000}
+    fit = {"a_s": 0.0201, "b_s_per_token": 4.9e-5, "c_s_per_token2": 1e-10, "r2": 0.981, "n_points": 5}
+    points = [{"prompt_tokens": n, "n": 3, "ttft_s": 0.02 + 5e-5 * n, "ttft_min_s": 0.0199 + 5e-5 * n} for n in sizes]
+    info = RunInfo(id="r7", kind="explain", status="complete", started_at=0.0, model="m",
+                   summary={"experiments": {"prompt-scaling": {"fit": fit, "points": points}}})
+    return info, scaling + other
+
+
+def test_ttft_plot_draws_explains_own_fit_not_a_refit() -> None:
+    info, recs = _explain_run()
+    plots, _ = build_plots([(info, recs)])
+    plot = next(p for p in plots if p.name == "ttft_vs_prompt")
+    fit = next(t for t in plot.figure.data if "fit" in t.name)
+    # the stored coefficients, drawn as stored (a refit over all records gets another line and a poor R²)
+    assert "explain's fit" in fit.name and "R² 0.981" in fit.name
+    for x, y in zip(fit.x, fit.y):
+        assert y == pytest.approx((0.0201 + 4.9e-5 * x + 1e-10 * x * x) * 1e3, rel=1e-12)
+    dots = next(t for t in plot.figure.data if t.name.endswith("· TTFT"))
+    assert len(dots.x) == 15  # the prompt-scaling requests only, not context-fill's
+    fitted = next(t for t in plot.figure.data if "fitted points" in t.name)
+    assert list(fitted.x) == [128, 512, 1024, 2048, 4096]
+    assert list(fitted.y) == pytest.approx([(0.0199 + 5e-5 * n) * 1e3 for n in fitted.x])
+
+
+def test_ttft_plot_without_a_stored_fit_draws_the_stored_medians() -> None:
+    sizes = (128, 1024, 4096)
+    recs = sequential_run(3, seed=4, sizes=sizes, ttft_s=0.02, ttft_per_token_s=5e-5)
+    stored = [{"prompt_tokens": n, "ttft_s": 0.1 + n / 1e4} for n in sizes]  # what probe stored
+    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m", summary={"sizes": stored})
     plots, _ = build_plots([(one, recs)])
-    fit = next(t for t in plots[0].figure.data if "fit:" in t.name)
-    # the generator's TTFT = 20 ms + 50 µs/token · n: the fitted line at 4096 tokens must be ≈ 225 ms
-    assert fit.y[-1] == pytest.approx((0.02 + 5e-5 * fit.x[-1]) * 1e3, rel=0.03)
+    plot = next(p for p in plots if p.name == "ttft_vs_prompt")
+    assert not any("fit" in t.name for t in plot.figure.data)
+    line = next(t for t in plot.figure.data if "median TTFT" in t.name)
+    assert list(line.x) == list(sizes) and list(line.y) == pytest.approx([(0.1 + n / 1e4) * 1e3 for n in sizes])
+    # no stored summary: the median of each length's requests (measure.aggregate.median)
+    bare = RunInfo(id="r8", kind="bench", status="complete", started_at=0.0, model="m")
+    plots, _ = build_plots([(bare, recs)])
+    line = next(t for t in next(p for p in plots if p.name == "ttft_vs_prompt").figure.data if "median TTFT" in t.name)
+    from phasescope.measure import derive
+    from phasescope.measure.aggregate import median
+    want = [median([derive.ttft_s(r) for r in recs if r.prompt_tokens == n]) * 1e3 for n in sizes]
+    assert list(line.y) == want
 
 
 def test_summary_shapes() -> None:

@@ -1,6 +1,6 @@
 """Compare two runs metric by metric, with a noise-aware verdict.
 
-For each phase metric (see :mod:`phasescope.report.samples`) and each measurement point both runs
+For each phase metric (see :mod:`phasescope.measure.aggregate`) and each measurement point both runs
 share, the change is B relative to A, and the verdict comes from a bootstrap confidence interval
 (default 95 %) of the difference B − A:
 
@@ -47,16 +47,16 @@ import numpy as np
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import bootstrap_median_diff, median
 from phasescope.measure.warnings import MeasurementWarning, to_json
-from phasescope.report.samples import (
+from phasescope.measure.aggregate import (
     METRICS,
     Group,
     MetricDef,
     Samples,
     group_label,
+    measured,
     point_value,
     run_samples,
     samples_of,
-    usable,
 )
 from phasescope.report.store import RunInfo
 
@@ -159,7 +159,7 @@ def compare_runs(
             pairs = [((), s1, s2)]
         else:
             warnings.append(_nc("the runs share no measurement point (prompt size, concurrency...); comparing all requests pooled"))
-            pairs = [((), samples_of(usable(records_a)), samples_of(usable(records_b)))]
+            pairs = [((), samples_of(measured(records_a)), samples_of(measured(records_b)))]
     only = [group_label(g) for g in list(ga) + list(gb) if g and (g not in ga or g not in gb)]
     if only and any(g in gb for g in ga):
         warnings.append(_nc(f"measured in one run only (not compared): {', '.join(dict.fromkeys(only))}"))
@@ -330,7 +330,7 @@ def hit_rate(info: RunInfo, recs: list[RequestRecord]) -> float | None:
     summary's (bench: ``prefix_cache_hit_rate``, server /metrics)."""
     from phasescope.load.hygiene import cached_of
 
-    known = [(cached_of(r), r.prompt_tokens) for r in usable(recs) if r.ok and r.prompt_tokens and cached_of(r) is not None]
+    known = [(cached_of(r), r.prompt_tokens) for r in measured(recs) if r.ok and r.prompt_tokens and cached_of(r) is not None]
     if known:
         return sum(c for c, _ in known) / sum(p for _, p in known)  # type: ignore[misc]
     v = _summary(info).get("prefix_cache_hit_rate")
@@ -347,7 +347,7 @@ def host_share(info: RunInfo) -> tuple[float | None, float]:
 
 
 def _mean_count(recs: list[RequestRecord], which: str) -> float | None:
-    vals = [getattr(r, which) for r in usable(recs) if r.ok and getattr(r, which) is not None
+    vals = [getattr(r, which) for r in measured(recs) if r.ok and getattr(r, which) is not None
             and getattr(r, f"{which}_source") in ("usage", "server")]
     return sum(vals) / len(vals) if vals else None
 
@@ -449,7 +449,7 @@ def _host(url: str | None) -> str | None:
 
 
 def _lengths(recs: list[RequestRecord], which: str) -> frozenset[int]:
-    rs = usable(recs)
+    rs = measured(recs)
     if which == "prompt":
         vals = [r.prompt_tokens_requested for r in rs if r.prompt_tokens_requested is not None]
         if not vals:  # fall back to measured prompt sizes, rounded to 2 significant digits
