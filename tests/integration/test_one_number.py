@@ -1,5 +1,5 @@
-"""One run, one number (#16 item 6): ``probe --json``, ``show --json`` and the HTML report's data
-print the same prefill tok/s, TTFT p50 and ITL p50 for one probe against the embedded engine —
+"""One run, one number (#16 item 6): ``probe --json``, ``show --json``, ``compare --json`` and the
+HTML report's data print the same prefill tok/s, TTFT p50 and ITL p50 for one probe against the embedded engine —
 equal to the last digit, because every one of them aggregates the records through
 :mod:`phasescope.measure.aggregate` (or reads the summary that module computed).
 
@@ -42,6 +42,13 @@ def test_probe_show_and_report_agree_to_the_last_digit(engine, tmp_path):
             v = size[key]
             assert isinstance(v, float) and v > 0, (group, key, v)
             assert shown[(group, key)] == v, (group, key, "show", shown[(group, key)], "probe", v)
+    # compare reads the same aggregates: run A against itself shows A's numbers
+    cmp = json.loads(_cli(["compare", run_id, run_id, "--json"], env))
+    compared = {(m["group"], m["metric"]): m["a"] for m in cmp["metrics"]}
+    for size in probe["sizes"]:
+        group = f"prompt_tokens_target={size['prompt_tokens_target']}"
+        for key in KEYS:
+            assert compared[(group, key)] == size[key], (group, key, "compare", compared[(group, key)], "probe", size[key])
     out = tmp_path / "report.html"
     _cli(["report", run_id, "--out", str(out)], env)
     m = re.search(r'<script id="ps-data" type="application/json">(.*?)</script>', out.read_text(encoding="utf-8"), re.S)

@@ -75,11 +75,13 @@ def test_server_strings_escaped(tmp_path: Path) -> None:
     write_report(full_runs(), tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()
     assert EVIL not in page and "<img src=x" not in page and "</li><script>" not in page
-    # exactly our own five script elements: error hook, plotly, specs (JSON), init
-    assert len(re.findall(r"<script[\s>]", page)) == 4
+    # exactly our own five script elements: error hook, plotly, specs (JSON), data (JSON), init
+    assert len(re.findall(r"<script[\s>]", page)) == 5
     assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in page or "&lt;script&gt;alert('pwned')&lt;/script&gt;" in page
     specs = re.search(r'<script id="ps-specs" type="application/json">(.*?)</script>', page, re.S)
     assert specs and "<" not in specs.group(1)  # JSON cannot close its script element
+    data = re.search(r'<script id="ps-data" type="application/json">(.*?)</script>', page, re.S)
+    assert data and "<" not in data.group(1)
 
 
 def test_skips_plots_without_data_and_says_why(tmp_path: Path) -> None:
@@ -213,7 +215,7 @@ def test_per_endpoint_section_for_a_multi_endpoint_run(tmp_path: Path) -> None:
     assert EVIL not in page and esc(slow) in page
     assert "vllm: max running 2, KV peak 0.250, gen tokens 384" in page
     assert "none (HTTP 501 " in page
-    assert len(re.findall(r"<script[\s>]", page)) == 4
+    assert len(re.findall(r"<script[\s>]", page)) == 5
     rows = endpoint_rows([run])
     assert [(r["endpoint"], r["requests"], r["share"]) for r in rows] == [(fast, 12, 0.5), (slow, 12, 0.5)]
     # each row is that endpoint's records alone: the slow one's TTFT and ITL are the larger
@@ -233,3 +235,24 @@ def test_no_per_endpoint_section_for_one_endpoint(tmp_path: Path) -> None:
     assert "per_endpoint" not in res.plots and "per_endpoint" not in res.skipped
     page = (tmp_path / "r.html").read_text()
     assert "Per endpoint" not in page and "plot-per_endpoint" not in page
+
+
+def test_report_data_is_the_stored_summary_or_what_show_prints(tmp_path: Path) -> None:
+    import json
+
+    from phasescope.measure.aggregate import metric_table
+
+    runs = full_runs()
+    write_report(runs, tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    data = json.loads(re.search(r'<script id="ps-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    probe, bench = data["runs"]
+    # the probe run: its stored sizes, as stored
+    assert probe["source"] == "summary"
+    assert [(p["group"], p["ttft_s"]) for p in probe["points"]] == [(f"prompt_tokens={n}", 0.05) for n in (256, 1024, 2048)]
+    # the bench run (no probe-shaped summary): the records through measure.aggregate, = show's table
+    assert bench["source"] == "records"
+    shown = {(r["group"], r["metric"]): r["value"] for r in metric_table(runs[1][1])}
+    assert shown and all(p[m] == v for (g, m), v in shown.items() for p in bench["points"] if p["group"] == g
+                         and m != "errors")
+    assert {p["group"] for p in bench["points"]} == {g for g, _ in shown}

@@ -3,7 +3,9 @@ parameters tables, the findings, the per-endpoint table and the comparison view.
 
 Every number shown comes from a stored summary (probe ``sizes`` / ``ceilings.sizes``, bench's
 ``median_ttft_ms``…, explain's ``findings``), from :func:`phasescope.report.compare.compare_runs`
-(verdicts) or from the run's own fields; nothing is re-derived here. Every string is escaped.
+(verdicts), from the run's own fields, or — for a run with no probe-shaped summary —
+from :mod:`phasescope.measure.aggregate` over its records, the numbers ``show`` prints
+(:func:`report_data`, embedded in the page as JSON). Nothing is re-derived here. Every string is escaped.
 """
 
 from __future__ import annotations
@@ -120,8 +122,10 @@ def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) ->
     rows: list[tuple[str, list[str]]] = [
         ("PREFILL", []),
         ("TTFT", [fmt_ms(s.get("ttft_s")) for s in sizes]),
-        ("prefill tok/s", [fmt_rate(x.get("prefill_tok_s") or s.get("prefill_tok_s")) for s, x in zip(sizes, srv)]),
+        ("prefill tok/s", [fmt_rate(s.get("prefill_tok_s")) for s in sizes]),
     ]
+    if any(x.get("prefill_tok_s") is not None for x in srv):
+        rows.append(("prefill tok/s (server)", [fmt_rate(x.get("prefill_tok_s")) for x in srv]))
     if any(c.get("prefill_floor_s") is not None for c in cr):
         rows += [("prefill floor (ceiling)", [fmt_ms(c.get("prefill_floor_s")) for c in cr]),
                  ("prefill efficiency", [fmt_pct(c.get("prefill_efficiency")) for c in cr])]
@@ -236,6 +240,53 @@ def card_html(runs: list[Run]) -> str:
             f"{esc(info.kind)} · {esc(info.model or '?')} · {esc(eng)}" + (f" · {esc(info.device)}" if info.device else "")
             + f"</div>{table}{finds}{warn}</div>")
     return f'<section class="card">{"".join(cards)}</section>'
+
+
+# --- the report's numbers as data ------------------------------------------------------------------
+#: the numbers of each measurement point the report shows (and embeds as ``ps-data``)
+POINT_KEYS = ("ttft_s", "ttft_p99_s", "prefill_tok_s", "decode_tok_s", "tpot_s", "itl_p50_s", "itl_p99_s", "e2e_s",
+              "throughput_tok_s")
+
+
+def _size_group(s: dict[str, Any]) -> str:
+    for k in ("prompt_tokens_target", "prompt_tokens"):
+        if s.get(k) is not None:
+            return f"{k}={s[k]}"
+    return ""
+
+
+def run_points(info: Any, records: list[Any]) -> tuple[str, list[dict[str, Any]]]:
+    """The numbers the report shows for each measurement point of one run, and where they came
+    from: ``"summary"`` — a probe-shaped stored summary's ``sizes`` as stored (the numbers
+    ``probe --json`` printed); else ``"records"`` — the records aggregated by
+    :mod:`phasescope.measure.aggregate`, grouped as ``show`` groups them (the numbers ``show``
+    prints). Group labels are ``show``'s (``prompt_tokens_target=512``)."""
+    sizes, _ = _probe_sizes(info.summary)
+    if sizes:
+        pts = []
+        for s in sizes:
+            srv = s.get("server") if isinstance(s.get("server"), dict) else {}
+            pts.append({"group": _size_group(s), **{k: s.get(k) for k in POINT_KEYS if k in s},
+                        "server_prefill_tok_s": srv.get("prefill_tok_s"), "n_ok": s.get("ok")})
+        return "summary", pts
+    from phasescope.measure.aggregate import group_label, group_records, point_summary
+
+    out = []
+    for g, rs in group_records(records).items():
+        p = point_summary(rs)
+        out.append({"group": group_label(g), **{k: p[k] for k in POINT_KEYS}, "n_ok": p["n_ok"], "n_err": p["n_err"]})
+    return "records", out
+
+
+def report_data(runs: list[Run]) -> dict[str, Any]:
+    """``{"runs": [{"id", "kind", "source", "points": [...]}]}``: :func:`run_points` of each run —
+    embedded in the page as JSON (``<script id="ps-data">``) so a script reads the report's numbers
+    to the last digit instead of parsing rounded text."""
+    out = []
+    for info, recs in runs:
+        source, pts = run_points(info, recs)
+        out.append({"id": info.id, "kind": info.kind, "source": source, "points": pts})
+    return {"runs": out}
 
 
 # --- runs, parameters, findings, endpoints ------------------------------------------------------------
