@@ -109,7 +109,7 @@ def test_warmups_are_never_counted(recs: list[RequestRecord], warm: list[Request
 @SETTINGS
 @given(runs())
 def test_probe_bench_show_and_the_report_print_one_number(recs: list[RequestRecord]) -> None:
-    from phasescope.report.sections import run_points
+    from phasescope.report.data import run_points
     from phasescope.report.store import RunInfo
 
     point = A.point_summary(recs)

@@ -14,7 +14,7 @@ loading anything even by accident. Several runs are overlaid, one colour each, w
 Every string that came from a server or a user (model names, errors, parameters, findings) is
 HTML-escaped, in the page and inside plot labels. ``--png DIR``: :mod:`phasescope.report.png`.
 The numbers of each run's measurement points are embedded as JSON (``<script id="ps-data">``,
-:func:`~phasescope.report.sections.report_data`): the stored probe summary's, else those ``show``
+:mod:`phasescope.report.data`): the stored probe summary's, else those ``show``
 prints (:mod:`phasescope.measure.aggregate`).
 """
 
@@ -49,9 +49,9 @@ from phasescope.report.sections import (
     endpoints_html,
     findings_html,
     params_html,
-    report_data,
     runs_table_html,
 )
+from phasescope.report.data import report_data
 
 
 @dataclass

@@ -5,7 +5,7 @@ Every number shown comes from a stored summary (probe ``sizes`` / ``ceilings.siz
 ``median_ttft_ms``…, explain's ``findings``), from :func:`phasescope.report.compare.compare_runs`
 (verdicts), from the run's own fields, or — for a run with no probe-shaped summary —
 from :mod:`phasescope.measure.aggregate` over its records, the numbers ``show`` prints
-(:func:`report_data`, embedded in the page as JSON). Nothing is re-derived here. Every string is escaped.
+(:mod:`phasescope.report.data`, embedded in the page as JSON). Nothing is re-derived here. Every string is escaped.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _walk_dicts(o: Any) -> Iterable[dict[str, Any]]:
             yield from _walk_dicts(v)
 
 
-def _probe_sizes(summary: Any) -> tuple[list[dict[str, Any]], dict[Any, dict[str, Any]]]:
+def probe_sizes(summary: Any) -> tuple[list[dict[str, Any]], dict[Any, dict[str, Any]]]:
     """The first probe-shaped node (``sizes`` rows with ``ttft_s``) and its ``ceilings.sizes`` by size."""
     for node in _walk_dicts(summary):
         sizes = node.get("sizes")
@@ -208,7 +208,7 @@ def card_html(runs: list[Run]) -> str:
     cards = []
     for k, (info, _) in enumerate(runs[:4]):
         s = info.summary if isinstance(info.summary, dict) else {}
-        sizes, crow = _probe_sizes(s)
+        sizes, crow = probe_sizes(s)
         if sizes:
             table = _probe_card(sizes, crow)
         elif any(k2 in s for k2 in ("median_ttft_ms", "output_throughput", "median_itl_ms")):
@@ -240,53 +240,6 @@ def card_html(runs: list[Run]) -> str:
             f"{esc(info.kind)} · {esc(info.model or '?')} · {esc(eng)}" + (f" · {esc(info.device)}" if info.device else "")
             + f"</div>{table}{finds}{warn}</div>")
     return f'<section class="card">{"".join(cards)}</section>'
-
-
-# --- the report's numbers as data ------------------------------------------------------------------
-#: the numbers of each measurement point the report shows (and embeds as ``ps-data``)
-POINT_KEYS = ("ttft_s", "ttft_p99_s", "prefill_tok_s", "decode_tok_s", "tpot_s", "itl_p50_s", "itl_p99_s", "e2e_s",
-              "throughput_tok_s")
-
-
-def _size_group(s: dict[str, Any]) -> str:
-    for k in ("prompt_tokens_target", "prompt_tokens"):
-        if s.get(k) is not None:
-            return f"{k}={s[k]}"
-    return ""
-
-
-def run_points(info: Any, records: list[Any]) -> tuple[str, list[dict[str, Any]]]:
-    """The numbers the report shows for each measurement point of one run, and where they came
-    from: ``"summary"`` — a probe-shaped stored summary's ``sizes`` as stored (the numbers
-    ``probe --json`` printed); else ``"records"`` — the records aggregated by
-    :mod:`phasescope.measure.aggregate`, grouped as ``show`` groups them (the numbers ``show``
-    prints). Group labels are ``show``'s (``prompt_tokens_target=512``)."""
-    sizes, _ = _probe_sizes(info.summary)
-    if sizes:
-        pts = []
-        for s in sizes:
-            srv = s.get("server") if isinstance(s.get("server"), dict) else {}
-            pts.append({"group": _size_group(s), **{k: s.get(k) for k in POINT_KEYS if k in s},
-                        "server_prefill_tok_s": srv.get("prefill_tok_s"), "n_ok": s.get("ok")})
-        return "summary", pts
-    from phasescope.measure.aggregate import group_label, group_records, point_summary
-
-    out = []
-    for g, rs in group_records(records).items():
-        p = point_summary(rs)
-        out.append({"group": group_label(g), **{k: p[k] for k in POINT_KEYS}, "n_ok": p["n_ok"], "n_err": p["n_err"]})
-    return "records", out
-
-
-def report_data(runs: list[Run]) -> dict[str, Any]:
-    """``{"runs": [{"id", "kind", "source", "points": [...]}]}``: :func:`run_points` of each run —
-    embedded in the page as JSON (``<script id="ps-data">``) so a script reads the report's numbers
-    to the last digit instead of parsing rounded text."""
-    out = []
-    for info, recs in runs:
-        source, pts = run_points(info, recs)
-        out.append({"id": info.id, "kind": info.kind, "source": source, "points": pts})
-    return {"runs": out}
 
 
 # --- runs, parameters, findings, endpoints ------------------------------------------------------------
