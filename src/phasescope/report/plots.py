@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from phasescope.measure import derive
-from phasescope.measure.aggregate import measured, median, percentile, samples_of, successful
+from phasescope.measure.aggregate import METRIC_BY_KEY, measured, median, percentile, point_value, samples_of, successful
 from phasescope.measure.records import RequestRecord
 from phasescope.report.store import RunInfo
 
@@ -309,14 +309,16 @@ def plot_itl_cdf(runs: list[Run]) -> Plot | str:
 
     fig = go.Figure()
     for k, (info, recs) in enumerate(runs):
-        itl = [x * 1e3 for r in _ok(recs) for x in derive.itl_s(r) if x > 0]
+        s = samples_of(recs)
+        itl = [x * 1e3 for x in s.pooled_itl() if x > 0]  # the CDF on a log axis: zero gaps cannot be drawn
         if len(set(itl)) < 2:
             continue
         xs, qs = _cdf(itl)
-        p50, p99 = percentile(itl, 50), percentile(itl, 99)
+        # the legend's percentiles are the run's (show's ITL p50/p99), zero gaps included
+        p50, p99 = (point_value(s, METRIC_BY_KEY[k2]) * 1e3 for k2 in ("itl_p50_s", "itl_p99_s"))  # type: ignore[operator]
         fig.add_trace(go.Scatter(
             x=xs, y=qs, mode="lines", line={"color": colour(k), "width": 2}, legendgroup=info.id,
-            name=f"{_label(info)} (p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={len(itl)} tokens)",
+            name=f"{_label(info)} (p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={len(s.pooled_itl())} tokens)",
             hovertemplate="ITL %{x:.3f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"))
     if not fig.data:
         return "no streamed request with two or more tokens"
