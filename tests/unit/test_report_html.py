@@ -256,3 +256,17 @@ def test_report_data_is_the_stored_summary_or_what_show_prints(tmp_path: Path) -
     assert shown and all(p[m] == v for (g, m), v in shown.items() for p in bench["points"] if p["group"] == g
                          and m != "errors")
     assert {p["group"] for p in bench["points"]} == {g for g, _ in shown}
+
+
+def test_itl_legend_prints_the_runs_itl_percentiles_as_show_does() -> None:
+    from phasescope.measure.aggregate import metric_table
+
+    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m")
+    recs = sequential_run(6, seed=8, itl_s=0.004)
+    for r in recs[:3]:  # two events at the same instant: a zero gap the log axis cannot draw, but a token
+        r.events[2].t_ns = r.events[1].t_ns
+    plots, _ = build_plots([(one, recs)])
+    trace = next(p for p in plots if p.name == "itl_cdf").figure.data[0]
+    shown = {r["metric"]: r for r in metric_table(recs)}
+    p50, p99 = shown["itl_p50_s"]["value"] * 1e3, shown["itl_p99_s"]["value"] * 1e3
+    assert f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={shown['itl_p50_s']['n']} tokens" in trace.name
