@@ -10,8 +10,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from report_synth import concurrent_run, sequential_run  # noqa: E402
 
-from phasescope.report.compare import compare_runs, param_changes  # noqa: E402
-from phasescope.report.samples import group_records, metric_table  # noqa: E402
+from phasescope.report.compare import compare_runs
+from phasescope.report.comparability import param_changes  # noqa: E402
+from phasescope.measure.aggregate import group_records, metric_table  # noqa: E402
 from phasescope.store import RunInfo  # noqa: E402
 
 

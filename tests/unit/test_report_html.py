@@ -75,11 +75,13 @@ def test_server_strings_escaped(tmp_path: Path) -> None:
     write_report(full_runs(), tmp_path / "r.html")
     page = (tmp_path / "r.html").read_text()
     assert EVIL not in page and "<img src=x" not in page and "</li><script>" not in page
-    # exactly our own five script elements: error hook, plotly, specs (JSON), init
-    assert len(re.findall(r"<script[\s>]", page)) == 4
+    # exactly our own five script elements: error hook, plotly, specs (JSON), data (JSON), init
+    assert len(re.findall(r"<script[\s>]", page)) == 5
     assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in page or "&lt;script&gt;alert('pwned')&lt;/script&gt;" in page
     specs = re.search(r'<script id="ps-specs" type="application/json">(.*?)</script>', page, re.S)
     assert specs and "<" not in specs.group(1)  # JSON cannot close its script element
+    data = re.search(r'<script id="ps-data" type="application/json">(.*?)</script>', page, re.S)
+    assert data and "<" not in data.group(1)
 
 
 def test_skips_plots_without_data_and_says_why(tmp_path: Path) -> None:
@@ -104,13 +106,57 @@ def test_single_size_probe_has_ttft_plot_without_fit() -> None:
                             "server_timeline", "ceilings"}
 
 
-def test_fit_recovers_linear_prefill_cost() -> None:
-    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m")
-    recs = sequential_run(10, seed=4, sizes=(128, 512, 1024, 2048, 4096), ttft_s=0.02, ttft_per_token_s=5e-5, jitter=0.01)
+def _explain_run() -> tuple[RunInfo, list]:  # type: ignore[type-arg]
+    """An explain run: prompt-scaling requests (TTFT = 20 ms + 50 µs/token) and context-fill requests
+    at short prompts with long TTFTs (their long context was sent before), stored with explain's fit."""
+    sizes = (128, 512, 1024, 2048, 4096)
+    scaling = sequential_run(3, seed=4, sizes=sizes, ttft_s=0.02, ttft_per_token_s=5e-5, jitter=0.01)
+    for r in scaling:
+        r.tags = {"experiment": "prompt-scaling", "phase": "measure", "prompt_tokens_target": r.prompt_tokens}
+    other = sequential_run(4, seed=5, sizes=(100, 300), ttft_s=0.4, jitter=0.3)
+    for r in other:
+        r.tags = {"experiment": "context-fill", "phase": "measure", "context_target": 8000}
+    fit = {"a_s": 0.0201, "b_s_per_token": 4.9e-5, "c_s_per_token2": 1e-10, "r2": 0.981, "n_points": 5}
+    points = [{"prompt_tokens": n, "n": 3, "ttft_s": 0.02 + 5e-5 * n, "ttft_min_s": 0.0199 + 5e-5 * n} for n in sizes]
+    info = RunInfo(id="r7", kind="explain", status="complete", started_at=0.0, model="m",
+                   summary={"experiments": {"prompt-scaling": {"fit": fit, "points": points}}})
+    return info, scaling + other
+
+
+def test_ttft_plot_draws_explains_own_fit_not_a_refit() -> None:
+    info, recs = _explain_run()
+    plots, _ = build_plots([(info, recs)])
+    plot = next(p for p in plots if p.name == "ttft_vs_prompt")
+    fit = next(t for t in plot.figure.data if "fit" in t.name)
+    # the stored coefficients, drawn as stored (a refit over all records gets another line and a poor R²)
+    assert "explain's fit" in fit.name and "R² 0.981" in fit.name
+    for x, y in zip(fit.x, fit.y):
+        assert y == pytest.approx((0.0201 + 4.9e-5 * x + 1e-10 * x * x) * 1e3, rel=1e-12)
+    dots = next(t for t in plot.figure.data if t.name.endswith("· TTFT"))
+    assert len(dots.x) == 15  # the prompt-scaling requests only, not context-fill's
+    fitted = next(t for t in plot.figure.data if "fitted points" in t.name)
+    assert list(fitted.x) == [128, 512, 1024, 2048, 4096]
+    assert list(fitted.y) == pytest.approx([(0.0199 + 5e-5 * n) * 1e3 for n in fitted.x])
+
+
+def test_ttft_plot_without_a_stored_fit_draws_the_stored_medians() -> None:
+    sizes = (128, 1024, 4096)
+    recs = sequential_run(3, seed=4, sizes=sizes, ttft_s=0.02, ttft_per_token_s=5e-5)
+    stored = [{"prompt_tokens": n, "ttft_s": 0.1 + n / 1e4} for n in sizes]  # what probe stored
+    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m", summary={"sizes": stored})
     plots, _ = build_plots([(one, recs)])
-    fit = next(t for t in plots[0].figure.data if "fit:" in t.name)
-    # the generator's TTFT = 20 ms + 50 µs/token · n: the fitted line at 4096 tokens must be ≈ 225 ms
-    assert fit.y[-1] == pytest.approx((0.02 + 5e-5 * fit.x[-1]) * 1e3, rel=0.03)
+    plot = next(p for p in plots if p.name == "ttft_vs_prompt")
+    assert not any("fit" in t.name for t in plot.figure.data)
+    line = next(t for t in plot.figure.data if "median TTFT" in t.name)
+    assert list(line.x) == list(sizes) and list(line.y) == pytest.approx([(0.1 + n / 1e4) * 1e3 for n in sizes])
+    # no stored summary: the median of each length's requests (measure.aggregate.median)
+    bare = RunInfo(id="r8", kind="bench", status="complete", started_at=0.0, model="m")
+    plots, _ = build_plots([(bare, recs)])
+    line = next(t for t in next(p for p in plots if p.name == "ttft_vs_prompt").figure.data if "median TTFT" in t.name)
+    from phasescope.measure import derive
+    from phasescope.measure.aggregate import median
+    want = [median([derive.ttft_s(r) for r in recs if r.prompt_tokens == n]) * 1e3 for n in sizes]
+    assert list(line.y) == want
 
 
 def test_summary_shapes() -> None:
@@ -169,7 +215,7 @@ def test_per_endpoint_section_for_a_multi_endpoint_run(tmp_path: Path) -> None:
     assert EVIL not in page and esc(slow) in page
     assert "vllm: max running 2, KV peak 0.250, gen tokens 384" in page
     assert "none (HTTP 501 " in page
-    assert len(re.findall(r"<script[\s>]", page)) == 4
+    assert len(re.findall(r"<script[\s>]", page)) == 5
     rows = endpoint_rows([run])
     assert [(r["endpoint"], r["requests"], r["share"]) for r in rows] == [(fast, 12, 0.5), (slow, 12, 0.5)]
     # each row is that endpoint's records alone: the slow one's TTFT and ITL are the larger
@@ -189,3 +235,38 @@ def test_no_per_endpoint_section_for_one_endpoint(tmp_path: Path) -> None:
     assert "per_endpoint" not in res.plots and "per_endpoint" not in res.skipped
     page = (tmp_path / "r.html").read_text()
     assert "Per endpoint" not in page and "plot-per_endpoint" not in page
+
+
+def test_report_data_is_the_stored_summary_or_what_show_prints(tmp_path: Path) -> None:
+    import json
+
+    from phasescope.measure.aggregate import metric_table
+
+    runs = full_runs()
+    write_report(runs, tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text()
+    data = json.loads(re.search(r'<script id="ps-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    probe, bench = data["runs"]
+    # the probe run: its stored sizes, as stored
+    assert probe["source"] == "summary"
+    assert [(p["group"], p["ttft_s"]) for p in probe["points"]] == [(f"prompt_tokens={n}", 0.05) for n in (256, 1024, 2048)]
+    # the bench run (no probe-shaped summary): the records through measure.aggregate, = show's table
+    assert bench["source"] == "records"
+    shown = {(r["group"], r["metric"]): r["value"] for r in metric_table(runs[1][1])}
+    assert shown and all(p[m] == v for (g, m), v in shown.items() for p in bench["points"] if p["group"] == g
+                         and m != "errors")
+    assert {p["group"] for p in bench["points"]} == {g for g, _ in shown}
+
+
+def test_itl_legend_prints_the_runs_itl_percentiles_as_show_does() -> None:
+    from phasescope.measure.aggregate import metric_table
+
+    one = RunInfo(id="r9", kind="probe", status="complete", started_at=0.0, model="m")
+    recs = sequential_run(6, seed=8, itl_s=0.004)
+    for r in recs[:3]:  # two events at the same instant: a zero gap the log axis cannot draw, but a token
+        r.events[2].t_ns = r.events[1].t_ns
+    plots, _ = build_plots([(one, recs)])
+    trace = next(p for p in plots if p.name == "itl_cdf").figure.data[0]
+    shown = {r["metric"]: r for r in metric_table(recs)}
+    p50, p99 = shown["itl_p50_s"]["value"] * 1e3, shown["itl_p99_s"]["value"] * 1e3
+    assert f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={shown['itl_p50_s']['n']} tokens" in trace.name

@@ -56,7 +56,7 @@ def show(
 ) -> None:
     """Show one stored run: its environment, parameters, summary and the metrics of its raw records."""
     from phasescope.report.console import show_renderable, wide
-    from phasescope.report.samples import metric_table
+    from phasescope.measure.aggregate import metric_table
 
     st = _store(store)
     info = st.get(run_id)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from phasescope.measure import aggregate
 from phasescope.measure.records import RequestRecord
 
 
@@ -57,13 +58,12 @@ def finite(xs: Iterable[float | None]) -> list[float]:
 
 
 def med(xs: Iterable[float | None]) -> float | None:
-    v = finite(xs)
-    return float(np.median(v)) if v else None
+    """The median of the finite values (:func:`phasescope.measure.aggregate.median`, the one every output uses)."""
+    return aggregate.median(finite(xs))
 
 
 def pct(xs: Iterable[float | None], q: float) -> float | None:
-    v = finite(xs)
-    return float(np.percentile(v, q)) if v else None
+    return aggregate.percentile(finite(xs), q)
 
 
 def mad_sigma(xs: Sequence[float]) -> float:

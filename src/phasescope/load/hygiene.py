@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from phasescope.measure import derive
+from phasescope.measure.aggregate import successful
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.warnings import MeasurementWarning
 
@@ -45,7 +46,7 @@ def expected_hit_rate(cfg: Any, n: int) -> float:
 
 def prefix_cache_section(cfg: Any, records: Sequence[RequestRecord], server_metrics: dict[str, Any] | None) -> dict[str, Any]:
     """``prefix_cache``: hit rate per request source and from /metrics, and what was expected."""
-    ok = [r for r in records if r.ok and not (r.tags or {}).get("warmup")]
+    ok = successful(records)
     known = [(cached_of(r), r.prompt_tokens) for r in ok if cached_of(r) is not None and r.prompt_tokens]
     rec_rate = (sum(c for c, _ in known) / sum(p for _, p in known)) if known else None
     hits = sum(1 for c, p in known if c >= 2 and c > 0.01 * p)

@@ -34,6 +34,7 @@ import aiohttp
 
 from phasescope.apis.base import GenRequest, Target
 from phasescope.errors import InputError
+from phasescope.measure.aggregate import measured
 from phasescope.measure.records import RequestRecord
 
 ROUTES = ("round-robin", "random", "least-outstanding")
@@ -188,7 +189,7 @@ def endpoint_breakdown(records: Sequence[RequestRecord], target: Target, **summa
     if not is_multi(target):
         return []
     assert isinstance(target, MultiTarget)
-    recs = [r for r in records if not (r.tags or {}).get("warmup")]
+    recs = measured(records)
     out = []
     for ep in target.endpoints:
         mine = [r for r in recs if endpoint_of(r) == ep.display_url]

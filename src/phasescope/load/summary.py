@@ -22,7 +22,9 @@ Definitions (vLLM: ``vllm/benchmarks/serve.py:calculate_metrics``; per-record ma
 * ``client_queue_time`` — scheduled send time → a concurrency slot was free (the ``--max-concurrency``
   cap); ``e2el_including_client_queue`` = client queue + e2el (vLLM names) (what the user behind the cap waited).
 * statistics: ``mean``, ``median``, ``std`` (population), ``pXX`` (numpy linear interpolation),
-  all in ms, exactly as vLLM (``np.percentile``). Key pattern ``{stat}_{metric}_ms``.
+  all in ms, as vLLM (``np.percentile``), computed by :mod:`phasescope.measure.aggregate` — the
+  median is ``percentile(·, 50)`` there, so ``median_ttft_ms`` is 1000 × the TTFT ``show`` prints
+  for the same records. Key pattern ``{stat}_{metric}_ms``.
 * ``request_goodput`` — requests meeting **every** given SLO (``ttft``, ``tpot``, ``e2el`` in ms;
   a 1-token request's TPOT counts as 0, as in vLLM) ÷ duration.
 * ``max_concurrent_requests`` — exact sweep-line maximum of in-flight requests;
@@ -35,10 +37,9 @@ import math
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-import numpy as np
 
 from phasescope.errors import InputError
-from phasescope.measure import derive
+from phasescope.measure import aggregate, derive
 from phasescope.measure.derive import client_output_count
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.warnings import MeasurementWarning
@@ -105,19 +106,13 @@ def _pword(p: float) -> str:
 
 
 def stat_block(name: str, values_s: Sequence[float], percentiles: Sequence[float]) -> dict[str, float | None]:
-    """``{mean,median,std,pXX}_{name}_ms`` from seconds. Empty → None (vLLM would print 0)."""
-    a = np.asarray([v for v in values_s if v is not None and math.isfinite(v)], dtype=float) * 1000.0
-    out: dict[str, float | None] = {}
-    if a.size == 0:
-        out[f"mean_{name}_ms"] = out[f"median_{name}_ms"] = out[f"std_{name}_ms"] = None
-        for p in percentiles:
-            out[f"p{_pword(p)}_{name}_ms"] = None
-        return out
-    out[f"mean_{name}_ms"] = float(a.mean())
-    out[f"median_{name}_ms"] = float(np.median(a))
-    out[f"std_{name}_ms"] = float(a.std())
+    """``{mean,median,std,pXX}_{name}_ms`` from seconds (:func:`phasescope.measure.aggregate.distribution`
+    × 1000: the median in ms is exactly 1000 × the median ``show`` and ``probe`` print in seconds).
+    Empty → None (vLLM would print 0)."""
+    d = aggregate.distribution(values_s, percentiles, scale=1000.0)
+    out: dict[str, float | None] = {f"{k}_{name}_ms": d[k] for k in ("mean", "median", "std")}
     for p in percentiles:
-        out[f"p{_pword(p)}_{name}_ms"] = float(np.percentile(a, p))
+        out[f"p{_pword(p)}_{name}_ms"] = d[f"p{_pword(p)}"]
     return out
 
 
@@ -186,11 +181,11 @@ def summarize(
 ) -> dict[str, Any]:
     """The summary dict (flat vLLM-style keys plus phasescope extras; see module docstring).
 
-    Warm-up records (``tags["warmup"]``) are dropped. ``t0_ns`` (same clock as the records) marks
+    Warm-up records are dropped (:func:`phasescope.measure.aggregate.is_measured`). ``t0_ns`` (same clock as the records) marks
     the benchmark start; default: the earliest scheduled/start time. ``duration_s`` overrides the
     computed duration (used when the caller knows it better).
     """
-    recs = [r for r in records if not (r.tags or {}).get("warmup")]
+    recs = aggregate.measured(records)
     ok = [r for r in recs if r.ok]
     bad = [r for r in recs if not r.ok]
     pct = tuple(percentiles)
@@ -261,12 +256,10 @@ def summarize(
             if q is not None:
                 queues.append(q)
                 e2el_q.append(e + q)
-        if n_out > 1 and t is not None and e is not None:
-            tp = (e - t) / (n_out - 1)
+        tp = derive.tpot_s(r)
+        if tp is not None:
             tpots.append(tp)
-            all_tpots.append(tp)
-        else:
-            all_tpots.append(0.0)
+        all_tpots.append(tp if tp is not None else 0.0)  # vLLM: a 1-token request's TPOT is 0 for goodput
         itls.extend(derive.itl_s(r))
         gaps.extend(derive.event_gaps_s(r))
 

@@ -45,6 +45,7 @@ from phasescope.errors import InputError, TargetError
 from phasescope.load.runner import RunnerHealth, RunResult, SendFn, run_load
 from phasescope.load.schedule import Schedule
 from phasescope.load.workload import WorkItem
+from phasescope.measure.aggregate import is_measured
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.derive import itl_s, ttft_s
 from phasescope.measure.records import RecordSink, RecordWriter, RequestRecord
@@ -289,8 +290,8 @@ def run_workers(
 
     res = RunResult(worker=None)
     records.sort(key=lambda r: r.wall_start_ns)
-    res.records = [r for r in records if not (r.tags or {}).get("warmup")]
-    res.warmup_records = [r for r in records if (r.tags or {}).get("warmup")]
+    res.records = [r for r in records if is_measured(r)]
+    res.warmup_records = [r for r in records if not is_measured(r)]
     healths = []
     for m in metas.values():
         if not m:

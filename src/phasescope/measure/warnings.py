@@ -34,6 +34,7 @@ KINDS: dict[str, str] = {
     "gpu_telemetry": "GPU telemetry was missing, too coarse or stale to set against the phases",
     "rate_not_reached": "the load generator sent requests slower than the requested rate",
     "no_server_counts": "the server reported no token counts; the client counted or estimated them",
+    "version_mismatch": "the machines of one run ran different phasescope versions",
     "note": "an observation that fits no other kind",
 }
 

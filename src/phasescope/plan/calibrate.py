@@ -49,6 +49,7 @@ import numpy as np
 
 from phasescope.errors import InputError
 from phasescope.measure import derive
+from phasescope.measure.aggregate import successful
 from phasescope.measure.records import RequestRecord, read_records
 from phasescope.plan.costmodel import CostModel, chunk_pairs
 
@@ -87,7 +88,7 @@ def load_calibration_records(ref: str) -> list[RequestRecord]:
         store = open_store()
         info = store.get(ref)
         recs = store.load_records(info.id)
-    ok = [r for r in recs if r.ok and not (r.tags or {}).get("warmup")]
+    ok = successful(recs)
     if not ok:
         raise InputError(f"no successful requests to calibrate from in {ref}")
     return ok

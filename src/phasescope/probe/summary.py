@@ -1,12 +1,15 @@
 """From probe records to the phase card's numbers (pure functions; no I/O).
 
-Per prompt size (definitions in :mod:`phasescope.measure.derive`):
+Per prompt size, every aggregate through :mod:`phasescope.measure.aggregate` (the same numbers
+``show`` and the report print for the run; per-record definitions in
+:mod:`phasescope.measure.derive`):
 
 * ``ttft_s`` — median client TTFT (request start → first content/reasoning event);
 * ``ttft_net_s`` — median TTFT from connection ready (connection setup subtracted);
-* ``prefill_tok_s`` — prompt_tokens / median TTFT (client view: includes HTTP, queueing and the
-  first decode step, so it is a lower bound on the engine's prefill rate);
+* ``prefill_tok_s`` — median over requests of prompt_tokens / TTFT (client view: includes HTTP,
+  queueing and the first decode step, so it is a lower bound on the engine's prefill rate);
 * ``decode_tok_s`` — median over requests of (output − 1) / (last token − first token);
+* ``tpot_s``, ``e2e_s`` — medians over requests;
 * ``itl_p50_s`` / ``itl_p99_s`` — per-token inter-token latency pooled over the size's requests
   (an event carrying k tokens contributes k samples of gap/k);
 * ``event_gap_p50_s`` — per-event gaps (what ``vllm bench serve`` calls ITL);
@@ -23,32 +26,21 @@ about as the prompt does (prefill is compute-bound, ∝ tokens) while the decode
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
+from phasescope.measure import aggregate as A
 from phasescope.measure import derive as D
 from phasescope.measure.records import RequestRecord
-from phasescope.measure.stats import percentile
 
-
-def _med(xs: list[float | None]) -> float | None:
-    v = [x for x in xs if x is not None]
-    return statistics.median(v) if v else None
-
-
-def _pct(xs: list[float], q: float) -> float | None:
-    return float(percentile(xs, q)) if xs else None
+_med = A.median
 
 
 def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
-    ok = [r for r in recs if r.ok]
-    ttft = _med([D.ttft_s(r) for r in ok])
+    recs = A.measured(recs)
+    ok = A.successful(recs)
+    point = A.point_summary(recs)
     prompt_tokens = _med([float(r.prompt_tokens) for r in ok if r.prompt_tokens is not None])
-    itl: list[float] = []
-    gaps: list[float] = []
-    for r in ok:
-        itl.extend(D.itl_s(r))
-        gaps.extend(D.event_gaps_s(r))
+    gaps: list[float] = [g for r in ok for g in D.event_gaps_s(r)]
     srv_recs = [r for r in ok if r.server]
     server: dict[str, Any] | None = None
     if srv_recs:
@@ -69,17 +61,17 @@ def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
         "prompt_tokens_source": ok[0].prompt_tokens_source if ok else None,
         "requests": len(recs),
         "ok": len(ok),
-        "ttft_s": ttft,
+        "ttft_s": point["ttft_s"],
         "ttft_net_s": _med([D.ttft_net_s(r) for r in ok]),
         "ttft_min_s": min((t for t in (D.ttft_s(r) for r in ok) if t is not None), default=None),
         "connect_s": _med([D.connect_s(r) for r in ok]),
-        "prefill_tok_s": (prompt_tokens / ttft) if (prompt_tokens and ttft) else None,
-        "decode_tok_s": _med([D.decode_tok_s(r) for r in ok]),
-        "tpot_s": _med([D.tpot_s(r) for r in ok]),
-        "itl_p50_s": _pct(itl, 50),
-        "itl_p99_s": _pct(itl, 99),
-        "event_gap_p50_s": _pct(gaps, 50),
-        "e2e_s": _med([D.e2e_s(r) for r in ok]),
+        "prefill_tok_s": point["prefill_tok_s"],
+        "decode_tok_s": point["decode_tok_s"],
+        "tpot_s": point["tpot_s"],
+        "itl_p50_s": point["itl_p50_s"],
+        "itl_p99_s": point["itl_p99_s"],
+        "event_gap_p50_s": A.percentile(gaps, 50),
+        "e2e_s": point["e2e_s"],
         "output_tokens": int(out_tokens) if out_tokens is not None else None,
         "output_tokens_source": ok[0].output_tokens_source if ok else None,
         "stopped_early": sum(1 for r in ok if r.stopped_early),
@@ -183,13 +175,13 @@ def probe_warnings(result: dict[str, Any], run: Any, host: dict[str, Any] | None
         first = run.records[0]
         same = [D.ttft_s(r) for r in run.records[1:] if (r.tags or {}).get("prompt_tokens_target")
                 == (first.tags or {}).get("prompt_tokens_target")]
-        same = [x for x in same if x is not None]
+        others = _med(same)
         t0 = D.ttft_s(first)
-        if t0 is not None and same and t0 > 3 * statistics.median(same) and t0 - statistics.median(same) > 0.05:
+        if t0 is not None and others and t0 > 3 * others and t0 - others > 0.05:
             out.append(MeasurementWarning(
                 "cold_start",
-                f"The first request's TTFT ({t0 * 1000:.0f} ms) was {t0 / statistics.median(same):.1f}× the later "
+                f"The first request's TTFT ({t0 * 1000:.0f} ms) was {t0 / others:.1f}× the later "
                 "ones of its size, with no warm-up: the median still holds, but the spread does not.",
-                {"first_ttft_ms": t0 * 1000, "median_others_ms": statistics.median(same) * 1000},
+                {"first_ttft_ms": t0 * 1000, "median_others_ms": others * 1000},
                 "drop --no-warmup"))
     return to_json(out)

@@ -1,7 +1,8 @@
 """Compare two runs metric by metric, with a noise-aware verdict.
 
-For each phase metric (see :mod:`phasescope.report.samples`) and each measurement point both runs
-share, the change is B relative to A, and the verdict comes from a bootstrap confidence interval
+For each phase metric (see :mod:`phasescope.measure.aggregate`) and each measurement point both runs
+share — A and B are the numbers ``show`` prints for each run (:func:`~phasescope.measure.aggregate.point_value`)
+— the change is B relative to A, and the verdict comes from a bootstrap confidence interval
 (default 95 %) of the difference B − A:
 
 * per-request metrics (TTFT, decode tok/s, TPOT, E2E, prefill tok/s): the median difference,
@@ -14,23 +15,8 @@ Verdict: ``better`` / ``worse`` when the interval excludes zero *and* the change
 ``min_change`` (default 1 %) of A — a statistically clear but negligible shift stays
 ``within noise``; otherwise ``within noise``. ``too few samples`` below :data:`MIN_SAMPLES` per side.
 
-The comparison warns when the runs differ in something other than the parameter under test:
-model, engine or its version, device, API, target, kind, requested prompt/output lengths, several
-parameters at once, or when a run is partial.
-
-It also refuses to be fooled (:func:`comparability`): when the two runs differ *beyond noise* in
-something that moves the numbers by itself, the affected verdicts read ``not comparable`` instead
-of better/worse, and the reason is said first:
-
-* prefix-cache hit rate (per request ``cached_tokens`` / ``cache_n``, or the bench summary's
-  ``prefix_cache_hit_rate``) differs by more than :data:`HIT_RATE_NOISE` → TTFT, TTFT p99,
-  prefill tok/s and E2E;
-* host contention (``host.during.other_cpu_share``, :mod:`phasescope.measure.host`): one run above
-  the ``host_busy`` threshold and the two more than :data:`HOST_NOISE` apart → every metric;
-* engine build (version, ``/props`` ``build_info``), its flags (slots, context: ``server_build``)
-  or the model file (path, size, quantization) → every metric;
-* the server's prompt token counts differ by more than :data:`COUNT_NOISE` → the prefill side;
-  output token counts → E2E and throughput.
+What else differs between the runs, and when that makes a verdict ``not comparable``, is
+:mod:`phasescope.report.comparability`.
 
 ``gate(cmp, metrics)`` lists the chosen metrics whose verdict is ``worse`` — ``compare --fail-on
 worse`` exits 1 when there is any; :func:`to_markdown` renders the table for a pull-request comment.
@@ -45,34 +31,26 @@ from typing import Any
 import numpy as np
 
 from phasescope.measure.records import RequestRecord
-from phasescope.measure.stats import bootstrap_median_diff, median
+from phasescope.measure.stats import bootstrap_median_diff
 from phasescope.measure.warnings import MeasurementWarning, to_json
-from phasescope.report.samples import (
+from phasescope.measure.aggregate import (
     METRICS,
     Group,
     MetricDef,
     Samples,
     group_label,
+    measured,
     point_value,
     run_samples,
     samples_of,
-    usable,
 )
+from phasescope.report.comparability import ALL_METRICS, nc_warning, comparability, environment_warnings, param_changes
 from phasescope.store import RunInfo
 
 MIN_SAMPLES = 3
 #: a tail percentile (TTFT p99) needs this many requests per side
 MIN_TAIL_SAMPLES = 20
 VERDICTS = ("better", "worse", "within noise", "too few samples", "not comparable")
-#: prefix-cache hit rates further apart than this (absolute) make TTFT-side verdicts not comparable
-HIT_RATE_NOISE = 0.05
-#: host contention shares further apart than this (with one run above the host_busy threshold)
-HOST_NOISE = 0.10
-#: relative difference of the mean server-counted token counts beyond which the runs differ
-COUNT_NOISE = 0.01
-PREFILL_SIDE = frozenset({"ttft_s", "ttft_p99_s", "prefill_tok_s", "e2e_s"})
-OUTPUT_SIDE = frozenset({"e2e_s", "throughput_tok_s"})
-ALL_METRICS = frozenset(m.key for m in METRICS)
 #: what users type for --metrics → the metric key
 METRIC_ALIASES = {
     "ttft": "ttft_s", "ttft_p50": "ttft_s", "ttft_median": "ttft_s", "ttft_p99": "ttft_p99_s",
@@ -147,7 +125,7 @@ def compare_runs(
     warnings: list[MeasurementWarning] = environment_warnings(a, records_a, b, records_b)
     changes = param_changes(a.params, b.params)
     if len(changes) > 1:
-        warnings.append(_nc(
+        warnings.append(nc_warning(
             f"the runs differ in {len(changes)} parameters ({', '.join(sorted(changes))}); "
             "a change cannot be pinned on one of them", {"parameters": sorted(changes)}))
     ga, gb = run_samples(records_a), run_samples(records_b)
@@ -155,14 +133,14 @@ def compare_runs(
     if not pairs and ga and gb:
         if len(ga) == 1 and len(gb) == 1:
             (g1, s1), (g2, s2) = next(iter(ga.items())), next(iter(gb.items()))
-            warnings.append(_nc(f"different measurement points: {group_label(g1) or 'untagged'} → {group_label(g2) or 'untagged'}"))
+            warnings.append(nc_warning(f"different measurement points: {group_label(g1) or 'untagged'} → {group_label(g2) or 'untagged'}"))
             pairs = [((), s1, s2)]
         else:
-            warnings.append(_nc("the runs share no measurement point (prompt size, concurrency...); comparing all requests pooled"))
-            pairs = [((), samples_of(usable(records_a)), samples_of(usable(records_b)))]
+            warnings.append(nc_warning("the runs share no measurement point (prompt size, concurrency...); comparing all requests pooled"))
+            pairs = [((), samples_of(measured(records_a)), samples_of(measured(records_b)))]
     only = [group_label(g) for g in list(ga) + list(gb) if g and (g not in ga or g not in gb)]
     if only and any(g in gb for g in ga):
-        warnings.append(_nc(f"measured in one run only (not compared): {', '.join(dict.fromkeys(only))}"))
+        warnings.append(nc_warning(f"measured in one run only (not compared): {', '.join(dict.fromkeys(only))}"))
     # token counts are compared over the measurement points both runs share
     checks = comparability(a, records_a, b, records_b, shared=([r for _, x, _ in pairs for r in x.records],
                                                                [r for _, _, y in pairs for r in y.records]))
@@ -275,125 +253,6 @@ def _cluster_percentile_ci(
     return float(np.quantile(d, alpha)), float(np.quantile(d, 1 - alpha))
 
 
-# --- what else differs ------------------------------------------------------------------------
-_ENV_FIELDS = (
-    ("model", "model"),
-    ("engine", "engine"),
-    ("engine_version", "engine version"),
-    ("device", "device"),
-    ("api", "API"),
-    ("kind", "run kind"),
-)
-
-
-def _nc(msg: str, evidence: dict[str, Any] | None = None, fix: str | None = None) -> MeasurementWarning:
-    return MeasurementWarning("runs_not_comparable", msg, evidence or {}, fix)
-
-
-def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[RequestRecord]) -> list[MeasurementWarning]:
-    out: list[MeasurementWarning] = []
-    for attr, name in _ENV_FIELDS:
-        if attr in ("model", "engine_version"):
-            continue  # said by comparability(), with the verdicts it affects
-        x, y = getattr(a, attr), getattr(b, attr)
-        if x != y and (x is not None or y is not None):
-            out.append(_nc(f"{name} differs: {x or '?'} → {y or '?'}", {"a": x, "b": y}))
-    if _host(a.target) != _host(b.target):  # a new port alone (e.g. the embedded engine's) is no warning
-        out.append(_nc(f"target host differs: {a.target or '?'} → {b.target or '?'} (fine if the server is what you compare)"))
-    pa, pb = _lengths(ra, "prompt"), _lengths(rb, "prompt")
-    if pa and pb and pa != pb:
-        out.append(_nc(f"prompt lengths differ: {_fmt_set(pa)} → {_fmt_set(pb)} tokens"))
-    oa, ob = _lengths(ra, "output"), _lengths(rb, "output")
-    if oa and ob and oa != ob:
-        out.append(_nc(f"requested output lengths differ: {_fmt_set(oa)} → {_fmt_set(ob)} tokens"))
-    for i, name in ((a, "A"), (b, "B")):
-        if i.status != "complete":
-            out.append(MeasurementWarning("partial_run", f"run {name} ({i.id}) is {i.status}" + (f": {i.error}" if i.error else "")))
-    for recs, name in ((ra, "A"), (rb, "B")):
-        if not [r for r in recs if r.ok]:
-            out.append(MeasurementWarning("no_success", f"run {name} has no successful request"))
-    for i, name in ((a, "A"), (b, "B")):  # a run that was itself shaky stays shaky in the comparison
-        for w in i.warnings:
-            if w["kind"] in ("host_busy", "prefix_cache_hits", "client_saturated"):
-                out.append(MeasurementWarning(w["kind"], f"run {name} ({i.id}): {w['message']}", w.get("evidence") or {},
-                                              w.get("fix")))
-    return out
-
-
-# --- what makes two runs not comparable ----------------------------------------------------------
-def _summary(i: RunInfo) -> dict[str, Any]:
-    return i.summary if isinstance(i.summary, dict) else {}
-
-
-def hit_rate(info: RunInfo, recs: list[RequestRecord]) -> float | None:
-    """The run's prefix-cache hit rate: Σ cached / Σ prompt tokens over its requests, else the
-    summary's (bench: ``prefix_cache_hit_rate``, server /metrics)."""
-    from phasescope.load.hygiene import cached_of
-
-    known = [(cached_of(r), r.prompt_tokens) for r in usable(recs) if r.ok and r.prompt_tokens and cached_of(r) is not None]
-    if known:
-        return sum(c for c, _ in known) / sum(p for _, p in known)  # type: ignore[misc]
-    v = _summary(info).get("prefix_cache_hit_rate")
-    return float(v) if isinstance(v, (int, float)) else None
-
-
-def host_share(info: RunInfo) -> tuple[float | None, float]:
-    h = _summary(info).get("host") or {}
-    d = h.get("during") or {} if isinstance(h, dict) else {}
-    v = d.get("other_cpu_share")
-    from phasescope.measure.host import BUSY_SHARE
-
-    return (float(v) if isinstance(v, (int, float)) else None), float(h.get("threshold") or BUSY_SHARE) if isinstance(h, dict) else BUSY_SHARE
-
-
-def _mean_count(recs: list[RequestRecord], which: str) -> float | None:
-    vals = [getattr(r, which) for r in usable(recs) if r.ok and getattr(r, which) is not None
-            and getattr(r, f"{which}_source") in ("usage", "server")]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _build(info: RunInfo) -> dict[str, Any]:
-    sb = _summary(info).get("server_build")
-    return sb if isinstance(sb, dict) else {}
-
-
-def comparability(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[RequestRecord], *,
-                  shared: tuple[list[RequestRecord], list[RequestRecord]] | None = None,
-                  ) -> list[tuple[MeasurementWarning, frozenset[str]]]:
-    """Each difference beyond noise that moves the numbers by itself, with the metrics it affects.
-    ``shared``: the records of the measurement points both runs have (token counts are compared there)."""
-    out: list[tuple[MeasurementWarning, frozenset[str]]] = []
-    ha, hb = hit_rate(a, ra), hit_rate(b, rb)
-    if ha is not None and hb is not None and abs(ha - hb) > HIT_RATE_NOISE:
-        what = f"prefix-cache hit rate {ha:.3f} → {hb:.3f}"
-        out.append((_nc(f"{what}: one run was served from the prefix cache, so its TTFT and prefill rate measure the "
-                        "cache, not prefill", {"what": what, "a": ha, "b": hb, "noise": HIT_RATE_NOISE},
-                        "rerun both without --reuse-prompts (bench salts its prompts per run)"), PREFILL_SIDE))
-    (sa, ta), (sb_, tb) = host_share(a), host_share(b)
-    if sa is not None and sb_ is not None and max(sa, sb_) > min(ta, tb) and abs(sa - sb_) > HOST_NOISE:
-        what = f"host contention {sa * 100:.0f} % → {sb_ * 100:.0f} % of the cores"
-        out.append((_nc(f"{what}: other work took CPU from one run more than the other", {"what": what, "a": sa, "b": sb_,
-                        "threshold": min(ta, tb), "noise": HOST_NOISE}, "rerun the busy one on a quiet machine"), ALL_METRICS))
-    if (a.model or b.model) and a.model != b.model:
-        what = f"model {a.model or '?'} → {b.model or '?'}"
-        out.append((_nc(f"{what}: a different model is a different workload", {"what": what}), ALL_METRICS))
-    if (a.engine_version or b.engine_version) and a.engine_version != b.engine_version and a.engine == b.engine:
-        what = f"engine build {a.engine_version or '?'} → {b.engine_version or '?'}"
-        out.append((_nc(f"{what}: compare builds on purpose only (then this is the change under test)",
-                        {"what": what}), ALL_METRICS))
-    ba, bb = _build(a), _build(b)
-    for k in sorted(set(ba) & set(bb)):
-        if k != "build_info" and ba[k] != bb[k] and ba[k] is not None and bb[k] is not None:
-            what = f"server {k} {ba[k]} → {bb[k]}"
-            out.append((_nc(f"{what}: the engine ran with other flags or another model file", {"what": what}), ALL_METRICS))
-    for which, keys, name in (("prompt_tokens", PREFILL_SIDE, "prompt"), ("output_tokens", OUTPUT_SIDE, "output")):
-        ma, mb = _mean_count(shared[0] if shared else ra, which), _mean_count(shared[1] if shared else rb, which)
-        if ma and mb and abs(mb - ma) / ma > COUNT_NOISE:
-            what = f"mean {name} tokens (server count) {ma:.1f} → {mb:.1f}"
-            out.append((_nc(f"{what}: the requests were not the same size", {"what": what, "a": ma, "b": mb}), keys))
-    return out
-
-
 def gate(cmp: Comparison, metrics: list[str] | None = None) -> list[MetricComparison]:
     """The rows of the chosen metrics (all when None) whose verdict is ``worse``."""
     keys = set(metrics) if metrics else ALL_METRICS
@@ -440,56 +299,6 @@ def to_markdown(cmp: Comparison, failed: list[MetricComparison] | None = None) -
     lines += ["", f"_{cmp.confidence:.0%} bootstrap CI of B − A; better/worse when it excludes 0 and |change| ≥ "
                   f"{cmp.min_change:.0%}; not comparable when the runs differ in more than the change under test._"]
     return "\n".join(lines) + "\n"
-
-
-def _host(url: str | None) -> str | None:
-    from urllib.parse import urlsplit
-
-    return None if not url else (urlsplit(url).hostname or url)
-
-
-def _lengths(recs: list[RequestRecord], which: str) -> frozenset[int]:
-    rs = usable(recs)
-    if which == "prompt":
-        vals = [r.prompt_tokens_requested for r in rs if r.prompt_tokens_requested is not None]
-        if not vals:  # fall back to measured prompt sizes, rounded to 2 significant digits
-            vals = [_round2(r.prompt_tokens) for r in rs if r.prompt_tokens]
-    else:
-        vals = [r.max_tokens for r in rs if r.max_tokens is not None]
-    return frozenset(int(v) for v in vals if v is not None)
-
-
-def _round2(n: int | None) -> int | None:
-    if not n:
-        return n
-    mag = 10 ** max(0, len(str(int(n))) - 2)
-    return int(round(n / mag) * mag)
-
-
-def _fmt_set(s: frozenset[int]) -> str:
-    v = sorted(s)
-    if len(v) > 6:
-        return f"{len(v)} lengths {v[0]}–{v[-1]} (median {median([float(x) for x in v]):.0f})"
-    return "/".join(str(x) for x in v)
-
-
-def param_changes(pa: dict[str, Any], pb: dict[str, Any]) -> dict[str, list[Any]]:
-    """Parameters both runs recorded whose values differ (flattened with dots), as ``{name: [a, b]}``.
-    A parameter only one run recorded (e.g. added by a newer phasescope) is unknown for the other,
-    not a difference."""
-    fa, fb = _flatten(pa or {}), _flatten(pb or {})
-    return {k: [fa[k], fb[k]] for k in sorted(set(fa) & set(fb)) if fa[k] != fb[k]}
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 # --- which two runs ---------------------------------------------------------------------------

@@ -13,6 +13,9 @@ CDN and no other URL, and a Content-Security-Policy (``default-src 'none'``) sto
 loading anything even by accident. Several runs are overlaid, one colour each, with a legend.
 Every string that came from a server or a user (model names, errors, parameters, findings) is
 HTML-escaped, in the page and inside plot labels. ``--png DIR``: :mod:`phasescope.report.png`.
+The numbers of each run's measurement points are embedded as JSON (``<script id="ps-data">``,
+:mod:`phasescope.report.data`): the stored probe summary's, else those ``show``
+prints (:mod:`phasescope.measure.aggregate`).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from phasescope.report.sections import (
     params_html,
     runs_table_html,
 )
+from phasescope.report.data import report_data
 
 
 @dataclass
@@ -139,6 +143,7 @@ document.addEventListener("securitypolicyviolation", function (e) {{ window.__ps
 {f'<div class=skipped>Not plotted (no data in these runs):<ul>{skipped_html}</ul></div>' if skipped_html else ''}
 <pre id="ps-errors"></pre>
 <script id="ps-specs" type="application/json">{script_json(specs)}</script>
+<script id="ps-data" type="application/json">{script_json(report_data(runs))}</script>
 <script>
 (function () {{
   var specs = JSON.parse(document.getElementById("ps-specs").textContent);

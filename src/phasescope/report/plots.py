@@ -1,5 +1,6 @@
 """The report's figures: one function per plot, each a pure function of the runs' raw records
-(through :mod:`phasescope.measure.derive`) and their stored summaries — no new numbers.
+(per request through :mod:`phasescope.measure.derive`, aggregated through
+:mod:`phasescope.measure.aggregate`) and their stored summaries and fits — no new numbers.
 
 A plot is drawn only where its x axis has spread (:func:`has_spread`): a bench run at one prompt
 length gets no "TTFT vs prompt length" column of dots but the TTFT distribution instead, and one
@@ -7,8 +8,8 @@ load level gets no throughput/latency "curve" but the per-request timeline. Each
 :class:`Plot`, or a string saying why it was left out.
 
 * ``ttft_vs_prompt`` — TTFT per request vs prompt tokens (prompt lengths that differ by ≥ 10 %),
-  with the non-negative quadratic fit TTFT ≈ a + b·n + c·n²
-  (:func:`phasescope.measure.stats.fit_quadratic_nonneg`).
+  with the line the run stored: explain's own fit TTFT ≈ a + b·n + c·n² (never refitted here),
+  else the median TTFT per prompt length.
 * ``ttft_distribution`` — histogram (% of requests) and CDF of TTFT, per run.
 * ``decode_vs_context`` — per-request decode tok/s vs mean context during decode
   (prompt + (output − 1)/2 tokens), when contexts differ by ≥ 10 %.
@@ -43,9 +44,8 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from phasescope.measure import derive
+from phasescope.measure.aggregate import METRIC_BY_KEY, measured, median, percentile, point_value, samples_of, successful
 from phasescope.measure.records import RequestRecord
-from phasescope.measure.stats import fit_quadratic_nonneg, median, percentile
-from phasescope.report.samples import samples_of, usable
 from phasescope.store import RunInfo
 
 Run = tuple[RunInfo, list[RequestRecord]]
@@ -134,17 +134,50 @@ def _num(v: Any) -> bool:
 
 
 def _ok(recs: list[RequestRecord]) -> list[RequestRecord]:
-    return [r for r in usable(recs) if r.ok]
+    return successful(recs)
 
 
 # --- prefill ------------------------------------------------------------------------------------
+def stored_ttft_fit(summary: Any) -> dict[str, Any] | None:
+    """explain's own prompt-scaling fit, as it stored it (``experiments["prompt-scaling"].fit``:
+    ``a_s``, ``b_s_per_token``, ``c_s_per_token2``, ``r2``) with the points it fitted (each
+    length's best TTFT, ``ttft_min_s``, else its median) — the report draws this fit, it never
+    fits again over every record of the run (which mixes in the other experiments' requests)."""
+    exps = summary.get("experiments") if isinstance(summary, dict) else None
+    ps = exps.get("prompt-scaling") if isinstance(exps, dict) else None
+    fit = ps.get("fit") if isinstance(ps, dict) else None
+    if not isinstance(fit, dict) or not all(_num(fit.get(k)) for k in ("a_s", "b_s_per_token", "c_s_per_token2")):
+        return None
+    pts = []
+    for p in ps.get("points") or []:
+        if isinstance(p, dict) and _num(p.get("prompt_tokens")):
+            y = p.get("ttft_min_s") if _num(p.get("ttft_min_s")) else p.get("ttft_s")
+            if _num(y):
+                pts.append((float(p["prompt_tokens"]), float(y)))
+    return {"a": float(fit["a_s"]), "b": float(fit["b_s_per_token"]), "c": float(fit["c_s_per_token2"]),
+            "r2": float(fit["r2"]) if _num(fit.get("r2")) else None, "points": pts}
+
+
+def _stored_size_medians(summary: Any) -> list[tuple[float, float]]:
+    """(prompt tokens, median TTFT) per size from a probe summary's ``sizes``."""
+    return sorted((n, float(s["ttft_s"])) for n, s in _stored_sizes(summary).items() if _num(s.get("ttft_s")))
+
+
 def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
+    """TTFT per request vs prompt tokens; the line through them is what the run stored: explain's
+    own prompt-scaling fit (:func:`stored_ttft_fit`), else the probe summary's median per size,
+    else the median per prompt length (:func:`phasescope.measure.aggregate.median`). Nothing is
+    refitted here."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     seen: list[float] = []
     for k, (info, recs) in enumerate(runs):
-        pts = [(r.prompt_tokens or r.prompt_tokens_requested, derive.ttft_s(r)) for r in _ok(recs)]
+        fit = stored_ttft_fit(info.summary)
+        ok = _ok(recs)
+        if fit is not None:  # the fitted experiment's requests, not the other experiments' ones
+            ok = [r for r in ok if r.tags.get("experiment") == "prompt-scaling"] or ok
+        pts = [(r.prompt_tokens or r.prompt_tokens_requested, derive.ttft_s(r)) for r in ok]
         pts = [(float(x), float(y)) for x, y in pts if x and y is not None]
         seen.extend(x for x, _ in pts)
         if not pts or not has_spread([x for x, _ in pts]):
@@ -155,19 +188,39 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
         fig.add_trace(go.Scatter(x=xs, y=[y * 1e3 for y in ys], mode="markers", name=_label(info) + " · TTFT",
                                  legendgroup=g, marker={"color": c, "size": 7, "opacity": 0.7},
                                  hovertemplate="prompt %{x} tok<br>TTFT %{y:.2f} ms<extra></extra>"))
-        srv = [(float(r.prompt_tokens or r.prompt_tokens_requested or 0), (r.server or {}).get("prefill_s")) for r in _ok(recs)]
+        srv = [(float(r.prompt_tokens or r.prompt_tokens_requested or 0), (r.server or {}).get("prefill_s")) for r in ok]
         srv = [(x, float(y)) for x, y in srv if x and isinstance(y, (int, float))]
         if srv:
             sx, sy = zip(*srv)
             fig.add_trace(go.Scatter(x=sx, y=[y * 1e3 for y in sy], mode="markers", name=_label(info) + " · server prefill",
                                      legendgroup=g, marker={"color": c, "symbol": "x", "size": 7, "opacity": 0.6},
                                      hovertemplate="prompt %{x} tok<br>server prefill %{y:.2f} ms<extra></extra>"))
-        f = fit_quadratic_nonneg(xs, ys)
-        gx = np.linspace(0, max(xs) * 1.05, 120)
-        fig.add_trace(go.Scatter(
-            x=gx.tolist(), y=[f(x) * 1e3 for x in gx], mode="lines", line={"color": c, "dash": "dash"}, legendgroup=g,
-            name=f"{_label(info)} · fit: {f.a * 1e3:.3g} ms + {f.b * 1e6:.3g} µs·n + {f.c * 1e9:.3g} ns·n² (R² {f.r2:.3f})",
-            hoverinfo="skip"))
+        if fit is not None:
+            a, b, cc = fit["a"], fit["b"], fit["c"]
+            gx = np.linspace(0, max(xs) * 1.05, 120)
+            r2 = f" (R² {fit['r2']:.3f})" if fit["r2"] is not None else ""
+            fig.add_trace(go.Scatter(
+                x=gx.tolist(), y=[(a + b * x + cc * x * x) * 1e3 for x in gx], mode="lines",
+                line={"color": c, "dash": "dash"}, legendgroup=g,
+                name=f"{_label(info)} · explain's fit: {a * 1e3:.3g} ms + {b * 1e6:.3g} µs·n + {cc * 1e9:.3g} ns·n²{r2}",
+                hoverinfo="skip"))
+            if fit["points"]:
+                fx, fy = zip(*fit["points"])
+                fig.add_trace(go.Scatter(x=fx, y=[y * 1e3 for y in fy], mode="markers", legendgroup=g,
+                                         name=_label(info) + " · fitted points (best of each length)",
+                                         marker={"color": c, "symbol": "diamond-open", "size": 11},
+                                         hovertemplate="prompt %{x} tok<br>best TTFT %{y:.2f} ms<extra></extra>"))
+            continue
+        med = _stored_size_medians(info.summary)
+        if not med:
+            by: dict[float, list[float]] = {}
+            for x, y in pts:
+                by.setdefault(x, []).append(y)
+            med = [(x, median(by[x])) for x in sorted(by)]  # type: ignore[misc]
+        fig.add_trace(go.Scatter(x=[x for x, _ in med], y=[y * 1e3 for _, y in med], mode="lines+markers",
+                                 line={"color": c}, marker={"color": c, "symbol": "diamond", "size": 9}, legendgroup=g,
+                                 name=_label(info) + " · median TTFT per prompt length",
+                                 hovertemplate="prompt %{x} tok<br>median TTFT %{y:.2f} ms<extra></extra>"))
     if not fig.data:
         if not seen:
             return "no successful request with a known prompt length and a first token"
@@ -175,7 +228,9 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
                 "see the TTFT distribution (probe or explain vary the prompt)")
     _layout(fig, "TTFT vs prompt length (prefill)", "prompt tokens", "TTFT (ms)")
     fig.update_yaxes(rangemode="tozero")
-    return Plot("ttft_vs_prompt", "TTFT vs prompt length", fig)
+    return Plot("ttft_vs_prompt", "TTFT vs prompt length", fig,
+                "dashed: explain's own fit TTFT ≈ a + b·n + c·n² over its best TTFT per length, as it stored it; "
+                "solid: the median per prompt length")
 
 
 def _cdf(values: list[float], n: int = 800) -> tuple[list[float], list[float]]:
@@ -254,14 +309,16 @@ def plot_itl_cdf(runs: list[Run]) -> Plot | str:
 
     fig = go.Figure()
     for k, (info, recs) in enumerate(runs):
-        itl = [x * 1e3 for r in _ok(recs) for x in derive.itl_s(r) if x > 0]
+        s = samples_of(recs)
+        itl = [x * 1e3 for x in s.pooled_itl() if x > 0]  # the CDF on a log axis: zero gaps cannot be drawn
         if len(set(itl)) < 2:
             continue
         xs, qs = _cdf(itl)
-        p50, p99 = percentile(itl, 50), percentile(itl, 99)
+        # the legend's percentiles are the run's (show's ITL p50/p99), zero gaps included
+        p50, p99 = (point_value(s, METRIC_BY_KEY[k2]) * 1e3 for k2 in ("itl_p50_s", "itl_p99_s"))  # type: ignore[operator]
         fig.add_trace(go.Scatter(
             x=xs, y=qs, mode="lines", line={"color": colour(k), "width": 2}, legendgroup=info.id,
-            name=f"{_label(info)} (p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={len(itl)} tokens)",
+            name=f"{_label(info)} (p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={len(s.pooled_itl())} tokens)",
             hovertemplate="ITL %{x:.3f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"))
     if not fig.data:
         return "no streamed request with two or more tokens"
@@ -289,7 +346,7 @@ def plot_throughput_vs_itl(runs: list[Run]) -> Plot | str:
     colours: dict[tuple[Any, ...], str] = {}
     names: dict[tuple[Any, ...], str] = {}
     for k, (info, recs) in enumerate(runs):
-        rs = usable(recs)
+        rs = measured(recs)
         tagged = any(r.tags.get("concurrency") is not None for r in rs)
         levels: dict[Any, list[RequestRecord]] = {}
         if tagged:
@@ -670,7 +727,7 @@ def endpoint_groups(recs: list[RequestRecord]) -> dict[str, list[RequestRecord]]
     """A run's measured records by endpoint (``tags.endpoint``, as :mod:`phasescope.load.routing`
     tags them), in first-seen order. Records without the tag are left out."""
     out: dict[str, list[RequestRecord]] = {}
-    for r in usable(recs):
+    for r in measured(recs):
         ep = r.tags.get("endpoint")
         if ep:
             out.setdefault(str(ep), []).append(r)

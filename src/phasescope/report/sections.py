@@ -3,7 +3,9 @@ parameters tables, the findings, the per-endpoint table and the comparison view.
 
 Every number shown comes from a stored summary (probe ``sizes`` / ``ceilings.sizes``, bench's
 ``median_ttft_ms``…, explain's ``findings``), from :func:`phasescope.report.compare.compare_runs`
-(verdicts) or from the run's own fields; nothing is re-derived here. Every string is escaped.
+(verdicts), from the run's own fields, or — for a run with no probe-shaped summary —
+from :mod:`phasescope.measure.aggregate` over its records, the numbers ``show`` prints
+(:mod:`phasescope.report.data`, embedded in the page as JSON). Nothing is re-derived here. Every string is escaped.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def _walk_dicts(o: Any) -> Iterable[dict[str, Any]]:
             yield from _walk_dicts(v)
 
 
-def _probe_sizes(summary: Any) -> tuple[list[dict[str, Any]], dict[Any, dict[str, Any]]]:
+def probe_sizes(summary: Any) -> tuple[list[dict[str, Any]], dict[Any, dict[str, Any]]]:
     """The first probe-shaped node (``sizes`` rows with ``ttft_s``) and its ``ceilings.sizes`` by size."""
     for node in _walk_dicts(summary):
         sizes = node.get("sizes")
@@ -120,8 +122,10 @@ def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) ->
     rows: list[tuple[str, list[str]]] = [
         ("PREFILL", []),
         ("TTFT", [fmt_ms(s.get("ttft_s")) for s in sizes]),
-        ("prefill tok/s", [fmt_rate(x.get("prefill_tok_s") or s.get("prefill_tok_s")) for s, x in zip(sizes, srv)]),
+        ("prefill tok/s", [fmt_rate(s.get("prefill_tok_s")) for s in sizes]),
     ]
+    if any(x.get("prefill_tok_s") is not None for x in srv):
+        rows.append(("prefill tok/s (server)", [fmt_rate(x.get("prefill_tok_s")) for x in srv]))
     if any(c.get("prefill_floor_s") is not None for c in cr):
         rows += [("prefill floor (ceiling)", [fmt_ms(c.get("prefill_floor_s")) for c in cr]),
                  ("prefill efficiency", [fmt_pct(c.get("prefill_efficiency")) for c in cr])]
@@ -204,7 +208,7 @@ def card_html(runs: list[Run]) -> str:
     cards = []
     for k, (info, _) in enumerate(runs[:4]):
         s = info.summary if isinstance(info.summary, dict) else {}
-        sizes, crow = _probe_sizes(s)
+        sizes, crow = probe_sizes(s)
         if sizes:
             table = _probe_card(sizes, crow)
         elif any(k2 in s for k2 in ("median_ttft_ms", "output_throughput", "median_itl_ms")):

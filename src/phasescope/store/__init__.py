@@ -624,10 +624,10 @@ def _device_in(summary: Any) -> str | None:
 
 
 def _is_warmup(r: RequestRecord) -> bool:
-    """A warm-up: ``tags.warmup`` (probe, bench) or ``tags.phase == "warmup"`` (experiments), as
-    :func:`phasescope.report.samples.usable` leaves them out."""
-    t = r.tags or {}
-    return bool(t.get("warmup")) or t.get("phase") == "warmup"
+    """A warm-up, by the one rule every aggregate uses (:func:`phasescope.measure.aggregate.is_measured`)."""
+    from phasescope.measure.aggregate import is_measured
+
+    return not is_measured(r)
 
 
 def _new_id(t: float) -> str:

@@ -85,7 +85,7 @@ class RayRunResult(RunResult):
     """A :class:`RunResult` plus what the Ray layer knows (``ray`` → ``summary["ray"]``)."""
 
     ray: dict[str, Any] = field(default_factory=dict)
-    actor_warnings: list[str] = field(default_factory=list)
+    actor_warnings: list[MeasurementWarning] = field(default_factory=list)
 
 
 def _connect(ray: Any, address: str | None, cpus_needed: float) -> tuple[bool, str]:
@@ -191,9 +191,11 @@ def run_ray(
             if node_ips.get(info.get("node_id")):
                 info["node_ip"] = node_ips[info["node_id"]]
             if info.get("phasescope") != _version():
-                warn_versions.add(f"actor {a.name} on {info.get('node_ip')} runs phasescope {info.get('phasescope')} "
-                                  f"but the driver runs {_version()}: install the same version on every node")
-        res.actor_warnings.extend(sorted(warn_versions))
+                warn_versions.add((a.name, info.get("node_ip"), info.get("phasescope")))
+        res.actor_warnings.extend(MeasurementWarning(
+            "version_mismatch", f"actor {name} on {ip} runs phasescope {ver} but the driver runs {_version()}",
+            {"actor": name, "node_ip": ip, "actor_version": ver, "driver_version": _version()},
+            "install the same phasescope version on every node") for name, ip, ver in sorted(warn_versions, key=str))
         for a in actors:
             a.clock = measure_offset(ray, a.handle)
         items_ref = ray.put(list(items))
