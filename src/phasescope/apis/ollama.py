@@ -12,7 +12,7 @@ the key disappear, so a missing key means 0/unknown, never an error):
   the cached count, so ``prompt_eval_count / prompt_eval_duration`` overstates prefill speed on a
   cache hit. ``server.prompt_n`` (the evaluated count behind the server prefill rate) is therefore
   set only for requests whose prompt could not have been cached — those built with a fresh nonce
-  (``req.tags["fresh_prompt"]``, set by :mod:`phasescope.measure.prompts`); otherwise it is ``None``
+  (``req.tags["fresh_prompt"]``, set by :mod:`phasescope.prompting`); otherwise it is ``None``
   and no server prefill rate is claimed;
 * ``eval_count`` / ``eval_duration`` — generated tokens and end of prompt → last token
   (= llama-server ``predicted_n``/``predicted_ms``).

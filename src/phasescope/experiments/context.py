@@ -22,7 +22,7 @@ from phasescope.apis import get_client
 from phasescope.apis.base import GenRequest, Target
 from phasescope.experiments.common import ExperimentInfo
 from phasescope.measure import derive
-from phasescope.measure.prompts import Prompt, PromptBuilder, new_nonce
+from phasescope.prompting import Prompt, PromptBuilder, new_nonce
 from phasescope.measure.records import RequestRecord
 
 
