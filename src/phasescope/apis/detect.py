@@ -18,7 +18,6 @@ above â†’ :class:`~phasescope.errors.WrongApiError`; 401/403 on ``/v1/models`` â
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +25,7 @@ import aiohttp
 
 from phasescope import errors as E
 from phasescope.apis._http import error_message_of
+from phasescope.apis._json import auth_headers, fetch_json
 from phasescope.apis.base import Target, redact_url
 
 
@@ -43,33 +43,28 @@ class Detected:
 _NOT_LISTENING_HINT = "start a server there, run the embedded one with `phasescope serve`, or omit the URL to let phasescope start it"
 
 
-async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout_s: float) -> tuple[int, Any, str]:
-    """(status, parsed JSON or None, text). Connection errors propagate."""
-    async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-        text = await r.text(errors="replace")
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        return r.status, obj, text
-
-
 def engine_from_metrics(text: str) -> str | None:
-    for prefix, eng in (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("llamacpp:", "llamacpp")):
-        if f"\n{prefix}" in "\n" + text:
-            return eng
-    return None
+    """The engine a ``/metrics`` exposition comes from, by the one Prometheus-prefix table
+    (:func:`phasescope.metrics.engines.detect_engine`: the prefix most sample names carry)."""
+    from phasescope.metrics.engines import detect_engine
+
+    names = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            names.add(line.split("{", 1)[0].split(" ", 1)[0])
+    return detect_engine(names)
 
 
 async def detect(session: aiohttp.ClientSession, base_url: str, *, api_key: str | None = None,
                  connect_timeout_s: float = 10.0) -> Detected:
     base = base_url.rstrip("/")
     shown = redact_url(base)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = auth_headers(api_key)
     t = max(2.0, connect_timeout_s)
 
     async def get(path: str) -> tuple[int, Any, str]:
-        return await _get(session, base + path, headers, t)
+        return await fetch_json(session, base + path, headers=headers, timeout_s=t)
 
     try:
         st, obj, _ = await get("/api/version")

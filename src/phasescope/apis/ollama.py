@@ -30,6 +30,7 @@ import aiohttp
 
 from phasescope import errors as E
 from phasescope.apis._http import Protocol, add_event, error_message_of, exchange, fill_fallback_counts, new_record, set_count
+from phasescope.apis._json import json_object
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.records import RequestRecord
 
@@ -136,15 +137,17 @@ async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) 
     return await exchange(session, cls(target, req, rec))
 
 
+#: ``POST /api/show {"model"}``: a model's details, Modelfile parameters and GGUF key/values
+SHOW_PATH = "/api/show"
+
+
 async def show_model(session: aiohttp.ClientSession, target: Target, timeout_s: float = 5.0) -> dict[str, Any] | None:
     """Ollama ``POST /api/show {"model"}``: ``details.quantization_level``, ``parameters`` (the
     Modelfile's ``num_ctx``/``num_batch``/… lines), ``model_info``; ``None`` when it does not answer."""
-    try:
-        async with session.post(target.base_url + "/api/show", json={"model": target.model}, headers=target.headers(),
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            if r.status != 200:
-                return None
-            d = await r.json(content_type=None)
-            return d if isinstance(d, dict) else None
-    except (aiohttp.ClientError, ValueError, TimeoutError):
-        return None
+    return await json_object(session, target.base_url + SHOW_PATH, method="POST", body={"model": target.model},
+                             headers=target.headers(), timeout_s=timeout_s)
+
+
+#: ``GET /api/version``: Ollama's cheapest answer (detection's first probe; the warm-up GET,
+#: :func:`phasescope.apis.warm_up`)
+VERSION_PATH = "/api/version"
