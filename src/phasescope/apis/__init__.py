@@ -48,17 +48,13 @@ WARM_PATHS = {"openai": "/v1/models", "chat": "/v1/models", "ollama": "/api/vers
 async def warm_up(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
     """Open ``n`` keep-alive connections with concurrent cheap GETs (:data:`WARM_PATHS`); how many
     answered. Failures are ignored: a warm-up that fails only leaves the connects in the run."""
-    import aiohttp
+    from phasescope.apis._json import try_json
 
     url = target.base_url + WARM_PATHS.get(target.api, "/v1/models")
     headers = target.headers()
 
     async def one() -> bool:
-        try:
-            async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-                await r.read()
-                return True
-        except Exception:  # noqa: BLE001 - any failure: this connection is not warm
-            return False
+        status, _, _ = await try_json(session, url, headers=headers, timeout_s=timeout_s)
+        return status is not None
 
     return sum(int(ok) for ok in await asyncio.gather(*(one() for _ in range(n))))

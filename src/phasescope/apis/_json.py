@@ -56,3 +56,21 @@ async def json_object(session: aiohttp.ClientSession, url: str, *, method: str =
     """The JSON object a 200 answer holds, else None (any failure)."""
     status, obj, _ = await try_json(session, url, method=method, body=body, headers=headers, timeout_s=timeout_s)
     return obj if status == 200 and isinstance(obj, dict) else None
+
+
+def fetch_json_sync(url: str, *, timeout_s: float = 5.0) -> tuple[int, Any]:
+    """GET without an event loop (the embedded engine's supervisor, before any client exists):
+    (HTTP status, parsed JSON body or None). An HTTP error status is returned, not raised;
+    ``urllib.error.URLError``/``OSError`` propagate when nothing answers."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback or the user's URL
+            status, raw = int(resp.status), resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = int(exc.code), exc.read() or b""
+    try:
+        return status, json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return status, None

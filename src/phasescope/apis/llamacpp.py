@@ -31,7 +31,7 @@ from phasescope.apis._http import (
     new_record,
     set_count,
 )
-from phasescope.apis._json import auth_headers, try_json
+from phasescope.apis._json import auth_headers, fetch_json_sync, try_json
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.records import RequestRecord
 
@@ -164,26 +164,16 @@ HEALTH_PATH = "/health"
 def health_status_sync(base_url: str, timeout_s: float = 2.0) -> int | None:
     """``GET /health`` without an event loop (the embedded engine's supervisor waits on its child
     with it): the HTTP status (200 ready, 503 loading), or None when nothing answers."""
-    import urllib.error
-    import urllib.request
-
     try:
-        with urllib.request.urlopen(base_url.rstrip("/") + HEALTH_PATH, timeout=timeout_s) as resp:  # noqa: S310 - loopback
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
+        return fetch_json_sync(base_url.rstrip("/") + HEALTH_PATH, timeout_s=timeout_s)[0]
+    except (OSError, ValueError):  # URLError is an OSError
         return None
 
 
 def props_sync(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    """``GET /props`` without an event loop; raises ``urllib.error.URLError``/``OSError``/``ValueError``
-    when it does not answer with an object."""
-    import json
-    import urllib.request
-
-    with urllib.request.urlopen(base_url.rstrip("/") + "/props", timeout=timeout_s) as resp:  # noqa: S310 - loopback
-        obj = json.loads(resp.read().decode())
-    if not isinstance(obj, dict):
-        raise ValueError("/props is not a JSON object")
+    """``GET /props`` without an event loop; raises ``OSError`` (``urllib.error.URLError``) when
+    nothing answers and ``ValueError`` when the answer is not a 200 JSON object."""
+    status, obj = fetch_json_sync(base_url.rstrip("/") + "/props", timeout_s=timeout_s)
+    if status != 200 or not isinstance(obj, dict):
+        raise ValueError(f"/props answered HTTP {status}" + ("" if isinstance(obj, dict) else " without a JSON object"))
     return obj
