@@ -19,7 +19,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from phasescope.apis._http import new_session, trace_config
+from phasescope.apis._session import new_session, trace_config
 from phasescope.errors import InputError
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._http import error_message_of
+from phasescope.apis._errors import error_message_of
 from phasescope.apis._json import auth_headers, fetch_json
 from phasescope.apis.base import Target, redact_url
 

@@ -21,17 +21,10 @@ from typing import Any
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._http import (
-    Protocol,
-    add_event,
-    error_message_of,
-    exchange,
-    fill_fallback_counts,
-    llamacpp_timings,
-    new_record,
-    set_count,
-)
+from phasescope.apis._errors import error_message_of
+from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import auth_headers, fetch_json_sync, try_json
+from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.records import RequestRecord
 
