@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._errors import fail, http_error
+from phasescope.apis._errors import error_message_of, fail, http_error
 from phasescope.apis._session import MAX_STALE_RETRIES, POOLED
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.clock import now_ns, wall_ns
@@ -190,6 +190,19 @@ class Protocol:
 
     def on_body(self, obj: Any) -> None:
         raise NotImplementedError
+
+    def message(self, obj: Any, what: str) -> dict[str, Any]:
+        """``obj`` as a message object, for formats whose error is a top-level ``"error"`` (llama.cpp,
+        Ollama): a non-object raises :class:`MalformedEventError`, ``{"error": ...}``
+        :class:`ServerStreamError` with the server's own sentence. ``what``: ``event``, ``line``
+        (streamed) or ``response`` (a whole body)."""
+        where = f"{self.target.display_url}{self.path}"
+        if not isinstance(obj, dict):
+            raise E.MalformedEventError(f"{where}: malformed {what} (not an object)")
+        if "error" in obj:
+            during = "" if what == "response" else " mid-stream"
+            raise E.ServerStreamError(f"{where}: server error{during}: {error_message_of(obj)}")
+        return obj
 
     def finish(self) -> None:
         pass

@@ -20,7 +20,6 @@ from typing import Any
 
 import aiohttp
 
-from phasescope import errors as E
 from phasescope.apis._errors import error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import auth_headers, fetch_json_sync, try_json
@@ -49,10 +48,7 @@ class _Native(Protocol):
         return b
 
     def on_message(self, obj: Any, t_ns: int) -> None:
-        if not isinstance(obj, dict):
-            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed event (not an object)")
-        if "error" in obj:
-            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error mid-stream: {error_message_of(obj)}")
+        obj = self.message(obj, "event")
         if obj.get("stop"):
             self._final(obj)
             add_event(self.rec, t_ns, "usage", None, 0)
@@ -83,10 +79,7 @@ class _Native(Protocol):
             rec.finish_reason = {"limit": "length", "eos": "stop", "word": "stop"}.get(str(st), str(st))
 
     def on_body(self, obj: Any) -> None:
-        if not isinstance(obj, dict):
-            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed response (not an object)")
-        if "error" in obj:
-            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error: {error_message_of(obj)}")
+        obj = self.message(obj, "response")
         self._final(obj)
 
     def finish(self) -> None:

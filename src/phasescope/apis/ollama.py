@@ -29,7 +29,6 @@ from typing import Any
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._errors import error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, new_record, set_count
@@ -58,10 +57,7 @@ class _Ollama(Protocol):
         return b
 
     def on_message(self, obj: Any, t_ns: int) -> None:
-        if not isinstance(obj, dict):
-            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed line (not an object)")
-        if "error" in obj:
-            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error mid-stream: {error_message_of(obj)}")
+        obj = self.message(obj, "line")
         if obj.get("done"):
             self._final(obj)
             add_event(self.rec, t_ns, "usage", None, 0)
@@ -106,10 +102,7 @@ class _Ollama(Protocol):
             rec.finish_reason = str(obj["done_reason"])
 
     def on_body(self, obj: Any) -> None:
-        if not isinstance(obj, dict):
-            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed response (not an object)")
-        if "error" in obj:
-            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error: {error_message_of(obj)}")
+        obj = self.message(obj, "response")
         self._final(obj)
 
     def on_eof(self) -> None:
