@@ -95,3 +95,32 @@ def test_bench_input_len_is_llama_servers_count_for_native_and_chat(engine: Any,
     r = run_bench(cfg)
     assert r.summary["completed"] == 3
     assert [rec.prompt_tokens for rec in r.records] == [48] * 3, r.summary["token_count_source"]
+
+
+@pytest.mark.parametrize("flavor,api", [("llamacpp", "openai"), ("llamacpp", "llamacpp"), ("llamacpp", "chat"),
+                                        ("vllm", "openai")])
+def test_shared_prefix_prompts_are_counted_once_for_the_bos(flavor: str, api: str, tmp_path: Path) -> None:
+    # a part after a shared prefix is counted without the BOS: prefix + part = what the server counts
+    with FakeServer(flavor=flavor, ttft_s=0.001, itl_s=0.001).running() as srv:
+        cfg = BenchConfig(url=srv.url, api=api, num_prompts=4, input_len=20, output_len=2, prefix_len=30,
+                          prefix_groups=2, store=False, out_dir=str(tmp_path / "p"), metrics_interval_s=0.2)
+        r = run_bench(cfg)
+        truth = {g.id: g.prompt_tokens for g in srv.log}
+    assert r.summary["completed"] == 4
+    assert [truth[rec.id] for rec in r.records] == [50] * 4, r.summary["token_count_source"]
+
+
+def test_specials_are_what_the_server_puts_before_every_text() -> None:
+    from phasescope.apis.tokenize import Tokenizer
+
+    async def go(url: str) -> tuple[list[int], int | None, int | None]:
+        async with open_target(url, api="openai") as t:
+            async with new_session() as s:
+                tok = Tokenizer(s, t)
+                pb = PromptBuilder(s, t)
+                return await tok.specials(), await pb.count(TEXTS[0]), await pb.count(TEXTS[0], first=False)
+
+    for flavor, n_specials in (("llamacpp", 1), ("vllm", 0)):  # the fakes: a BOS on llama.cpp text prompts only
+        with FakeServer(flavor=flavor).running() as srv:
+            sp, whole, part = asyncio.run(go(srv.url))
+        assert len(sp) == n_specials and whole is not None and part == whole - n_specials, (flavor, sp, whole, part)

@@ -1,6 +1,6 @@
 """The server's own tokenizer: ``POST /tokenize`` and ``POST /detokenize`` — the one client.
 
-Wire formats (reference/server-apis.md §2, §3, §4.3, TGI §):
+Wire formats (reference/server-apis.md §1.8 vLLM, §3.4 TGI, §4.3 llama.cpp; SGLang serves vLLM's shape):
 
 ============  ===================================================  ==========================================
 flavor        ``POST /tokenize``                                   ``POST /detokenize``
@@ -19,8 +19,8 @@ the BOS to a text prompt), vLLM/SGLang ``"add_special_tokens": true`` (their com
 TGI's own rule (it has no switch). So ``len(await tok.tokenize(text))`` is the ``prompt_tokens`` the
 server reports for ``text`` sent as a text prompt, BOS included. A chat template's tokens are not in
 it (the prompt builder measures them with one request: :func:`phasescope.prompting.measure_overhead`).
-:meth:`Tokenizer.specials` is what the server puts in front of every text (``tokenize("")``: the
-BOS, or nothing); :meth:`Tokenizer.content` strips it, for a part that follows a prefix.
+:meth:`Tokenizer.specials` is what the server puts in front of every text (the BOS, or
+nothing: what two one-token words share); :meth:`Tokenizer.content` strips it, for a part after a prefix.
 
 Token ids cut from a tokenize answer start with that BOS; llama.cpp and vLLM add nothing to a
 token-id prompt (llama.cpp ``tokenize_mixed`` pushes integers as they are), so N ids are N prompt
@@ -144,8 +144,12 @@ class Tokenizer:
     async def specials(self) -> list[int]:
         """The tokens the server puts in front of every text prompt (the BOS, or none)."""
         if self._specials is None:
-            ids = await self.tokenize("")
-            self._specials = ids if ids is not None and len(ids) <= 4 else []
+            # what two one-token words share at their front (an empty text is refused by some servers)
+            a, b = await self.tokenize(" the"), await self.tokenize(" of")
+            k = 0
+            while a is not None and b is not None and k < min(len(a), len(b)) and a[k] == b[k]:
+                k += 1
+            self._specials = list(a[:k]) if a is not None and k <= 4 else []
         return self._specials
 
     async def content(self, ids: list[int]) -> list[int]:
