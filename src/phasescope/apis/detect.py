@@ -8,7 +8,8 @@ Probes, in order (each a short GET; the first that answers decides the family):
    ``llama-server`` (native API ``llamacpp``; model from ``/v1/models`` or ``model_alias``).
 3. ``GET /v1/models`` → ``{"data": [...]}``: **OpenAI-compatible** (API ``openai`` =
    ``/v1/completions``); ``owned_by`` (``vllm``, ``sglang``, ``llamacpp``) and ``GET /metrics``
-   family prefixes (``vllm:``, ``sglang:``, ``tgi_``, ``llamacpp:``) refine the engine.
+   family prefixes (``vllm:``, ``sglang:``, ``tgi_``, ``llamacpp:``: the one table in
+   :mod:`phasescope.metrics.engines`) refine the engine.
 
 Nothing listening → :class:`~phasescope.errors.ConnectError`; something that answers none of the
 above → :class:`~phasescope.errors.WrongApiError`; 401/403 on ``/v1/models`` →
