@@ -17,7 +17,7 @@ import json
 import sys
 import time
 
-from phasescope.apis import _http
+from phasescope.apis import _http, _records
 from phasescope.apis.base import GenRequest, Target, Timeouts
 from phasescope.apis.openai import _Completions
 
@@ -65,7 +65,7 @@ async def _main(streams: int) -> float:
     t0 = time.process_time()
     for _ in range(streams):
         req = GenRequest(prompt="x", max_tokens=OUT_TOKENS)
-        rec = _http.new_record(tgt, req)
+        rec = _records.new_record(tgt, req)
         proto = _Completions(tgt, req, rec)
         await _http._read_sse(_Resp(), proto, dog)  # type: ignore[arg-type]
         proto.finish()

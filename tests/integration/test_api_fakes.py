@@ -11,7 +11,7 @@ from phasescope.apis import get_client, new_session
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.resolve import open_target
 from phasescope.measure import derive as D
-from phasescope.measure.prompts import PromptBuilder
+from phasescope.prompting import PromptBuilder
 from phasescope.testing import FakeServer
 
 CASES = [

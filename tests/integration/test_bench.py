@@ -217,7 +217,7 @@ def test_bench_on_embedded_engine(engine, tmp_path: Path) -> None:  # type: igno
 
 def test_exact_prompt_lengths_through_server_tokenizer() -> None:
     """Prompts built to N tokens by the server's /tokenize arrive as exactly N prompt tokens."""
-    from phasescope.load.prompting import TokenizePromptMaker, prompt_maker_for
+    from phasescope.prompting import TokenizePromptMaker, prompt_maker_for
     from phasescope.load.workload import random_workload
 
     async def go():  # type: ignore[no-untyped-def]
@@ -243,7 +243,7 @@ def test_exact_prompt_lengths_through_server_tokenizer() -> None:
 
 def test_calibrated_prompts_without_tokenizer() -> None:
     """Ollama has no /tokenize: the probe's usage calibration gives lengths close to the target."""
-    from phasescope.load.prompting import CalibratedPromptMaker, prompt_maker_for
+    from phasescope.prompting import CalibratedPromptMaker, prompt_maker_for
 
     async def go():  # type: ignore[no-untyped-def]
         async with FakeServer(flavor="ollama", ttft_s=0.001, itl_s=0.001) as srv:

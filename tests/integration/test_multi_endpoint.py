@@ -14,7 +14,7 @@ import pytest
 from phasescope.load.bench import BenchConfig, run_bench
 from phasescope.load.summary import summarize
 from phasescope.testing.behaviour_fake import Behaviour, running_behaviour_fake
-from phasescope.load.prompting import OVERHEAD_ID
+from phasescope.prompting import OVERHEAD_ID
 from phasescope.testing.fakeserver import FakeServer
 
 PS = [sys.executable, "-m", "phasescope"]

@@ -14,7 +14,7 @@ from phasescope.apis import get_client, new_session
 from phasescope.apis.base import GenRequest
 from phasescope.apis.resolve import open_target
 from phasescope.measure import derive as D
-from phasescope.measure.prompts import PromptBuilder
+from phasescope.prompting import PromptBuilder
 
 pytestmark = pytest.mark.engine
 

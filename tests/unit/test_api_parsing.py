@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from phasescope import errors as E
-from phasescope.apis import _http, llamacpp, ollama, openai
+from phasescope.apis import _errors, _http, _records, llamacpp, ollama, openai
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure import derive as D
 
@@ -13,7 +13,7 @@ from phasescope.measure import derive as D
 def _proto(cls, api="openai", engine="vllm", **req):
     t = Target("http://127.0.0.1:1", api=api, model="m", engine=engine)
     r = GenRequest(prompt="p", **req)
-    return cls(t, r, _http.new_record(t, r))
+    return cls(t, r, _records.new_record(t, r))
 
 
 def test_chat_role_chunk_is_not_first_token_and_usage_counts_win():
@@ -171,7 +171,7 @@ def test_ollama_chat_thinking_is_reasoning_and_error_line_raises():
 ])
 def test_http_error_mapping(status, body, cls):
     t = Target("http://user:pw@127.0.0.1:1", api_key="sk-secret")
-    exc = _http.http_error(status, body, {"Retry-After": "7"}, t, "/v1/completions")
+    exc = _errors.http_error(status, body, {"Retry-After": "7"}, t, "/v1/completions")
     assert type(exc) is cls
     assert "sk-secret" not in str(exc) and "pw@" not in str(exc)
     if cls is E.OverloadedError:
@@ -179,12 +179,12 @@ def test_http_error_mapping(status, body, cls):
 
 
 def test_retry_after_forms_and_error_text_shapes():
-    assert _http.parse_retry_after("3") == 3.0
-    assert _http.parse_retry_after(None) is None and _http.parse_retry_after("soon") is None
-    assert _http.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
-    assert _http.error_message_of({"error": {"message": "m"}}) == "m"
-    assert _http.error_message_of({"error": "e"}) == "e"
-    assert _http.error_message_of({"detail": "d"}) == "d"
+    assert _errors.parse_retry_after("3") == 3.0
+    assert _errors.parse_retry_after(None) is None and _errors.parse_retry_after("soon") is None
+    assert _errors.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past
+    assert _errors.error_message_of({"error": {"message": "m"}}) == "m"
+    assert _errors.error_message_of({"error": "e"}) == "e"
+    assert _errors.error_message_of({"detail": "d"}) == "d"
     assert _http._sse_data(b"data: {}\ndata: x") == b"{}\nx"
     assert _http._sse_data(b": ping") is None
 

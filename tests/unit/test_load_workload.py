@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from phasescope.errors import InputError
-from phasescope.load.prompting import WordPromptMaker
+from phasescope.prompting import WordPromptMaker
 from phasescope.load.sweep import find_knee, parse_slo, saturation, sweep_rates, table_row, within_slo
 from phasescope.load.workload import jsonl_workload, random_workload, sharegpt_workload
 

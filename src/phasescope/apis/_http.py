@@ -1,4 +1,4 @@
-"""The HTTP exchange every client shares: timing hooks, timeouts, framing, error mapping.
+"""The timed HTTP exchange every client shares: timestamps, timeouts, framing.
 
 A client module describes its wire format with a :class:`Protocol` subclass (how to build the
 body, how to read one streamed message or a whole JSON body). :func:`exchange` does the rest the
@@ -18,21 +18,28 @@ same way for every API:
   rescheduled timer (:class:`_Watchdog`), not a ``wait_for`` per read, so the hot loop costs a
   float store per read;
 * every failure becomes ``ok=False`` with ``error_kind`` from :func:`phasescope.errors.error_kind`
-  and a one-line ``error_message``; nothing raises to the caller except cancellation.
+  and a one-line ``error_message`` (:mod:`._errors`); nothing raises to the caller except cancellation.
+
+Beside it: sessions and the pre-transfer hook (:mod:`._session`), error mapping (:mod:`._errors`),
+record filling (:mod:`._records`), plain JSON requests for info endpoints (:mod:`._json`). What is
+left here is one job — one request's bytes in, timestamped events out: the watchdog, the
+``Protocol`` a client implements, :func:`exchange` and its SSE/NDJSON readers, which share the hot
+loop's state and are tuned together (benchmarks/client_recv_cpu.py).
 """
+
 
 from __future__ import annotations
 
 import asyncio
 import json
 import math
-import re
-import uuid
 from typing import Any
 
 import aiohttp
 
 from phasescope import errors as E
+from phasescope.apis._errors import error_message_of, fail, http_error
+from phasescope.apis._session import MAX_STALE_RETRIES, POOLED
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import Event, RequestRecord
@@ -41,56 +48,6 @@ from phasescope.measure.records import Event, RequestRecord
 _ERR_BODY_MAX = 4096
 #: a streamed event (or NDJSON line) larger than this without its end is a broken stream
 _MAX_EVENT_BYTES = 16 * 1024**2
-
-
-# --- sessions and the pre-transfer hook ------------------------------------------------------
-async def _on_conn_ready(session: Any, ctx: Any, params: Any) -> None:
-    rec = ctx.trace_request_ctx
-    if isinstance(rec, RequestRecord):
-        rec.t_conn_ready_ns = now_ns()
-        _POOLED.discard(id(rec))
-
-
-async def _on_conn_reused(session: Any, ctx: Any, params: Any) -> None:
-    rec = ctx.trace_request_ctx
-    if isinstance(rec, RequestRecord):
-        rec.t_conn_ready_ns = now_ns()
-        _POOLED.add(id(rec))
-
-
-#: ids of records whose current attempt runs on a reused keep-alive connection (see exchange)
-_POOLED: set[int] = set()
-#: at most this many sends of one request when each failure was a stale pooled connection
-_MAX_STALE_RETRIES = 4
-
-
-_TRACE: aiohttp.TraceConfig | None = None
-
-
-def trace_config() -> aiohttp.TraceConfig:
-    """The one TraceConfig that stamps ``t_conn_ready_ns`` (shared; add it to your own sessions)."""
-    global _TRACE
-    if _TRACE is None:
-        tc = aiohttp.TraceConfig()
-        tc.on_connection_create_end.append(_on_conn_ready)
-        tc.on_connection_reuseconn.append(_on_conn_reused)
-        tc.freeze()
-        _TRACE = tc
-    return _TRACE
-
-
-def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0) -> aiohttp.ClientSession:
-    """A ClientSession ready for :func:`send`: our trace hook, no connection cap by default
-    (``limit=0``; aiohttp's default of 100 silently queues requests above 100 streams), no total
-    timeout (timeouts are per request), no auto-decompression surprises."""
-    # keepalive_timeout 4 s: llama-server and uvicorn (vLLM, SGLang) close idle keep-alive connections
-    # after 5 s; aiohttp's default 15 s keeps reusing connections the server already dropped.
-    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=4.0)
-    return aiohttp.ClientSession(
-        connector=conn,
-        trace_configs=[trace_config()],
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
-    )
 
 
 # --- timeouts --------------------------------------------------------------------------------
@@ -194,89 +151,6 @@ def _check_overrun(proto: "Protocol") -> None:
             f"ending the stream; stopped reading", hint="the server ignores max_tokens or never finishes its stream")
 
 
-# --- error mapping ---------------------------------------------------------------------------
-def _error_text(body: bytes) -> str:
-    """The server's own error sentence from any of the usual shapes."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return re.sub(r"\s+", " ", text)[:300]
-    return error_message_of(obj) or re.sub(r"\s+", " ", text)[:300]
-
-
-def error_message_of(obj: Any) -> str | None:
-    """``{"error": {"message": ...}}`` (OpenAI/vLLM/llama.cpp), ``{"error": "..."}`` (Ollama, TGI),
-    ``{"message": ...}``, ``{"detail": ...}`` (FastAPI)."""
-    if not isinstance(obj, dict):
-        return None
-    err = obj.get("error")
-    if isinstance(err, dict):
-        msg = err.get("message") or err.get("msg")
-        return str(msg) if msg is not None else json.dumps(err)[:300]
-    if isinstance(err, str):
-        return err
-    for k in ("message", "detail"):
-        if isinstance(obj.get(k), str):
-            return obj[k]
-    return None
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` in seconds (delta-seconds form; an HTTP-date is converted too)."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        from email.utils import parsedate_to_datetime
-        import datetime as _dt
-
-        when = parsedate_to_datetime(value)
-        return max(0.0, (when - _dt.datetime.now(when.tzinfo)).total_seconds())
-    except (TypeError, ValueError):
-        return None
-
-
-def http_error(status: int, body: bytes, headers: Any, target: Target, path: str) -> E.TargetError:
-    """Map an HTTP error status to the error class a user can act on."""
-    from phasescope.redact import redact
-
-    msg = redact(_error_text(body))  # 401 bodies may echo "Bearer <key>"
-    where = f"{target.display_url}{path}"
-    if status in (401, 403):
-        what = "unauthorized (401)" if status == 401 else "forbidden (403)"
-        hint = "pass --api-key or set PHASESCOPE_API_KEY (or OPENAI_API_KEY)" if not target.api_key else "check the API key"
-        return E.AuthError(f"{where}: {what}: {msg}", hint=hint)
-    if status == 404:
-        low = msg.lower()
-        if "model" in low:
-            return E.ModelNotFoundError(f"{where}: model not found: {msg}", hint="list models with GET /v1/models or pass --model")
-        return E.WrongApiError(f"{where}: 404 {msg}", hint="the server does not have this endpoint; try --api auto")
-    if status in (405, 501):
-        return E.WrongApiError(f"{where}: {status} {msg}", hint="the server does not support this endpoint; try --api auto")
-    if status in (429, 503):
-        ra = parse_retry_after(headers.get("Retry-After") if headers is not None else None)
-        extra = f"; Retry-After {ra:g} s" if ra is not None else ""
-        return E.OverloadedError(f"{where}: server overloaded ({status}): {msg}{extra}", retry_after_s=ra, hint="retry later or pass --retries N")
-    return E.HttpError(f"{where}: HTTP {status}: {msg}", status=status)
-
-
-def fail(rec: RequestRecord, exc: E.PhasescopeError) -> None:
-    from phasescope.redact import redact
-
-    rec.ok = False
-    rec.error_kind = E.error_kind(exc)
-    rec.error_message = redact(str(exc))  # a server's error body may echo the Authorization header
-    if isinstance(exc, E.OverloadedError):
-        rec.retry_after_s = exc.retry_after_s
-    if isinstance(exc, E.HttpError):
-        rec.http_status = exc.status
-
-
 # --- the protocol a client implements --------------------------------------------------------
 class Protocol:
     """Per-request parser state. Subclasses set ``path``, ``framing`` and implement the hooks.
@@ -317,21 +191,21 @@ class Protocol:
     def on_body(self, obj: Any) -> None:
         raise NotImplementedError
 
+    def message(self, obj: Any, what: str) -> dict[str, Any]:
+        """``obj`` as a message object, for formats whose error is a top-level ``"error"`` (llama.cpp,
+        Ollama): a non-object raises :class:`MalformedEventError`, ``{"error": ...}``
+        :class:`ServerStreamError` with the server's own sentence. ``what``: ``event``, ``line``
+        (streamed) or ``response`` (a whole body)."""
+        where = f"{self.target.display_url}{self.path}"
+        if not isinstance(obj, dict):
+            raise E.MalformedEventError(f"{where}: malformed {what} (not an object)")
+        if "error" in obj:
+            during = "" if what == "response" else " mid-stream"
+            raise E.ServerStreamError(f"{where}: server error{during}: {error_message_of(obj)}")
+        return obj
+
     def finish(self) -> None:
         pass
-
-
-def new_record(target: Target, req: GenRequest) -> RequestRecord:
-    return RequestRecord(
-        id=req.id or uuid.uuid4().hex[:16],
-        api=target.api,
-        target=target.display_url,
-        model=target.model,
-        stream=req.stream,
-        prompt_tokens_requested=req.prompt_tokens_expected,
-        max_tokens=req.max_tokens,
-        tags=dict(req.tags),
-    )
 
 
 #: ``str`` decoder: SSE and NDJSON are UTF-8 by definition, so decoding the bytes ourselves skips
@@ -360,7 +234,7 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     rec.wall_start_ns = wall_ns()
     dog.arm_overall(request_deadline_s(to, req.max_tokens))
     try:
-        for attempt in range(_MAX_STALE_RETRIES):
+        for attempt in range(MAX_STALE_RETRIES):
             dog.arm("first_token", to.first_token_s)
             rec.t_conn_ready_ns = None
             rec.t_start_ns = now_ns()
@@ -372,11 +246,11 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
                 # closes some after a stream): no byte of the request was answered, so send it
                 # again, as curl and browsers do. The next pooled connection may be stale too,
                 # so retry while failures come from reused connections; a fresh one's is real.
-                if id(rec) in _POOLED and attempt < _MAX_STALE_RETRIES - 1:
+                if id(rec) in POOLED and attempt < MAX_STALE_RETRIES - 1:
                     continue
                 raise
             finally:
-                _POOLED.discard(id(rec))
+                POOLED.discard(id(rec))
             break
         try:
             rec.t_headers_ns = now_ns()
@@ -614,66 +488,3 @@ async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watc
     rec.t_done_ns = now_ns()
     if not proto.done:
         proto.on_eof()
-
-
-def add_event(rec: RequestRecord, t_ns: int, kind: str, n_tokens: int | None, n_chars: int) -> None:
-    rec.events.append(Event(t_ns, kind, n_tokens, n_chars))
-
-
-def set_count(rec: RequestRecord, which: str, value: Any, source: str) -> None:
-    """Set ``prompt_tokens``/``output_tokens`` unless a better source already set it."""
-    if value is None:
-        return
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        return
-    from phasescope.measure.records import COUNT_SOURCES
-
-    cur_src = getattr(rec, f"{which}_source")
-    rank = {s: i for i, s in enumerate(COUNT_SOURCES)}
-    if cur_src is None or rank.get(source, 99) <= rank.get(cur_src, 99):
-        setattr(rec, which, v)
-        setattr(rec, f"{which}_source", source)
-
-
-def fill_fallback_counts(rec: RequestRecord, req: GenRequest) -> None:
-    """Counts when the server reported none: events for output, the prompt builder for input."""
-    if rec.output_tokens is None:
-        tok = rec.token_events()
-        if tok:
-            if all(e.n_tokens is not None for e in tok):
-                set_count(rec, "output_tokens", sum(int(e.n_tokens or 0) for e in tok), "events")
-            else:
-                set_count(rec, "output_tokens", len(tok), "events")
-    if rec.prompt_tokens is None and req.prompt_tokens_expected is not None:
-        src = "tokenizer" if req.prompt_token_ids is not None or req.tags.get("prompt_source") == "tokenizer" else "requested"
-        set_count(rec, "prompt_tokens", req.prompt_tokens_expected, src)
-    if rec.output_tokens is not None and req.max_tokens:
-        rec.stopped_early = rec.output_tokens < req.max_tokens
-
-
-def llamacpp_timings(t: dict[str, Any]) -> dict[str, Any]:
-    """llama.cpp ``timings`` → normalised server dict (seconds).
-
-    ``prompt_ms`` = slot start → end of prompt processing (includes sampling the first token), so
-    it is the server-side TTFT; ``predicted_ms`` = end of prompt → last token, which covers
-    ``predicted_n − 1`` decode steps (the first token is free). Source: llama.cpp
-    ``tools/server/server-common.h`` at 0c1e57098 (see reference/server-apis.md §4.2).
-    """
-    def num(k: str) -> float | None:
-        v = t.get(k)
-        return float(v) if isinstance(v, (int, float)) else None
-
-    pm, gm = num("prompt_ms"), num("predicted_ms")
-    out: dict[str, Any] = {
-        "source": "llamacpp_timings",
-        "prefill_s": pm / 1000 if pm is not None else None,
-        "decode_s": gm / 1000 if gm is not None else None,
-        "ttft_s": pm / 1000 if pm is not None else None,
-        "prompt_n": t.get("prompt_n"),
-        "predicted_n": t.get("predicted_n"),
-        "cache_n": t.get("cache_n"),
-        "raw": dict(t),
-    }
-    return out

@@ -8,7 +8,8 @@ Probes, in order (each a short GET; the first that answers decides the family):
    ``llama-server`` (native API ``llamacpp``; model from ``/v1/models`` or ``model_alias``).
 3. ``GET /v1/models`` → ``{"data": [...]}``: **OpenAI-compatible** (API ``openai`` =
    ``/v1/completions``); ``owned_by`` (``vllm``, ``sglang``, ``llamacpp``) and ``GET /metrics``
-   family prefixes (``vllm:``, ``sglang:``, ``tgi_``, ``llamacpp:``) refine the engine.
+   family prefixes (``vllm:``, ``sglang:``, ``tgi_``, ``llamacpp:``: the one table in
+   :mod:`phasescope.metrics.engines`) refine the engine.
 
 Nothing listening → :class:`~phasescope.errors.ConnectError`; something that answers none of the
 above → :class:`~phasescope.errors.WrongApiError`; 401/403 on ``/v1/models`` →
@@ -18,14 +19,14 @@ above → :class:`~phasescope.errors.WrongApiError`; 401/403 on ``/v1/models`` �
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._http import error_message_of
+from phasescope.apis._errors import error_message_of
+from phasescope.apis._json import auth_headers, fetch_json
 from phasescope.apis.base import Target, redact_url
 
 
@@ -43,33 +44,28 @@ class Detected:
 _NOT_LISTENING_HINT = "start a server there, run the embedded one with `phasescope serve`, or omit the URL to let phasescope start it"
 
 
-async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout_s: float) -> tuple[int, Any, str]:
-    """(status, parsed JSON or None, text). Connection errors propagate."""
-    async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-        text = await r.text(errors="replace")
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            obj = None
-        return r.status, obj, text
-
-
 def engine_from_metrics(text: str) -> str | None:
-    for prefix, eng in (("vllm:", "vllm"), ("sglang:", "sglang"), ("tgi_", "tgi"), ("llamacpp:", "llamacpp")):
-        if f"\n{prefix}" in "\n" + text:
-            return eng
-    return None
+    """The engine a ``/metrics`` exposition comes from, by the one Prometheus-prefix table
+    (:func:`phasescope.metrics.engines.detect_engine`: the prefix most sample names carry)."""
+    from phasescope.metrics.engines import detect_engine
+
+    names = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            names.add(line.split("{", 1)[0].split(" ", 1)[0])
+    return detect_engine(names)
 
 
 async def detect(session: aiohttp.ClientSession, base_url: str, *, api_key: str | None = None,
                  connect_timeout_s: float = 10.0) -> Detected:
     base = base_url.rstrip("/")
     shown = redact_url(base)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = auth_headers(api_key)
     t = max(2.0, connect_timeout_s)
 
     async def get(path: str) -> tuple[int, Any, str]:
-        return await _get(session, base + path, headers, t)
+        return await fetch_json(session, base + path, headers=headers, timeout_s=t)
 
     try:
         st, obj, _ = await get("/api/version")

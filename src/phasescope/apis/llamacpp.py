@@ -20,17 +20,10 @@ from typing import Any
 
 import aiohttp
 
-from phasescope import errors as E
-from phasescope.apis._http import (
-    Protocol,
-    add_event,
-    error_message_of,
-    exchange,
-    fill_fallback_counts,
-    llamacpp_timings,
-    new_record,
-    set_count,
-)
+from phasescope.apis._errors import error_message_of
+from phasescope.apis._http import Protocol, exchange
+from phasescope.apis._json import auth_headers, fetch_json_sync, try_json
+from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.records import RequestRecord
 
@@ -55,10 +48,7 @@ class _Native(Protocol):
         return b
 
     def on_message(self, obj: Any, t_ns: int) -> None:
-        if not isinstance(obj, dict):
-            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed event (not an object)")
-        if "error" in obj:
-            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error mid-stream: {error_message_of(obj)}")
+        obj = self.message(obj, "event")
         if obj.get("stop"):
             self._final(obj)
             add_event(self.rec, t_ns, "usage", None, 0)
@@ -89,10 +79,7 @@ class _Native(Protocol):
             rec.finish_reason = {"limit": "length", "eos": "stop", "word": "stop"}.get(str(st), str(st))
 
     def on_body(self, obj: Any) -> None:
-        if not isinstance(obj, dict):
-            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed response (not an object)")
-        if "error" in obj:
-            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error: {error_message_of(obj)}")
+        obj = self.message(obj, "response")
         self._final(obj)
 
     def finish(self) -> None:
@@ -125,33 +112,12 @@ def _base(url: str) -> str:
     return u
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, *, timeout_s: float,
-                    api_key: str | None) -> tuple[int | None, Any, str]:
-    """GET a JSON document: (HTTP status or None, parsed body or None, error text)."""
-    import asyncio
-    import json as _json
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            text = await resp.text(errors="replace")
-            try:
-                obj = _json.loads(text)
-            except ValueError:
-                obj = None
-            return resp.status, obj, "" if obj is not None else text.strip()[:160]
-    except asyncio.TimeoutError:
-        return None, None, f"no answer within {timeout_s:g} s"
-    except aiohttp.ClientError as exc:
-        return None, None, str(exc) or type(exc).__name__
-
-
 async def fetch_slots(session: aiohttp.ClientSession, url: str, *, timeout_s: float = 5.0,
                       api_key: str | None = None) -> tuple[list[dict[str, Any]] | None, str | None]:
     """``GET /slots`` of a llama-server (base URL, or its /metrics or /v1 URL): (the slot objects,
     None), or (None, why not) — disabled (HTTP 501 "This server does not support slots endpoint"),
     refused, or not answering. Never raises for the server's failures."""
-    status, obj, err = await _get_json(session, _base(url) + "/slots", timeout_s=timeout_s, api_key=api_key)
+    status, obj, err = await try_json(session, _base(url) + "/slots", headers=auth_headers(api_key), timeout_s=timeout_s)
     if status == 200 and isinstance(obj, list) and all(isinstance(s, dict) for s in obj):
         return obj, None
     msg = error_message_of(obj) if isinstance(obj, dict) else err
@@ -171,5 +137,29 @@ async def fetch_props(session: aiohttp.ClientSession, url: str, *, timeout_s: fl
                       api_key: str | None = None) -> dict[str, Any] | None:
     """``GET /props`` (``total_slots``, ``default_generation_settings.n_ctx``, ``build_info``,
     ``endpoint_slots``...), or None when it is not there."""
-    status, obj, _ = await _get_json(session, _base(url) + "/props", timeout_s=timeout_s, api_key=api_key)
+    status, obj, _ = await try_json(session, _base(url) + "/props", headers=auth_headers(api_key), timeout_s=timeout_s)
     return obj if status == 200 and isinstance(obj, dict) else None
+
+
+# --- health: GET /health ------------------------------------------------------------------------------
+#: llama-server's health endpoint: 200 ``{"status": "ok"}`` once the model is loaded, 503 while it loads;
+#: also the cheap GET that opens pooled connections before a run (:func:`phasescope.apis.warm_up`)
+HEALTH_PATH = "/health"
+
+
+def health_status_sync(base_url: str, timeout_s: float = 2.0) -> int | None:
+    """``GET /health`` without an event loop (the embedded engine's supervisor waits on its child
+    with it): the HTTP status (200 ready, 503 loading), or None when nothing answers."""
+    try:
+        return fetch_json_sync(base_url.rstrip("/") + HEALTH_PATH, timeout_s=timeout_s)[0]
+    except (OSError, ValueError):  # URLError is an OSError
+        return None
+
+
+def props_sync(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """``GET /props`` without an event loop; raises ``OSError`` (``urllib.error.URLError``) when
+    nothing answers and ``ValueError`` when the answer is not a 200 JSON object."""
+    status, obj = fetch_json_sync(base_url.rstrip("/") + "/props", timeout_s=timeout_s)
+    if status != 200 or not isinstance(obj, dict):
+        raise ValueError(f"/props answered HTTP {status}" + ("" if isinstance(obj, dict) else " without a JSON object"))
+    return obj

@@ -12,7 +12,7 @@ the key disappear, so a missing key means 0/unknown, never an error):
   the cached count, so ``prompt_eval_count / prompt_eval_duration`` overstates prefill speed on a
   cache hit. ``server.prompt_n`` (the evaluated count behind the server prefill rate) is therefore
   set only for requests whose prompt could not have been cached — those built with a fresh nonce
-  (``req.tags["fresh_prompt"]``, set by :mod:`phasescope.measure.prompts`); otherwise it is ``None``
+  (``req.tags["fresh_prompt"]``, set by :mod:`phasescope.prompting`); otherwise it is ``None``
   and no server prefill rate is claimed;
 * ``eval_count`` / ``eval_duration`` — generated tokens and end of prompt → last token
   (= llama-server ``predicted_n``/``predicted_ms``).
@@ -29,7 +29,9 @@ from typing import Any
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._http import Protocol, add_event, error_message_of, exchange, fill_fallback_counts, new_record, set_count
+from phasescope.apis._http import Protocol, exchange
+from phasescope.apis._json import json_object
+from phasescope.apis._records import add_event, fill_fallback_counts, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.records import RequestRecord
 
@@ -55,10 +57,7 @@ class _Ollama(Protocol):
         return b
 
     def on_message(self, obj: Any, t_ns: int) -> None:
-        if not isinstance(obj, dict):
-            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed line (not an object)")
-        if "error" in obj:
-            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error mid-stream: {error_message_of(obj)}")
+        obj = self.message(obj, "line")
         if obj.get("done"):
             self._final(obj)
             add_event(self.rec, t_ns, "usage", None, 0)
@@ -103,10 +102,7 @@ class _Ollama(Protocol):
             rec.finish_reason = str(obj["done_reason"])
 
     def on_body(self, obj: Any) -> None:
-        if not isinstance(obj, dict):
-            raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed response (not an object)")
-        if "error" in obj:
-            raise E.ServerStreamError(f"{self.target.display_url}{self.path}: server error: {error_message_of(obj)}")
+        obj = self.message(obj, "response")
         self._final(obj)
 
     def on_eof(self) -> None:
@@ -136,15 +132,17 @@ async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) 
     return await exchange(session, cls(target, req, rec))
 
 
+#: ``POST /api/show {"model"}``: a model's details, Modelfile parameters and GGUF key/values
+SHOW_PATH = "/api/show"
+
+
 async def show_model(session: aiohttp.ClientSession, target: Target, timeout_s: float = 5.0) -> dict[str, Any] | None:
     """Ollama ``POST /api/show {"model"}``: ``details.quantization_level``, ``parameters`` (the
     Modelfile's ``num_ctx``/``num_batch``/… lines), ``model_info``; ``None`` when it does not answer."""
-    try:
-        async with session.post(target.base_url + "/api/show", json={"model": target.model}, headers=target.headers(),
-                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            if r.status != 200:
-                return None
-            d = await r.json(content_type=None)
-            return d if isinstance(d, dict) else None
-    except (aiohttp.ClientError, ValueError, TimeoutError):
-        return None
+    return await json_object(session, target.base_url + SHOW_PATH, method="POST", body={"model": target.model},
+                             headers=target.headers(), timeout_s=timeout_s)
+
+
+#: ``GET /api/version``: Ollama's cheapest answer (detection's first probe; the warm-up GET,
+#: :func:`phasescope.apis.warm_up`)
+VERSION_PATH = "/api/version"

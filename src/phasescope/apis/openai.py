@@ -23,21 +23,16 @@ server-side timings. A ``data: {"error": ...}`` event mid-stream ends the reques
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._http import (
-    Protocol,
-    add_event,
-    error_message_of,
-    exchange,
-    fill_fallback_counts,
-    llamacpp_timings,
-    new_record,
-    set_count,
-)
+from phasescope.apis._errors import error_message_of
+from phasescope.apis._http import Protocol, exchange
+from phasescope.apis._json import fetch_json, json_object
+from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.records import RequestRecord
 
@@ -212,16 +207,14 @@ async def send_chat(session: aiohttp.ClientSession, target: Target, req: GenRequ
     return await exchange(session, _Chat(target, req, rec))
 
 
+#: ``GET /v1/models``: the served models (vLLM adds ``max_model_len``, llama.cpp ``meta``); also the
+#: cheap GET that opens pooled connections before a run (:func:`phasescope.apis.warm_up`)
+MODELS_PATH = "/v1/models"
+
+
 async def list_models(session: aiohttp.ClientSession, target: Target, timeout_s: float = 5.0) -> list[dict[str, Any]]:
     """``GET /v1/models`` ``data`` entries (vLLM adds ``max_model_len``); ``[]`` when it does not answer."""
-    try:
-        async with session.get(target.base_url + "/v1/models", headers=target.headers(),
-                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            if r.status != 200:
-                return []
-            d = await r.json(content_type=None)
-    except (aiohttp.ClientError, ValueError, TimeoutError):
-        return []
+    d = await json_object(session, target.base_url + MODELS_PATH, headers=target.headers(), timeout_s=timeout_s)
     data = d.get("data") if isinstance(d, dict) else None
     return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
 
@@ -233,12 +226,11 @@ async def metrics_info_labels(session: aiohttp.ClientSession, target: Target,
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        async with session.get(target.base_url + "/metrics", headers=target.headers(),
-                               timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            if r.status != 200:
-                return {}
-            text = await r.text()
-    except (aiohttp.ClientError, ValueError, TimeoutError, UnicodeDecodeError):
+        status, _, text = await fetch_json(session, target.base_url + "/metrics", headers=target.headers(),
+                                           timeout_s=timeout_s)
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return {}
+    if status != 200:
         return {}
     out: dict[str, dict[str, str]] = {}
     try:

@@ -21,7 +21,7 @@ from typing import Any
 
 from phasescope import errors as E
 from phasescope.apis import detect as D
-from phasescope.apis._http import new_session
+from phasescope.apis._session import new_session
 from phasescope.apis.base import API_NAMES, Target, Timeouts, redact_url
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
-import json
 import os
 import re
 import signal
@@ -26,7 +25,6 @@ import subprocess
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,12 +167,9 @@ class EngineHandle:
 
     def props(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """``GET /props`` as a dict (model path, n_ctx, slots, build info)."""
-        return _get_json(f"{self.url}/props", timeout_s)
+        from phasescope.apis.llamacpp import props_sync
 
-
-def _get_json(url: str, timeout_s: float) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - loopback only
-        return json.loads(resp.read().decode())
+        return props_sync(self.url, timeout_s)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -396,16 +391,15 @@ def _wait_healthy(handle: EngineHandle, timeout_s: float) -> None:
                 f"llama-server exited during startup ({describe_exit(rc)}) with model {handle.model_path}"
                 f"{detail}; log: {handle.log_path}"
             )
+        from phasescope.apis.llamacpp import health_status_sync, props_sync
+
         try:
-            with urllib.request.urlopen(f"{handle.url}/health", timeout=2.0) as resp:  # noqa: S310
-                healthy = resp.status == 200
-            if healthy:
+            # 503 while the model loads, None while nothing listens yet
+            if health_status_sync(handle.url, timeout_s=2.0) == 200:
                 # make sure the server answering is ours (not another one that won a port race)
-                props = _get_json(f"{handle.url}/props", 5.0)
+                props = props_sync(handle.url, 5.0)
                 if props.get("model_path") == str(handle.model_path) and handle.process.poll() is None:
                     return
-        except urllib.error.HTTPError:
-            pass  # 503 while the model loads
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
             pass
         if time.monotonic() > deadline:

@@ -7,7 +7,6 @@ run store's JSONL, fsync'd as each request completes) and keeps it in memory for
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import time
@@ -22,7 +21,7 @@ from phasescope.apis import get_client
 from phasescope.apis.base import GenRequest, Target
 from phasescope.experiments.common import ExperimentInfo
 from phasescope.measure import derive
-from phasescope.measure.prompts import Prompt, PromptBuilder, new_nonce
+from phasescope.prompting import Prompt, PromptBuilder, new_nonce
 from phasescope.measure.records import RequestRecord
 
 
@@ -212,20 +211,12 @@ async def discover_facts(session: aiohttp.ClientSession, target: Target, props: 
     """Slots and context per sequence from llama.cpp ``/props`` (``total_slots``,
     ``default_generation_settings.n_ctx``) or ``/v1/models`` ``max_model_len`` (vLLM); whether
     ``/metrics`` answers."""
+    from phasescope.apis.llamacpp import get_props
+    from phasescope.apis.openai import list_models
+
     f = ServerFacts(engine=target.engine)
-    headers = target.headers()
-
-    async def get(path: str) -> Any:
-        try:
-            async with session.get(target.base_url + path, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as r:
-                if r.status != 200:
-                    return None
-                return await r.json(content_type=None)
-        except (aiohttp.ClientError, ValueError, asyncio.TimeoutError):
-            return None
-
     if props is None and target.engine == "llamacpp":
-        props = await get("/props")
+        props = await get_props(session, target)
     if isinstance(props, dict):
         if props.get("total_slots"):
             f.slots, f.slots_source = int(props["total_slots"]), "llama.cpp /props total_slots"
@@ -233,8 +224,7 @@ async def discover_facts(session: aiohttp.ClientSession, target: Target, props: 
         if n_ctx:
             f.ctx_per_seq, f.ctx_source = int(n_ctx), "llama.cpp /props n_ctx (per slot)"
     if f.ctx_per_seq is None and target.api != "ollama":
-        models = await get("/v1/models")
-        for m in (models or {}).get("data", []) if isinstance(models, dict) else []:
+        for m in await list_models(session, target):
             if m.get("max_model_len"):
                 f.ctx_per_seq, f.ctx_source = int(m["max_model_len"]), "/v1/models max_model_len"
                 break

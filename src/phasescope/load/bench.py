@@ -141,7 +141,7 @@ async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
                       run_salt: str | None = None) -> list[WorkItem]:
     """The workload for ``n`` requests (see :mod:`phasescope.load.workload`). ``run_salt``: this
     run's salt for the random prompts' texts (None: the seed's own prompts, ``--reuse-prompts``)."""
-    from phasescope.load.prompting import prompt_maker_for
+    from phasescope.prompting import prompt_maker_for
 
     maker = await prompt_maker_for(session, target)
     if cfg.dataset == "random":

@@ -386,10 +386,6 @@ async def run_load(
     return res
 
 
-#: a cheap GET per API, used only to open pooled connections
-PREWARM_PATHS = {"openai": "/v1/models", "chat": "/v1/models", "ollama": "/api/version", "llamacpp": "/health"}
-
-
 def prewarm_count(schedule: Schedule, max_concurrency: int | None, cap: int = 512) -> int:
     """How many connections the first second of the run will need: the cap, else the requests
     scheduled in the first second (all of them for ``rate=inf``), at most ``cap``."""
@@ -400,24 +396,12 @@ def prewarm_count(schedule: Schedule, max_concurrency: int | None, cap: int = 51
 
 
 async def prewarm(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
-    """Open ``n`` keep-alive connections before t0 with concurrent cheap GETs, so TCP connects of
-    a burst's first wave are not inside its TTFTs (the client's cost, not the server's; AIPerf's
+    """Open ``n`` keep-alive connections before t0 (:func:`phasescope.apis.warm_up`), so TCP connects
+    of a burst's first wave are not inside its TTFTs (the client's cost, not the server's; AIPerf's
     first-request TTFT includes ~15 ms of connect, peers.md §2). Failures are ignored."""
-    url = target.base_url + PREWARM_PATHS.get(target.api, "/v1/models")
-    headers = target.headers()
-    ok = 0
+    from phasescope.apis import warm_up
 
-    async def one() -> bool:
-        try:
-            async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-                await r.read()
-                return True
-        except Exception:
-            return False
-
-    for res in await asyncio.gather(*(one() for _ in range(n))):
-        ok += int(res)
-    return ok
+    return await warm_up(session, target, n, timeout_s)
 
 
 async def _wait_or_stop(tasks: set[asyncio.Task[None]], stop: asyncio.Event, timeout: float | None = None) -> None:

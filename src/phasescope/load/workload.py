@@ -8,7 +8,7 @@ the output length to ask for). Sources:
   ``prefix_len`` tokens per group (``prefix_groups`` distinct prefixes, request i in group
   ``i % groups``; vLLM ``--random-prefix-len``, SGLang ``generated-shared-prefix``). Prompt texts
   are built to an exact token count by a :class:`PromptMaker` (the server's tokenizer endpoint,
-  see :mod:`phasescope.load.prompting`), never by a hub tokenizer.
+  see :mod:`phasescope.prompting`), never by a hub tokenizer.
 * **sharegpt** — a ShareGPT-format JSON file (list of ``{"conversations": [{"from", "value"}...]}``):
   first human turn = prompt, first reply's length = output length; shuffled with the seed; filters
   as vLLM's ``sample_sharegpt_requests`` (drop prompt or output < 4 tokens, prompt > 1024 or

@@ -1,1 +1,1 @@
-"""Raw request records, clocks, exact-length prompts and statistics."""
+"""Raw request records, clocks and statistics (exact-length prompts: :mod:`phasescope.prompting`)."""

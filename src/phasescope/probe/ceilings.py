@@ -69,10 +69,11 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
         if detected is not None and getattr(detected, "model_meta", None):
             return M.from_llamacpp_meta(detected.model_meta, model=target.model or "llama.cpp model"), None
         if target.engine == "ollama" and target.model:
-            async with session.post(target.base_url + "/api/show", json={"model": target.model},
-                                    timeout=aiohttp.ClientTimeout(total=30)) as r:
-                if r.status == 200:
-                    return M.from_ollama_show(await r.json(content_type=None), model=target.model), None
+            from phasescope.apis.ollama import show_model
+
+            shown = await show_model(session, target, timeout_s=30)
+            if shown is not None:
+                return M.from_ollama_show(shown, model=target.model), None
     except (E.PhasescopeError, aiohttp.ClientError, ValueError, OSError) as exc:
         return None, f"model shape not discoverable ({exc})"
     return None, "model unknown: pass --model-spec (catalog id, config.json or .gguf)"

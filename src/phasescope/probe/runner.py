@@ -18,7 +18,7 @@ import aiohttp
 from phasescope import errors as E
 from phasescope.apis import get_client, new_session
 from phasescope.apis.base import Target
-from phasescope.measure.prompts import Prompt, PromptBuilder
+from phasescope.prompting import Prompt, PromptBuilder
 from phasescope.measure.records import RequestRecord
 
 _KIND_TO_ERROR: dict[str, type[E.TargetError]] = {

@@ -1,0 +1,99 @@
+"""HTTP failures → the error class a user can act on, and a failed request's record fields.
+
+:func:`http_error` maps a status (401/403 auth, 404 model or endpoint, 405/501 wrong API, 429/503
+overloaded with ``Retry-After``, the rest plain HTTP) with the server's own sentence
+(:func:`error_message_of` reads every engine's error body shape); :func:`fail` writes ``ok=False``,
+``error_kind`` and a redacted one-line ``error_message`` into a record (a 401 body may echo the key).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from phasescope import errors as E
+from phasescope.apis.base import Target
+from phasescope.measure.records import RequestRecord
+
+
+def _error_text(body: bytes) -> str:
+    """The server's own error sentence from any of the usual shapes."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return re.sub(r"\s+", " ", text)[:300]
+    return error_message_of(obj) or re.sub(r"\s+", " ", text)[:300]
+
+
+def error_message_of(obj: Any) -> str | None:
+    """``{"error": {"message": ...}}`` (OpenAI/vLLM/llama.cpp), ``{"error": "..."}`` (Ollama, TGI),
+    ``{"message": ...}``, ``{"detail": ...}`` (FastAPI)."""
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if isinstance(err, dict):
+        msg = err.get("message") or err.get("msg")
+        return str(msg) if msg is not None else json.dumps(err)[:300]
+    if isinstance(err, str):
+        return err
+    for k in ("message", "detail"):
+        if isinstance(obj.get(k), str):
+            return obj[k]
+    return None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` in seconds (delta-seconds form; an HTTP-date is converted too)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from email.utils import parsedate_to_datetime
+        import datetime as _dt
+
+        when = parsedate_to_datetime(value)
+        return max(0.0, (when - _dt.datetime.now(when.tzinfo)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+def http_error(status: int, body: bytes, headers: Any, target: Target, path: str) -> E.TargetError:
+    """Map an HTTP error status to the error class a user can act on."""
+    from phasescope.redact import redact
+
+    msg = redact(_error_text(body))  # 401 bodies may echo "Bearer <key>"
+    where = f"{target.display_url}{path}"
+    if status in (401, 403):
+        what = "unauthorized (401)" if status == 401 else "forbidden (403)"
+        hint = "pass --api-key or set PHASESCOPE_API_KEY (or OPENAI_API_KEY)" if not target.api_key else "check the API key"
+        return E.AuthError(f"{where}: {what}: {msg}", hint=hint)
+    if status == 404:
+        low = msg.lower()
+        if "model" in low:
+            return E.ModelNotFoundError(f"{where}: model not found: {msg}", hint="list models with GET /v1/models or pass --model")
+        return E.WrongApiError(f"{where}: 404 {msg}", hint="the server does not have this endpoint; try --api auto")
+    if status in (405, 501):
+        return E.WrongApiError(f"{where}: {status} {msg}", hint="the server does not support this endpoint; try --api auto")
+    if status in (429, 503):
+        ra = parse_retry_after(headers.get("Retry-After") if headers is not None else None)
+        extra = f"; Retry-After {ra:g} s" if ra is not None else ""
+        return E.OverloadedError(f"{where}: server overloaded ({status}): {msg}{extra}", retry_after_s=ra, hint="retry later or pass --retries N")
+    return E.HttpError(f"{where}: HTTP {status}: {msg}", status=status)
+
+
+def fail(rec: RequestRecord, exc: E.PhasescopeError) -> None:
+    from phasescope.redact import redact
+
+    rec.ok = False
+    rec.error_kind = E.error_kind(exc)
+    rec.error_message = redact(str(exc))  # a server's error body may echo the Authorization header
+    if isinstance(exc, E.OverloadedError):
+        rec.retry_after_s = exc.retry_after_s
+    if isinstance(exc, E.HttpError):
+        rec.http_status = exc.status

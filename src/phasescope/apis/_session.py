@@ -1,0 +1,66 @@
+"""Client sessions and the pre-transfer hook that stamps ``t_conn_ready_ns`` on every record.
+
+``t_conn_ready_ns`` comes from an aiohttp ``TraceConfig`` (``on_connection_create_end`` for a new
+connection, ``on_connection_reuseconn`` for a pooled one): curl's ``time_pretransfer``. Sessions
+must be made with :func:`new_session` (or carry :func:`trace_config`) for it to be set. The hook
+also notes which attempts run on a reused keep-alive connection (:data:`POOLED`), so that
+:func:`phasescope.apis._http.exchange` resends a request only when a stale pooled connection failed it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from phasescope.measure.clock import now_ns
+from phasescope.measure.records import RequestRecord
+
+
+async def _on_conn_ready(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        rec.t_conn_ready_ns = now_ns()
+        POOLED.discard(id(rec))
+
+
+async def _on_conn_reused(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        rec.t_conn_ready_ns = now_ns()
+        POOLED.add(id(rec))
+
+
+#: ids of records whose current attempt runs on a reused keep-alive connection (see exchange)
+POOLED: set[int] = set()
+#: at most this many sends of one request when each failure was a stale pooled connection
+MAX_STALE_RETRIES = 4
+
+
+_TRACE: aiohttp.TraceConfig | None = None
+
+
+def trace_config() -> aiohttp.TraceConfig:
+    """The one TraceConfig that stamps ``t_conn_ready_ns`` (shared; add it to your own sessions)."""
+    global _TRACE
+    if _TRACE is None:
+        tc = aiohttp.TraceConfig()
+        tc.on_connection_create_end.append(_on_conn_ready)
+        tc.on_connection_reuseconn.append(_on_conn_reused)
+        tc.freeze()
+        _TRACE = tc
+    return _TRACE
+
+
+def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0) -> aiohttp.ClientSession:
+    """A ClientSession ready for :func:`send`: our trace hook, no connection cap by default
+    (``limit=0``; aiohttp's default of 100 silently queues requests above 100 streams), no total
+    timeout (timeouts are per request), no auto-decompression surprises."""
+    # keepalive_timeout 4 s: llama-server and uvicorn (vLLM, SGLang) close idle keep-alive connections
+    # after 5 s; aiohttp's default 15 s keeps reusing connections the server already dropped.
+    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=4.0)
+    return aiohttp.ClientSession(
+        connector=conn,
+        trace_configs=[trace_config()],
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+    )
