@@ -27,16 +27,17 @@ Start it with ``async with BehaviourFake(Behaviour(...)) as fake: fake.url`` or,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import threading
 import time
 import zlib
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from aiohttp import web
+
+from phasescope.testing._serve import LoopbackServer
 
 
 @dataclass
@@ -239,15 +240,15 @@ class _Engine:
                     s.events.put_nowait(("done", None, True))
 
 
-class BehaviourFake:
-    """``async with BehaviourFake(behaviour) as fake: fake.url``."""
+class BehaviourFake(LoopbackServer):
+    """``async with BehaviourFake(behaviour) as fake: fake.url``, or ``with fake.running():``."""
+
+    thread_name = "behaviour-fake"
 
     def __init__(self, behaviour: Behaviour | None = None, port: int = 0) -> None:
         self.b = behaviour or Behaviour()
         self.port = port
-        self.url = ""
         self.engine: _Engine | None = None
-        self._runner: web.AppRunner | None = None
         self.requests_seen = 0
 
     @property
@@ -255,18 +256,19 @@ class BehaviourFake:
         assert self.engine is not None
         return self.engine.c
 
-    async def __aenter__(self) -> "BehaviourFake":
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.stop()
-
-    async def start(self) -> None:
+    async def start(self) -> "BehaviourFake":
         self.engine = _Engine(self.b)
-        self.engine.start()
-        app = web.Application(middlewares=[self._network] if self.b.network_rtt_s > 0 else [])
-        r = app.router
+        self.engine.start()  # the scheduler task runs on the server's loop
+        return await super().start()
+
+    async def _on_stop(self) -> None:
+        if self.engine is not None:
+            await self.engine.stop()
+
+    def _middlewares(self) -> list[object]:
+        return [self._network] if self.b.network_rtt_s > 0 else []
+
+    def _routes(self, r: web.UrlDispatcher) -> None:
         r.add_post("/v1/completions", self._completions)
         r.add_post("/v1/chat/completions", self._chat)
         r.add_get("/v1/models", self._models)
@@ -277,20 +279,6 @@ class BehaviourFake:
             r.add_get("/props", self._props)
         else:
             r.add_get("/version", self._version)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-        await site.start()
-        sock = site._server.sockets[0]  # type: ignore[union-attr]
-        self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self.engine is not None:
-            await self.engine.stop()
 
     @web.middleware
     async def _network(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -589,24 +577,9 @@ def judge(effects: "set[str] | tuple[str, ...]", doc: dict[str, Any]) -> tuple[s
     return "right", []
 
 
-@contextmanager
-def running_behaviour_fake(behaviour: Behaviour | None = None) -> Iterator[BehaviourFake]:
+def running_behaviour_fake(behaviour: Behaviour | None = None) -> contextlib.AbstractContextManager[BehaviourFake]:
     """Run a :class:`BehaviourFake` on its own event-loop thread (for sync tests and CLI runs)."""
-    loop = asyncio.new_event_loop()
-    fake = BehaviourFake(behaviour)
-    ready = threading.Event()
-    th = threading.Thread(target=lambda: (asyncio.set_event_loop(loop), loop.run_forever()), daemon=True)
-    th.start()
-    fut = asyncio.run_coroutine_threadsafe(fake.start(), loop)
-    fut.result(timeout=10)
-    ready.set()
-    try:
-        yield fake
-    finally:
-        asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        th.join(timeout=5)
-        loop.close()
+    return BehaviourFake(behaviour).running()
 
 
 __all__ = ["EFFECTS", "NAMES_IT", "judge", "SPEEDS", "Behaviour", "BehaviourFake", "FakeCounters", "running_behaviour_fake", "scenario",

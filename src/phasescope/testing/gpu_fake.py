@@ -32,10 +32,12 @@ import hashlib
 import threading
 import time
 import uuid as _uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+
+from phasescope.testing._serve import LoopbackServer
 
 #: what the GPU does in each state (ratios 0–1; ``power`` as a share of the board's TDP)
 LEVELS: dict[str, dict[str, float]] = {
@@ -264,11 +266,13 @@ def render_exposition(model: GpuModel, *, hostname: str | None = "fake-node", la
     return "\n".join(lines) + "\n"
 
 
-class FakeDcgmExporter:
+class FakeDcgmExporter(LoopbackServer):
     """``GET /metrics`` (and ``/health``) like dcgm-exporter on :9400, here on 127.0.0.1:free port.
 
     ``mode``: ``None`` (normal), ``"404"`` (wrong path/proxy), ``"frozen"`` (values never change:
     dcgm-exporter's default 30 s collect interval seen through a 1 s scrape)."""
+
+    thread_name = "fake-dcgm-http"
 
     def __init__(self, activity: Activity | None = None, *, gpus: int = 1, model_name: str = "NVIDIA H100 80GB HBM3",
                  collect_interval_s: float = 0.2, mode: str | None = None, seed: int = 0, **render_kw: Any) -> None:
@@ -277,14 +281,8 @@ class FakeDcgmExporter:
         self.mode = mode
         self.render_kw = render_kw
         self.scrapes = 0
-        self.port = 0
-        self._runner: web.AppRunner | None = None
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def _sample_loop(self) -> None:
         last = time.monotonic()
@@ -305,56 +303,19 @@ class FakeDcgmExporter:
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="OK")
 
-    async def start(self) -> "FakeDcgmExporter":
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/health", self._health)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    def _routes(self, router: web.UrlDispatcher) -> None:
+        router.add_get("/metrics", self._metrics)
+        router.add_get("/health", self._health)
+
+    async def _on_start(self) -> None:
         self._stop.clear()
         self._sampler = threading.Thread(target=self._sample_loop, name="fake-dcgm", daemon=True)
         self._sampler.start()
-        return self
 
-    async def stop(self) -> None:
+    async def _on_stop(self) -> None:
         self._stop.set()
         if self._sampler is not None:
             self._sampler.join(timeout=2)
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> "FakeDcgmExporter":
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator["FakeDcgmExporter"]:
-        """Serve from a thread with its own loop (for sync callers and CLI tests)."""
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(self.start())
-            ready.set()
-            loop.run_forever()
-
-        th = threading.Thread(target=run, name="fake-dcgm-http", daemon=True)
-        th.start()
-        ready.wait(10)
-        try:
-            yield self
-        finally:
-            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(10)
-            loop.call_soon_threadsafe(loop.stop)
-            th.join(5)
-            loop.close()
 
 
 # -- NVML stub --------------------------------------------------------------------------------------
