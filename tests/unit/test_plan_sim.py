@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from phasescope.errors import InputError
+from phasescope.plan.build import cost_from_theory
 from phasescope.plan.costmodel import CostModel, chunk_pairs
 from phasescope.plan.metrics import summarize_sim, to_records
 from phasescope.plan.sim import Deployment, SchedulerConfig, simulate
@@ -225,10 +226,10 @@ def test_arrivals_are_benchs_schedule() -> None:
 
 
 def test_cost_model_from_theory_catalog() -> None:
-    c = CostModel.from_theory("llama-3.1-8b", "h100")
+    c = cost_from_theory("llama-3.1-8b", "h100")
     # Llama-3.1-8B BF16: 128 KiB KV per token, ~15 GB read per decode step (theory.md §2)
     assert c.kv_bytes_per_token == 131072
     assert 14.5e9 < c.weight_bytes < 15.5e9
     assert c.tp == 1 and c.kv_pool_tokens > 100_000
-    big = CostModel.from_theory("llama-3.1-70b", "h100")
+    big = cost_from_theory("llama-3.1-70b", "h100")
     assert big.tp == 4  # 141 GB of weights need 4 × 80 GB

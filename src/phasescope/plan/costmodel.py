@@ -55,6 +55,9 @@ ACTIVATION_RESERVE_FRAC = 0.05
 class CostModel:
     """Everything the simulator needs to time a step. Units are in the names.
 
+    A replica from the model and device catalogs is :func:`phasescope.plan.build.cost_from_theory`
+    (build imports this module, never the other way round).
+
     ``weight_bytes``: bytes streamed per step per device group (theory.md §2 ``W_read·b_w``).
     ``kv_bytes_per_token``: KV bytes per cached token, all layers (``2·L·n_kv·d_h·b_kv``).
     ``kv_bytes_per_token_local`` / ``kv_window_tokens``: the part of ``kv_bytes_per_token`` held by
@@ -102,14 +105,6 @@ class CostModel:
     def __post_init__(self) -> None:
         if self.overlap not in ("max", "sum"):
             raise ValueError(f"overlap must be 'max' or 'sum', not {self.overlap!r}")
-
-    @classmethod
-    def from_theory(cls, model: Any, device: Any, **kw: Any) -> "CostModel":
-        """A replica from the catalogs: ``model`` = ModelSpec or spec string, ``device`` = Device or id;
-        keywords as :func:`phasescope.plan.build.cost_from_theory` (quant, tp, efficiencies...)."""
-        from phasescope.plan.build import cost_from_theory
-
-        return cost_from_theory(model, device, **kw)
 
     # -- derived rates -------------------------------------------------------------------------
     @property
