@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from phasescope.theory.parallel import allreduce_time_s
+
 GB = 1e9
 #: share of device memory kept for activations / CUDA graphs when choosing a tensor-parallel degree
 #: (vLLM's profile run measures the real peak; 5 % is a planning guess)
@@ -121,11 +123,8 @@ class CostModel:
 
     def allreduce_s(self, tokens: float) -> float:
         """Tensor-parallel communication of one step over ``tokens`` tokens (module docstring)."""
-        if self.tp <= 1 or tokens <= 0 or self.allreduce_per_step <= 0:
-            return 0.0
-        tp = self.tp
-        per = 2 * (tp - 1) * self.allreduce_latency_s + 2.0 * (tp - 1) / tp * self.allreduce_bytes_per_token * tokens / self.interconnect_bytes_s
-        return self.allreduce_per_step * per
+        return allreduce_time_s(self.allreduce_per_step, self.allreduce_bytes_per_token, tokens, self.tp,
+                                self.interconnect_bytes_s, latency_s=self.allreduce_latency_s)
 
     def weight_read_bytes(self, tokens: float) -> float:
         """Weight bytes a step over ``tokens`` tokens streams (MoE: experts touched, theory.md §6)."""
