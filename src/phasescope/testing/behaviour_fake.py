@@ -1,11 +1,11 @@
 """A loopback LLM server whose *timing* follows a model you choose — for testing ``explain``.
 
 Real aiohttp HTTP on 127.0.0.1, OpenAI-compatible (``/v1/completions``, ``/v1/chat/completions``,
-SSE with ``[DONE]`` and the ``include_usage`` chunk, as vLLM 0.33 sends them; reference/server-apis.md
-§1.7), plus ``/v1/models``, ``/tokenize``, ``/health``, ``/version`` and — optionally — vLLM-style
+SSE with ``[DONE]`` and the ``include_usage`` chunk, as vLLM 0.33 sends them, see
+:mod:`phasescope.testing.wire.openai`), plus ``/v1/models``, ``/tokenize``, ``/health``, ``/version`` and — optionally — vLLM-style
 ``/metrics``. With ``flavour="llamacpp"`` it answers like llama-server instead: ``/props`` with
 ``total_slots``, ``timings`` (``cache_n``, ``prompt_n``, ``prompt_ms``, ``predicted_ms``) on the last
-chunk and ``llamacpp:*`` metrics (§4).
+chunk and ``llamacpp:*`` metrics.
 
 Tokens are whitespace-separated words (a prompt may also be a list of token ids). One scheduler
 task simulates a continuous-batching engine, step by step:

@@ -1,7 +1,7 @@
 """Faithful fake LLM servers on 127.0.0.1 that log when they really sent each event.
 
-Real aiohttp HTTP servers, bound to 127.0.0.1 on a free port, speaking the wire formats of
-reference/server-apis.md (edge cases included), for the APIs we cannot run here and for fault
+Real aiohttp HTTP servers, bound to 127.0.0.1 on a free port, speaking the wire formats of vLLM
+0.33, SGLang 0.5.23, llama-server (llama.cpp 0c1e57098) and Ollama 0.33 as their sources define them (edge cases included), for the APIs we cannot run here and for fault
 injection. Every request's ground truth is logged with ``time.perf_counter_ns`` (CLOCK_MONOTONIC,
 so it is comparable with a client's ``now_ns`` in another process on the same machine).
 

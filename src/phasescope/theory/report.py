@@ -193,7 +193,7 @@ def kv_report(
     tp: int = 1,
 ) -> dict[str, Any]:
     """The ``phasescope kv --json`` object (per token, per sequence, and the pool when memory is known;
-    ``tp`` devices: N × memory, weights and KV split over them, see :func:`roofline.pool_capacity`)."""
+    ``tp`` devices: N × memory, weights and KV split over them, see :func:`phasescope.theory.roofline.pool_capacity`)."""
     _check_tp(tp)
     if context < 0:
         raise InputError(f"--context must be >= 0, got {context}")

@@ -1,6 +1,8 @@
 """Ceilings from first principles — pure arithmetic on a ModelSpec and a Device (no I/O).
 
-Every function names its formula and where it comes from in ``shared/reference/theory.md`` (section §N).
+Every function names its formula and where it comes from (the "theory.md §N" sections are the team's
+formula notes, which cite Kaplan et al. arXiv:2001.08361, Hoffmann et al. arXiv:2203.15556 App. F,
+Pope et al. arXiv:2211.05102 and DeepSeek-V2 arXiv:2405.04434 §2.1).
 Units: bytes, seconds, FLOP, FLOP/s; GB = 1e9 bytes.
 
 Decode (memory-bound at small batch, §2)::
