@@ -29,7 +29,6 @@ Run: ``python benchmarks/gpu_phases.py [--mode torch --seconds 3 --rounds 2] [--
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any

@@ -6,7 +6,7 @@ Every secret phasescope is handed (``--api-key``, ``$OPENAI_API_KEY``, a URL's p
 :func:`redact` on its way out:
 
 * the console — :func:`install_console_guard` wraps ``sys.stdout``/``sys.stderr`` for the CLI;
-* every file — records (:meth:`RequestRecord.to_json`), JSON documents (:func:`phasescope.jsonutil.dumps`),
+* every file — records (:meth:`phasescope.measure.records.RequestRecord.to_json`), JSON documents (:func:`phasescope.jsonutil.dumps`),
   summaries, CSV and HTML reports (:func:`phasescope.safeio.write_text`), the run store.
 
 :func:`redact` replaces each registered secret (and its URL-quoted form) by ``***`` wherever it

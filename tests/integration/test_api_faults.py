@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 

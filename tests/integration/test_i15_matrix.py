@@ -16,7 +16,8 @@ import time
 import pytest
 
 from phasescope.experiments.suite import run_explain
-from phasescope.testing.behaviour_fake import EFFECTS, SPEEDS, judge, running_behaviour_fake, scenario
+from phasescope.testing.behaviour_fake import running_behaviour_fake
+from phasescope.testing.explain_matrix import EFFECTS, SPEEDS, judge, scenario
 
 #: explain's budget per speed: the slow server needs more time for the same number of samples
 BUDGET_S = {0.005: 20.0, 0.025: 30.0, 0.150: 75.0}

@@ -156,7 +156,7 @@ def test_explain_gains_gpu_evidence_findings(tmp_path: Path) -> None:
 def test_bench_reads_local_gpus_through_nvml_when_present(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from phasescope.load.bench import BenchConfig, run_bench
     from phasescope.metrics import gpu as G
-    from phasescope.testing.gpu_fake import NvmlStub
+    from phasescope.testing.nvml_stub import NvmlStub
 
     with FakeServer(flavor="vllm", ttft_s=0.25, itl_s=0.01).running() as llm:
         monkeypatch.setattr(G, "NVML_OVERRIDE", NvmlStub(server_activity(llm)))

@@ -21,21 +21,10 @@ import pytest
 
 from phasescope.testing.fakeserver import FakeServer
 
+from cli_helpers import run as cli
+
 KEY = "sk-i21-leak-0123456789abcdef"
 SMALL = ["--input-len", "16", "--output-len", "8"]
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    from phasescope.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["phasescope", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def sub(args: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 90,

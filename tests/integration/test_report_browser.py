@@ -102,7 +102,7 @@ def test_png_export(tmp_path: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 
 # --- issue 19: one-run, two-run and explain reports, checked by eye and by the figure data ------------
 from report_axes import degenerate_axes  # noqa: E402
-from test_i19_report_plots import bench_info, bench_records, one_bench, two_bench  # noqa: E402
+from test_i19_report_plots import one_bench, two_bench  # noqa: E402
 
 from phasescope.store import RunInfo  # noqa: E402
 from report_synth import concurrent_run, sequential_run  # noqa: E402

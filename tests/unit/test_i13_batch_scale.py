@@ -11,6 +11,8 @@ from phasescope.plan.metrics import to_records
 from phasescope.plan.sim import SchedulerConfig, simulate
 from phasescope.plan.workload import Workload
 
+from plan_synth import on_one_clock
+
 BASE = CostModel(name="cpu", weight_bytes=0.25e9, kv_bytes_per_token=18432.0, flops_per_token=2 * 0.1e9,
                  attn_flops_per_pair=4 * 4 * 256 * 18, lm_head_flops=2 * 640 * 262144, bandwidth_bytes_s=40e9,
                  peak_flops=600e9, overlap="sum", kv_pool_tokens=16384, bw_eff=0.6, flops_eff=0.5,
@@ -20,21 +22,6 @@ TRUTH = BASE.with_(bw_eff=2.0, flops_eff=0.3, decode_flops_eff=0.1, decode_batch
 SCHED = SchedulerConfig(policy="llamacpp", max_num_seqs=4, max_num_batched_tokens=2048)
 
 
-def _shifted(groups: list[list]) -> list:
-    out, t = [], 0
-    for g in groups:
-        shift = t - min(r.t_start_ns for r in g)
-        for r in g:
-            r.t_start_ns += shift
-            r.t_conn_ready_ns = r.t_start_ns
-            r.t_done_ns += shift
-            for e in r.events:
-                e.t_ns += shift
-        t = max(r.t_done_ns for r in g) + 1_000_000
-        out += g
-    return out
-
-
 def _records(batches: tuple[int, ...]) -> list:
     groups = []
     for L in (128, 512):
@@ -42,7 +29,7 @@ def _records(batches: tuple[int, ...]) -> list:
             groups.append(list(to_records(simulate(TRUTH, Workload(num_requests=1, concurrency=1, input_len=L, output_len=32), SCHED), model="m")))
     for b in batches:
         groups.append(list(to_records(simulate(TRUTH, Workload(num_requests=b, concurrency=b, input_len=64, output_len=48), SCHED), model="m")))
-    return _shifted(groups)
+    return on_one_clock(groups)
 
 
 def test_batch_scale_makes_two_and_four_streams_right() -> None:

@@ -24,6 +24,7 @@ from phasescope.errors import InputError
 from phasescope.plan.build import cost_from_theory
 from phasescope.plan.sim import SchedulerConfig, simulate
 from phasescope.plan.workload import Workload
+from phasescope.theory import parallel, rows
 from phasescope.theory import roofline as R
 from phasescope.theory.devices import list_devices
 from phasescope.theory.models import list_models
@@ -66,7 +67,7 @@ def _cost(spec, dev, tp, quant, **kw):
 @FAST
 @given(models, devices, tps, quants, batches, contexts)
 def test_theory_ceiling_never_beats_bandwidth_or_compute(spec, dev, tp, quant, batch, ctx) -> None:
-    row = R.ceiling_row(spec, dev, quant=quant, context=ctx, batch=batch, tp=tp)
+    row = rows.ceiling_row(spec, dev, quant=quant, context=ctx, batch=batch, tp=tp)
     kv_seq = R.kv_bytes_per_sequence(spec, ctx)
     step1_floor = (R.weight_bytes_read(spec, quant, 1) + kv_seq) / _bw(dev, tp)
     assert 1.0 / row.decode_ceiling_tok_s >= step1_floor / REL
@@ -173,7 +174,7 @@ def test_admitted_kv_never_exceeds_the_pool_memory_holds(spec, dev, tp, ctx, uti
         return
     # physics: per device, memory × util − its share of the weights holds the pool
     per_dev_pool = dev.memory_bytes * util - R.weight_bytes_total(spec) / tp
-    kv_per_dev = R.kv_bytes_per_token(spec) / R.kv_split(spec, tp)  # K/V heads split, or replicated
+    kv_per_dev = R.kv_bytes_per_token(spec) / parallel.kv_split(spec, tp)  # K/V heads split, or replicated
     assert c.kv_pool_tokens * kv_per_dev <= per_dev_pool * REL
     out = 4
     n = min(int(c.kv_pool_tokens // (ctx + out)) + 3, 400)

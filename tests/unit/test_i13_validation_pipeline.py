@@ -17,6 +17,8 @@ from phasescope.plan.sim import SchedulerConfig, simulate
 from phasescope.plan.workload import Workload
 from phasescope.theory.devices import custom_device
 
+from plan_synth import on_one_clock
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,23 +27,6 @@ def _load_benchmark():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
-
-
-def _shifted(groups: list[list[dict]]) -> list[dict]:
-    out, t = [], 0
-    for g in groups:
-        rs = [RequestRecord.from_dict(d) for d in g]
-        sh = t - min(r.t_start_ns for r in rs)
-        for r in rs:
-            r.t_start_ns += sh
-            r.t_conn_ready_ns = r.t_start_ns
-            r.t_headers_ns = r.t_start_ns
-            r.t_done_ns += sh
-            for e in r.events:
-                e.t_ns += sh
-        t = max(r.t_done_ns for r in rs) + 10**6
-        out += [r.to_dict() for r in rs]
-    return out
 
 
 def test_evaluate_recovers_a_bimodal_engine(tmp_path: Path) -> None:
@@ -65,7 +50,7 @@ def test_evaluate_recovers_a_bimodal_engine(tmp_path: Path) -> None:
         runs.append({"name": name, "workload": {k: v for k, v in dataclasses.asdict(w).items() if k != "trace"},
                      "records": recs(w), "wall_s": 1.0, "foreign_cpu_s": 0.0})
     out = {"hw": {"bandwidth_gb_s": 40.0, "gflop_s": 665.0}, "model_path": "gemma-3-270m",
-           "workload_lengths": [256, 64, 2], "calibration_records": _shifted(cal), "runs": runs}
+           "workload_lengths": [256, 64, 2], "calibration_records": [r.to_dict() for r in on_one_clock([[RequestRecord.from_dict(d) for d in g] for g in cal])], "runs": runs}
     path = tmp_path / "v.json"
     assert pv.evaluate(out, str(path)) == 0
     doc = json.loads(path.read_text())

@@ -8,22 +8,10 @@ import pytest
 
 from phasescope.diagnose import Ceilings, diagnose
 from phasescope.diagnose.settings import ServerSettings, canonical_quant, next_smaller_quant, parse_server_flags
-from phasescope.experiments.batching import BatchingResult, BatchLevel
 from phasescope.experiments.common import ExperimentInfo
 from phasescope.experiments.prefill_interference import InterferenceResult
 
-
-def lv(c, tput, itl99=0.02):
-    return BatchLevel(concurrency=c, n=c, n_failed=0, output_tok_s=tput, per_user_decode_tok_s=tput / c,
-                      itl_p50_s=0.015, itl_p99_s=itl99, ttft_p50_s=0.1, ttft_p99_s=0.15, queue_p50_s=None, wall_s=1.0)
-
-
-def bt(levels, bound, src, knee=None, reached=False):
-    r = BatchingResult(ExperimentInfo(name="batching"), levels=levels, knee_concurrency=knee, knee_reached=reached,
-                       max_concurrency_bound=bound, bound_source=src)
-    r.throughput_gain_x = max(x.output_tok_s for x in levels) / levels[0].output_tok_s
-    r.itl_p99_growth_x = levels[-1].itl_p99_s / levels[0].itl_p99_s
-    return r
+from explain_synth import bt, lv
 
 
 # -- advice knows the current settings -----------------------------------------------------------------

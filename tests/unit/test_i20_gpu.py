@@ -29,7 +29,8 @@ from phasescope.metrics.gpu_phases import (
     window_fractions,
 )
 from phasescope.metrics.parse import parse_text
-from phasescope.testing.gpu_fake import NvmlStub, schedule_activity
+from phasescope.testing.gpu_fake import schedule_activity
+from phasescope.testing.nvml_stub import NvmlStub
 from phasescope.theory.devices import MODEL_NAMES, device_id_for_model_name, get_device
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm"

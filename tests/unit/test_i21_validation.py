@@ -12,22 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import run as cli
+
 DEAD = "http://127.0.0.1:9"  # nothing listens on the discard port: a check that runs late gives exit 3
 PLAN = ["plan", "--model", "llama-3.1-8b", "--device", "l40s", "--no-save"]
-
-
-def cli(args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:
-    """The console script in this process (``main`` exists on old and new code alike)."""
-    from phasescope.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["phasescope", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _files(tmp: Path) -> dict[str, Path]:

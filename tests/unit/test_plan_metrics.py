@@ -21,6 +21,8 @@ from phasescope.plan.planner import PlanSpec, capacity, parse_sweep, sweep
 from phasescope.plan.sim import SchedulerConfig, simulate
 from phasescope.plan.workload import Workload
 
+from plan_synth import on_one_clock
+
 COST = CostModel(name="test", step_overhead_s=0.002, kv_pool_tokens=400_000)
 
 
@@ -104,22 +106,6 @@ def test_calibration_recovers_a_known_cost_model() -> None:
     assert cal.residuals["decode_rel_err_median"] < 0.03
 
 
-def _shifted(groups: list[list]) -> list:
-    """Concatenate record groups (each from its own simulation) one after another on one clock."""
-    out, t = [], 0
-    for g in groups:
-        shift = t - min(r.t_start_ns for r in g)
-        for r in g:
-            r.t_start_ns += shift
-            r.t_conn_ready_ns = r.t_start_ns
-            r.t_done_ns += shift
-            for e in r.events:
-                e.t_ns += shift
-        t = max(r.t_done_ns for r in g) + 1_000_000
-        out += g
-    return out
-
-
 def test_calibration_separates_decode_math_with_a_batched_probe() -> None:
     truth = COST.with_(overlap="sum", bw_eff=0.35, flops_eff=0.2, decode_flops_eff=0.07, step_overhead_s=0.001,
                        kv_pool_tokens=10**6)
@@ -128,14 +114,14 @@ def test_calibration_separates_decode_math_with_a_batched_probe() -> None:
         for _ in range(2):
             groups.append(list(to_records(simulate(truth, Workload(num_requests=1, concurrency=1, input_len=L, output_len=40)), model="m")))
     groups.append(list(to_records(simulate(truth, Workload(num_requests=4, concurrency=4, input_len=200, output_len=40)), model="m")))
-    recs = _shifted(groups)
+    recs = on_one_clock(groups)
     cal = calibrate(recs, truth.with_(bw_eff=0.8, flops_eff=0.6, decode_flops_eff=None))
     assert cal.fitted["n_batched_decode_points"] >= 3  # the first of the four started alone
     assert cal.cost.decode_flops_eff == pytest.approx(0.07, rel=0.05)
     assert cal.cost.flops_eff == pytest.approx(0.2, rel=0.05)
     assert cal.cost.decode_step_s(4, 4 * 300) == pytest.approx(truth.decode_step_s(4, 4 * 300), rel=0.03)
     # without the batch the decode math cannot be told apart: one efficiency for both
-    solo = calibrate(_shifted([list(to_records(simulate(truth, Workload(num_requests=1, concurrency=1, input_len=L,
+    solo = calibrate(on_one_clock([list(to_records(simulate(truth, Workload(num_requests=1, concurrency=1, input_len=L,
                                                                           output_len=40)), model="m")) for L in (200, 800)]),
                      truth.with_(bw_eff=0.8, flops_eff=0.6, decode_flops_eff=None))
     assert solo.cost.decode_flops_eff is None

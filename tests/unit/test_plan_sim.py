@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from phasescope.errors import InputError
+from phasescope.plan.build import cost_from_theory
 from phasescope.plan.costmodel import CostModel, chunk_pairs
 from phasescope.plan.metrics import summarize_sim, to_records
 from phasescope.plan.sim import Deployment, SchedulerConfig, simulate
@@ -225,10 +226,20 @@ def test_arrivals_are_benchs_schedule() -> None:
 
 
 def test_cost_model_from_theory_catalog() -> None:
-    c = CostModel.from_theory("llama-3.1-8b", "h100")
+    c = cost_from_theory("llama-3.1-8b", "h100")
     # Llama-3.1-8B BF16: 128 KiB KV per token, ~15 GB read per decode step (theory.md §2)
     assert c.kv_bytes_per_token == 131072
     assert 14.5e9 < c.weight_bytes < 15.5e9
     assert c.tp == 1 and c.kv_pool_tokens > 100_000
-    big = CostModel.from_theory("llama-3.1-70b", "h100")
+    big = cost_from_theory("llama-3.1-70b", "h100")
     assert big.tp == 4  # 141 GB of weights need 4 × 80 GB
+
+
+def test_llamacpp_prefill_replica_slot_waits_for_its_kv_transfer() -> None:
+    # a llama.cpp prefill replica keeps a prompt's slot until its KV is shipped; admission must wait
+    # for a free slot, not only for running < max_num_seqs (it raised IndexError: pop from empty list)
+    cost = cost_from_theory("llama-3.1-8b", "h100", kv_pool_tokens=30000)
+    sched = SchedulerConfig(policy="llamacpp", max_num_seqs=4, max_num_batched_tokens=2048)
+    res = simulate(cost, Workload(num_requests=150, rate=20.0, seed=3), sched, Deployment(prefill_replicas=1, decode_replicas=2))
+    s = summarize_sim(res)
+    assert s["completed"] == 150 and s["failed"] == 0

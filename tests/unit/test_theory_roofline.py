@@ -7,6 +7,7 @@ import math
 import pytest
 
 from phasescope.theory import roofline as R
+from phasescope.theory import rows
 from phasescope.theory.devices import custom_device, default_devices, get_device
 from phasescope.theory.models import get_catalog_model, spec_from_weights
 
@@ -27,7 +28,7 @@ def test_seed_six_ceilings() -> None:
     for d in devs:
         bw, printed = SEED[d.id]
         assert d.mem_bandwidth_gb_s == bw
-        row = R.ceiling_row(spec, d)
+        row = rows.ceiling_row(spec, d)
         assert row.bandwidth_roof_tok_s == pytest.approx(bw / 16)  # BW / 16 GB, by hand
         assert row.binding_roof == "bandwidth"
         assert round(row.decode_ceiling_tok_s) == printed
@@ -197,7 +198,7 @@ def test_pool_capacity_and_fit() -> None:
 
 
 def test_ceiling_row_fields() -> None:
-    row = R.ceiling_row(get_catalog_model("llama-3.1-70b"), get_device("rtx-4090"), batch=8, context=1000)
+    row = rows.ceiling_row(get_catalog_model("llama-3.1-70b"), get_device("rtx-4090"), batch=8, context=1000)
     assert row.fits_in_memory is False  # 141 GB of bf16 weights on a 24 GB card
     assert row.bytes_per_token == pytest.approx(R.weight_bytes_read(get_catalog_model("llama-3.1-70b")) + 1000 * 327_680)
     assert row.aggregate_bytes_per_step == pytest.approx(row.weight_bytes_read + 8 * row.kv_bytes_read)

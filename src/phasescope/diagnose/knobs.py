@@ -1,6 +1,6 @@
 """What to change, per cause, in each engine's own terms.
 
-Flags and defaults follow ``shared/reference/server-apis.md`` (vLLM 0.33, SGLang 0.5.23, TGI 3.3,
+Flags and defaults follow each engine's own documentation and argument parser (vLLM 0.33, SGLang 0.5.23, TGI 3.3,
 llama.cpp at 0c1e570, Ollama 0.33) and the seed article's "what to change" lists. One topic per
 cause; :func:`advice_for` returns the entries for the detected engine (plus engine-neutral ones),
 or every engine's entries when the engine is unknown.

@@ -7,7 +7,7 @@ rerun after an interruption resumes where it stopped — Ninja itself rebuilds o
    against :data:`~phasescope.engine.paths.SDIST_SHA256`.
 2. Unpack (into a temporary directory, renamed when complete).
 3. ``cmake -G Ninja`` configure: Release, ``GGML_NATIVE=ON`` minus AMX (on x86 the native build
-   dies with SIGILL in ggml's AMX matmul on these VMs, see ``shared/reference/engine.md`` §3),
+   dies with SIGILL in ggml's AMX matmul on these VMs, as the first builds here did),
    static libraries, no tests/examples, no OpenSSL, and no web-UI download (``LLAMA_USE_PREBUILT_UI=OFF``)
    — nothing touches the network after step 1.
 4. ``cmake --build -j<cores> --target llama-server llama-bench llama-quantize llama-batched-bench``,

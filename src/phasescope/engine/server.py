@@ -6,7 +6,7 @@ log file under ``<engine_dir>/logs`` that every error names. :func:`running_engi
 the process — SIGTERM to the group, then SIGKILL after a grace period — on normal exit, on any
 exception, on KeyboardInterrupt, on SIGTERM to phasescope (main thread) and at interpreter exit.
 
-Flags (facts in ``shared/reference/engine.md`` §5): ``--metrics`` (else /metrics is 501),
+Flags (llama-server at the pinned llama.cpp 0c1e57098, ``tools/server/README.md``): ``--metrics`` (else /metrics is 501),
 ``--parallel N`` slots each with ``ctx_size / N`` tokens of KV (not unified when -np is explicit),
 ``--alias``, and ``--no-jinja --chat-template gemma`` because the bundled GGUF has no template and
 with Jinja on the name would be taken as literal template text.

@@ -122,7 +122,7 @@ def geometric_grid(n_min: int, n_max: int, steps: int) -> list[int]:
 
 
 def fit_relative(xs: Sequence[float], ys: Sequence[float]) -> QuadFit:
-    """:func:`measure.stats.fit_quadratic_nonneg` on relative errors: minimise Σ((y − f(x)) / y)².
+    """:func:`phasescope.measure.stats.fit_quadratic_nonneg` on relative errors: minimise Σ((y − f(x)) / y)².
 
     TTFT noise grows with TTFT, so unweighted least squares lets the longest prompts decide the
     intercept; weighting by 1/y lets each length count alike. Same exact active-set search over the

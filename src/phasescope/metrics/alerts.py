@@ -39,7 +39,7 @@ def _num(x: Any) -> float | None:
 
 
 def evaluate(history: Sequence[dict[str, Any]], engine: str | None = None) -> list[Alert]:
-    """Alerts for the newest summary in ``history`` (a list of :meth:`Timeline.summary` dicts)."""
+    """Alerts for the newest summary in ``history`` (a list of :meth:`phasescope.metrics.timeline.Timeline.summary` dicts)."""
     if not history:
         return []
     cur = history[-1]

@@ -1,7 +1,8 @@
 """One mapping table per engine: exposed Prometheus names → phasescope's canonical names.
 
-Names, labels and meanings come from ``shared/reference/server-apis.md`` (vLLM 0.33.0 with the
-renamed/removed names of older versions, SGLang 0.5.23, TGI 3.3.x, llama.cpp at 0c1e57098).
+Names, labels and meanings come from each server's own source (vLLM 0.33.0 ``vllm/v1/metrics/loggers.py``,
+with the renamed/removed names of older versions; SGLang 0.5.23 ``sglang/srt/observability/metrics_collector.py``;
+TGI 3.3.x; llama.cpp ``tools/server/server.cpp`` at 0c1e57098).
 For every canonical name the table lists candidate sources, current name first; the first one the
 scrape contains wins (so a vLLM 0.8 server is read through ``vllm:gpu_cache_usage_perc`` and a
 0.33 server through ``vllm:kv_cache_usage_perc``).

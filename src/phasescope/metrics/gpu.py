@@ -205,7 +205,7 @@ def _text(v: Any) -> str:
 
 class NvmlSource:
     """Local GPUs through NVML (``pynvml`` from ``nvidia-ml-py``, or any object with its API — the
-    tests pass :class:`phasescope.testing.gpu_fake.NvmlStub`). Build it with :func:`nvml_source`."""
+    tests pass :class:`phasescope.testing.nvml_stub.NvmlStub`). Build it with :func:`nvml_source`."""
 
     kind = "nvml"
     name = "local"
@@ -296,7 +296,7 @@ class NvmlSource:
             pass
 
 
-#: tests set this to an :class:`~phasescope.testing.gpu_fake.NvmlStub` to stand in for ``pynvml``
+#: tests set this to an :class:`~phasescope.testing.nvml_stub.NvmlStub` to stand in for ``pynvml``
 NVML_OVERRIDE: Any = None
 
 

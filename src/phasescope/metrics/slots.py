@@ -1,7 +1,7 @@
 """llama.cpp's slots, for ``watch``: what each slot is doing, read from ``GET /slots`` (and
 ``/props``), since llama-server's /metrics has no latency histograms and no KV usage.
 
-A slot object (``server_slot::to_json`` at the pinned build 0c1e570, reference/server-apis.md §4.3)
+A slot object (``server_slot::to_json`` in llama.cpp's ``tools/server/server.cpp`` at the pinned build 0c1e570)
 is ``{id, n_ctx, speculative, is_processing}`` plus, once the slot has run a task,
 ``id_task, n_prompt_tokens, n_prompt_tokens_processed, n_prompt_tokens_cache, params,
 next_token: [{has_next_token, has_new_line, n_remain, n_decoded}]``. ``n_prompt_tokens`` is the

@@ -1,9 +1,10 @@
 """What-if planning: a discrete-event simulator of prefill/decode scheduling (``phasescope plan``).
 
 :mod:`.costmodel` times one engine step from bytes and FLOPs; :mod:`.workload` draws arrivals and
-lengths; :mod:`.sim` runs the continuous-batching scheduler; :mod:`.metrics` turns the outcome
+lengths; :mod:`.sim` runs the continuous-batching scheduler (one replica's steps: :mod:`.replica`); :mod:`.metrics` turns the outcome
 into ``vllm bench serve`` numbers and RequestRecords; :mod:`.calibrate` fits the cost model to
-measured runs; :mod:`.plan` ties them to model and device catalogs, sweeps and capacity search.
+measured runs; :mod:`.build` ties them to the model and device catalogs; :mod:`.planner` sweeps and searches capacity;
+:mod:`.api` is what ``phasescope plan`` calls.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from typing import Any
 
 from phasescope.errors import InputError
 from phasescope.plan.costmodel import CostModel, min_tp
-from phasescope.theory import roofline
+from phasescope.theory import parallel, roofline
 from phasescope.theory.devices import Device, get_device
 from phasescope.theory.models import ModelSpec, load_model_spec
 
@@ -41,7 +41,7 @@ DEFAULTS: dict[str, tuple[float, float, float, str]] = {
     "local": (0.6, 0.5, 0.001, "sum"),
     "custom": (0.8, 0.6, 0.0015, "max"),
 }
-NETWORK_FALLBACK_BYTES_S = roofline.NETWORK_FALLBACK_BYTES_S  # 100 GbE, one direction
+NETWORK_FALLBACK_BYTES_S = parallel.NETWORK_FALLBACK_BYTES_S  # 100 GbE, one direction
 NO_MEMORY_POOL_TOKENS = 1_000_000  # CPUs: memory is system-dependent; a pool that never binds
 
 
@@ -92,7 +92,7 @@ def cost_from_theory(
         tp = min_tp(dev.memory_bytes, w_total, gpu_memory_utilization)
     if tp < 1:
         raise InputError("tensor-parallel degree must be ≥ 1")
-    split = roofline.kv_split(spec, tp)
+    split = parallel.kv_split(spec, tp)
     kv_tok = roofline.kv_bytes_per_token(spec, kv_dtype)
     kv_layer = roofline.kv_bytes_per_layer_token(spec, kv_dtype)
     kv_rep = tp / split  # the replica holds each token's KV this many times over (1: heads split evenly)
@@ -119,7 +119,7 @@ def cost_from_theory(
                 )
         else:
             kv_pool_tokens = NO_MEMORY_POOL_TOKENS
-    link = interconnect_gb_s * 1e9 if interconnect_gb_s else roofline.link_bytes_s(dev)
+    link = interconnect_gb_s * 1e9 if interconnect_gb_s else parallel.link_bytes_s(dev)
     routed = 0.0
     if spec.is_moe:
         w_all = roofline.weight_bytes_read(spec, quant, batch=1e12)  # every expert touched
@@ -156,8 +156,8 @@ def cost_from_theory(
         tp=tp,
         source=source,
         allreduce_per_step=2 * (spec.n_layers or 0) if tp > 1 else 0,
-        allreduce_bytes_per_token=float(spec.hidden_size or 0) * roofline.ACTIVATION_BYTES,
-        allreduce_latency_s=roofline.ALLREDUCE_STEP_LATENCY_S,
+        allreduce_bytes_per_token=float(spec.hidden_size or 0) * parallel.ACTIVATION_BYTES,
+        allreduce_latency_s=parallel.ALLREDUCE_STEP_LATENCY_S,
         routed_expert_bytes=routed,
         n_experts=int(spec.n_experts or 0) if spec.is_moe else 0,
         n_experts_per_tok=int(spec.n_experts_per_tok or 0) if spec.is_moe else 0,

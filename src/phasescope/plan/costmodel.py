@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from phasescope.theory.parallel import allreduce_time_s
+
 GB = 1e9
 #: share of device memory kept for activations / CUDA graphs when choosing a tensor-parallel degree
 #: (vLLM's profile run measures the real peak; 5 % is a planning guess)
@@ -54,6 +56,9 @@ ACTIVATION_RESERVE_FRAC = 0.05
 @dataclass
 class CostModel:
     """Everything the simulator needs to time a step. Units are in the names.
+
+    A replica from the model and device catalogs is :func:`phasescope.plan.build.cost_from_theory`
+    (build imports this module, never the other way round).
 
     ``weight_bytes``: bytes streamed per step per device group (theory.md §2 ``W_read·b_w``).
     ``kv_bytes_per_token``: KV bytes per cached token, all layers (``2·L·n_kv·d_h·b_kv``).
@@ -103,14 +108,6 @@ class CostModel:
         if self.overlap not in ("max", "sum"):
             raise ValueError(f"overlap must be 'max' or 'sum', not {self.overlap!r}")
 
-    @classmethod
-    def from_theory(cls, model: Any, device: Any, **kw: Any) -> "CostModel":
-        """A replica from the catalogs: ``model`` = ModelSpec or spec string, ``device`` = Device or id;
-        keywords as :func:`phasescope.plan.build.cost_from_theory` (quant, tp, efficiencies...)."""
-        from phasescope.plan.build import cost_from_theory
-
-        return cost_from_theory(model, device, **kw)
-
     # -- derived rates -------------------------------------------------------------------------
     @property
     def eff_bandwidth_bytes_s(self) -> float:
@@ -126,11 +123,8 @@ class CostModel:
 
     def allreduce_s(self, tokens: float) -> float:
         """Tensor-parallel communication of one step over ``tokens`` tokens (module docstring)."""
-        if self.tp <= 1 or tokens <= 0 or self.allreduce_per_step <= 0:
-            return 0.0
-        tp = self.tp
-        per = 2 * (tp - 1) * self.allreduce_latency_s + 2.0 * (tp - 1) / tp * self.allreduce_bytes_per_token * tokens / self.interconnect_bytes_s
-        return self.allreduce_per_step * per
+        return allreduce_time_s(self.allreduce_per_step, self.allreduce_bytes_per_token, tokens, self.tp,
+                                self.interconnect_bytes_s, latency_s=self.allreduce_latency_s)
 
     def weight_read_bytes(self, tokens: float) -> float:
         """Weight bytes a step over ``tokens`` tokens streams (MoE: experts touched, theory.md §6)."""

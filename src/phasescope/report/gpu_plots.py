@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from phasescope.report.figure import PALETTE, Plot, esc, label, layout
+
 #: ratio series (top panel, in %) and their dash per run
 RATIO_SERIES = ("dram_active", "tensor_active", "sm_active", "gpu_util")
 PHASE_COLOURS = {"prefill": "rgba(255,127,14,0.16)", "decode": "rgba(31,119,180,0.14)"}
@@ -46,7 +48,6 @@ def gpu_timeline_plots(runs: list[Any]) -> list[Any]:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from phasescope.report.plots import PALETTE, Plot, _label, _layout, esc
 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.08)
     dashes = ("solid", "dot", "dash", "dashdot")
@@ -63,18 +64,18 @@ def gpu_timeline_plots(runs: list[Any]) -> list[Any]:
                 continue
             fig.add_trace(go.Scatter(x=t, y=vals, mode="lines", line={"color": c, "dash": dashes[j % len(dashes)],
                                                                         "shape": "vh"},
-                                     name=f"{_label(info)} {esc(name)}"), row=1, col=1)
+                                     name=f"{label(info)} {esc(name)}"), row=1, col=1)
         pw = [r.get("power_w") for r in rows]
         if any(v is not None for v in pw):
             fig.add_trace(go.Scatter(x=t, y=pw, mode="lines", line={"color": c, "shape": "vh"},
-                                     name=f"{_label(info)} power W"), row=2, col=1)
+                                     name=f"{label(info)} power W"), row=2, col=1)
         if not shaded:  # the first run's phases as background bands
             for a, b, ph in phase_spans(rows):
                 fig.add_vrect(x0=a, x1=b, fillcolor=PHASE_COLOURS[ph], line_width=0, layer="below", row="all", col=1)
             shaded = True
     if not fig.data:
         return []
-    _layout(fig, "GPU activity during the run (each value covers the window that ends at its time; shaded: orange prefill, blue decode windows)", "", "activity (%)")
+    layout(fig, "GPU activity during the run (each value covers the window that ends at its time; shaded: orange prefill, blue decode windows)", "", "activity (%)")
     fig.update_layout(height=520)
     fig.update_xaxes(title_text="time since start (s)", row=2, col=1)
     fig.update_yaxes(range=[0, 105], row=1, col=1)

@@ -28,18 +28,13 @@ from typing import Any
 
 from phasescope import __version__
 from phasescope.errors import InputError
+from phasescope.report.ceiling_plots import find_ceilings  # noqa: F401  (re-exported)
+from phasescope.report.figure import PALETTE, Plot, Run, esc, has_spread  # noqa: F401  (re-exported)
 from phasescope.report.plots import (  # noqa: F401  (the report's public names, re-exported)
-    PALETTE,
     PLOTS,
-    Plot,
-    Run,
     build_plots,
     endpoint_groups,
     endpoint_rows,
-    esc,
-    find_ceilings,
-    find_timeline,
-    has_spread,
     plot_per_endpoint,
 )
 from phasescope.report.png import CHROMIUM_FLAGS, CSP, find_chromium, script_json, write_pngs  # noqa: F401
@@ -52,6 +47,7 @@ from phasescope.report.sections import (
     runs_table_html,
 )
 from phasescope.report.data import report_data
+from phasescope.report.timeline_plots import find_timeline  # noqa: F401  (re-exported)
 
 
 @dataclass

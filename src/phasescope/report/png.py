@@ -15,7 +15,7 @@ from typing import Any
 
 from phasescope.errors import InputError
 from phasescope.jsonutil import to_jsonable
-from phasescope.report.plots import Plot
+from phasescope.report.figure import Plot
 
 CSP = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; "

@@ -15,7 +15,8 @@ import math
 from typing import Any, Iterable
 
 from phasescope.jsonutil import to_jsonable
-from phasescope.report.plots import Run, colour, endpoint_rows, esc
+from phasescope.report.figure import Run, colour, esc
+from phasescope.report.plots import endpoint_rows
 
 
 # --- formatting -------------------------------------------------------------------------------------

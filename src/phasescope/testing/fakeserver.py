@@ -1,7 +1,7 @@
 """Faithful fake LLM servers on 127.0.0.1 that log when they really sent each event.
 
-Real aiohttp HTTP servers, bound to 127.0.0.1 on a free port, speaking the wire formats of
-reference/server-apis.md (edge cases included), for the APIs we cannot run here and for fault
+Real aiohttp HTTP servers, bound to 127.0.0.1 on a free port, speaking the wire formats of vLLM
+0.33, SGLang 0.5.23, llama-server (llama.cpp 0c1e57098) and Ollama 0.33 as their sources define them (edge cases included), for the APIs we cannot run here and for fault
 injection. Every request's ground truth is logged with ``time.perf_counter_ns`` (CLOCK_MONOTONIC,
 so it is comparable with a client's ``now_ns`` in another process on the same machine).
 
@@ -41,6 +41,10 @@ generation request, keyed by the client's ``X-Request-Id`` header (phasescope cl
 record id there). ``GroundTruth.t_events_ns`` holds the send time (just after the write returned)
 of every token-carrying event, ``tokens_per_event`` their token counts.
 
+The server is this module's :class:`FakeServer` (its state and the steps every format shares: auth,
+faults, prompt caches, the token schedule, streaming) over one handler module per wire format in
+:mod:`phasescope.testing.wire`, and the loopback lifecycle of :mod:`phasescope.testing._serve`.
+
 Tokenizer: one token per whitespace-led word (``" the"``), plus a BOS token for llama.cpp text
 prompts; token-id prompts (lists of ints) count as given. ``/tokenize`` uses the same rule.
 """
@@ -51,95 +55,31 @@ import argparse
 import asyncio
 import contextlib
 import json
-import re
 import signal
 import sys
-import threading
 import time
 import uuid
-import zlib
-from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from dataclasses import asdict
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_server import Server
 
-FAULTS = (
-    "forbidden",  # 403 on generation endpoints
-    "overloaded",  # 429 + Retry-After
-    "unavailable",  # 503 + Retry-After (vLLM admission, Ollama queue full, llama.cpp loading)
-    "http500",  # 500 with the server's error body
-    "cut",  # connection closed mid-stream after fault_after token events
-    "malformed",  # a non-JSON event after fault_after token events
-    "error_event",  # the server's mid-stream error event after fault_after token events
-    "stall",  # silence for stall_s after fault_after token events (0 → before the first token)
-    "no_done",  # stream ends cleanly but without [DONE]/finish_reason/done:true
-    # hostile servers (issue 21): each must neither hang phasescope nor leak the key
-    "echo_key",  # 401 on generation endpoints whose body echoes the request's Authorization header
-    "endless",  # streams tokens past max_tokens forever: no finish_reason, no [DONE]
-    "silent",  # sends the response headers, then nothing at all (for stall_s)
-)
+from phasescope.testing._serve import LoopbackServer, rx_ns
+from phasescope.testing.wire import llamacpp, metrics, ollama, openai
+from phasescope.testing.wire.common import BOS_ID, FAULTS, FLAVORS, MID_STREAM, GroundTruth, fake_tokenize
 
-FLAVORS = ("vllm", "sglang", "llamacpp", "ollama")
+__all__ = ["FAULTS", "FLAVORS", "FakeServer", "GroundTruth", "fake_tokenize", "main"]
 
-_WORDS = [" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", " and", " runs", " far"]
-_WORD_RE = re.compile(r"\s*\S+")
-BOS_ID = 2
+#: flavor → the module of its wire format
+_WIRE = {"vllm": openai, "sglang": openai, "llamacpp": llamacpp, "ollama": ollama}
 
 
-def fake_tokenize(text: str) -> list[int]:
-    """The fakes' tokenizer: one id per whitespace-led word."""
-    return [100 + zlib.crc32(w.encode()) % 50000 for w in _WORD_RE.findall(text)]
+class FakeServer(LoopbackServer):
+    """A fake LLM server of one flavor (see the module docstring for the constructor)."""
 
+    thread_name = "fake-llm"
+    client_max_size = 64 * 1024 * 1024
 
-class _StampingHandler(RequestHandler):
-    """aiohttp's connection protocol, noting when the server process read the latest bytes of the
-    connection (before any HTTP parsing): the arrival time of a request on a keep-alive connection."""
-
-    def data_received(self, data: bytes) -> None:
-        self._ps_rx_ns = time.perf_counter_ns()
-        super().data_received(data)
-
-
-class _StampingServer(Server):
-    def __call__(self) -> RequestHandler:
-        return _StampingHandler(self, loop=self._loop, **self._kwargs)
-
-
-def _rx_ns(request: web.Request, fallback: int) -> int:
-    return int(getattr(request.protocol, "_ps_rx_ns", None) or fallback)
-
-
-def _const(make: Any, *args: Any, **kw: Any) -> Any:
-    async def handler(request: web.Request) -> web.StreamResponse:
-        return make(*args, **kw)
-
-    return handler
-
-
-@dataclass
-class GroundTruth:
-    id: str
-    path: str
-    t_recv_ns: int  # handler entered (headers parsed)
-    t_rx_ns: int = 0  # the server process read the request's bytes (before HTTP parsing)
-    t_body_ns: int = 0  # request body read and parsed
-    t_headers_ns: int | None = None  # response headers written
-    t_events_ns: list[int] = field(default_factory=list)  # token-carrying events, after write
-    tokens_per_event: list[int] = field(default_factory=list)
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    output_tokens: int = 0
-    status: int = 200
-    fault: str | None = None
-
-    @property
-    def t_first_token_ns(self) -> int | None:
-        return self.t_events_ns[0] if self.t_events_ns else None
-
-
-class FakeServer:
     def __init__(
         self,
         *,
@@ -170,6 +110,7 @@ class FakeServer:
         if fault is not None and fault not in FAULTS:
             raise ValueError(f"fault must be one of {FAULTS}")
         self.flavor = flavor
+        self.wire = _WIRE[flavor]
         self.model = model
         self.ttft_s = ttft_s
         self.prefill_tok_s = prefill_tok_s
@@ -202,110 +143,27 @@ class FakeServer:
         self.prefix_cache = prefix_cache
         self._blocks: set[int] = set()  # hashes of cached 16-token block chains (vLLM APC)
 
-    # -- lifecycle ------------------------------------------------------------------------
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
-    async def start(self) -> "FakeServer":
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        self._routes(app)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
-        await self._runner.setup()
-        if type(self._runner.server) is Server:  # stamp byte arrival (see _StampingHandler)
-            self._runner.server.__class__ = _StampingServer
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024, reuse_address=True)
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = server.sockets[0].getsockname()[1]
+    # -- routes ---------------------------------------------------------------------------
+    def _routes(self, router: web.UrlDispatcher) -> None:
+        self.wire.add_routes(self, router)
+        if self.flavor == "llamacpp":  # llama-server speaks the OpenAI-compatible API too
+            openai.add_openai_routes(self, router)
+        if self.flavor != "ollama":
+            metrics.add_routes(self, router)
+
+    async def _on_start(self) -> None:
         if self.log_path:
             self._logfh = open(self.log_path, "a", encoding="utf-8")
-        return self
 
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+    async def _on_stop(self) -> None:
         if self._logfh is not None:
             self._logfh.close()
             self._logfh = None
 
-    async def __aenter__(self) -> "FakeServer":
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator["FakeServer"]:
-        """Serve from a background thread with its own event loop (for sync tests)."""
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        err: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as e:  # pragma: no cover - start failure
-                err.append(e)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self.stop())
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for t in pending:  # stalled handlers ("stall" fault) must not outlive the loop
-                t.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.close()
-
-        th = threading.Thread(target=run, name=f"fake-{self.flavor}", daemon=True)
-        th.start()
-        ready.wait(10)
-        if err:
-            raise err[0]
-        try:
-            yield self
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            th.join(10)
-
-    # -- routes ---------------------------------------------------------------------------
-    def _routes(self, app: web.Application) -> None:
-        r = app.router
-        f = self.flavor
-        if f == "ollama":
-            r.add_get("/", _const(web.Response, text="Ollama is running"))
-            r.add_get("/api/version", _const(web.json_response, {"version": "0.33.0"}))
-            r.add_get("/api/tags", self._ollama_tags)
-            r.add_post("/api/show", self._ollama_show)
-            r.add_post("/api/generate", self._ollama_gen)
-            r.add_post("/api/chat", self._ollama_gen)
-            r.add_get("/v1/models", self._models)
-        else:
-            r.add_get("/v1/models", self._models)
-            r.add_get("/health", self._health)
-            r.add_post("/tokenize", self._tokenize)
-            r.add_get("/metrics", self._metrics)
-            r.add_post("/v1/completions", self._openai)
-            r.add_post("/v1/chat/completions", self._openai)
-            if f == "llamacpp":
-                r.add_get("/props", self._props)
-                r.add_post("/completion", self._llamacpp_completion)
-                r.add_post("/completions", self._llamacpp_completion)
-            else:
-                r.add_get("/version", _const(web.json_response, {"version": "0.33.0" if f == "vllm" else "0.5.23"}))
-
     # -- helpers --------------------------------------------------------------------------
     def _err_body(self, status: int, message: str, etype: str) -> Any:
-        if self.flavor == "ollama":
-            return {"error": message}
-        if self.flavor == "llamacpp":
-            return {"error": {"code": status, "message": message, "type": etype}}
-        return {"error": {"message": message, "type": etype, "param": None, "code": status}}
+        return self.wire.err_body(status, message, etype)
 
     def _auth(self, request: web.Request) -> web.Response | None:
         if self.api_key is None:
@@ -422,78 +280,7 @@ class FakeServer:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    # -- introspection endpoints ------------------------------------------------------------
-    async def _health(self, request: web.Request) -> web.Response:
-        if self.flavor == "llamacpp":
-            return web.json_response({"status": "ok"})
-        return web.Response(status=200)
-
-    async def _models(self, request: web.Request) -> web.Response:
-        if (resp := self._auth(request)) is not None:
-            return resp
-        owned = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "ollama": "library"}[self.flavor]
-        card: dict[str, Any] = {"id": self.model, "object": "model", "created": 1767225600, "owned_by": owned}
-        if self.flavor in ("vllm", "sglang"):
-            card.update({"root": self.model, "parent": None, "max_model_len": self.max_model_len})
-        if self.flavor == "llamacpp":
-            card["meta"] = {"vocab_type": 1, "n_vocab": 262144, "n_ctx": 4096, "n_ctx_train": 32768,
-                            "n_embd": 640, "n_params": 268098176, "size": 246587904, "ftype": "Q4_K - Medium"}
-            card["aliases"] = [self.model]
-        return web.json_response({"object": "list", "data": [card]})
-
-    async def _tokenize(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        if self.flavor == "llamacpp":
-            ids = fake_tokenize(body.get("content", ""))
-            if body.get("add_special"):
-                ids = [BOS_ID] + ids
-            return web.json_response({"tokens": ids})
-        ids = fake_tokenize(body.get("prompt", ""))
-        return web.json_response({"count": len(ids), "max_model_len": self.max_model_len, "tokens": ids, "token_strs": None})
-
-    async def _props(self, request: web.Request) -> web.Response:
-        return web.json_response({
-            "default_generation_settings": {"n_ctx": 4096, "params": {"n_predict": -1, "ignore_eos": False}},
-            "total_slots": 4, "model_alias": self.model, "model_path": "/models/fake.gguf",
-            "modalities": {"vision": False, "audio": False}, "endpoint_slots": True, "endpoint_props": False,
-            "endpoint_metrics": True, "build_info": "b1-0c1e570", "is_sleeping": False,
-        })
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        c = self._counters
-        if self.flavor == "llamacpp":
-            text = (
-                "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed, excluding cached tokens\n"
-                "# TYPE llamacpp:prompt_tokens_total counter\n"
-                f"llamacpp:prompt_tokens_total {c['prompt']}\n"
-                "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed\n"
-                "# TYPE llamacpp:tokens_predicted_total counter\n"
-                f"llamacpp:tokens_predicted_total {c['gen']}\n"
-                "# HELP llamacpp:requests_processing Number of requests processing\n"
-                "# TYPE llamacpp:requests_processing gauge\n"
-                f"llamacpp:requests_processing {self._running}\n"
-            )
-        else:
-            p = "vllm:" if self.flavor == "vllm" else "sglang:"
-            lab = f'{{engine="0",model_name="{self.model}"}}' if self.flavor == "vllm" else f'{{model_name="{self.model}"}}'
-            text = (
-                f"# HELP {p}num_requests_running Number of requests in model execution batches.\n"
-                f"# TYPE {p}num_requests_running gauge\n{p}num_requests_running{lab} {float(self._running)}\n"
-                f"# HELP {p}prompt_tokens_total Number of prefill tokens processed.\n"
-                f"# TYPE {p}prompt_tokens_total counter\n{p}prompt_tokens_total{lab} {float(c['prompt'])}\n"
-                f"# HELP {p}generation_tokens_total Number of generation tokens processed.\n"
-                f"# TYPE {p}generation_tokens_total counter\n{p}generation_tokens_total{lab} {float(c['gen'])}\n"
-            )
-            if self.prefix_cache and self.flavor == "vllm":
-                text += (f"# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"
-                         f"# TYPE vllm:prefix_cache_queries_total counter\nvllm:prefix_cache_queries_total{lab} {float(c['pc_queries'])}\n"
-                         f"# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"
-                         f"# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{lab} {float(c['pc_hits'])}\n")
-            elif self.prefix_cache:
-                text += (f"# HELP sglang:cached_tokens_total The number of prefix cached tokens.\n"
-                         f"# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{lab} {float(c['pc_hits'])}\n")
-        return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={})
-
+    # -- the steps every generation handler shares --------------------------------------------
     async def _begin(
         self, request: web.Request, *, bad_json_status: int, bad_json_body: Any, check_auth: bool = True
     ) -> tuple[GroundTruth, Any, web.StreamResponse | None]:
@@ -502,7 +289,7 @@ class FakeServer:
         refused request, already recorded."""
         t_recv = time.perf_counter_ns()
         gt = GroundTruth(id=request.headers.get("X-Request-Id", uuid.uuid4().hex[:16]), path=request.path, t_recv_ns=t_recv,
-                         t_rx_ns=_rx_ns(request, t_recv))
+                         t_rx_ns=rx_ns(request, t_recv))
         if check_auth and (resp := self._auth(request)) is not None:
             gt.status = 401
             self._record(gt)
@@ -515,175 +302,61 @@ class FakeServer:
             return gt, None, web.json_response(bad_json_body, status=bad_json_status)
         return gt, body, None
 
-    # -- OpenAI-compatible generation -------------------------------------------------------
-    async def _openai(self, request: web.Request) -> web.StreamResponse:
-        bad = 400 if self.flavor != "llamacpp" else 500
-        gt, body, err = await self._begin(
-            request, bad_json_status=bad, bad_json_body=self._err_body(bad, "malformed JSON body", "invalid_request_error"))
-        if err is not None:
-            return err
-        t0 = time.perf_counter()
-        gt.t_body_ns = time.perf_counter_ns()
-        self.requests += 1
-        chat = request.path.endswith("/chat/completions")
-        model = body.get("model")
-        if model is not None and model != self.model and self.flavor != "llamacpp":
-            gt.status = 404
-            self._record(gt)
-            return web.json_response(self._err_body(404, f"The model `{model}` does not exist.", "NotFoundError"), status=404)
+    def _refuse(self, gt: GroundTruth, status: int, body: Any) -> web.Response:
+        """An error answer to a generation request, recorded."""
+        gt.status = status
+        self._record(gt)
+        return web.json_response(body, status=status)
+
+    def _admit(self, gt: GroundTruth) -> tuple[str | None, web.Response | None]:
+        """This request's fault, and the error answer (recorded) when the fault refuses it outright."""
         fault = self._take_fault()
         gt.fault = fault
-        self._echo_auth = request.headers.get("Authorization", "")
-        if (resp := self._pre_fault(fault, gt)) is not None:
+        resp = self._pre_fault(fault, gt)
+        if resp is not None:
             self._record(gt)
-            return resp
-        if chat:
-            text = "".join(str(m.get("content", "")) for m in body.get("messages", []))
-            ids = self._prompt_ids(text, bos=False) + [1, 2, 3]  # template tokens
-        else:
-            ids = self._prompt_ids(body.get("prompt", ""), bos=self.flavor == "llamacpp")
-        cached = self._cache(ids, body.get("cache_prompt", True)) if self.flavor == "llamacpp" else self._apc(ids)
-        gt.prompt_tokens, gt.cached_tokens = len(ids), cached
-        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        ignore_eos = bool(body.get("ignore_eos")) or (body.get("min_tokens") or 0) >= max_tokens
-        n_out = self._n_out(max_tokens, ignore_eos)
-        so = body.get("stream_options") or {}
-        include_usage = bool(so.get("include_usage"))
-        continuous = include_usage and bool(so.get("continuous_usage_stats"))
-        cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:12]
-        obj = "chat.completion.chunk" if chat else "text_completion"
-        ttft = self._ttft(len(ids) - cached)
-        self._counters["prompt"] += len(ids) - cached
-        def usage(n: int) -> dict[str, Any]:
-            u: dict[str, Any] = {"prompt_tokens": len(ids), "total_tokens": len(ids) + n, "completion_tokens": n}
-            if self.prefix_cache and self.flavor in ("vllm", "sglang"):
-                u["prompt_tokens_details"] = {"cached_tokens": cached}
-            return u
-        finish = "length" if n_out >= max_tokens else "stop"
+        return fault, resp
 
-        def timings(n: int, t_first: float, t_last: float) -> dict[str, Any]:
-            pm = (t_first - t0) * 1000
-            gm = (t_last - t_first) * 1000
-            return {"cache_n": cached, "prompt_n": len(ids) - cached, "prompt_ms": pm,
-                    "prompt_per_token_ms": pm / max(1, len(ids) - cached), "prompt_per_second": 1000 * (len(ids) - cached) / pm if pm else 0,
-                    "predicted_n": n, "predicted_ms": gm, "predicted_per_token_ms": gm / max(1, n - 1),
-                    "predicted_per_second": 1000 * (n - 1) / gm if gm else 0}
-
-        if not body.get("stream"):
-            await asyncio.sleep(ttft + self.itl_s * max(0, n_out - 1))
-            gt.output_tokens = n_out
-            text = "".join(_WORDS[i % len(_WORDS)] for i in range(n_out))
-            choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
-            if chat:
-                choice["message"] = {"role": "assistant", "content": text}
-            else:
-                choice["text"] = text
-            out: dict[str, Any] = {"id": cid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-                                   "model": self.model, "choices": [choice], "usage": usage(n_out)}
-            if self.flavor == "llamacpp":
-                out["timings"] = timings(n_out, t0 + ttft, time.perf_counter())
-            self._counters["gen"] += n_out
-            self._record(gt)
-            return web.json_response(out)
-
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    @contextlib.asynccontextmanager
+    async def _stream(self, request: web.Request, gt: GroundTruth, headers: dict[str, str]) -> AsyncIterator[web.StreamResponse]:
+        """A streamed answer: headers out (stamped), counted as running until it ends; a client that
+        goes away (Ctrl-C, timeout) is not a server error; the ground truth is recorded at the end."""
+        resp = web.StreamResponse(headers=headers)
         await resp.prepare(request)
         gt.t_headers_ns = time.perf_counter_ns()
         self._running += 1
-
-        async def send(d: Any) -> None:
-            await resp.write(b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n")
-
-        def chunk(choice: dict[str, Any] | None, u: dict[str, Any] | None = None) -> dict[str, Any]:
-            d: dict[str, Any] = {"id": cid, "object": obj, "created": int(time.time()), "model": self.model,
-                                 "choices": [choice] if choice is not None else []}
-            if u is not None:
-                d["usage"] = u
-            return d
-
-        reasoning_key = "reasoning" if self.flavor == "vllm" else "reasoning_content"
         try:
-            if fault == "silent":  # headers out, then nothing
-                await asyncio.sleep(self.stall_s)
-                return resp
-            if fault == "endless":  # past max_tokens for ever, never finishing
-                j = 0
-                while True:
-                    await self._sleep_until(t0, ttft + j * self.itl_s)
-                    text = _WORDS[j % len(_WORDS)]
-                    ch = ({"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None} if chat
-                          else {"index": 0, "text": text, "logprobs": None, "finish_reason": None})
-                    await send(chunk(ch))
-                    gt.t_events_ns.append(time.perf_counter_ns())
-                    gt.tokens_per_event.append(1)
-                    gt.output_tokens += 1
-                    j += 1
-            if chat:  # role-only opening delta, sent before the prompt is processed (per server)
-                role: dict[str, Any] = {"role": "assistant", "content": "" if self.flavor != "llamacpp" else None}
-                if self.flavor == "sglang":
-                    role = {"reasoning_content": None, "role": "assistant", "content": ""}
-                await send(chunk({"index": 0, "delta": role, "logprobs": None, "finish_reason": None},
-                                 usage(0) if continuous else None))
-            if fault == "stall" and self.fault_after <= 0:
-                await self._stall(resp)
-            sched = self._schedule(n_out)
-            t_first_tok = t0 + ttft
-            sent = 0
-            for ev_i, (i, k) in enumerate(sched):
-                last = i + k - 1
-                await self._sleep_until(t0, ttft + last * self.itl_s)
-                if ev_i == 0:
-                    t_first_tok = time.perf_counter()
-                if fault is not None and ev_i == self.fault_after and fault in ("cut", "malformed", "error_event", "stall", "no_done"):
-                    await self._fault_mid(fault, request, resp, gt)
-                    return resp
-                text = "".join(_WORDS[j % len(_WORDS)] for j in range(i, i + k))
-                is_last = last == n_out - 1
-                reasoning = i < self.reasoning_tokens
-                if chat:
-                    delta = {reasoning_key: text} if reasoning else {"content": text}
-                    ch: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-                else:
-                    ch = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
-                sent += k
-                final_inline = is_last and self.flavor == "vllm"
-                if final_inline:
-                    ch["finish_reason"] = finish
-                    ch["stop_reason"] = None
-                d = chunk(ch, usage(sent) if continuous else None)
-                await send(d)
-                gt.t_events_ns.append(time.perf_counter_ns())
-                gt.tokens_per_event.append(k)
-            t_last = time.perf_counter()
-            gt.output_tokens = sent
-            self._counters["gen"] += sent
-            if fault == "no_done":
-                return resp
-            if self.flavor != "vllm" or n_out == 0:
-                if self.flavor == "llamacpp" and not chat:
-                    # llama.cpp /v1/completions: finish_reason, usage and timings share the last chunk
-                    fin = chunk({"text": "", "index": 0, "logprobs": None, "finish_reason": finish},
-                                usage(sent) if include_usage else None)
-                    fin["timings"] = timings(sent, t_first_tok, t_last)
-                    await send(fin)
-                else:
-                    fch = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish} if chat else \
-                        {"index": 0, "text": "", "logprobs": None, "finish_reason": finish}
-                    await send(chunk(fch))
-            if include_usage and not (self.flavor == "llamacpp" and not chat):
-                u = chunk(None, usage(sent))
-                if self.flavor == "llamacpp":
-                    u["timings"] = timings(sent, t_first_tok, t_last)
-                await send(u)
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-            return resp
-        except ConnectionResetError:  # the client went away (Ctrl-C, timeout): not a server error
+            yield resp
+        except ConnectionResetError:
             gt.fault = gt.fault or "client_gone"
-            return resp
         finally:
             self._running -= 1
             self._record(gt)
+
+    async def _token_events(
+        self, request: web.Request, resp: web.StreamResponse, gt: GroundTruth, *, fault: str | None, t0: float,
+        ttft: float, n_out: int, emit: Callable[[int, int, int], Awaitable[None]],
+    ) -> tuple[int, float] | None:
+        """Send the ``n_out`` tokens of a stream on schedule (absolute deadlines from ``t0``), each
+        event by ``emit(first token index, tokens, tokens sent so far)``, with this request's
+        mid-stream fault. Returns ``(tokens sent, time of the first event)``, or None when a fault
+        ended the stream."""
+        if fault == "stall" and self.fault_after <= 0:
+            await self._stall(resp)
+        t_first = t0 + ttft
+        sent = 0
+        for ev_i, (i, k) in enumerate(self._schedule(n_out)):
+            await self._sleep_until(t0, ttft + (i + k - 1) * self.itl_s)
+            if ev_i == 0:
+                t_first = time.perf_counter()
+            if fault in MID_STREAM and ev_i == self.fault_after:
+                await self._fault_mid(fault, request, resp)
+                return None
+            sent += k
+            await emit(i, k, sent)
+            gt.t_events_ns.append(time.perf_counter_ns())
+            gt.tokens_per_event.append(k)
+        return sent, t_first
 
     async def _stall(self, resp: web.StreamResponse) -> None:
         end = time.perf_counter() + self.stall_s
@@ -691,29 +364,23 @@ class FakeServer:
             left = end - time.perf_counter()
             if left <= 0:
                 return
-            if self.ping_s and self.flavor != "ollama":
+            if self.ping_s and self.wire.SSE:
                 await asyncio.sleep(min(self.ping_s, left))
                 await resp.write(b":\n\n")
             else:
                 await asyncio.sleep(left)
 
-    async def _fault_mid(self, fault: str, request: web.Request, resp: web.StreamResponse, gt: GroundTruth) -> None:
+    async def _fault_mid(self, fault: str, request: web.Request, resp: web.StreamResponse) -> None:
         if fault == "cut":
             if request.transport is not None:
                 request.transport.close()
             return
         if fault == "malformed":
-            await resp.write(b'data: {"choices": [{"index": 0, "delta": {"content": "x"\n\n')
+            await resp.write(self.wire.MALFORMED_EVENT)
             await resp.write_eof()
             return
         if fault == "error_event":
-            if self.flavor == "ollama":
-                await resp.write(b'{"error":"an error was encountered while running the model: unexpected EOF"}\n')
-            else:
-                err = self._err_body(500, "engine died while generating", "InternalServerError")
-                await resp.write(b"data: " + json.dumps(err).encode() + b"\n\n")
-                if self.flavor in ("vllm", "sglang"):
-                    await resp.write(b"data: [DONE]\n\n")
+            await resp.write(self.wire.error_event(self))
             await resp.write_eof()
             return
         if fault == "stall":
@@ -721,243 +388,6 @@ class FakeServer:
             return
         if fault == "no_done":
             await resp.write_eof()
-
-    # -- llama.cpp native /completion -------------------------------------------------------
-    async def _llamacpp_completion(self, request: web.Request) -> web.StreamResponse:
-        gt, body, err = await self._begin(
-            request, bad_json_status=500,
-            bad_json_body=self._err_body(500, "[json.exception.parse_error.101] parse error", "server_error"))
-        if err is not None:
-            return err
-        t0 = time.perf_counter()
-        gt.t_body_ns = time.perf_counter_ns()
-        self.requests += 1
-        fault = self._take_fault()
-        gt.fault = fault
-        if (resp := self._pre_fault(fault, gt)) is not None:
-            self._record(gt)
-            return resp
-        ids = self._prompt_ids(body.get("prompt", ""), bos=True)
-        cached = self._cache(ids, body.get("cache_prompt", True))
-        gt.prompt_tokens, gt.cached_tokens = len(ids), cached
-        n_predict = int(body.get("n_predict", body.get("max_tokens", -1)))
-        if n_predict < 0:
-            n_predict = 64
-        n_out = self._n_out(n_predict, bool(body.get("ignore_eos")))
-        ttft = self._ttft(len(ids) - cached)
-        self._counters["prompt"] += len(ids) - cached
-
-        def final(n: int, t_first: float, t_last: float, content: str) -> dict[str, Any]:
-            pm, gm = (t_first - t0) * 1000, (t_last - t_first) * 1000
-            return {"index": 0, "content": content, "tokens": [], "id_slot": 0, "stop": True, "model": self.model,
-                    "tokens_predicted": n, "tokens_evaluated": len(ids),
-                    "generation_settings": {"n_predict": n_predict, "ignore_eos": bool(body.get("ignore_eos")), "stream": bool(body.get("stream"))},
-                    "prompt": "<bos>…", "has_new_line": False, "truncated": False,
-                    "stop_type": "limit" if n >= n_predict else "eos", "stopping_word": "", "tokens_cached": len(ids) + n - 1,
-                    "timings": {"cache_n": cached, "prompt_n": len(ids) - cached, "prompt_ms": pm,
-                                "prompt_per_token_ms": pm / max(1, len(ids) - cached),
-                                "prompt_per_second": 1000 * (len(ids) - cached) / pm if pm else 0,
-                                "predicted_n": n, "predicted_ms": gm, "predicted_per_token_ms": gm / max(1, n - 1),
-                                "predicted_per_second": 1000 * (n - 1) / gm if gm else 0}}
-
-        if not body.get("stream"):
-            await asyncio.sleep(ttft)
-            tf = time.perf_counter()
-            await asyncio.sleep(self.itl_s * max(0, n_out - 1))
-            gt.output_tokens = n_out
-            self._record(gt)
-            return web.json_response(final(n_out, tf, time.perf_counter(), "".join(_WORDS[i % len(_WORDS)] for i in range(n_out))))
-
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        gt.t_headers_ns = time.perf_counter_ns()
-        self._running += 1
-
-        async def send(d: Any) -> None:
-            await resp.write(b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n")
-
-        try:
-            if body.get("return_progress"):
-                await send({"index": 0, "content": "", "tokens": [0], "stop": False, "id_slot": -1, "tokens_predicted": 0,
-                            "tokens_evaluated": len(ids), "prompt_progress": {"total": len(ids), "cache": cached, "processed": cached, "time_ms": 0}})
-            if fault == "stall" and self.fault_after <= 0:
-                await self._stall(resp)
-            t_first = t0 + ttft
-            sent = 0
-            for ev_i, (i, k) in enumerate(self._schedule(n_out)):
-                await self._sleep_until(t0, ttft + (i + k - 1) * self.itl_s)
-                if ev_i == 0:
-                    t_first = time.perf_counter()
-                if fault is not None and ev_i == self.fault_after and fault in ("cut", "malformed", "error_event", "stall", "no_done"):
-                    await self._fault_mid(fault, request, resp, gt)
-                    return resp
-                sent += k
-                toks = [100 + j for j in range(i, i + k)]
-                await send({"index": 0, "content": "".join(_WORDS[j % len(_WORDS)] for j in range(i, i + k)), "tokens": toks,
-                            "stop": False, "id_slot": -1, "tokens_predicted": sent, "tokens_evaluated": len(ids)})
-                gt.t_events_ns.append(time.perf_counter_ns())
-                gt.tokens_per_event.append(k)
-            gt.output_tokens = sent
-            self._counters["gen"] += sent
-            if fault == "no_done":
-                await resp.write_eof()
-                return resp
-            await send(final(sent, t_first, time.perf_counter(), ""))
-            await resp.write_eof()
-            return resp
-        except ConnectionResetError:  # the client went away (Ctrl-C, timeout): not a server error
-            gt.fault = gt.fault or "client_gone"
-            return resp
-        finally:
-            self._running -= 1
-            self._record(gt)
-
-    # -- Ollama native ----------------------------------------------------------------------
-    async def _ollama_tags(self, request: web.Request) -> web.Response:
-        return web.json_response({"models": [{
-            "name": self.model, "model": self.model, "modified_at": "2026-01-01T00:00:00Z", "size": 253113024,
-            "digest": "a5fd3b62230aa5ec", "details": {"parent_model": "", "format": "gguf", "family": "gemma3",
-                                                     "families": ["gemma3"], "parameter_size": "268.10M",
-                                                     "quantization_level": "Q4_K_M"}}]})
-
-    async def _ollama_show(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        name = body.get("model") or body.get("name")
-        if name != self.model:
-            return web.json_response({"error": f"model '{name}' not found"}, status=404)
-        return web.json_response({
-            "modelfile": "FROM fake", "parameters": "", "template": "{{ .Prompt }}",
-            "details": {"parent_model": "", "format": "gguf", "family": "gemma3", "families": ["gemma3"],
-                        "parameter_size": "268.10M", "quantization_level": "Q4_K_M"},
-            "model_info": {"general.architecture": "gemma3", "general.parameter_count": 268098176,
-                           "gemma3.block_count": 18, "gemma3.context_length": 32768, "gemma3.embedding_length": 640,
-                           "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1,
-                           "gemma3.feed_forward_length": 2048},
-            "capabilities": ["completion"], "modified_at": "2026-01-01T00:00:00Z"})
-
-    async def _ollama_gen(self, request: web.Request) -> web.StreamResponse:
-        gt, body, err = await self._begin(  # Ollama has no API keys: no auth check
-            request, check_auth=False, bad_json_status=400,
-            bad_json_body={"error": "invalid character 'x' looking for beginning of value"})
-        if err is not None:
-            return err
-        t0 = time.perf_counter()
-        t0_ns = time.perf_counter_ns()
-        gt.t_body_ns = t0_ns
-        self.requests += 1
-        chat = request.path == "/api/chat"
-        if body.get("model") != self.model:
-            gt.status = 404
-            self._record(gt)
-            return web.json_response({"error": f'model "{body.get("model")}" not found, try pulling it first'}, status=404)
-        fault = self._take_fault()
-        gt.fault = fault
-        if (resp := self._pre_fault(fault, gt)) is not None:
-            self._record(gt)
-            return resp
-        load = 0.0 if self._loaded else self.load_s
-        self._loaded = True
-        text = "".join(m.get("content", "") for m in body.get("messages", [])) if chat else body.get("prompt", "")
-        ids = self._prompt_ids(text, bos=True) if text else []
-        cached = self._cache(ids, True) if ids else 0
-        gt.prompt_tokens, gt.cached_tokens = len(ids), cached
-        opts = body.get("options") or {}
-        num_predict = int(opts.get("num_predict", -1))
-        if num_predict < 0:
-            num_predict = 128
-        n_out = self._n_out(num_predict, False) if ids else 0
-        ttft = load + self._ttft(len(ids) - cached) if ids else load
-        created = "2026-01-01T00:00:00.000000Z"
-        stream = body.get("stream", True)
-
-        def final(n: int, t_pe: float, t_last: float) -> dict[str, Any]:
-            d: dict[str, Any] = {"model": self.model, "created_at": created, "done": True,
-                                 "done_reason": ("load" if not ids else ("length" if n >= num_predict else "stop"))}
-            if chat:
-                d["message"] = {"role": "assistant", "content": ""}
-            else:
-                d["response"] = ""
-                if ids:
-                    d["context"] = ids[:8]
-            metrics = {
-                "total_duration": int((time.perf_counter() - t0) * 1e9) + 250_000,
-                "load_duration": int(load * 1e9) + 150_000,
-                "prompt_eval_count": len(ids),  # since 0.30.1: cached + evaluated
-                "prompt_eval_duration": int((t_pe - t0 - load) * 1e9) if ids else 0,
-                "eval_count": n,
-                "eval_duration": int((t_last - t_pe) * 1e9) if n else 0,
-            }
-            d.update({k: v for k, v in metrics.items() if v})  # omitempty
-            return d
-
-        def piece(i: int, k: int) -> dict[str, Any]:
-            txt = "".join(_WORDS[j % len(_WORDS)] for j in range(i, i + k))
-            reasoning = i < self.reasoning_tokens
-            d: dict[str, Any] = {"model": self.model, "created_at": created}
-            if chat:
-                d["message"] = {"role": "assistant", "content": "" if reasoning else txt}
-                if reasoning:
-                    d["message"]["thinking"] = txt
-            else:
-                d["response"] = "" if reasoning else txt
-                if reasoning:
-                    d["thinking"] = txt
-            d["done"] = False
-            return d
-
-        if not stream:
-            await asyncio.sleep(ttft)
-            tpe = time.perf_counter()
-            await asyncio.sleep(self.itl_s * max(0, n_out - 1))
-            gt.output_tokens = n_out
-            self._record(gt)
-            d = final(n_out, tpe, time.perf_counter())
-            txt = "".join(_WORDS[j % len(_WORDS)] for j in range(n_out))
-            if chat:
-                d["message"]["content"] = txt
-            else:
-                d["response"] = txt
-            return web.json_response(d)
-
-        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await resp.prepare(request)
-        gt.t_headers_ns = time.perf_counter_ns()
-        self._running += 1
-        try:
-            if fault == "stall" and self.fault_after <= 0:
-                await self._stall(resp)
-            t_pe = t0 + ttft
-            sent = 0
-            for ev_i, (i, k) in enumerate(self._schedule(n_out)):
-                await self._sleep_until(t0, ttft + (i + k - 1) * self.itl_s)
-                if ev_i == 0:
-                    t_pe = time.perf_counter()
-                if fault is not None and ev_i == self.fault_after and fault in ("cut", "malformed", "error_event", "stall", "no_done"):
-                    if fault == "malformed":
-                        await resp.write(b'{"model":"x","response":"y",\n')
-                        await resp.write_eof()
-                    else:
-                        await self._fault_mid(fault, request, resp, gt)
-                    return resp
-                await resp.write(json.dumps(piece(i, k), separators=(",", ":")).encode() + b"\n")
-                gt.t_events_ns.append(time.perf_counter_ns())
-                gt.tokens_per_event.append(k)
-                sent += k
-            gt.output_tokens = sent
-            if fault == "no_done":
-                await resp.write_eof()
-                return resp
-            if not ids:
-                await asyncio.sleep(ttft)
-            await resp.write(json.dumps(final(sent, t_pe, time.perf_counter()), separators=(",", ":")).encode() + b"\n")
-            await resp.write_eof()
-            return resp
-        except ConnectionResetError:  # the client went away (Ctrl-C, timeout): not a server error
-            gt.fault = gt.fault or "client_gone"
-            return resp
-        finally:
-            self._running -= 1
-            self._record(gt)
 
 
 # --- a separate process (benchmarks: client and server must not share an event loop) -------

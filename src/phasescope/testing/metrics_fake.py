@@ -2,7 +2,7 @@
 
 vLLM serves /metrics with prometheus_client; this fake re-declares the vLLM 0.33 families with the
 same names, labels (``model_name``, ``engine``), bucket bounds and registry mode
-(``shared/reference/server-apis.md`` §1.2–1.3) and renders them with prometheus_client's own
+(vLLM's ``vllm/v1/metrics/loggers.py``) and renders them with prometheus_client's own
 ``choose_encoder`` — classic text 0.0.4 unless the client advertises OpenMetrics, exactly like
 vLLM's mount. ``names="0.8"`` exposes the pre-rename names (``gpu_cache_usage_perc``,
 ``gpu_prefix_cache_*``, ``time_per_output_token_seconds``).
@@ -23,16 +23,15 @@ Accept header of every scrape.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import choose_encoder
+
+from phasescope.testing._serve import LoopbackServer
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -188,8 +187,10 @@ def restart_at(k: int, inner: Scenario | None = None) -> Scenario:
 _UNKNOWN = "# HELP myapp_requests_total Requests.\n# TYPE myapp_requests_total counter\nmyapp_requests_total 3.0\n"
 
 
-class MetricsFakeServer:
+class MetricsFakeServer(LoopbackServer):
     """aiohttp server on 127.0.0.1:<free port> serving ``GET /metrics`` from a :class:`VllmMetricsState`."""
+
+    thread_name = "metrics-fake"
 
     def __init__(self, state: VllmMetricsState | None = None, *, scenario: Scenario | None = None,
                  mode: str = "ok") -> None:
@@ -198,8 +199,6 @@ class MetricsFakeServer:
         self.mode = mode
         self.scrapes = 0
         self.accept_headers: list[str] = []
-        self.url = ""
-        self._runner: web.AppRunner | None = None
         self._lock = threading.Lock()
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -229,49 +228,6 @@ class MetricsFakeServer:
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
 
-    async def start(self) -> MetricsFakeServer:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/health", self._health)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
-        return self
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> MetricsFakeServer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.stop()
-
-    @contextlib.contextmanager
-    def running(self) -> Iterator[MetricsFakeServer]:
-        """Serve from a background thread with its own event loop (for sync tests and CLI runs)."""
-        loop = asyncio.new_event_loop()
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(self.start())
-            started.set()
-            loop.run_forever()
-
-        t = threading.Thread(target=run, name="metrics-fake", daemon=True)
-        t.start()
-        if not started.wait(10):
-            raise RuntimeError("fake metrics server did not start")
-        try:
-            yield self
-        finally:
-            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(10)
-            loop.call_soon_threadsafe(loop.stop)
-            t.join(10)
-            loop.close()
+    def _routes(self, router: web.UrlDispatcher) -> None:
+        router.add_get("/metrics", self._metrics)
+        router.add_get("/health", self._health)

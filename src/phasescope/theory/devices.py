@@ -1,7 +1,7 @@
 """The device catalog: memory size, memory bandwidth and dense compute peaks of GPUs, CPUs and accelerators.
 
-Rows live in the package data file ``phasescope/data/devices.csv`` (built from
-``shared/reference/hardware.csv``; every row carries a ``source`` column saying where each figure comes from).
+Rows live in the package data file ``phasescope/data/devices.csv`` (every row carries a ``source`` column
+saying where each figure comes from).
 All figures are vendor ceilings, not measurements — except the device ``local``, which ``phasescope hw``
 measures on this machine and saves as JSON in the phasescope config directory:
 

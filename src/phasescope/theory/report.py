@@ -9,10 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from phasescope.errors import InputError
+from phasescope.theory import parallel
 from phasescope.theory import roofline as R
 from phasescope.theory.devices import Device, custom_device, default_devices, get_device, list_devices
 from phasescope.theory.models import ModelSpec, load_model_spec, spec_from_config_file, spec_from_gguf, spec_from_weights
 from phasescope.theory.quant import get_quant, kv_bytes_per_element
+from phasescope.theory.rows import ceiling_row
+from phasescope.theory.rows import kv_report as kv_sizes
 
 SCHEMA_VERSION = 1
 
@@ -76,8 +79,8 @@ def _tp_notes(spec: ModelSpec, devices: list[Device], tp: int) -> list[str]:
         return []
     out = []
     for d in devices:
-        link = R.link_bytes_s(d)
-        ar = R.allreduce_s(spec, 1, tp, link)
+        link = parallel.link_bytes_s(d)
+        ar = parallel.allreduce_s(spec, 1, tp, link)
         head = f"tp {tp}: {tp}× {d.id}, each reads 1/{tp} of the weights at its own {d.mem_bandwidth_gb_s:,.0f} GB/s; "
         if not (spec.n_layers and spec.hidden_size):
             out.append(head + "all-reduce time not counted (layer shapes unknown): the ceiling is an upper bound")
@@ -85,7 +88,7 @@ def _tp_notes(spec: ModelSpec, devices: list[Device], tp: int) -> list[str]:
         link_name = d.interconnect if d.interconnect_gb_s else f"{d.interconnect or 'no link'}: none quoted, 100 GbE assumed"
         out.append(head + f"2×{spec.n_layers} ring all-reduces cost {ar * 1e6:,.0f} µs per decode step over "
                           f"{link / 1e9:,.1f} GB/s one way ({link_name})")
-    split = R.kv_split(spec, tp)
+    split = parallel.kv_split(spec, tp)
     if split < tp:
         out.append(f"{spec.n_kv_heads} KV head(s) on {tp} ranks: each token's KV is replicated {tp // split}× (kv_split {split})")
     return out
@@ -161,7 +164,7 @@ def ceiling_report(
         notes = []
     if spec.max_position_embeddings and context > spec.max_position_embeddings:
         notes.append(f"--context {context} exceeds the model's max_position_embeddings {spec.max_position_embeddings}")
-    rows = [R.ceiling_row(spec, d, quant=quant, context=context, batch=batch, prompt_tokens=prompt_tokens,
+    rows = [ceiling_row(spec, d, quant=quant, context=context, batch=batch, prompt_tokens=prompt_tokens,
                           kv_dtype=kv_dtype, tp=tp).to_dict() for d in devices]
     notes += _tp_notes(spec, devices, tp)
     return {
@@ -190,7 +193,7 @@ def kv_report(
     tp: int = 1,
 ) -> dict[str, Any]:
     """The ``phasescope kv --json`` object (per token, per sequence, and the pool when memory is known;
-    ``tp`` devices: N × memory, weights and KV split over them, see :func:`roofline.pool_capacity`)."""
+    ``tp`` devices: N × memory, weights and KV split over them, see :func:`phasescope.theory.roofline.pool_capacity`)."""
     _check_tp(tp)
     if context < 0:
         raise InputError(f"--context must be >= 0, got {context}")
@@ -219,7 +222,7 @@ def kv_report(
     per_device = memory
     if memory is not None:
         memory = memory * tp
-    rep = R.kv_report(spec, context=context, kv_dtype=kv_dtype, memory_bytes=memory, weight_bytes=weights,
+    rep = kv_sizes(spec, context=context, kv_dtype=kv_dtype, memory_bytes=memory, weight_bytes=weights,
                       gpu_memory_utilization=gpu_memory_utilization, tp=tp)
     body = rep.to_dict()
     pool = body.pop("pool")
@@ -236,7 +239,7 @@ def kv_report(
         if tp > 1:
             notes.append(f"tp {tp}: each device holds 1/{tp} of the weights and pools memory x utilization - weights/{tp}; "
                          f"memory_gb and pool_bytes are the {tp} devices together")
-    split = R.kv_split(spec, tp)
+    split = parallel.kv_split(spec, tp)
     if tp > 1 and split < tp:
         why = "MLA's latent is one vector per token" if spec.is_mla else f"{spec.n_kv_heads} KV head(s) on {tp} ranks"
         notes.append(f"{why}: each token's KV is replicated on {tp // split} ranks (pool_tokens counts one copy)")

@@ -1,6 +1,8 @@
 """Ceilings from first principles — pure arithmetic on a ModelSpec and a Device (no I/O).
 
-Every function names its formula and where it comes from in ``shared/reference/theory.md`` (section §N).
+Every function names its formula and where it comes from (the "theory.md §N" sections are the team's
+formula notes, which cite Kaplan et al. arXiv:2001.08361, Hoffmann et al. arXiv:2203.15556 App. F,
+Pope et al. arXiv:2211.05102 and DeepSeek-V2 arXiv:2405.04434 §2.1).
 Units: bytes, seconds, FLOP, FLOP/s; GB = 1e9 bytes.
 
 Decode (memory-bound at small batch, §2)::
@@ -13,37 +15,24 @@ Prefill (compute-bound, §1)::
 
     F_prefill(S) ≈ 2·N·S + 2·L·S²·n_q·d_h (+ 2·d·V for the last token's logits);  t ≥ F_prefill / F_dense
 
-Tensor parallelism over ``tp`` devices (Megatron-LM: Shoeybi et al. 2019, arXiv:1909.08053 §3): each device
-holds and reads 1/tp of every weight matrix and its share of the K/V heads, at its *own* bandwidth, so a step
-reads ``bytes/tp`` per device in ``bytes/(tp·BW)`` seconds — never ``bytes/(tp²·BW)``. The price is two
-all-reduces per layer (after the attention output projection and after the MLP down projection, the ``g``
-operators of Megatron's Fig. 3), each of the layer's activations, ``hidden × tokens × 2`` bytes (bf16)::
-
-    t_allreduce(tokens) = 2·L · [ 2(tp−1)·α  +  2(tp−1)/tp · hidden·tokens·b_act / β ]
-
-the ring all-reduce cost (reduce-scatter then all-gather, each tp−1 steps moving 1/tp of the buffer; Thakur,
-Rabenseifner & Gropp 2005, "Optimization of collective communication operations in MPICH"), with β the
-device's one-direction link bandwidth (``devices.csv`` ``interconnect_gb_s`` is bidirectional: halved) and α
-= :data:`ALLREDUCE_STEP_LATENCY_S` per ring step. It sits on the critical path (the next layer needs the
-sum), so it adds to the step: ``t_step = max(t_bw, t_compute) + t_allreduce``.
+Tensor parallelism over ``tp`` devices (:mod:`phasescope.theory.parallel`): each device reads ``bytes/tp``
+at its *own* bandwidth, so a step takes ``bytes/(tp·BW)`` seconds — never ``bytes/(tp²·BW)`` — plus two
+all-reduces per layer on the critical path (the next layer needs the sum):
+``t_step = max(t_bw, t_compute) + t_allreduce``. The assembled rows of ``phasescope ceiling`` and
+``phasescope kv`` are :mod:`phasescope.theory.rows`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from phasescope.theory.devices import Device
 from phasescope.theory.models import ModelSpec
+from phasescope.theory.parallel import allreduce_s, kv_split, link_bytes_s
 from phasescope.theory.quant import get_quant, kv_bytes_per_element
 
 __all__ = [
-    "ALLREDUCE_STEP_LATENCY_S",
-    "ACTIVATION_BYTES",
-    "allreduce_s",
-    "kv_split",
-    "link_bytes_s",
     "expected_experts_touched",
     "weight_bytes_total",
     "weight_bytes_read",
@@ -65,75 +54,8 @@ __all__ = [
     "pool_capacity",
     "PoolCapacity",
     "fits_in_memory",
-    "ceiling_row",
-    "CeilingRow",
-    "kv_report",
-    "KvReport",
 ]
 
-
-# --- tensor parallelism -------------------------------------------------------------------------------------
-
-#: α of the ring all-reduce: seconds per ring step (one hop + a synchronisation) [assumption: NCCL's
-#: small-message all-reduce on NVLink takes some µs; 1 µs per step gives 14 µs at tp 8]
-ALLREDUCE_STEP_LATENCY_S = 1e-6
-#: bytes per activation element on the wire (bf16/fp16 activations, whatever the weight format)
-ACTIVATION_BYTES = 2.0
-#: a device without a quoted link: 100 GbE, one direction
-NETWORK_FALLBACK_BYTES_S = 12.5e9
-
-
-def link_bytes_s(device: Device) -> float:
-    """One-direction link bandwidth for tensor-parallel traffic: the catalog's ``interconnect_gb_s`` (quoted
-    bidirectional, e.g. NVLink 4 900 GB/s → 450 GB/s) halved; none quoted → 100 GbE (12.5 GB/s)."""
-    if device.interconnect_gb_s:
-        return device.interconnect_gb_s * 1e9 / 2.0
-    return NETWORK_FALLBACK_BYTES_S
-
-
-def allreduce_s(
-    spec: ModelSpec,
-    tokens: float,
-    tp: int,
-    link: float,
-    *,
-    latency_s: float = ALLREDUCE_STEP_LATENCY_S,
-) -> float:
-    """Megatron TP communication of one forward step over ``tokens`` tokens (module docstring):
-    ``2·L·[2(tp−1)·α + 2(tp−1)/tp·hidden·tokens·b_act/β]``; 0 at tp 1 (Shoeybi et al. 2019 §3)."""
-    if tp <= 1 or tokens <= 0:
-        return 0.0
-    layers = spec.n_layers or 0
-    hidden = spec.hidden_size or 0
-    return allreduce_time_s(2 * layers, hidden * ACTIVATION_BYTES, tokens, tp, link, latency_s=latency_s)
-
-
-def allreduce_time_s(
-    n_allreduce: int,
-    bytes_per_token: float,
-    tokens: float,
-    tp: int,
-    link: float,
-    *,
-    latency_s: float = ALLREDUCE_STEP_LATENCY_S,
-) -> float:
-    """``n_allreduce`` ring all-reduces of ``bytes_per_token·tokens`` bytes over ``tp`` devices:
-    each ``2(tp−1)·α + 2(tp−1)/tp·bytes/β`` (Thakur et al. 2005, ring)."""
-    if tp <= 1 or tokens <= 0 or n_allreduce <= 0:
-        return 0.0
-    per = 2 * (tp - 1) * latency_s + 2.0 * (tp - 1) / tp * bytes_per_token * tokens / link
-    return n_allreduce * per
-
-
-def kv_split(spec: ModelSpec, tp: int) -> int:
-    """Over how many devices one token's KV is spread: K/V heads split across ranks, replicated once tp
-    exceeds the KV-head count (vLLM: ``num_kv_heads // tp`` → at least 1 head per rank); MLA's latent is
-    one vector per token, replicated on every rank (theory.md §7)."""
-    if tp <= 1 or spec.is_mla:
-        return 1
-    if not spec.n_kv_heads:  # shapes unknown (a size only): no KV is counted, nothing to replicate
-        return tp
-    return max(1, min(tp, spec.n_kv_heads))
 
 
 # --- weights -----------------------------------------------------------------------------------------------
@@ -540,171 +462,3 @@ def fits_in_memory(weight_bytes: float, memory_bytes: float | None, kv_bytes: fl
     if memory_bytes is None:
         return None
     return weight_bytes + kv_bytes <= memory_bytes
-
-
-# --- one row of `phasescope ceiling` ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CeilingRow:
-    """Everything ``phasescope ceiling`` shows for one device (the ``--json`` item; see docs/commands/ceiling.md)."""
-
-    device: str
-    device_name: str
-    mem_bandwidth_gb_s: float
-    memory_gb: float | None
-    compute_path: str
-    peak_tflops: float | None
-    weight_bytes: float
-    weight_bytes_read: float
-    kv_bytes_read: float
-    bytes_per_token: float
-    flops_per_token: float
-    bandwidth_roof_tok_s: float
-    compute_roof_tok_s: float | None
-    decode_ceiling_tok_s: float
-    binding_roof: str
-    batch: int
-    aggregate_bytes_per_step: float
-    aggregate_bandwidth_roof_tok_s: float
-    aggregate_compute_roof_tok_s: float | None
-    aggregate_ceiling_tok_s: float
-    aggregate_binding_roof: str
-    ridge_batch: float | None
-    ridge_batch_no_kv: float | None
-    prompt_tokens: int
-    prefill_flops: float
-    prefill_floor_s: float | None
-    fits_in_memory: bool | None
-    tp: int = 1
-    weight_bytes_per_device: float = 0.0
-    memory_gb_per_device: float | None = None
-    allreduce_s_per_token: float = 0.0
-    interconnect_gb_s_one_way: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def ceiling_row(
-    spec: ModelSpec,
-    device: Device,
-    *,
-    quant: str | None = None,
-    context: int = 0,
-    batch: int = 1,
-    prompt_tokens: int = 2000,
-    kv_dtype: str = "fp16",
-    tp: int = 1,
-) -> CeilingRow:
-    """Single-stream and batch-``B`` decode roofs, ridge batch, prefill floor and fit for one device
-    (``tp`` > 1: a tensor-parallel group of ``tp`` such devices; bandwidth, memory and peak are the
-    group's, ``fits_in_memory`` is judged per device: its 1/tp of the weights and its share of the KV)."""
-    one = decode_ceiling(spec, device, quant=quant, context=context, batch=1, kv_dtype=kv_dtype, tp=tp)
-    agg = decode_ceiling(spec, device, quant=quant, context=context, batch=batch, kv_dtype=kv_dtype, tp=tp)
-    path = compute_path(spec, quant)
-    peak = device.peak_flops(path)
-    w_total = weight_bytes_total(spec, quant)
-    w_read = weight_bytes_read(spec, quant, 1)
-    kv_seq = kv_bytes_per_sequence(spec, context, kv_dtype) * tp / kv_split(spec, tp)
-    return CeilingRow(
-        device=device.id,
-        device_name=device.name,
-        mem_bandwidth_gb_s=device.mem_bandwidth_gb_s * tp,
-        memory_gb=None if device.memory_gb is None else device.memory_gb * tp,
-        compute_path=path,
-        peak_tflops=None if peak is None else peak * tp / 1e12,
-        weight_bytes=w_total,
-        weight_bytes_read=w_read,
-        kv_bytes_read=kv_seq,
-        bytes_per_token=one.step_bytes,
-        flops_per_token=one.step_flops,
-        bandwidth_roof_tok_s=one.bandwidth_tok_s,
-        compute_roof_tok_s=one.compute_tok_s,
-        decode_ceiling_tok_s=one.ceiling_tok_s,
-        binding_roof=one.binding,
-        batch=batch,
-        aggregate_bytes_per_step=agg.step_bytes,
-        aggregate_bandwidth_roof_tok_s=batch * agg.bandwidth_tok_s,
-        aggregate_compute_roof_tok_s=None if agg.compute_tok_s is None else batch * agg.compute_tok_s,
-        aggregate_ceiling_tok_s=agg.aggregate_tok_s,
-        aggregate_binding_roof=agg.binding,
-        ridge_batch=ridge_batch(spec, device, quant=quant, context=context, kv_dtype=kv_dtype),
-        ridge_batch_no_kv=ridge_batch(spec, device, quant=quant, context=0, kv_dtype=kv_dtype),
-        prompt_tokens=prompt_tokens,
-        prefill_flops=prefill_flops(spec, prompt_tokens),
-        prefill_floor_s=prefill_floor_s(spec, device, prompt_tokens, quant=quant, tp=tp),
-        fits_in_memory=fits_in_memory(w_total / tp, device.memory_bytes, batch * kv_seq / tp),
-        tp=tp,
-        weight_bytes_per_device=w_total / tp,
-        memory_gb_per_device=device.memory_gb,
-        allreduce_s_per_token=allreduce_s(spec, 1, tp, link_bytes_s(device)),
-        interconnect_gb_s_one_way=link_bytes_s(device) / 1e9 if tp > 1 else None,
-    )
-
-
-# --- `phasescope kv` ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KvReport:
-    """KV sizes for one model (the ``phasescope kv --json`` body; see docs/commands/kv.md)."""
-
-    kv_dtype: str
-    kv_bytes_per_element: float
-    kind: str  # gqa | mla | unknown
-    kv_bytes_per_token: float
-    kv_bytes_per_token_global: float
-    kv_window_bytes: float
-    sliding_window: int | None
-    n_sliding_layers: int
-    context: int
-    kv_bytes_per_sequence: float
-    pool: PoolCapacity | None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["max_concurrent_sequences"] = self.pool.max_concurrent_sequences if self.pool else None
-        d["pool_tokens"] = self.pool.pool_tokens if self.pool else None
-        return d
-
-
-def kv_report(
-    spec: ModelSpec,
-    *,
-    context: int,
-    kv_dtype: str = "fp16",
-    memory_bytes: float | None = None,
-    weight_bytes: float | None = None,
-    gpu_memory_utilization: float = 0.9,
-    tp: int = 1,
-) -> KvReport:
-    """Per token, per sequence at ``context``, and — with ``memory_bytes`` (all ``tp`` devices together) — the
-    pool (theory.md §2, §7; tensor parallelism as :func:`pool_capacity`)."""
-    per_tok = kv_bytes_per_token(spec, kv_dtype)
-    per_seq = kv_bytes_per_sequence(spec, context, kv_dtype)
-    pool = None
-    if memory_bytes is not None:
-        w = weight_bytes if weight_bytes is not None else weight_bytes_total(spec)
-        pool = pool_capacity(
-            memory_bytes=memory_bytes,
-            weight_bytes=w,
-            kv_bytes_per_token=per_tok,
-            kv_bytes_per_sequence=per_seq if context > 0 else None,
-            gpu_memory_utilization=gpu_memory_utilization,
-            tp=tp,
-            kv_split=kv_split(spec, tp),
-        )
-    return KvReport(
-        kv_dtype=kv_dtype,
-        kv_bytes_per_element=kv_bytes_per_element(kv_dtype),
-        kind="mla" if spec.is_mla else ("gqa" if per_tok > 0 else "unknown"),
-        kv_bytes_per_token=per_tok,
-        kv_bytes_per_token_global=kv_bytes_per_token_global(spec, kv_dtype),
-        kv_window_bytes=kv_window_bytes(spec, kv_dtype),
-        sliding_window=spec.sliding_window,
-        n_sliding_layers=spec.n_sliding_layers,
-        context=context,
-        kv_bytes_per_sequence=per_seq,
-        pool=pool,
-    )

@@ -1,0 +1,78 @@
+"""What every wire format of the fake shares: the ground-truth record, the fault names, the tokenizer."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+FAULTS = (
+    "forbidden",  # 403 on generation endpoints
+    "overloaded",  # 429 + Retry-After
+    "unavailable",  # 503 + Retry-After (vLLM admission, Ollama queue full, llama.cpp loading)
+    "http500",  # 500 with the server's error body
+    "cut",  # connection closed mid-stream after fault_after token events
+    "malformed",  # a non-JSON event after fault_after token events
+    "error_event",  # the server's mid-stream error event after fault_after token events
+    "stall",  # silence for stall_s after fault_after token events (0 → before the first token)
+    "no_done",  # stream ends cleanly but without [DONE]/finish_reason/done:true
+    # hostile servers (issue 21): each must neither hang phasescope nor leak the key
+    "echo_key",  # 401 on generation endpoints whose body echoes the request's Authorization header
+    "endless",  # streams tokens past max_tokens forever: no finish_reason, no [DONE]
+    "silent",  # sends the response headers, then nothing at all (for stall_s)
+)
+#: the faults that strike inside a stream, after ``fault_after`` token events
+MID_STREAM = ("cut", "malformed", "error_event", "stall", "no_done")
+
+FLAVORS = ("vllm", "sglang", "llamacpp", "ollama")
+
+WORDS = [" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", " and", " runs", " far"]
+_WORD_RE = re.compile(r"\s*\S+")
+BOS_ID = 2
+#: a truncated SSE event (the "malformed" fault of the SSE formats)
+SSE_MALFORMED = b'data: {"choices": [{"index": 0, "delta": {"content": "x"\n\n'
+
+
+def fake_tokenize(text: str) -> list[int]:
+    """The fakes' tokenizer: one id per whitespace-led word."""
+    return [100 + zlib.crc32(w.encode()) % 50000 for w in _WORD_RE.findall(text)]
+
+
+def words(start: int, stop: int) -> str:
+    """The text of output tokens ``start`` … ``stop − 1`` (one word each)."""
+    return "".join(WORDS[j % len(WORDS)] for j in range(start, stop))
+
+
+@dataclass
+class GroundTruth:
+    id: str
+    path: str
+    t_recv_ns: int  # handler entered (headers parsed)
+    t_rx_ns: int = 0  # the server process read the request's bytes (before HTTP parsing)
+    t_body_ns: int = 0  # request body read and parsed
+    t_headers_ns: int | None = None  # response headers written
+    t_events_ns: list[int] = field(default_factory=list)  # token-carrying events, after write
+    tokens_per_event: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    status: int = 200
+    fault: str | None = None
+
+    @property
+    def t_first_token_ns(self) -> int | None:
+        return self.t_events_ns[0] if self.t_events_ns else None
+
+
+def bind(srv: Any, handler: Callable[[Any, web.Request], Awaitable[web.StreamResponse]]) -> Handler:
+    """``handler(srv, request)`` as the ``async def handler(request)`` aiohttp routes to."""
+
+    async def bound(request: web.Request) -> web.StreamResponse:
+        return await handler(srv, request)
+
+    return bound

@@ -1,0 +1,122 @@
+"""The model catalog (package data ``phasescope/data/models.csv``, a source per row) and
+:func:`load_model_spec`, which turns what the user typed (a catalog id, a ``config.json`` path or its
+directory, a ``.gguf`` path) into a ModelSpec.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+
+from phasescope.errors import InputError, UnknownModelError
+from phasescope.theory.models.gguf import spec_from_gguf
+from phasescope.theory.models.hf_config import spec_from_config_file
+from phasescope.theory.models.spec import ModelSpec
+
+
+def _i(row: dict[str, str], key: str) -> int | None:
+    v = (row.get(key) or "").strip()
+    return int(float(v)) if v else None
+
+
+def _row_to_spec(row: dict[str, str]) -> ModelSpec:
+    return ModelSpec(
+        id=row["id"],
+        name=row.get("hf_repo") or row["id"],
+        origin="catalog",
+        source=row.get("source") or "",
+        architecture=row.get("architecture") or None,
+        n_layers=_i(row, "num_hidden_layers"),
+        hidden_size=_i(row, "hidden_size"),
+        n_heads=_i(row, "num_attention_heads"),
+        n_kv_heads=_i(row, "num_key_value_heads"),
+        head_dim=_i(row, "head_dim"),
+        vocab_size=_i(row, "vocab_size"),
+        intermediate_size=_i(row, "intermediate_size"),
+        tie_word_embeddings=(row.get("tie_word_embeddings") or "").strip().lower() == "true",
+        max_position_embeddings=_i(row, "max_position_embeddings"),
+        total_params=_i(row, "num_parameters"),
+        active_params=_i(row, "active_parameters"),
+        decode_read_params=_i(row, "decode_read_params"),
+        n_experts=_i(row, "n_routed_experts") or 0,
+        n_experts_per_tok=_i(row, "n_experts_per_tok") or 0,
+        n_shared_experts=_i(row, "n_shared_experts") or 0,
+        moe_intermediate_size=_i(row, "moe_intermediate_size"),
+        n_moe_layers=_i(row, "n_moe_layers") or 0,
+        routed_expert_params=_i(row, "routed_expert_params") or 0,
+        sliding_window=_i(row, "sliding_window"),
+        n_sliding_layers=_i(row, "n_sliding_layers") or 0,
+        kv_lora_rank=_i(row, "kv_lora_rank"),
+        qk_rope_head_dim=_i(row, "qk_rope_head_dim"),
+        q_lora_rank=_i(row, "q_lora_rank"),
+        qk_nope_head_dim=_i(row, "qk_nope_head_dim"),
+        v_head_dim=_i(row, "v_head_dim"),
+        dtype=(row.get("dtype") or "bf16").strip() or "bf16",
+        expert_dtype=(row.get("expert_dtype") or "").strip() or None,
+        notes=tuple(n for n in [(row.get("attention_notes") or "").strip()] if n),
+    )
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, ModelSpec]:
+    text = files("phasescope").joinpath("data/models.csv").read_text(encoding="utf-8")
+    return {r["id"]: _row_to_spec(r) for r in csv.DictReader(io.StringIO(text))}
+
+
+def list_models() -> list[ModelSpec]:
+    """Every catalog model, in file order."""
+    return list(_catalog().values())
+
+
+def get_catalog_model(model_id: str) -> ModelSpec:
+    """A catalog model by id (case-insensitive; the HF repo name works too), else UnknownModelError."""
+    cat = _catalog()
+    key = model_id.strip().lower()
+    if key in cat:
+        return cat[key]
+    for spec in cat.values():
+        if spec.name.lower() == key or spec.name.lower().split("/")[-1] == key:
+            return spec
+    close = difflib.get_close_matches(key, list(cat), n=3, cutoff=0.5)
+    hint = ("did you mean " + ", ".join(close) + "?") if close else "see `phasescope models`, or pass a config.json / .gguf path"
+    raise UnknownModelError(f"unknown model {model_id!r}", hint=hint)
+
+
+def load_model_spec(spec: str) -> ModelSpec:
+    """A ModelSpec from a catalog id, a ``config.json`` path (or its directory), or a ``.gguf`` path."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError("empty model spec")
+    s = spec.strip()
+    p = Path(s).expanduser()
+    try:
+        return _load_model_spec(s, p)
+    except OSError as exc:  # a name too long for a path, a file we may not read
+        raise InputError(f"cannot read the model spec {s[:80]!r}: {exc.strerror or exc}") from None
+
+
+def _load_model_spec(s: str, p: Path) -> ModelSpec:
+    if s.lower().endswith(".gguf"):
+        return spec_from_gguf(p)
+    if s.lower().endswith(".json") or p.is_dir():
+        return spec_from_config_file(p)
+    if p.is_file():
+        with p.open("rb") as fh:
+            magic = fh.read(4)
+        if magic == b"GGUF":
+            return spec_from_gguf(p)
+        return spec_from_config_file(p)
+    if "/" in s and not get_catalog_ids_match(s):
+        # looks like a path that does not exist (or an HF repo id we do not have)
+        if s.startswith((".", "/", "~")) or Path(s).suffix:
+            raise InputError(f"file not found: {s}")
+    return get_catalog_model(s)
+
+
+def get_catalog_ids_match(s: str) -> bool:
+    """True when ``s`` is exactly a catalog id or HF repo name (case-insensitive); no fuzzy matching."""
+    key = s.strip().lower()
+    return any(key in (m.id, m.name.lower()) for m in _catalog().values())

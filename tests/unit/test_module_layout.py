@@ -1,0 +1,277 @@
+"""The package's shape (#16 item 4), read with the stdlib ``ast`` module from the source files:
+
+* the split packages have no import cycle (plan's ``costmodel`` ↔ ``build`` was one, the report's
+  ``plots`` ↔ ``gpu_plots`` another), counting imports inside functions and leaving out
+  ``if TYPE_CHECKING:`` blocks (they never run);
+* no module is over :data:`LIMIT` lines unless its docstring says why it is one job (a sentence
+  beginning :data:`MARKER`);
+* every Sphinx reference in a docstring (``:func:`…```, ``:mod:`…```, …) names something that
+  exists, and no docstring cites a file outside the repository (``shared/reference/…``).
+
+:data:`PENDING` and :data:`PENDING_REFS` list what other parts of #16 are splitting or rewriting; each
+entry is checked to be still true, so the lists can only shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+PKG = SRC / "phasescope"
+
+LIMIT = 500
+MARKER = "One job:"
+#: modules over the limit that another part of #16 splits or justifies (the list may only shrink)
+PENDING = {
+    "phasescope/apis/_http.py",
+    "phasescope/load/bench.py",
+    "phasescope/load/ray_runner.py",
+    "phasescope/report/compare.py",
+    "phasescope/report/store.py",
+}
+#: packages (and the report's figure modules) that must be free of import cycles
+ACYCLIC = (
+    "phasescope.plan", "phasescope.theory", "phasescope.testing", "phasescope.report.plots",
+    "phasescope.report.figure", "phasescope.report.gpu_plots", "phasescope.report.timeline_plots",
+    "phasescope.report.ceiling_plots",
+)
+#: (module, reference) pairs in files another part of #16 is rewriting (the list may only shrink)
+PENDING_REFS = {
+    ("phasescope.apis._http", "send"),
+    ("phasescope.apis._http", "OverrunError"),
+    ("phasescope.apis._http", "MalformedEventError"),
+    ("phasescope.apis._http", "ServerStreamError"),
+    ("phasescope.apis.base", "raise_for_record"),
+    ("phasescope.load.ray_runner", "summarize"),
+}
+#: modules whose docstrings still cite the reference notes outside the repository (the list may only shrink)
+PENDING_CITES = {
+    "phasescope.apis._http", "phasescope.apis.detect", "phasescope.apis.llamacpp", "phasescope.apis.ollama",
+    "phasescope.apis.openai",
+}
+OUTSIDE = re.compile(r"(?:\.\./)?shared/reference/|(?<![\w/.])reference/[\w-]+\.md")
+ROLE = re.compile(r":(mod|func|class|data|meth|attr|exc|obj):`~?([^`<>\s]+)`")
+
+
+def _files() -> Iterator[tuple[str, Path]]:
+    for p in sorted(PKG.rglob("*.py")):
+        parts = p.relative_to(SRC).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, p
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(tree: ast.Module, name: str, is_pkg: bool, known: set[str]) -> set[str]:
+    """Every phasescope module this one imports when it runs (any depth, not under TYPE_CHECKING)."""
+    out: set[str] = set()
+    here = name if is_pkg else name.rsplit(".", 1)[0]
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for n in node.orelse:
+                visit(n)
+            return
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in known:
+                    out.add(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(here.split(".")[: len(here.split(".")) - node.level + 1])
+                mod = f"{base}.{node.module}" if node.module else base
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                sub = f"{mod}.{a.name}"
+                out.add(sub if sub in known else mod)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {m for m in out if m in known and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = dict(_files())
+    known = set(files)
+    return {n: _imports(ast.parse(p.read_text(encoding="utf-8")), n, p.name == "__init__.py", known)
+            for n, p in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle_and_ignores_type_checking_imports() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    known = {"p.a", "p.b"}
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import X\n"
+                     "def f():\n    from p import b\n")
+    assert _imports(tree, "p.a", False, known) == {"p.b"}  # the function-level import counts, the other not
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import X\n")
+    assert _imports(tree, "p.a", False, known) == set()
+
+
+@pytest.mark.parametrize("prefix", ACYCLIC)
+def test_split_packages_have_no_import_cycle(prefix: str) -> None:
+    bad = [c for c in cycles(import_graph()) if any(m == prefix or m.startswith(prefix + ".") for m in c)]
+    assert not bad, f"import cycles through {prefix}: {bad}"
+
+
+def _docstring(p: Path) -> str:
+    return ast.get_docstring(ast.parse(p.read_text(encoding="utf-8"))) or ""
+
+
+def test_long_modules_say_why_they_are_one_job() -> None:
+    long = {}
+    for _, p in _files():
+        n = len(p.read_text(encoding="utf-8").splitlines())
+        if n > LIMIT and MARKER not in _docstring(p):
+            long[p.relative_to(SRC).as_posix()] = n
+    unexplained = {k: v for k, v in long.items() if k not in PENDING}
+    assert not unexplained, (f"over {LIMIT} lines with no '{MARKER} …' sentence in the docstring: split them, "
+                             f"or say why each is one job: {unexplained}")
+    done = PENDING - set(long)
+    assert not done, f"no longer over {LIMIT} lines without a reason: take them off PENDING: {sorted(done)}"
+
+
+def _docstrings(tree: ast.Module) -> Iterator[tuple[str, list[str]]]:
+    """(docstring, names of the enclosing classes) for the module and every function and class."""
+
+    def walk(node: ast.AST, classes: list[str]) -> Iterator[tuple[str, list[str]]]:
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            inner = classes + [node.name] if isinstance(node, ast.ClassDef) else classes
+            if doc:
+                yield doc, inner
+            for child in ast.iter_child_nodes(node):
+                yield from walk(child, inner)
+        else:
+            for child in ast.iter_child_nodes(node):
+                yield from walk(child, classes)
+
+    yield from walk(tree, [])
+
+
+def _has(obj: Any, attr: str) -> bool:
+    return hasattr(obj, attr) or attr in getattr(obj, "__dataclass_fields__", {}) or attr in getattr(
+        obj, "__annotations__", {})
+
+
+def _chain(obj: Any, parts: list[str]) -> bool:
+    for i, a in enumerate(parts):
+        if not _has(obj, a):
+            return False
+        if i < len(parts) - 1:
+            obj = getattr(obj, a)
+    return True
+
+
+def resolves(target: str, module: Any, classes: list[str]) -> bool:
+    """Whether a docstring reference names something: a full ``phasescope.…`` path, a ``.relative``
+    module, a name in the module, or an attribute of the class the docstring sits in."""
+    name = module.__name__
+    if target.startswith("."):
+        base = name if module.__file__.endswith("__init__.py") else name.rsplit(".", 1)[0]
+        target = base + target
+    parts = target.split(".")
+    if parts[0] == "phasescope":
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            return _chain(obj, parts[i:]) if parts[i:] else True
+        return False
+    if _chain(module, parts):
+        return True
+    scope: Any = module
+    for c in classes:  # a method or field of the enclosing class
+        scope = getattr(scope, c, None)
+        if scope is not None and _chain(scope, parts):
+            return True
+    return False
+
+
+def _unresolved() -> set[tuple[str, str]]:
+    bad = set()
+    for name, p in _files():
+        if p.name == "__main__.py":  # running it starts a server
+            continue
+        module = importlib.import_module(name)
+        for doc, classes in _docstrings(ast.parse(p.read_text(encoding="utf-8"))):
+            for _, target in ROLE.findall(doc):
+                if not resolves(target, module, classes):
+                    bad.add((name, target))
+    return bad
+
+
+def test_resolver_tells_a_real_name_from_a_stale_one() -> None:
+    import phasescope.plan.sim as sim
+
+    assert resolves("phasescope.theory.models.ModelSpec", sim, [])
+    assert resolves("phasescope.plan.replica.Replica.plan_step", sim, [])
+    assert resolves(".costmodel", sim, []) and resolves("Simulator", sim, []) and resolves("run", sim, ["Simulator"])
+    assert not resolves("phasescope.plan.sim.from_theory", sim, [])
+    assert not resolves("phasescope.theory.models.no_such_name", sim, [])
+    assert not resolves(".plan", importlib.import_module("phasescope.plan"), [])
+
+
+def test_docstring_references_name_things_that_exist() -> None:
+    bad = _unresolved()
+    stale = sorted(bad - PENDING_REFS)
+    assert not stale, f"docstrings name things that do not exist: {stale}"
+    fixed = sorted(PENDING_REFS - bad)
+    assert not fixed, f"these resolve now: take them off PENDING_REFS: {fixed}"
+
+
+def test_no_docstring_cites_a_file_outside_the_repository() -> None:
+    citing = set()
+    for name, p in _files():
+        for doc, _ in _docstrings(ast.parse(p.read_text(encoding="utf-8"))):
+            if OUTSIDE.search(doc):
+                citing.add(name)
+    assert not citing - PENDING_CITES, f"docstrings cite files outside the repository: {sorted(citing - PENDING_CITES)}"
+    assert not PENDING_CITES - citing, f"take them off PENDING_CITES: {sorted(PENDING_CITES - citing)}"
