@@ -76,7 +76,7 @@ def test_is_measured_is_the_one_warmup_rule() -> None:
     r.tags = {"warmup": False, "phase": "measure"}
     assert A.is_measured(r)
     # the run store counts warm-ups by the same rule
-    from phasescope.store import _is_warmup
+    from phasescope.store.recording import is_warmup as _is_warmup
 
     for tags in ({"warmup": True}, {"phase": "warmup"}, {"phase": "measure"}, {}):
         r.tags = tags

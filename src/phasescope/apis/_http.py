@@ -8,7 +8,7 @@ same way for every API:
   before that, so JSON encoding is not in TTFT);
 * ``t_conn_ready_ns`` comes from an aiohttp ``TraceConfig`` (``on_connection_create_end`` for a new
   connection, ``on_connection_reuseconn`` for a pooled one): curl's ``time_pretransfer``. Sessions
-  must be made with :func:`new_session` (or carry :func:`trace_config`) for this to be set;
+  must be made with :func:`~phasescope.apis._session.new_session` (or carry :func:`~phasescope.apis._session.trace_config`) for this to be set;
 * ``t_headers_ns`` when ``session.post`` returns (status line and headers read);
 * each message of the stream is framed out of ``resp.content`` reads by hand (SSE ``\\n\\n`` blocks
   or NDJSON lines); several messages arriving in one read are each parsed and timestamped in turn,

@@ -3,7 +3,7 @@
 Server info (``/props``, ``/slots``, ``/v1/models``, ``/api/show``, ``/api/version``), the tokenizer
 (``/tokenize``, ``/detokenize``), health and warm-up GETs all go through :func:`fetch_json`, which
 lets connection errors propagate (detection maps them to one clear error), or :func:`try_json`,
-which never raises for the server's failures. Headers come from :meth:`Target.headers` or
+which never raises for the server's failures. Headers come from :meth:`phasescope.apis.base.Target.headers` or
 :func:`auth_headers`, so an API key is sent the same way everywhere and never printed.
 """
 

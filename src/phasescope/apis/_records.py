@@ -68,7 +68,7 @@ def llamacpp_timings(t: dict[str, Any]) -> dict[str, Any]:
     ``prompt_ms`` = slot start → end of prompt processing (includes sampling the first token), so
     it is the server-side TTFT; ``predicted_ms`` = end of prompt → last token, which covers
     ``predicted_n − 1`` decode steps (the first token is free). Source: llama.cpp
-    ``tools/server/server-common.h`` at 0c1e57098 (see reference/server-apis.md §4.2).
+    ``tools/server/server-common.h`` at 0c1e57098.
     """
     def num(k: str) -> float | None:
         v = t.get(k)

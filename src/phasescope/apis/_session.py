@@ -53,7 +53,7 @@ def trace_config() -> aiohttp.TraceConfig:
 
 
 def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0) -> aiohttp.ClientSession:
-    """A ClientSession ready for :func:`send`: our trace hook, no connection cap by default
+    """A ClientSession ready for :func:`phasescope.apis._http.exchange`: our trace hook, no connection cap by default
     (``limit=0``; aiohttp's default of 100 silently queues requests above 100 streams), no total
     timeout (timeouts are per request), no auto-decompression surprises."""
     # keepalive_timeout 4 s: llama-server and uvicorn (vLLM, SGLang) close idle keep-alive connections

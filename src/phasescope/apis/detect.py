@@ -13,7 +13,9 @@ Probes, in order (each a short GET; the first that answers decides the family):
 
 Nothing listening → :class:`~phasescope.errors.ConnectError`; something that answers none of the
 above → :class:`~phasescope.errors.WrongApiError`; 401/403 on ``/v1/models`` →
-:class:`~phasescope.errors.AuthError`. Sources: reference/server-apis.md §1.8, §4.3, §5.4.
+:class:`~phasescope.errors.AuthError`. Sources: vLLM 0.33 ``vllm/entrypoints/serve/engine/protocol.py`` (``/v1/models``) and
+``vllm/entrypoints/serve/instrumentator/health.py``; llama.cpp ``tools/server/README.md`` at 0c1e57098
+(``/health``, ``/props``); Ollama v0.33 ``docs/api.md`` (``/api/version``, ``/api/tags``).
 """
 
 from __future__ import annotations

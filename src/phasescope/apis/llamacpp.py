@@ -8,7 +8,8 @@ event has ``stop: true``, ``timings`` (``prompt_n``, ``prompt_ms``, ``predicted_
 ``predicted_ms``, ``cache_n``), ``tokens_evaluated``, ``tokens_cached`` and ``stop_type``. There is
 no ``[DONE]``. ``return_progress`` events (``prompt_progress``, ``tokens: [0]``, empty content) are
 prompt-processing progress, not tokens. Mid-stream errors: ``data: {"error": {...}}`` and the
-stream ends. Source: reference/server-apis.md §4, engine-samples ``c_completion_*``.
+stream ends. Source: llama.cpp ``tools/server/README.md`` and ``tools/server/server-task.cpp`` at 0c1e57098,
+and the streams recorded from the embedded engine (tests/data).
 
 Counts: ``prompt_tokens`` = ``tokens_evaluated`` (full prompt, cached included; source
 ``server``), ``output_tokens`` = ``timings.predicted_n`` (``server``), cached = ``cache_n``.

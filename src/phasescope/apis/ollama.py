@@ -19,7 +19,7 @@ the key disappear, so a missing key means 0/unknown, never an error):
 
 Output length: ``options.num_predict`` caps it; Ollama has no ``ignore_eos``, so a model can stop
 early (recorded as ``stopped_early``). Errors before output: HTTP status + ``{"error": "..."}``;
-after output started: a final line ``{"error": "..."}``. Source: reference/server-apis.md §5.
+after output started: a final line ``{"error": "..."}``. Source: Ollama v0.33 ``docs/api.md`` and ``server/routes.go``.
 """
 
 from __future__ import annotations

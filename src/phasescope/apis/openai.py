@@ -1,8 +1,8 @@
 """OpenAI-compatible ``/v1/completions`` (api ``openai``) and ``/v1/chat/completions`` (api ``chat``).
 
 Streaming is SSE with ``stream_options.include_usage`` so the server's own token counts arrive
-in a final ``choices: []`` chunk (vLLM, SGLang, TGI, llama.cpp, Ollama ``/v1``; see
-reference/server-apis.md §1.7, §6). What counts as a token event:
+in a final ``choices: []`` chunk (vLLM, SGLang, TGI, llama.cpp, Ollama ``/v1``; see vLLM 0.33
+``vllm/entrypoints/openai/chat_completion/protocol.py`` and the OpenAI API reference). What counts as a token event:
 
 * a chat delta with non-empty ``content`` or ``tool_calls`` → ``content``; with non-empty
   ``reasoning`` (vLLM ≥0.11, Ollama) or ``reasoning_content`` (SGLang, llama.cpp) → ``reasoning``

@@ -1,6 +1,7 @@
 """The server's own tokenizer: ``POST /tokenize`` and ``POST /detokenize`` — the one client.
 
-Wire formats (reference/server-apis.md §1.8 vLLM, §3.4 TGI, §4.3 llama.cpp; SGLang serves vLLM's shape):
+Wire formats (vLLM 0.33 ``vllm/entrypoints/serve/tokenize/protocol.py``; TGI ``router/src/server.rs``;
+llama.cpp ``tools/server/README.md`` at 0c1e57098; SGLang serves vLLM's shape):
 
 ============  ===================================================  ==========================================
 flavor        ``POST /tokenize``                                   ``POST /detokenize``

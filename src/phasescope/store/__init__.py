@@ -46,6 +46,10 @@ ended_at, status, summary, records_path, n_records); v2 adds engine, engine_vers
 (records tagged ``warmup``; ``n_records`` counts every record, so measured = n_records − n_warmup).
 Times are Unix seconds (UTC); params and summary are JSON text.
 
+One job: the table of runs — its schema, migrations, and the queries ``runs``/``show``/``compare``
+read; one run being written is :mod:`phasescope.store.recording`, credential scrubbing
+:mod:`phasescope.store.scrub`.
+
 Why a package of its own: the runners (bench, probe, explain, plan) write runs and the report,
 ``show`` and ``compare`` read them, so the store sits below both. Runners do not open it
 themselves: :func:`phasescope.lifecycle.run_output` does, and hands them a
@@ -57,7 +61,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 import socket
 import sqlite3
@@ -67,10 +70,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from phasescope import __version__
+from phasescope._version import __version__
 from phasescope.errors import InputError
-from phasescope.jsonutil import dumps, to_jsonable
-from phasescope.measure.records import RecordWriter, RequestRecord, read_records
+from phasescope.jsonutil import dumps
+from phasescope.measure.records import RequestRecord, read_records
+from phasescope.store.recording import Recording
+from phasescope.store.recording import is_warmup as _is_warmup
+from phasescope.store.scrub import URL_RE as _URL
+from phasescope.store.scrub import redact_target as _redact
+from phasescope.store.scrub import scrub
+from phasescope.store.scrub import secrets_of as _secrets_of
 
 __all__ = [
     "RUN_STATUSES",
@@ -86,17 +95,6 @@ __all__ = [
 SCHEMA_VERSION = 3
 RUN_STATUSES = ("running", "complete", "partial", "failed")
 BUSY_TIMEOUT_MS = 30_000
-#: how often (at most) ``run.add`` writes the record count to the database
-COUNT_FLUSH_S = 0.5
-
-#: parameter/summary keys whose values are secrets (whole key names, so ``max_tokens`` stays)
-_SECRET_KEY = re.compile(
-    r"^(x[_-])?(api[_-]?key|apikey|token|(access|auth|bearer|refresh|session|id)[_-]?token|secret|client[_-]?secret"
-    r"|passw(or)?d|authorization|auth[_-]?header|cookie|credentials?)$",
-    re.I,
-)
-_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.I)
-
 # --- schema ----------------------------------------------------------------------------------
 _MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -156,54 +154,6 @@ def open_store(path: str | os.PathLike[str] | None = None) -> "RunStore":
     """Open (creating and migrating as needed) the store at ``path`` or the default location."""
     p = _db_path(Path(path).expanduser()) if path else default_store_path()
     return RunStore(p)
-
-
-# --- credentials -----------------------------------------------------------------------------
-def _redact(url: str) -> str:
-    from phasescope.apis.base import redact_url
-
-    try:
-        return redact_url(url)
-    except ValueError:
-        return "<unparseable url>"
-
-
-def scrub(obj: Any, secrets_: tuple[str, ...] = ()) -> Any:
-    """A JSON-able copy of ``obj`` with secret-named keys dropped, URLs redacted and every known
-    secret string replaced by ``***``."""
-    from phasescope.redact import redact
-
-    def walk(o: Any) -> Any:
-        if isinstance(o, dict):
-            return {k: walk(v) for k, v in o.items() if not _SECRET_KEY.search(str(k))}
-        if isinstance(o, list):
-            return [walk(v) for v in o]
-        if isinstance(o, str):
-            s = _redact(o) if _URL.match(o) and ("@" in o or "?" in o) else o
-            for sec in secrets_:
-                s = s.replace(sec, "***")
-            return redact(s)
-        return o
-
-    return walk(to_jsonable(obj))
-
-
-def _secrets_of(target: Any) -> tuple[str, ...]:
-    out: list[str] = []
-    key = getattr(target, "api_key", None)
-    if key:
-        out.append(str(key))
-    url = getattr(target, "base_url", None) if target is not None and not isinstance(target, str) else target
-    if isinstance(url, str):
-        from urllib.parse import parse_qsl, urlsplit
-
-        parts = urlsplit(url)
-        if parts.password:
-            out.append(parts.password)
-        for _, v in parse_qsl(parts.query):
-            if len(v) >= 6:  # query values may be keys; short ones (e.g. "1") would wreck text
-                out.append(v)
-    return tuple(s for s in out if len(s) >= 4)
 
 
 # --- owner processes (to tell a killed run from a running one) --------------------------------
@@ -611,134 +561,6 @@ def _loads(s: str | None) -> Any:
         return None
 
 
-def _device_in(summary: Any) -> str | None:
-    """The device a summary names (``device`` or ``ceilings.device.id``), for runs started without one."""
-    if not isinstance(summary, dict):
-        return None
-    for d in (summary.get("device"), (summary.get("ceilings") or {}).get("device") if isinstance(summary.get("ceilings"), dict) else None):
-        if isinstance(d, str) and d:
-            return d
-        if isinstance(d, dict) and isinstance(d.get("id"), str):
-            return d["id"]
-    return None
-
-
-def _is_warmup(r: RequestRecord) -> bool:
-    """A warm-up, by the one rule every aggregate uses (:func:`phasescope.measure.aggregate.is_measured`)."""
-    from phasescope.measure.aggregate import is_measured
-
-    return not is_measured(r)
-
-
 def _new_id(t: float) -> str:
     stamp = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y%m%d-%H%M")
     return f"r{stamp}-{secrets.token_hex(2)}"
-
-
-class Recording:
-    """A run being recorded; returned by :meth:`RunStore.recording`. Thread-safe ``add``."""
-
-    def __init__(self, store: RunStore, run_id: str, records_path: Path, secrets_: tuple[str, ...]) -> None:
-        self.store = store
-        self.id = run_id
-        self.records_path = records_path
-        self._secrets = secrets_
-        self._writer: RecordWriter | None = RecordWriter(records_path)
-        self._last_flush = 0.0
-        self.n_warmup = 0
-        self.finished = False
-        self.summary: dict[str, Any] | None = None
-
-    @property
-    def count(self) -> int:
-        return 0 if self._writer is None else self._writer.count
-
-    def add(self, record: RequestRecord) -> None:
-        """Append one record to the JSONL (flushed before returning), credentials removed."""
-        if self._writer is None:
-            raise RuntimeError(f"run {self.id} is closed")
-        self._writer.write(self._clean(record))
-        if _is_warmup(record):
-            self.n_warmup += 1
-        now = time.monotonic()
-        if now - self._last_flush >= COUNT_FLUSH_S:
-            self._last_flush = now
-            with contextlib.suppress(InputError, sqlite3.Error):
-                self.store._update(self.id, n_records=self._writer.count, n_warmup=self.n_warmup)
-
-    write = add  # the RecordSink protocol (phasescope.measure.records)
-
-    def close(self) -> None:
-        """RecordSink's ``close``: the record count reaches the database; the run stays open until
-        :meth:`finish` (or leaving the ``with`` block) closes it."""
-        if self._writer is not None:
-            with contextlib.suppress(InputError, sqlite3.Error):
-                self.store._update(self.id, n_records=self._writer.count, n_warmup=self.n_warmup)
-
-    def _clean(self, record: RequestRecord) -> RequestRecord:
-        t = record.target or ""
-        dirty = ("@" in t or "?" in t) or any(s in record.to_json() for s in self._secrets)
-        if not dirty:
-            return record
-        return RequestRecord.from_dict(scrub(record.to_dict(), self._secrets) | {"target": _redact(t) if t else t})
-
-    @property
-    def _device_set(self) -> bool:
-        return bool(self.store.get(self.id).device)
-
-    def update(self, **fields: Any) -> None:
-        """Fill in what was learnt after the start: model, api, engine, engine_version, device,
-        target (a URL; redacted) or params (replaces them)."""
-        allowed = {"model", "api", "engine", "engine_version", "device", "target", "params"}
-        bad = set(fields) - allowed
-        if bad:
-            raise TypeError(f"unknown run fields: {sorted(bad)}")
-        cols = {k: v for k, v in fields.items() if k not in ("params", "target")}
-        if "params" in fields:
-            cols["params"] = dumps(scrub(fields["params"] or {}, self._secrets))
-        if fields.get("target"):
-            cols["target"] = _redact(str(fields["target"]))
-        self.store._update(self.id, **cols)
-
-    def finish(self, summary: dict[str, Any] | None = None, *, status: str = "complete") -> None:
-        """Mark the run complete with its summary (JSON-able; NaN → null). ``status="partial"``
-        keeps a summary of a run that stopped early (e.g. the server died) as partial."""
-        if status not in ("complete", "partial", "failed"):
-            raise ValueError(f"status must be complete, partial or failed, not {status!r}")
-        self.summary = summary
-        self._close(status, summary)
-        self.finished = True
-
-    def _close(self, status: str, summary: dict[str, Any] | None, error: str | None = None) -> None:
-        n = self.count
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        cols: dict[str, Any] = {"status": status, "ended_at": time.time(), "n_records": n, "owner": None,
-                                "n_warmup": self.n_warmup}
-        if summary is not None:
-            cols["summary"] = dumps(scrub(summary, self._secrets))
-            dev = _device_in(summary)
-            if dev and not self._device_set:
-                cols["device"] = dev
-        if error is not None:
-            cols["error"] = scrub(error, self._secrets)
-        self.store._update(self.id, **cols)
-
-    def __enter__(self) -> "Recording":
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self.finished:
-            return
-        if exc_type is None:
-            why = "the run ended without a summary"
-        elif issubclass(exc_type, KeyboardInterrupt):
-            why = "interrupted"
-        else:
-            why = f"{exc_type.__name__}: {exc}"[:500]
-        with contextlib.suppress(Exception):
-            self._close("partial", self.summary, why)
-
-    def info(self) -> RunInfo:
-        return self.store.get(self.id)

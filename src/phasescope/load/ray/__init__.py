@@ -13,7 +13,7 @@ optional extra (``pip install 'phasescope[ray]'``) imported only here, lazily.
 Design (the driver is the process running ``phasescope bench``):
 
 1. The driver computes the schedule once (:func:`phasescope.load.schedule.build_schedule`) and the
-   workload, then splits the schedule with :meth:`Schedule.partition` (request ``i`` → actor
+   workload, then splits the schedule with :meth:`phasescope.load.schedule.Schedule.partition` (request ``i`` → actor
    ``i mod N``, offsets unchanged, so the union of all sends *is* the schedule) and a
    ``--max-concurrency`` cap with :func:`phasescope.load.workers.split_concurrency`.
 2. ``N`` actors (:class:`LoadActor`, ``num_cpus=--ray-actor-cpus`` each, ``SPREAD`` over nodes) each
@@ -45,7 +45,7 @@ Clocks (stated, because timing is the product):
 * ``wall_start_ns`` of a Ray record is placed on the **driver's** wall clock through the offset
   (``driver_wall_t0 + (t_start − offset − driver_mono_t0)``); the actor's own wall reading is
   kept in ``tags["actor_wall_start_ns"]``. Summaries across actors use ``wall_start_ns``
-  (:func:`summarize`), so no NTP agreement between machines is assumed.
+  (:func:`phasescope.load.summary.summarize`), so no NTP agreement between machines is assumed.
 
 Honesty at scale: each actor reports its own :class:`~phasescope.load.runner.RunnerHealth`
 (event-loop lag, CPU of its process, send lag = achieved vs scheduled send time); the driver turns

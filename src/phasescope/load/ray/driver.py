@@ -142,7 +142,7 @@ def run_ray(
     included) as it arrives, on a background thread; a failure there stops the run (``write_error``). ``on_record``: every measured record, on the driver thread (progress).
     ``on_start(t0_ns)``: called with t0 on the driver's clock when the measured part starts.
     ``on_actors(handles)``: the actor handles once created (tests use it to kill one).
-    ``kw`` goes to :func:`run_load` (``abort_after_errors``, ``drain_timeout_s``, ``ignore_eos``,
+    ``kw`` goes to :func:`phasescope.load.runner.run_load` (``abort_after_errors``, ``drain_timeout_s``, ``ignore_eos``,
     ``extra_body``).
     """
     if n_actors < 1:
