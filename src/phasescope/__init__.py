@@ -6,6 +6,7 @@ the run history; :class:`RequestRecord` is one request's raw timestamps; errors 
 :class:`PhasescopeError` (bad input: :class:`InputError`; an unusable server: :class:`TargetError`).
 """
 
+from phasescope._version import __version__
 from phasescope.api import bench, ceiling, explain, open_store, plan, probe
 from phasescope.errors import (
     AuthError,
@@ -17,8 +18,6 @@ from phasescope.errors import (
     TargetError,
 )
 from phasescope.measure.records import RequestRecord
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AuthError",

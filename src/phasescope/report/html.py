@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from phasescope import __version__
+from phasescope._version import __version__
 from phasescope.errors import InputError
 from phasescope.report.plots import (  # noqa: F401  (the report's public names, re-exported)
     PALETTE,

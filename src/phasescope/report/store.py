@@ -62,7 +62,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from phasescope import __version__
+from phasescope._version import __version__
 from phasescope.errors import InputError
 from phasescope.jsonutil import dumps, to_jsonable
 from phasescope.measure.records import RecordWriter, RequestRecord, read_records
