@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from phasescope import __version__
+from phasescope._version import __version__
 from phasescope.errors import PhasescopeError
 
 app = typer.Typer(

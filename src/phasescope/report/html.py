@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from phasescope import __version__
+from phasescope._version import __version__
 from phasescope.errors import InputError
 from phasescope.report.ceiling_plots import find_ceilings  # noqa: F401  (re-exported)
 from phasescope.report.figure import PALETTE, Plot, Run, esc, has_spread  # noqa: F401  (re-exported)

@@ -58,7 +58,7 @@ class LoadActor:
     def info(self) -> dict[str, Any]:
         import platform
 
-        import phasescope
+        from phasescope import _version
 
         try:
             import ray
@@ -69,7 +69,7 @@ class LoadActor:
         except Exception:  # pragma: no cover - inside an actor ray is importable
             ip, node_id, ray_version = None, None, None
         return {"name": self.name, "node_ip": ip, "node_id": node_id, "hostname": socket.gethostname(), "pid": os.getpid(),
-                "phasescope": phasescope.__version__, "ray": ray_version, "python": platform.python_version(),
+                "phasescope": _version.__version__, "ray": ray_version, "python": platform.python_version(),
                 "cpu_count": os.cpu_count()}
 
     def start(self, part: Schedule, items: Sequence[WorkItem], target: Target, cap: int | None, run_id: str,

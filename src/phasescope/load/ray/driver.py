@@ -287,9 +287,9 @@ def run_ray(
 
 
 def _version() -> str:
-    import phasescope
+    from phasescope._version import __version__
 
-    return phasescope.__version__
+    return __version__
 
 
 def _watch_lag(a: ActorState, rec: RequestRecord, lag_warn_ms: float, status: Callable[[str], None]) -> None:
