@@ -117,9 +117,27 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "devices --kind": ("gpu", "cpu", "apple", "accelerator", "local"),
 }
 
-def _budget(text: str) -> None:
-    from phasescope.experiments.suite import parse_budget
+def parse_budget(text: str) -> float:
+    """``3m``, ``90s``, ``90``, ``1.5m``, ``1h`` → seconds."""
+    s = str(text).strip().lower()
+    mult = 1.0
+    if s.endswith("ms"):
+        raise InputError(f"--budget {text!r} is too short; use seconds or minutes, e.g. 3m")
+    if s[-1:] in ("s", "m", "h"):
+        mult = {"s": 1.0, "m": 60.0, "h": 3600.0}[s[-1]]
+        s = s[:-1]
+    try:
+        v = float(s) * mult
+    except ValueError:
+        raise InputError(f"--budget {text!r} is not a duration (e.g. 3m, 90s)") from None
+    if not math.isfinite(v):
+        raise InputError(f"--budget {text!r} is not a finite duration (e.g. 3m, 90s)")
+    if v < 10:
+        raise InputError(f"--budget {text!r} is too short: the experiments need at least 10 s")
+    return v
 
+
+def _budget(text: str) -> None:
     parse_budget(text)
 
 

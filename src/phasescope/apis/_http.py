@@ -140,7 +140,7 @@ def request_deadline_s(to: Any, max_tokens: int | None) -> float | None:
 
 
 def _check_overrun(proto: "Protocol") -> None:
-    """Raise :class:`OverrunError` when the stream brought more than max_tokens + margin tokens."""
+    """Raise :class:`~phasescope.errors.OverrunError` when the stream brought more than max_tokens + margin tokens."""
     rec = proto.rec
     limit = int(proto.req.max_tokens or 0)
     got = sum((e.n_tokens or 1) for e in rec.events if e.kind in _TOKEN_KINDS)
@@ -158,8 +158,8 @@ class Protocol:
     ``on_message(obj, t_ns)`` handles one decoded streamed message; it appends Events to
     ``self.rec`` and sets ``self.done`` when the stream is logically complete (``[DONE]``,
     ``done: true``, ``stop: true``). ``on_body(obj)`` handles a non-streamed JSON body.
-    ``finish()`` fills counts after a successful stream. Raise :class:`MalformedEventError` or
-    :class:`ServerStreamError` for bad or error messages.
+    ``finish()`` fills counts after a successful stream. Raise :class:`~phasescope.errors.MalformedEventError` or
+    :class:`~phasescope.errors.ServerStreamError` for bad or error messages.
     """
 
     path = "/"
@@ -193,8 +193,8 @@ class Protocol:
 
     def message(self, obj: Any, what: str) -> dict[str, Any]:
         """``obj`` as a message object, for formats whose error is a top-level ``"error"`` (llama.cpp,
-        Ollama): a non-object raises :class:`MalformedEventError`, ``{"error": ...}``
-        :class:`ServerStreamError` with the server's own sentence. ``what``: ``event``, ``line``
+        Ollama): a non-object raises :class:`~phasescope.errors.MalformedEventError`, ``{"error": ...}``
+        :class:`~phasescope.errors.ServerStreamError` with the server's own sentence. ``what``: ``event``, ``line``
         (streamed) or ``response`` (a whole body)."""
         where = f"{self.target.display_url}{self.path}"
         if not isinstance(obj, dict):

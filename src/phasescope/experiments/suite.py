@@ -15,8 +15,6 @@ the store; Ctrl-C or a failure keeps the partial run, marked with why it stopped
 
 from __future__ import annotations
 
-import math
-
 import asyncio
 import time
 from dataclasses import dataclass, field
@@ -26,8 +24,15 @@ from phasescope.apis.base import Timeouts
 from phasescope.diagnose import Ceilings, Diagnosis, diagnose
 from phasescope.errors import InputError
 from phasescope.experiments import NAMES
-from phasescope.experiments.context import Calibration, RunContext, ServerFacts, calibrate, discover_facts
+from phasescope.experiments.context import (
+    Calibration,
+    RunContext,
+    ServerFacts,
+    calibrate,
+    discover_facts,
+)
 from phasescope.jsonutil import to_jsonable
+from phasescope.validate import parse_budget  # noqa: F401  (cmd_explain and the API read it here)
 
 #: share of the budget each experiment gets (renormalised over the experiments still to run)
 SHARES = {"prompt-scaling": 0.20, "prefix-cache": 0.15, "context-fill": 0.20, "batching": 0.20,
@@ -87,26 +92,6 @@ class ExplainReport:
         })
 
 
-def parse_budget(text: str) -> float:
-    """``3m``, ``90s``, ``90``, ``1.5m``, ``1h`` → seconds."""
-    s = str(text).strip().lower()
-    mult = 1.0
-    if s.endswith("ms"):
-        raise InputError(f"--budget {text!r} is too short; use seconds or minutes, e.g. 3m")
-    if s[-1:] in ("s", "m", "h"):
-        mult = {"s": 1.0, "m": 60.0, "h": 3600.0}[s[-1]]
-        s = s[:-1]
-    try:
-        v = float(s) * mult
-    except ValueError:
-        raise InputError(f"--budget {text!r} is not a duration (e.g. 3m, 90s)") from None
-    if not math.isfinite(v):
-        raise InputError(f"--budget {text!r} is not a finite duration (e.g. 3m, 90s)")
-    if v < 10:
-        raise InputError(f"--budget {text!r} is too short: the experiments need at least 10 s")
-    return v
-
-
 def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, embedded: bool,
                      ) -> tuple[Ceilings | None, float | None, float | None, str]:
     """(ceilings, weight bytes, growing KV bytes per token, model source) from ``phasescope.theory``.
@@ -153,7 +138,14 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
                     weight_bytes: float | None = None, kv_bytes_per_token: float | None = None,
                     model_source: str = "theory") -> tuple[dict[str, Any], dict[str, str]]:
     """Calibrate and run ``names`` in order within ``budget_s`` seconds."""
-    from phasescope.experiments import batching, context_fill, prefill_interference, prefix_cache, prompt_scaling, queue
+    from phasescope.experiments import (
+        batching,
+        context_fill,
+        prefill_interference,
+        prefix_cache,
+        prompt_scaling,
+        queue,
+    )
 
     t0 = time.monotonic()
     if ctx.calib is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.console import Group as RichGroup
@@ -11,8 +11,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from phasescope.report.compare import Comparison
 from phasescope.store import RunInfo
+
+if TYPE_CHECKING:
+    from phasescope.report.compare import Comparison
 
 
 def fmt_value(v: float | int | None, unit: str) -> str:

@@ -47,7 +47,7 @@ def is_warmup(r: RequestRecord) -> bool:
 
 
 class Recording:
-    """A run being recorded; returned by :meth:`RunStore.recording`. Thread-safe ``add``."""
+    """A run being recorded; returned by :meth:`phasescope.store.RunStore.recording`. Thread-safe ``add``."""
 
     def __init__(self, store: "RunStore", run_id: str, records_path: Path, secrets_: tuple[str, ...]) -> None:
         self.store = store
