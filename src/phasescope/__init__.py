@@ -4,7 +4,18 @@ The Python API (docs/api.md): :func:`probe`, :func:`bench`, :func:`explain`, :fu
 :func:`ceiling` each run one command and return what its ``--json`` prints; :func:`open_store` opens
 the run history; :class:`RequestRecord` is one request's raw timestamps; errors derive from
 :class:`PhasescopeError` (bad input: :class:`InputError`; an unusable server: :class:`TargetError`).
+
+``probe`` and ``plan`` are also the names of subpackages, and Python's import system sets a
+subpackage as an attribute of its parent when it loads it — which would turn ``phasescope.probe``
+from the function into a module the first time anything imports ``phasescope.probe.runner``. So
+this package's module type keeps the two names callable: when a subpackage lands on them, it
+becomes a module that calls the API function of its name (``phasescope.probe(...)`` is
+:func:`phasescope.api.probe` either way, and ``import phasescope.probe.runner as r`` still works).
 """
+
+import inspect as _inspect
+import sys as _sys
+import types as _types
 
 from phasescope._version import __version__
 from phasescope.api import bench, ceiling, explain, open_store, plan, probe
@@ -36,3 +47,32 @@ __all__ = [
     "plan",
     "probe",
 ]
+
+
+#: API functions whose names are also subpackages (see the module docstring)
+_SHADOWED = ("plan", "probe")
+
+
+class _ApiModule(_types.ModuleType):
+    """A subpackage that, called, runs the API function of its name."""
+
+    def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        from phasescope import api
+
+        return getattr(api, self.__name__.rpartition(".")[2])(*args, **kwargs)
+
+
+class _Package(_types.ModuleType):
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _SHADOWED and isinstance(value, _types.ModuleType) and not isinstance(value, _ApiModule):
+            from phasescope import api
+
+            value.__class__ = _ApiModule
+            value.__signature__ = _inspect.signature(getattr(api, name))  # type: ignore[attr-defined]
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
+for _name in _SHADOWED:  # a subpackage already loaded while this module ran
+    if isinstance(_sys.modules.get(f"{__name__}.{_name}"), _types.ModuleType):
+        setattr(_sys.modules[__name__], _name, _sys.modules[f"{__name__}.{_name}"])

@@ -37,11 +37,3 @@ def test_every_python_block_of_the_api_doc_runs_on_the_embedded_engine(engine, c
     assert "InputError: bench() got unknown option 'num_promts'" in out
     assert ns["summary"]["completed"] == 8  # type: ignore[index]
 
-
-def test_the_api_names_what_it_exports() -> None:
-    import phasescope
-
-    for name in phasescope.__all__:
-        assert getattr(phasescope, name) is not None, name
-    assert issubclass(phasescope.InputError, phasescope.PhasescopeError)
-    assert issubclass(phasescope.TargetError, phasescope.PhasescopeError)
