@@ -8,7 +8,6 @@ requests long."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 from pathlib import Path
@@ -21,66 +20,6 @@ from phasescope.testing.fakeserver import FakeServer
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "phasescope"
 KINDS = ("bench", "probe", "explain", "plan")
-
-
-# --- the import rules --------------------------------------------------------------------------
-def _imports(path: Path) -> Iterator[tuple[int, str]]:
-    """Every module a file imports (top level or inside a function), absolute names."""
-    pkg = ".".join(path.relative_to(SRC.parent).with_suffix("").parts)
-    if path.name == "__init__.py":
-        pkg += ".__init__"
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                yield node.lineno, a.name
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg.split(".")[: -node.level]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            yield node.lineno, mod
-            for a in node.names:  # ``from phasescope import report``
-                yield node.lineno, f"{mod}.{a.name}"
-
-
-def test_runners_never_import_the_report_package() -> None:
-    bad = [f"{p.relative_to(SRC)}:{ln}: {m}" for d in ("load", "probe", "experiments", "plan")
-           for p in sorted((SRC / d).rglob("*.py")) for ln, m in _imports(p)
-           if m == "phasescope.report" or m.startswith("phasescope.report.")]
-    assert not bad, bad
-
-
-def _load_graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
-    for p in (SRC / "load").rglob("*.py"):
-        name = ".".join(p.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
-        graph[name] = {m for _, m in _imports(p) if m.startswith("phasescope.load.")}
-    for deps in graph.values():  # "phasescope.load.ray.driver.run_ray" → its module
-        for m in list(deps):
-            deps.discard(m)
-            while m and m not in graph:
-                m = m.rpartition(".")[0]
-            if m:
-                deps.add(m)
-    return graph
-
-
-def test_no_import_cycle_in_load_lazy_imports_included() -> None:
-    graph = _load_graph()
-    for start, deps in graph.items():
-        seen: set[str] = set()
-        todo = [d for d in deps if d != start]
-        while todo:
-            m = todo.pop()
-            if m in seen:
-                continue
-            seen.add(m)
-            if m == start and not start.endswith(".ray"):
-                pytest.fail(f"import cycle through {start}")
-            # a package importing its own submodules is not a cycle
-            todo += [d for d in graph.get(m, ()) if not (m.startswith(d + ".") and graph.get(d))]
-    assert not any("phasescope.load.bench" in graph[m] for m in graph if m.startswith("phasescope.load.ray"))
 
 
 def test_sigint_is_handled_in_one_module() -> None:

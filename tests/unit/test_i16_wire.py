@@ -77,22 +77,6 @@ def test_http_requests_only_in_the_wire_modules() -> None:
     assert not found, "HTTP requests made outside apis/_http.py and apis/_json.py:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("package", ["measure", "theory"])
-def test_measure_and_theory_do_not_import_apis(package: str) -> None:
-    bad = []
-    for rel, tree in _modules():
-        if not rel.startswith(package + "/"):
-            continue
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            bad += [f"{rel}:{node.lineno}: {n}" for n in names if n == "phasescope.apis" or n.startswith("phasescope.apis.")]
-    assert not bad, "\n".join(bad)
-
-
 def test_one_prometheus_prefix_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """apis.detect reads metrics.engines' table: an engine added there is detected from /metrics text."""
     import dataclasses

@@ -169,6 +169,16 @@ def test_the_checker_sees_a_cycle_and_a_forbidden_arrow(tmp_path: Path) -> None:
     # the checker itself can fail: a two-module cycle and an arrow it must report
     assert find_cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
+    pkg = tmp_path / "phasescope"
+    (pkg / "b").mkdir(parents=True)
+    for f in ("__init__.py", "b/__init__.py", "b/c.py"):
+        (pkg / f).write_text("")
+    mods = {"phasescope": pkg / "__init__.py", "phasescope.b": pkg / "b/__init__.py", "phasescope.b.c": pkg / "b/c.py"}
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from phasescope.b import X\n"
+                              "def f():\n    from phasescope.b import c\n")
+    mods["phasescope.a"] = pkg / "a.py"
+    # the function-level import counts (as a lazy one), the TYPE_CHECKING one does not
+    assert _imports("phasescope.a", pkg / "a.py", mods) == [("phasescope.b.c", False, 5)]
     top, every = _graph()
     assert "phasescope.errors" in top["phasescope.probe"]  # a module-level import it must see
     assert "phasescope.lifecycle" in {d for d, _ in every["phasescope.probe"]}  # and a lazy one

@@ -1,8 +1,6 @@
-"""The package's shape (#16 item 4), read with the stdlib ``ast`` module from the source files:
+"""The package's shape (#16 item 4), read with the stdlib ``ast`` module from the source files (its
+import graph — no cycles, no arrow the wrong way — is tests/unit/test_import_graph.py's):
 
-* the split packages have no import cycle (plan's ``costmodel`` ↔ ``build`` was one, the report's
-  ``plots`` ↔ ``gpu_plots`` another), counting imports inside functions and leaving out
-  ``if TYPE_CHECKING:`` blocks (they never run);
 * no module is over :data:`LIMIT` lines unless its docstring says why it is one job (a sentence
   beginning :data:`MARKER`);
 * every Sphinx reference in a docstring (``:func:`…```, ``:mod:`…```, …) names something that
@@ -20,7 +18,6 @@ import re
 from pathlib import Path
 from typing import Any, Iterator
 
-import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PKG = SRC / "phasescope"
@@ -29,12 +26,6 @@ LIMIT = 500
 MARKER = "One job:"
 #: modules over the limit that another part of #16 splits or justifies (the list may only shrink)
 PENDING: set[str] = set()
-#: packages (and the report's figure modules) that must be free of import cycles
-ACYCLIC = (
-    "phasescope.plan", "phasescope.theory", "phasescope.testing", "phasescope.report.plots",
-    "phasescope.report.figure", "phasescope.report.gpu_plots", "phasescope.report.timeline_plots",
-    "phasescope.report.ceiling_plots",
-)
 #: (module, reference) pairs in files another part of #16 is rewriting (the list may only shrink)
 PENDING_REFS: set[tuple[str, str]] = set()
 #: modules whose docstrings still cite the reference notes outside the repository (the list may only shrink)
@@ -48,100 +39,6 @@ def _files() -> Iterator[tuple[str, Path]]:
         parts = p.relative_to(SRC).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         yield name, p
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _imports(tree: ast.Module, name: str, is_pkg: bool, known: set[str]) -> set[str]:
-    """Every phasescope module this one imports when it runs (any depth, not under TYPE_CHECKING)."""
-    out: set[str] = set()
-    here = name if is_pkg else name.rsplit(".", 1)[0]
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for n in node.orelse:
-                visit(n)
-            return
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name in known:
-                    out.add(a.name)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ".".join(here.split(".")[: len(here.split(".")) - node.level + 1])
-                mod = f"{base}.{node.module}" if node.module else base
-            else:
-                mod = node.module or ""
-            for a in node.names:
-                sub = f"{mod}.{a.name}"
-                out.add(sub if sub in known else mod)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
-    return {m for m in out if m in known and m != name}
-
-
-def import_graph() -> dict[str, set[str]]:
-    files = dict(_files())
-    known = set(files)
-    return {n: _imports(ast.parse(p.read_text(encoding="utf-8")), n, p.name == "__init__.py", known)
-            for n, p in files.items()}
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    out: list[list[str]] = []
-
-    def strong(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            strong(v)
-    return out
-
-
-def test_the_cycle_finder_finds_a_cycle_and_ignores_type_checking_imports() -> None:
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
-    known = {"p.a", "p.b"}
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import X\n"
-                     "def f():\n    from p import b\n")
-    assert _imports(tree, "p.a", False, known) == {"p.b"}  # the function-level import counts, the other not
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import X\n")
-    assert _imports(tree, "p.a", False, known) == set()
-
-
-@pytest.mark.parametrize("prefix", ACYCLIC)
-def test_split_packages_have_no_import_cycle(prefix: str) -> None:
-    bad = [c for c in cycles(import_graph()) if any(m == prefix or m.startswith(prefix + ".") for m in c)]
-    assert not bad, f"import cycles through {prefix}: {bad}"
 
 
 def _docstring(p: Path) -> str:
