@@ -93,6 +93,22 @@ def fake_tokenize(text: str) -> list[int]:
     return [100 + zlib.crc32(w.encode()) % 50000 for w in _WORD_RE.findall(text)]
 
 
+def chat_template_ids(messages: Any) -> list[int]:
+    """The fakes' chat template: system/user/tool contents as they are, each assistant message
+    wrapped as ``[1, 2, 3] + content + [4]`` (its turn's opening and end tokens), and ``[1, 2, 3]``
+    (the generation prompt) at the end. So a single user message costs its words + 3, and a
+    conversation's turn N+1 starts with exactly turn N's prompt (what a prefix cache can reuse)."""
+    ids: list[int] = []
+    for m in messages if isinstance(messages, list) else []:
+        content = m.get("content", "") if isinstance(m, dict) else ""
+        text = content if isinstance(content, str) else json.dumps(content)
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            ids += [1, 2, 3] + fake_tokenize(text) + [4]
+        else:
+            ids += fake_tokenize(text)
+    return ids + [1, 2, 3]
+
+
 class _StampingHandler(RequestHandler):
     """aiohttp's connection protocol, noting when the server process read the latest bytes of the
     connection (before any HTTP parsing): the arrival time of a request on a keep-alive connection."""
@@ -538,8 +554,7 @@ class FakeServer:
             self._record(gt)
             return resp
         if chat:
-            text = "".join(str(m.get("content", "")) for m in body.get("messages", []))
-            ids = self._prompt_ids(text, bos=False) + [1, 2, 3]  # template tokens
+            ids = chat_template_ids(body.get("messages", []))
         else:
             ids = self._prompt_ids(body.get("prompt", ""), bos=self.flavor == "llamacpp")
         cached = self._cache(ids, body.get("cache_prompt", True)) if self.flavor == "llamacpp" else self._apc(ids)
