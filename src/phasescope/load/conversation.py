@@ -235,13 +235,18 @@ async def run_sessions(
     ignore_eos: bool = True,
     prewarm_connections: int = 0,
     drain_timeout_s: float | None = 60.0,
+    count: Callable[[str], Awaitable[int | None]] | None = None,
 ) -> Any:
     """Run the sessions and return a :class:`phasescope.load.runner.RunResult` (one record per turn;
     warm-ups — single-message requests with their own prompts — before t0, excluded).
 
     ``writer``: the run's record sink (``.write(record)``), fed on a background thread as each turn
     completes. ``duration_s``: no turn starts after it (in-flight turns get ``drain_timeout_s``).
-    A failed turn ends its session (the history would no longer be what a client holds)."""
+    A failed turn ends its session (the history would no longer be what a client holds).
+    ``count``: the server's tokenizer (``/tokenize``), when it has one: each reply's text is counted
+    as it will be resent (``tags["reply_tokens_resent"]``; a generated token sequence need not
+    re-tokenize to the same count), so the next turn's ``content_tokens`` is exact. It runs after
+    the turn's last byte, outside every measured interval."""
     from phasescope.load.runner import CONNECTION_ERRORS, BackgroundWriter, HealthMonitor, RunnerHealth, RunResult, new_session, prewarm
 
     res = RunResult()
@@ -331,11 +336,19 @@ async def run_sessions(
             reply = str(rec.tags.pop("reply_text", "") or "")
             if t_first is None:
                 t_first = rec.t_start_ns
+            resent = None
+            if rec.ok and count is not None:
+                try:
+                    resent = await count(reply) if reply else 0
+                except Exception:  # noqa: BLE001 - a count is a nicety; the history is resent either way
+                    resent = None
+                if resent is not None:
+                    rec.tags["reply_tokens_resent"] = resent
             done(rec, False)
             if not rec.ok:
                 return
             messages.append({"role": "assistant", "content": reply})
-            history += int(rec.output_tokens or 0)
+            history += int(resent if resent is not None else (rec.output_tokens or 0))
 
     async def closed_user(queue: list[SessionPlan]) -> None:
         while queue and not stop.is_set() and not past_duration():
@@ -512,8 +525,9 @@ def conversation_section(records: Sequence[RequestRecord], spec: ConversationSpe
 
 def prompt_growth(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
     """Per turn ≥ 2: how much the prompt grew over the previous turn of the same session, against
-    what was appended (previous reply's tokens + this turn's new content tokens). The difference is
-    the chat template's per-turn tokens — a constant when the history is resent intact."""
+    what was appended (previous reply's tokens — as the server's tokenizer counts the resent text
+    where it has ``/tokenize``, else as generated — + this turn's new content tokens). The
+    difference is the chat template's per-turn tokens — a constant when the history is resent intact."""
     by: dict[str, dict[int, RequestRecord]] = {}
     for r in _measured(records):
         if r.ok:

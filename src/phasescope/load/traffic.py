@@ -110,9 +110,10 @@ def run_conversation_bench(cfg: Any, items: list[WorkItem], target: Any, out_dir
         from phasescope.apis import new_session
         from phasescope.load.prompting import prompt_maker_for
 
-        async with new_session() as s:
-            maker = await prompt_maker_for(s, target)
-            sessions = await build_sessions(spec, maker, seed=cfg.seed, run_salt=run_salt)
+        s = new_session()
+        maker = await prompt_maker_for(s, target)
+        sessions = await build_sessions(spec, maker, seed=cfg.seed, run_salt=run_salt)
+        counter = maker.count if hasattr(maker, "tokenize") else None  # the server's /tokenize, if any
         turns = sum(len(sp.turns) for sp in sessions)
         status(f"running {len(sessions)} sessions ({turns} turns) for "
                + (f"{spec.users} users" if not spec.open_loop else f"{spec.session_rate:g} sessions/s"))
@@ -143,10 +144,11 @@ def run_conversation_bench(cfg: Any, items: list[WorkItem], target: Any, out_dir
                 writer=_Fanout(sinks) if sinks else None, on_record=on_record, stop=astop, run_id=run_id,
                 start_gate=gate, abort_after_errors=cfg.abort_after_errors, duration_s=cfg.duration_s,
                 ignore_eos=cfg.ignore_eos, prewarm_connections=min(spec.users, 64) if cfg.prewarm else 0,
-                drain_timeout_s=cfg.drain_timeout_s)
+                drain_timeout_s=cfg.drain_timeout_s, count=counter)
         finally:
             _restore_sigint(prev)
             watcher.cancel()
+            await s.close()
 
     try:
         res = asyncio.run(main())
