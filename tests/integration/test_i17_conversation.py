@@ -66,6 +66,7 @@ def test_conversation_on_prefix_caching_vllm(tmp_path: Path) -> None:
     assert p[1] - p[0] == p[2] - p[1] == 34
     growth = s["conversation"]["prompt_growth"]
     assert [g["template_tokens"] for g in growth] == [[4], [4]] and growth[0]["appended_mean"] == 30
+    assert s["conversation"]["template_tokens_constant_in_session"] is True
     c = [x["cached_tokens_mean"] for x in rows]
     assert c[0] < c[1] < c[2]  # the cache serves the history, more each turn
     assert s["conversation"]["sessions_completed"] == 2 and s["conversation"]["turns_sent"] == 6
@@ -181,7 +182,9 @@ def test_conversation_on_embedded_engine(engine, tmp_path: Path) -> None:  # typ
         s = r.summary
         assert s["conversation"]["sessions_completed"] == 1, s.get("first_error")
         growth = s["conversation"]["prompt_growth"]
-        assert len(growth) == 3 and len({t for g in growth for t in g["template_tokens"]}) == 1
+        # each turn adds exactly the reply + the new message + the same template tokens
+        assert len(growth) == 3 and s["conversation"]["template_tokens_constant_in_session"] is True
+        assert len({t for g in growth for t in g["template_tokens"]}) == 1  # one session: one value
         assert all(g["growth_mean"] == growth[0]["growth_mean"] for g in growth)
         by_turn = sorted((x for x in r.records if x.ok), key=lambda x: x.tags["turn"])
         out[name] = [(x.prompt_tokens, x.cached_prompt_tokens, (x.server or {}).get("prompt_n")) for x in by_turn]

@@ -19,6 +19,7 @@ from phasescope.load.conversation import (
     parse_think_time,
     parse_turns,
     prompt_growth,
+    template_constant_in_sessions,
     turn_rows,
 )
 from phasescope.load.prompting import WordPromptMaker
@@ -106,6 +107,10 @@ def test_turn_rows_and_growth() -> None:
     g = prompt_growth(recs)
     assert [x["template_tokens"] for x in g] == [[4], [4]] and g[0]["growth_mean"] == 32
     assert expected_cache_share(recs) == pytest.approx((33 + 65) / (33 + 65 + 97))
+    assert template_constant_in_sessions(recs) is True
+    # a session whose third turn grew by one token more than what was appended: not constant
+    bad = recs[:2] + [_rec("s0", 3, 98, 65, 8, 86, 55)]
+    assert template_constant_in_sessions(bad) is False
     # no cached counts (Ollama): None, not 0
     assert turn_rows([_rec("s", 1, 10, None, 3, 10, 5)])[0]["cached_tokens_mean"] is None
     # warm-ups and failed turns stay out

@@ -520,6 +520,7 @@ def conversation_section(records: Sequence[RequestRecord], spec: ConversationSpe
         "cache_share_known_turns": len(known),
         "expected_cache_share": expected_cache_share(records),
         "prompt_growth": prompt_growth(records),
+        "template_tokens_constant_in_session": template_constant_in_sessions(records),
     }
 
 
@@ -548,3 +549,27 @@ def prompt_growth(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
                     "appended_mean": sum(b for _, b in g) / len(g),
                     "template_tokens": sorted({a - b for a, b in g})})
     return out
+
+
+def template_constant_in_sessions(records: Sequence[RequestRecord]) -> bool | None:
+    """Whether, in every session, each turn's prompt grew by what was appended plus the *same*
+    number of template tokens (None: no session with two growth steps). Across sessions the number
+    may differ by a token: where a reply meets the template's markers the tokenizer can merge one."""
+    by: dict[str, dict[int, RequestRecord]] = {}
+    for r in _measured(records):
+        if r.ok:
+            by.setdefault(str(r.tags.get("session")), {})[int(r.tags["turn"])] = r
+    seen = False
+    for turns in by.values():
+        extra = set()
+        for t, r in turns.items():
+            prev = turns.get(t - 1)
+            if prev is None or r.prompt_tokens is None or prev.prompt_tokens is None:
+                continue
+            appended = int(r.tags.get("content_tokens", 0)) - int(prev.tags.get("content_tokens", 0))
+            extra.add(int(r.prompt_tokens) - int(prev.prompt_tokens) - appended)
+        if len(extra) > 1:
+            return False
+        if len([t for t in turns if t - 1 in turns]) >= 2:
+            seen = True
+    return True if seen else None
