@@ -200,3 +200,14 @@ def test_bad_flags_are_one_line(argv: list[str], why: str, capsys: pytest.Captur
     assert code == 2, err
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert lines[0].startswith("phasescope: error:") and why in err and "Traceback" not in err
+
+
+def test_expected_share_counts_a_shared_system_prompt_once_sent() -> None:
+    a, b = _rec("s0", 1, 40, 0, 4, 30, 5), _rec("s1", 1, 40, 10, 4, 30, 5)
+    b.t_start_ns = a.t_start_ns + 1  # s1's first turn after s0's
+    for r in (a, b):
+        r.tags.update({"system_tokens": 10, "system_key": "shared"})
+    assert expected_cache_share([a, b]) == pytest.approx(10 / 80)
+    for r, key in ((a, "u0"), (b, "u1")):  # per-user system prompts: nothing to share
+        r.tags["system_key"] = key
+    assert expected_cache_share([a, b]) == 0.0

@@ -329,7 +329,9 @@ async def run_sessions(
                 cache_prompt=spec.cache_prompt, id=f"{run_id}-s{sp.index}t{k + 1}", keep_text=True,
                 messages=[dict(m) for m in messages],
                 tags={**base_tags(), "session": f"s{sp.index}", "user": sp.user, "turn": k + 1,
-                      "turns": len(sp.turns), "history_messages": len(messages), "content_tokens": history})
+                      "turns": len(sp.turns), "history_messages": len(messages), "content_tokens": history,
+                      "system_tokens": sp.system_tokens,
+                      "system_key": "shared" if spec.system_prompt == "shared" else f"u{sp.user}"})
             res.scheduled += 1
             res.sent += 1
             rec = await send_one(req, now_ns())
@@ -467,18 +469,29 @@ def turn_rows(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
 
 def expected_cache_share(records: Sequence[RequestRecord]) -> float | None:
     """The share of prompt tokens a perfect prefix cache serves in these sessions: each turn after
-    the first can reuse the previous turn's whole prompt (the history it resends), so the implied
-    hits are Σ prompt(turn−1) over Σ prompt(all turns), from the server's own counts."""
+    the first can reuse the previous turn's whole prompt (the history it resends), and a first turn
+    the system prompt when an earlier turn sent the same one (shared, or the same user's); implied
+    hits over all prompt tokens, from the server's own counts."""
     by: dict[str, dict[int, int]] = {}
+    firsts: list[tuple[int, str, int, int]] = []  # (send instant, system key, system tokens, prompt)
+    starts: dict[str, int] = {}  # system key → the earliest send of any turn with it
     for r in _measured(records):
         if r.ok and r.prompt_tokens:
             by.setdefault(str(r.tags.get("session")), {})[int(r.tags["turn"])] = int(r.prompt_tokens)
+            key = str(r.tags.get("system_key") or "")
+            if int(r.tags.get("system_tokens") or 0) > 0:
+                starts[key] = min(starts.get(key, r.t_start_ns), r.t_start_ns)
+                if r.tags["turn"] == 1:
+                    firsts.append((r.t_start_ns, key, int(r.tags["system_tokens"]), int(r.prompt_tokens)))
     total = hit = 0
     for turns in by.values():
         for t, p in turns.items():
             total += p
             if t - 1 in turns:
                 hit += min(turns[t - 1], p)
+    for t0, key, sys_tokens, p in firsts:
+        if starts.get(key, t0) < t0:  # someone sent this system prompt before
+            hit += min(sys_tokens, p)
     return hit / total if total else None
 
 
