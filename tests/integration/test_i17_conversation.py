@@ -196,3 +196,25 @@ def test_conversation_on_embedded_engine(engine, tmp_path: Path) -> None:  # typ
     assert max(n for _, _, n in on[1:]) - min(n for _, _, n in on[1:]) <= 2
     # without: nothing cached, the whole history evaluated again
     assert all(c == 0 and n == p for p, c, n in off)
+
+
+def test_stop_mid_conversation_leaves_a_partial_run_on_disk(tmp_path: Path) -> None:
+    """Ctrl-C's path (the stop event): the turns that finished are on disk and summarized, status partial."""
+    import threading
+
+    stop = threading.Event()
+    seen: list[Any] = []
+
+    def on_record(rec: Any) -> None:
+        seen.append(rec)
+        if len(seen) == 3:
+            stop.set()
+
+    with FakeServer(flavor="vllm", ttft_s=0.002, itl_s=0.001).running() as srv:
+        r = run_bench(_conv(srv.url, tmp_path, users=1, sessions=3, turns="5", think_time_s="0.2"),
+                      on_record=on_record, stop=stop)
+    s = r.summary
+    assert s["partial"] and s["status"] == "partial" and s["stop_reason"].startswith("interrupted")
+    on_disk = [x for x in read_records(tmp_path / "records.jsonl") if not x.tags.get("warmup")]
+    assert len(on_disk) == len(r.records) == s["conversation"]["turns_sent"] == 3
+    assert json.loads((tmp_path / "summary.json").read_text())["turns"][0]["n"] == 1

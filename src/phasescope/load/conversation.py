@@ -316,7 +316,6 @@ async def run_sessions(
         if sp.system is not None:
             messages.append({"role": "system", "content": sp.system})
         history = sp.system_tokens  # content tokens sent so far (no template tokens)
-        t_first = None
         for k, tp in enumerate(sp.turns):
             if k > 0 and not await pause(tp.think_s):
                 return
@@ -336,8 +335,6 @@ async def run_sessions(
             res.sent += 1
             rec = await send_one(req, now_ns())
             reply = str(rec.tags.pop("reply_text", "") or "")
-            if t_first is None:
-                t_first = rec.t_start_ns
             resent = None
             if rec.ok and count is not None:
                 try:
