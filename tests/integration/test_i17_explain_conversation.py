@@ -69,3 +69,15 @@ def test_llamacpp_flavour_counts_from_timings(flavour: str) -> None:
     r = _run(Behaviour(flavour=flavour, prefix_cache=True, slots=1, **FAST))
     assert r.history_cached is True, r.reason
     assert r.turns[-1].cached_tokens is not None and r.turns[-1].cached_tokens >= r.turns[-2].prompt_tokens - 16  # whole 16-token blocks
+
+
+def test_sessions_filling_the_kv_pool_queue() -> None:
+    # 4 slots but a pool of 3,000 tokens: four sessions of 512 + 4 × 272 tokens cannot all stay resident
+    small = _run(Behaviour(prefix_cache=True, slots=4, kv_pool_tokens=3000, **FAST), fill_sessions=4)
+    assert small.fill_queue_turn is not None and small.fill_waiting_max and small.fill_waiting_max > 0, small.fill_reason
+    d = diagnose({"conversation": small}, engine="vllm")
+    f = next(x for x in d.findings if x.id == "conversation-sessions-fill-kv")
+    assert any("--gpu-memory-utilization" in a.change for a in f.advice)
+    roomy = _run(Behaviour(prefix_cache=True, slots=4, **FAST), fill_sessions=4)
+    assert roomy.fill_queue_turn is None and roomy.fill_waiting_max == 0, roomy.fill_reason
+    assert "conversation-sessions-fill-kv" not in diagnose({"conversation": roomy}, engine="vllm").ids()

@@ -511,6 +511,23 @@ def rule_conversation(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             dev, advice_for("long_context", diag.engine)))
 
 
+    if cv.fill_queue_turn is not None:
+        fev = [Evidence("concurrent sessions", cv.fill_sessions, "", "conversation: fill phase"),
+               Evidence("first turn at which requests waited", cv.fill_queue_turn, "", "/metrics waiting requests"),
+               Evidence("waiting requests (max)", cv.fill_waiting_max, "", "/metrics")]
+        if cv.fill_history_tokens is not None:
+            fev.append(Evidence("history in the KV pool at that turn (all sessions)", cv.fill_history_tokens, "tokens",
+                                "server prompt counts"))
+        if cv.fill_kv_usage_max is not None:
+            fev.append(Evidence("KV-cache usage peak", 100 * cv.fill_kv_usage_max, "%", "/metrics"))
+        diag.findings.append(Finding(
+            "conversation-sessions-fill-kv", "problem",
+            f"Long chat sessions fill the KV pool: with only {cv.fill_sessions} sessions in flight, requests began to "
+            f"wait at turn {cv.fill_queue_turn}"
+            + (f", when the sessions held {cv.fill_history_tokens:.0f} tokens of history" if cv.fill_history_tokens else "")
+            + ".", fev, advice_for("kv_pool_full", diag.engine)))
+
+
 #: decode slowdown (%) over a conversation worth a finding (experiment ``conversation``)
 CONVERSATION_DECODE_MIN_PCT = 10.0
 

@@ -18,6 +18,11 @@ reported, TTFT and the decode rate.
   sessions' TTFTs, floor 2 ms), cannot tell (None). The server's own count (cached tokens ≥ half of
   the previous turn's prompt) is read alongside; a disagreement is "cannot tell". A cache that
   served the early turns but not the last (``evicted_at_turn``) means the history outgrew it.
+* **Sessions filling the KV pool.** With ``/metrics``, ``fill_sessions`` sessions (the server's
+  slots, at most 8; 4 when it does not say) then run *concurrently* (``phase="fill"``), no more
+  than it runs at once, while waiting requests and KV usage are sampled every 0.2 s. Requests that
+  wait although no more are in flight than the server runs means the sessions' histories filled the
+  KV pool: ``fill_queue_turn`` is the turn at which waiting first appeared (None: no queue).
 * **Decode as the history grows.** The decode rate of the last turn against the first
   (``decode_slowdown_pct``), next to the bandwidth model's prediction when the model's weight and
   KV bytes are known: every step reads the weights once and the sequence's KV, so
@@ -75,6 +80,12 @@ class ConversationResult:
     evicted_at_turn: int | None = None
     decode_slowdown_pct: float | None = None
     predicted_slowdown_pct: float | None = None
+    fill_sessions: int | None = None
+    fill_waiting_max: float | None = None
+    fill_kv_usage_max: float | None = None
+    fill_queue_turn: int | None = None
+    fill_history_tokens: float | None = None  # Σ over the sessions of the prompt at that turn
+    fill_reason: str = ""
     reason: str = ""
     name: str = NAME
 
@@ -169,8 +180,84 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     return res
 
 
+def analyze_fill(res: ConversationResult, records: Sequence[RequestRecord], samples: Sequence[tuple[float, float | None,
+                 float | None, int, int]], sessions: int) -> None:
+    """The fill phase: ``samples`` are (t, waiting, kv usage, highest turn in flight, requests in flight)."""
+    res.fill_sessions = sessions
+    waits = [w for _, w, _, _, _ in samples if w is not None]
+    kvs = [k for _, _, k, _, _ in samples if k is not None]
+    res.fill_waiting_max = max(waits) if waits else None
+    res.fill_kv_usage_max = max(kvs) if kvs else None
+    if not waits:
+        res.fill_reason = "no waiting-requests gauge in /metrics"
+        return
+    queued = [turn for _, w, _, turn, n in samples if w and w > 0 and n <= sessions]
+    if not queued:
+        res.fill_reason = f"no request waited with {sessions} sessions in flight"
+        return
+    res.fill_queue_turn = min(queued)
+    fill = ok(select(records, NAME, phase="fill"))
+    at = [r.prompt_tokens for r in fill if r.tags.get("turn") == res.fill_queue_turn and r.prompt_tokens]
+    res.fill_history_tokens = float(sum(at)) if at else None
+    res.fill_reason = (f"requests waited from turn {res.fill_queue_turn} with only {sessions} sessions in flight: "
+                       "their histories filled the KV pool")
+
+
+async def _fill(ctx: RunContext, n: int, turns: int, system_tokens: int, turn_tokens: int, output_tokens: int,
+                ) -> list[tuple[float, float | None, float | None, int, int]]:
+    """``n`` sessions at once while /metrics is sampled (see module docstring)."""
+    import asyncio
+
+    from phasescope.apis.base import GenRequest
+    from phasescope.experiments.context import gauge, scrape_snapshot
+
+    systems = [(await ctx.prompt(system_tokens)).text for _ in range(n)]
+    inputs = [[(await ctx.prompt(turn_tokens)).text for _ in range(turns)] for _ in range(n)]
+    current: dict[int, int] = {}
+    samples: list[tuple[float, float | None, float | None, int, int]] = []
+    stop = asyncio.Event()
+    t0 = time.perf_counter()
+
+    async def sampler() -> None:
+        while not stop.is_set():
+            snap = await scrape_snapshot(ctx)
+            if snap is not None and current:
+                samples.append((time.perf_counter() - t0, gauge(snap, "waiting"), gauge(snap, "kv_usage"),
+                                max(current.values()), len(current)))
+            try:
+                await asyncio.wait_for(stop.wait(), 0.2)
+            except asyncio.TimeoutError:
+                pass
+
+    async def session(i: int) -> None:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": systems[i]}]
+        for k in range(turns):
+            if k and ctx.over():
+                return
+            messages.append({"role": "user", "content": inputs[i][k]})
+            req = GenRequest(prompt=inputs[i][k], max_tokens=output_tokens, messages=[dict(m) for m in messages],
+                             keep_text=True, tags={"ollama_chat": True} if ctx.target.api == "ollama" else {})
+            current[i] = k + 1
+            try:
+                rec, reply = await _send_chat(ctx, req, phase="fill", session=i, turn=k + 1)
+            finally:
+                current.pop(i, None)
+            if not rec.ok:
+                return
+            messages.append({"role": "assistant", "content": reply})
+
+    samp = asyncio.create_task(sampler())
+    try:
+        await asyncio.gather(*(session(i) for i in range(n)))
+    finally:
+        stop.set()
+        await samp
+    return samples
+
+
 async def run(ctx: RunContext, budget_s: float, *, turns: int | None = None, turn_tokens: int | None = None,
               system_tokens: int | None = None, output_tokens: int = 16, sessions: int = 2,
+              fill_sessions: int | None = None,
               weight_bytes: float | None = None, kv_bytes_per_token: float | None = None) -> ConversationResult:
     """Two sessions of ``turns`` turns, one after the other, sized to the budget (module docstring)."""
     from phasescope.apis.base import GenRequest
@@ -225,10 +312,27 @@ async def run(ctx: RunContext, budget_s: float, *, turns: int | None = None, tur
                              tags={"ollama_chat": True} if ollama else {})
             req.messages = [{"role": "user", "content": req.prompt}]
             await _send_chat(ctx, req, phase="ref", length=n)
+    n_fill = fill_sessions if fill_sessions is not None else min(8, ctx.facts.slots or 4)
+    samples: list[tuple[float, float | None, float | None, int, int]] = []
+    fill_skip = ""
+    if n_fill < 2:
+        fill_skip = "no concurrent sessions asked for"
+    elif not ctx.facts.metrics:
+        fill_skip = "no /metrics: whether sessions fill the KV pool cannot be observed"
+    elif ctx.over():
+        fill_skip = "budget used by the sequential sessions"
+    else:
+        ctx.say(f"{NAME}: {n_fill} sessions at once, sampling /metrics")
+        samples = await _fill(ctx, n_fill, turns, system_tokens, turn_tokens, output_tokens)
     params = {"turns": turns, "sessions": sessions, "system_tokens": system_tokens, "turn_tokens": turn_tokens,
-              "output_tokens": output_tokens, "budget_s": budget_s}
-    return analyze(ctx.records, ctx.info(NAME, started, params), prefill_tok_s=c.prefill_tok_s,
-                   weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes_per_token)
+              "output_tokens": output_tokens, "fill_sessions": n_fill, "budget_s": budget_s}
+    res = analyze(ctx.records, ctx.info(NAME, started, params), prefill_tok_s=c.prefill_tok_s,
+                  weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes_per_token)
+    if fill_skip:
+        res.fill_reason = fill_skip
+    else:
+        analyze_fill(res, ctx.records, samples, n_fill)
+    return res
 
 
 async def _send_chat(ctx: RunContext, req: Any, **tags: Any) -> tuple[RequestRecord, str]:

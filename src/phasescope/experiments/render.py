@@ -170,7 +170,8 @@ def _cv(e: dict[str, Any]) -> Table:
     pred = e.get("predicted_slowdown_pct")
     t.caption = (f"history cached: {'cannot tell' if hc is None else ('yes' if hc else 'no')} — {e.get('reason', '')}; "
                  f"decode slowdown {_f(e.get('decode_slowdown_pct'), '{:.1f}')} %"
-                 + (f" (bandwidth model {pred:.1f} %)" if pred is not None else ""))
+                 + (f" (bandwidth model {pred:.1f} %)" if pred is not None else "")
+                 + (f"; {e.get('fill_sessions')} sessions at once: {e.get('fill_reason')}" if e.get("fill_reason") else ""))
     return t
 
 
