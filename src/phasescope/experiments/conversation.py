@@ -329,7 +329,7 @@ async def run(ctx: RunContext, budget_s: float, *, turns: int | None = None, tur
     res = analyze(ctx.records, ctx.info(NAME, started, params), prefill_tok_s=c.prefill_tok_s,
                   weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes_per_token)
     if fill_skip:
-        res.fill_reason = fill_skip
+        res.fill_sessions, res.fill_reason = n_fill, f"not run: {fill_skip}"
     else:
         analyze_fill(res, ctx.records, samples, n_fill)
     return res
