@@ -42,7 +42,9 @@ record id there). ``GroundTruth.t_events_ns`` holds the send time (just after th
 of every token-carrying event, ``tokens_per_event`` their token counts.
 
 Tokenizer: one token per whitespace-led word (``" the"``), plus a BOS token for llama.cpp text
-prompts; token-id prompts (lists of ints) count as given. ``/tokenize`` uses the same rule.
+prompts; token-id prompts (lists of ints) count as given. ``/tokenize`` uses the same rule. Chat
+messages go through :func:`chat_template_ids` (3 template tokens per request, 4 more per assistant
+message), so a conversation's next turn extends the previous prompt exactly.
 """
 
 from __future__ import annotations
