@@ -84,6 +84,11 @@ RULES: dict[str, Num] = {
     "--input-len": TOKENS, "--output-len": TOKENS, "--prefix-len": TOKENS0, "--prefix-groups": Num(lo=1, hi=1_000_000),
     "--range-ratio": Num(lo=0, hi=1, hi_open=True), "--workers": Num(lo=1, hi=1024), "--sweep-steps": Num(lo=0, hi=1000),
     "--parallel": Num(lo=1, hi=4096), "--ray-workers": Num(lo=1, hi=4096), "--ray-actor-cpus": POS,
+    # conversations and traces (issue 17)
+    "--users": Num(lo=1, hi=10_000), "--sessions": Num(lo=1, hi=100_000), "--system-prompt-len": Num(lo=0, hi=1_000_000, what=" tokens"),
+    "--turn-input-len": Num(lo=1, hi=1_000_000, what=" tokens"), "--tool-output-len": Num(lo=0, hi=1_000_000, what=" tokens"),
+    "--session-rate": POS, "--block-size": Num(lo=1, hi=1_000_000, what=" tokens"),
+    "--trace-start": Num(lo=0, hi=366 * 86400, what=" s"), "--trace-duration": SECONDS,
     # probe
     "--max-tokens": Num(lo=2, hi=MAX_TOKENS, what=" tokens"), "--repeat": Num(lo=1, hi=100_000),
     "--retries": Num(lo=0, hi=1000),
@@ -111,7 +116,8 @@ RULES: dict[str, Num] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "--api": ("auto", "openai", "chat", "ollama", "llamacpp"),
     "--load-shape": ("poisson", "constant", "ramp", "trace"),
-    "--dataset": ("random", "sharegpt", "jsonl"),
+    "--dataset": ("random", "sharegpt", "jsonl", "conversation", "mooncake", "burstgpt"),
+    "--system-prompt": ("shared", "per-user"),
     "--route": ("round-robin", "random", "least-outstanding"),
     "--arrival": ("poisson", "gamma", "constant"),
     "devices --kind": ("gpu", "cpu", "apple", "accelerator", "local"),
@@ -238,16 +244,34 @@ def _bench_cross(p: dict[str, Any], given: Given) -> None:
         raise InputError("--load-shape trace needs --trace FILE")
     if p.get("trace") and shape != "trace":
         raise InputError("--trace is only read with --load-shape trace")
-    if given("trace_speed") and shape != "trace":
-        raise InputError("--trace-speed has no effect without --load-shape trace")
+    ds = p.get("dataset")
+    traced = shape == "trace" or ds in ("mooncake", "burstgpt")
+    if given("trace_speed") and not traced:
+        raise InputError("--trace-speed has no effect without --load-shape trace or --dataset mooncake|burstgpt")
+    for name, flag in (("trace_start", "--trace-start"), ("trace_duration", "--trace-duration")):
+        if given(name) and not traced:
+            raise InputError(f"{flag} has no effect without --load-shape trace or --dataset mooncake|burstgpt")
+    if given("block_size") and ds != "mooncake":
+        raise InputError("--block-size is only read with --dataset mooncake")
+    if ds != "conversation":
+        for name in ("users", "sessions", "turns", "system_prompt_len", "system_prompt", "turn_input_len",
+                     "think_time_s", "tool_output_len", "session_rate"):
+            if given(name):
+                raise InputError(f"--{name.replace('_', '-')} is only read with --dataset conversation")
+    elif given("users") and given("session_rate"):
+        raise InputError("--users (closed loop) and --session-rate (open loop) do not combine", hint="drop one of them")
+    if ds in ("conversation", "mooncake", "burstgpt") and (given("input_len") and ds == "conversation"):
+        raise InputError("--input-len has no effect with --dataset conversation (use --turn-input-len)")
+    if ds in ("mooncake", "burstgpt") and not p.get("dataset_path"):
+        raise InputError(f"--dataset {ds} needs --dataset-path FILE")
     if (given("ramp_start_rate") or given("ramp_end_rate")) and shape != "ramp":
         raise InputError("--ramp-start-rate/--ramp-end-rate have no effect without --load-shape ramp")
     if shape == "ramp" and (p.get("ramp_start_rate") is None or p.get("ramp_end_rate") is None):
         raise InputError("--load-shape ramp needs --ramp-start-rate and --ramp-end-rate")
     if p.get("dataset") in ("sharegpt", "jsonl") and not p.get("dataset_path"):
         raise InputError(f"--dataset {p.get('dataset')} needs --dataset-path FILE")
-    if given("dataset_path") and p.get("dataset") == "random":
-        raise InputError("--dataset-path is only read with --dataset sharegpt or jsonl")
+    if given("dataset_path") and p.get("dataset") in ("random", "conversation"):
+        raise InputError("--dataset-path is only read with --dataset sharegpt, jsonl, mooncake or burstgpt")
     if p.get("sweep"):
         for name, flag in (("request_rate", "--request-rate"), ("load_shape", "--load-shape"),
                            ("burstiness", "--burstiness")):

@@ -171,7 +171,9 @@ def test_explain_json_against_a_fake(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     doc = json.loads(out.stdout)
     assert set(doc["experiments"]) == {"prompt-scaling", "prefix-cache", "context-fill", "batching",
-                                       "prefill-interference", "queue"}
+                                       "prefill-interference", "queue", "conversation"}
+    cv = doc["experiments"]["conversation"]  # issue 17: the history resent each turn, prefix cache off here
+    assert cv["history_cached"] is not True and len(cv["turns"]) >= 3
     for f in doc["findings"]:
         assert set(f) >= {"id", "cause", "evidence", "advice"} and f["evidence"]
     ps = doc["experiments"]["prompt-scaling"]

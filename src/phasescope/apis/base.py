@@ -76,6 +76,12 @@ class GenRequest:
     instead so the length is exact. ``ignore_eos`` asks for exactly ``max_tokens`` tokens where the
     server supports it (vLLM/SGLang ``ignore_eos``+``min_tokens``, llama.cpp ``ignore_eos``/``n_predict``,
     Ollama ``num_predict`` only caps). ``cache_prompt`` None = server default.
+
+    ``messages`` (chat APIs: ``/v1/chat/completions``, Ollama ``/api/chat``): the whole history to
+    send, as the chat API expects it (a conversation resends every earlier turn); ``None`` = one
+    user message holding ``prompt``. ``keep_text``: keep the reply's text (content, not reasoning)
+    in ``record.tags["reply_text"]`` so the caller can append it to the next turn's history — the
+    caller removes it before the record is written (:mod:`phasescope.load.conversation`).
     """
 
     prompt: str
@@ -89,3 +95,5 @@ class GenRequest:
     id: str | None = None
     tags: dict[str, Any] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] | None = None
+    keep_text: bool = False

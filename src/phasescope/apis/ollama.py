@@ -43,12 +43,13 @@ class _Ollama(Protocol):
     def __init__(self, target: Target, req: GenRequest, rec: RequestRecord) -> None:
         super().__init__(target, req, rec)
         self.path = "/api/chat" if self.chat else "/api/generate"
+        self._text: list[str] = []  # the reply's text, kept only with req.keep_text
 
     def body(self) -> dict[str, Any]:
         req = self.req
         b: dict[str, Any] = {"model": self.target.model, "stream": req.stream}
         if self.chat:
-            b["messages"] = [{"role": "user", "content": req.prompt}]
+            b["messages"] = req.messages if req.messages is not None else [{"role": "user", "content": req.prompt}]
         else:
             b["prompt"] = req.prompt
             b["raw"] = True  # no template: the prompt length is what we built
@@ -69,6 +70,8 @@ class _Ollama(Protocol):
         else:
             text, think = obj.get("response") or "", obj.get("thinking") or ""
         if text:
+            if self.req.keep_text:
+                self._text.append(text)
             add_event(self.rec, t_ns, "content", None, len(text))
         elif think:
             add_event(self.rec, t_ns, "reasoning", None, len(think))
@@ -104,6 +107,11 @@ class _Ollama(Protocol):
     def on_body(self, obj: Any) -> None:
         obj = self.message(obj, "response")
         self._final(obj)
+        if self.req.keep_text:
+            m = obj.get("message") if self.chat else None
+            t = m.get("content") if isinstance(m, dict) else obj.get("response")
+            if isinstance(t, str):
+                self._text.append(t)
 
     def on_eof(self) -> None:
         raise E.StreamBrokenError(f"{self.target.display_url}{self.path}: stream ended before done:true "
@@ -115,6 +123,8 @@ class _Ollama(Protocol):
         if nr:
             rec.reasoning_tokens = nr
         fill_fallback_counts(rec, self.req)
+        if self.req.keep_text:
+            rec.tags["reply_text"] = "".join(self._text)
 
 
 class _Generate(_Ollama):

@@ -46,6 +46,7 @@ class _OpenAI(Protocol):
         self._cum: list[tuple[int, int]] = []  # (event index, cumulative completion_tokens)
         self._finish_seen = False
         self._reasoning_events = 0
+        self._text: list[str] = []  # the reply's text, kept only with req.keep_text
 
     # -- request --------------------------------------------------------------------------
     def body(self) -> dict[str, Any]:
@@ -54,7 +55,7 @@ class _OpenAI(Protocol):
         if tgt.model:
             b["model"] = tgt.model
         if self.chat:
-            b["messages"] = [{"role": "user", "content": req.prompt}]
+            b["messages"] = req.messages if req.messages is not None else [{"role": "user", "content": req.prompt}]
         else:
             b["prompt"] = req.prompt_token_ids if req.prompt_token_ids is not None else req.prompt
         b["max_tokens"] = req.max_tokens
@@ -116,6 +117,8 @@ class _OpenAI(Protocol):
             content = d.get("content")
             if content or d.get("tool_calls"):
                 n = len(content) if isinstance(content, str) else 0
+                if self.req.keep_text and isinstance(content, str):
+                    self._text.append(content)
                 return "content", n
             r = d.get("reasoning") or d.get("reasoning_content")
             if r:
@@ -126,6 +129,8 @@ class _OpenAI(Protocol):
             return "empty", 0
         text = ch.get("text")
         if text:
+            if self.req.keep_text and isinstance(text, str):
+                self._text.append(text)
             return "content", len(text)
         return "empty", 0
 
@@ -166,6 +171,8 @@ class _OpenAI(Protocol):
         if rec.server and rec.cached_prompt_tokens is None and rec.server.get("cache_n") is not None:
             rec.cached_prompt_tokens = int(rec.server["cache_n"])
         fill_fallback_counts(rec, self.req)
+        if self.req.keep_text:
+            rec.tags["reply_text"] = "".join(self._text)
 
     # -- non-streamed body --------------------------------------------------------------------
     def on_body(self, obj: Any) -> None:
@@ -178,6 +185,11 @@ class _OpenAI(Protocol):
             raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed response (no 'choices')")
         if choices and isinstance(choices[0], dict) and choices[0].get("finish_reason"):
             self.rec.finish_reason = str(choices[0]["finish_reason"])
+        if self.req.keep_text and choices and isinstance(choices[0], dict):
+            msg = choices[0].get("message") if self.chat else None
+            t = msg.get("content") if isinstance(msg, dict) else choices[0].get("text")
+            if isinstance(t, str):
+                self._text.append(t)
         if isinstance(obj.get("usage"), dict):
             self._take_usage(obj["usage"])
         if isinstance(obj.get("timings"), dict):

@@ -28,6 +28,20 @@ def _load_words(s: dict[str, Any]) -> str:
     rate = s.get("request_rate")
     cap = s.get("max_concurrency")
     tail = f"max concurrency {cap or '-'}, workers {s.get('workers')}"
+    if s.get("conversation"):
+        c = s["conversation"]
+        turns = c["turns"][0] if c["turns"][0] == c["turns"][1] else f"{c['turns'][0]}-{c['turns'][1]}"
+        who = (f"{c['session_rate']:g} sessions/s (open loop)" if c.get("loop") == "open"
+               else f"{c['users']} users (closed loop)")
+        think = f"{c['think_time_s']:g} s {c['think_time_dist']}" if c.get("think_time_s") else "none"
+        return (f"conversations: {who}, {c['sessions']} sessions of {turns} turns, system prompt "
+                f"{c['system_prompt_len']} tokens ({c['system_prompt']}), {c['turn_input_len']} tokens in + "
+                f"{c['output_len']} out per turn" + (f", tool output {c['tool_output_len']}" if c.get("tool_output_len") else "")
+                + f", think time {think}")
+    if s.get("trace"):
+        t = s["trace"]
+        return (f"{t['dataset']} trace replay of {t['entries_replayed']} of {t['entries_in_file']} requests "
+                f"(span {t['span_s']:.1f} s, speed ×{t['trace_speed']:g}), {tail}")
     if s.get("load_shape") == "trace":
         return f"trace replay, {tail}"
     if s.get("load_shape") == "ramp":
@@ -113,6 +127,14 @@ def _print_summary(s: dict[str, Any]) -> None:
         t.add_row("Server /metrics", f"not available ({sm.get('reason')})")
     h = s.get("runner_health") or {}
     console.print(t)
+    if s.get("turns") is not None:
+        _print_turns(s)
+    if s.get("trace") and s["trace"].get("implied_hit_rate") is not None:
+        tr = s["trace"]
+        console.print(f"Trace prefix sharing: the trace implies a hit rate of {tr['implied_hit_rate'] * 100:.1f} % "
+                      f"({tr['distinct_blocks']} distinct blocks of {tr['block_size']} tokens); the server reported "
+                      + (f"{tr['measured_hit_rate'] * 100:.1f} %" if tr.get("measured_hit_rate") is not None else "no count"),
+                      highlight=False, soft_wrap=True)
     from phasescope.cli._gpu import print_gpu
 
     print_gpu(s.get("gpu"))
@@ -127,6 +149,28 @@ def _print_summary(s: dict[str, Any]) -> None:
     if s.get("partial"):
         err_console.print(f"[red]Partial run:[/red] {s.get('stop_reason')}. The summary covers the "
                           f"{s.get('completed', 0) + s.get('failed', 0)} requests that finished.")
+
+
+def _print_turns(s: dict[str, Any]) -> None:
+    """The per-turn table of a conversation run, then the session line."""
+    from rich.table import Table
+
+    t = Table(title="by turn")
+    for c in ("turn", "n", "prompt tok", "cached tok", "p50 TTFT ms", "p99 TTFT ms", "p50 ITL ms", "decode tok/s"):
+        t.add_column(c, justify="right")
+    for r in s.get("turns") or []:
+        t.add_row(str(r["turn"]), str(r["n"]), _fmt(r["prompt_tokens_mean"], 1), _fmt(r["cached_tokens_mean"], 1),
+                  _fmt(r["median_ttft_ms"], 1), _fmt(r["p99_ttft_ms"], 1), _fmt(r["median_itl_ms"]), _fmt(r["decode_tok_s"], 1))
+    console.print(t)
+    c = s.get("conversation") or {}
+    st = c.get("session_time_s") or {}
+    share, exp = c.get("cache_share"), c.get("expected_cache_share")
+    cache = (f"{share * 100:.1f} % of prompt tokens served from the server's cache ({c.get('cache_share_source')})"
+             if share is not None else "cached prompt tokens not reported by this server")
+    if exp is not None:
+        cache += f"; resending the history makes {exp * 100:.1f} % reusable"
+    console.print(f"Sessions: {c.get('sessions_completed', 0)} of {c.get('sessions_started', 0)} completed, time to complete "
+                  f"median {_fmt(st.get('median'))} s, p99 {_fmt(st.get('p99'))} s; {cache}.", highlight=False, soft_wrap=True)
 
 
 def _print_sweep(d: dict[str, Any]) -> None:
@@ -173,8 +217,8 @@ def bench(
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-c", help="Cap on requests in flight (closed loop)."),
     warmup: int = typer.Option(1, "--warmup", help="Warm-up requests sent first and excluded."),
     seed: int = typer.Option(0, "--seed", help="Seed for arrivals and prompts."),
-    dataset: str = typer.Option("random", "--dataset", help="random | sharegpt | jsonl"),
-    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="ShareGPT JSON or prompts JSONL file."),
+    dataset: str = typer.Option("random", "--dataset", help="random | sharegpt | jsonl | conversation | mooncake | burstgpt"),
+    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="ShareGPT JSON, prompts JSONL, Mooncake trace JSONL or BurstGPT CSV file."),
     input_len: int = typer.Option(128, "--input-len", help="Prompt tokens (random dataset)."),
     output_len: Optional[int] = typer.Option(None, "--output-len", help="Output tokens per request (default 64; ShareGPT: each reply's length)."),
     range_ratio: float = typer.Option(0.0, "--range-ratio", help="Lengths uniform in [L(1-r), L(1+r)]."),
@@ -207,6 +251,19 @@ def bench(
     ray: bool = typer.Option(False, "--ray", help="Drive the load from Ray actors: --ray [ADDRESS] (needs pip install 'phasescope\\[ray]')."),
     ray_workers: int = typer.Option(2, "--ray-workers", help="Ray actors (one async runner each) with --ray."),
     ray_actor_cpus: float = typer.Option(1.0, "--ray-actor-cpus", help="CPUs each Ray actor reserves."),
+    users: int = typer.Option(4, "--users", help="Conversation: concurrent users (closed loop), each running sessions back to back."),
+    sessions: Optional[int] = typer.Option(None, "--sessions", help="Conversation: sessions in all (default one per user; 10 with --session-rate)."),
+    turns: str = typer.Option("4", "--turns", help="Conversation: turns per session, N or LO-HI (uniform)."),
+    system_prompt_len: int = typer.Option(0, "--system-prompt-len", help="Conversation: system prompt tokens (0 = none)."),
+    system_prompt: str = typer.Option("shared", "--system-prompt", help="Conversation: shared (one text for all users) | per-user."),
+    turn_input_len: int = typer.Option(64, "--turn-input-len", help="Conversation: tokens of each turn's new user message."),
+    think_time_s: Optional[str] = typer.Option(None, "--think-time-s", help="Conversation: pause before each later turn, S (fixed) or exp:S (exponential, mean S)."),
+    tool_output_len: int = typer.Option(0, "--tool-output-len", help="Conversation: tool-output tokens put before each later turn's input (agentic shape)."),
+    session_rate: Optional[float] = typer.Option(None, "--session-rate", help="Conversation: open loop, new sessions per second (Poisson) instead of --users."),
+    no_cache_prompt: bool = typer.Option(False, "--no-cache-prompt", help="llama.cpp: send cache_prompt=false with every request (the prefix cache off, to compare)."),
+    block_size: int = typer.Option(512, "--block-size", help="Mooncake: prompt tokens per hash id."),
+    trace_start: Optional[float] = typer.Option(None, "--trace-start", help="Trace replay: skip the first S seconds of the trace."),
+    trace_duration: Optional[float] = typer.Option(None, "--trace-duration", help="Trace replay: replay S seconds of the trace (trace time, before --trace-speed)."),
 ) -> None:
     """Load benchmark with vllm-bench-serve metrics, server /metrics alongside, sweeps and multi-process load."""
     from phasescope.apis.base import Timeouts
@@ -232,6 +289,14 @@ def bench(
         url, ray_address_arg, target_urls or [], route, ray, sweep=sweep)
     cfg.ray_workers, cfg.ray_actor_cpus = ray_workers, ray_actor_cpus
     cfg.gpu_metrics, cfg.nvml = list(gpu_metrics or []), not no_nvml
+    cfg.users, cfg.sessions, cfg.turns, cfg.system_prompt_len = users, sessions, turns, system_prompt_len
+    cfg.system_prompt_scope, cfg.turn_input_len, cfg.think_time_s = system_prompt, turn_input_len, think_time_s
+    cfg.tool_output_len, cfg.session_rate, cfg.cache_prompt = tool_output_len, session_rate, (False if no_cache_prompt else None)
+    cfg.block_size, cfg.trace_start, cfg.trace_duration = block_size, trace_start, trace_duration
+    if sweep and dataset in ("conversation", "mooncake", "burstgpt"):
+        from phasescope.errors import InputError
+
+        raise InputError(f"--sweep varies the arrival rate; --dataset {dataset} brings its own arrivals")
     slo_d = parse_slo(slo)
     stop = threading.Event()
     total = cfg.default_num_prompts()

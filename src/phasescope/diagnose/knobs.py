@@ -36,6 +36,15 @@ KNOBS: dict[str, list[Advice]] = {
         A("llamacpp", "send cache_prompt: true (default), do not start with --no-cache-prompt; add --cache-reuse 256; keep --ctx-checkpoints (SWA models)", "the slot keeps the previous prompt's KV; --cache-reuse also reuses shifted chunks"),
         A("ollama", "set keep_alive (e.g. -1 or 30m) and a num_ctx that fits the whole prompt", "an unloaded model, or a prompt truncated to num_ctx, loses the cached prefix"),
     ],
+    # a chat's history prefilled again every turn (issue 17, experiment "conversation")
+    "conversation_cache": [
+        A("any", "send the history unchanged: the same system prompt and earlier turns byte for byte, the reply as the server wrote it", "any edit early in the history (a timestamp, a re-rendered message) ends the cached prefix there"),
+        A("vllm", "--enable-prefix-caching (on by default in V1; not --no-enable-prefix-caching) and enough KV pool (--gpu-memory-utilization) to keep sessions between turns", "the history's blocks stay cached while the user thinks; a small pool evicts them before the next turn"),
+        A("sglang", "keep the radix cache (no --disable-radix-cache); raise --mem-fraction-static for many long sessions", "RadixAttention reuses each session's history; evicted branches are prefilled again"),
+        A("llamacpp", "cache_prompt: true (default) and --cache-reuse 256; pin each session to a slot (id_slot) or use --parallel ≥ the concurrent sessions; keep --ctx-checkpoints on SWA models", "a slot keeps only its last prompt: sessions that share a slot overwrite each other's history"),
+        A("ollama", "num_ctx large enough for the whole history and keep_alive (e.g. 30m) longer than the think time", "a history truncated to num_ctx, or an unloaded model, starts every turn from nothing"),
+        A("tgi", "keep prefix caching on (TGI 3 default with flashinfer/flashdecoding attention)", "cached prefix blocks serve the repeated history"),
+    ],
     "prefill_slow": [
         A("any", "shorten the prompt, especially the system prompt", "prefill cost grows with prompt tokens and the system prompt is paid on every request"),
         A("vllm", "--max-num-batched-tokens (raise)", "more prefill tokens per step shortens TTFT (at the cost of ITL for running streams)"),

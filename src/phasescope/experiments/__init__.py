@@ -8,4 +8,4 @@ its tagged :class:`~phasescope.measure.records.RequestRecord` s into that result
 from __future__ import annotations
 
 #: experiment names, in the order ``phasescope explain`` runs them
-NAMES = ("prompt-scaling", "prefix-cache", "context-fill", "batching", "prefill-interference", "queue")
+NAMES = ("prompt-scaling", "prefix-cache", "context-fill", "batching", "prefill-interference", "queue", "conversation")

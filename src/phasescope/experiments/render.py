@@ -159,5 +159,21 @@ def _q(e: dict[str, Any]) -> Table:
     return t
 
 
+def _cv(e: dict[str, Any]) -> Table:
+    t = Table(title="conversation: the history resent every turn", title_justify="left")
+    for c in ("turn", "n", "prompt tokens", "cached tokens", "TTFT s", "decode tok/s"):
+        t.add_column(c, justify="right")
+    for r in e.get("turns") or []:
+        t.add_row(str(r["turn"]), str(r["n"]), _f(r.get("prompt_tokens"), "{:.0f}"), _f(r.get("cached_tokens"), "{:.0f}"),
+                  _f(r.get("ttft_s")), _f(r.get("decode_tok_s"), "{:.1f}"))
+    hc = e.get("history_cached")
+    pred = e.get("predicted_slowdown_pct")
+    t.caption = (f"history cached: {'cannot tell' if hc is None else ('yes' if hc else 'no')} — {e.get('reason', '')}; "
+                 f"decode slowdown {_f(e.get('decode_slowdown_pct'), '{:.1f}')} %"
+                 + (f" (bandwidth model {pred:.1f} %)" if pred is not None else "")
+                 + (f"; {e.get('fill_sessions')} sessions at once: {e.get('fill_reason')}" if e.get("fill_reason") else ""))
+    return t
+
+
 _TABLES = {"prompt-scaling": _ps, "prefix-cache": _pc, "context-fill": _cf, "batching": _bt,
-           "prefill-interference": _pi, "queue": _q}
+           "prefill-interference": _pi, "queue": _q, "conversation": _cv}

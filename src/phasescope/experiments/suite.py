@@ -36,7 +36,7 @@ from phasescope.validate import parse_budget  # noqa: F401  (cmd_explain and the
 
 #: share of the budget each experiment gets (renormalised over the experiments still to run)
 SHARES = {"prompt-scaling": 0.20, "prefix-cache": 0.15, "context-fill": 0.20, "batching": 0.20,
-          "prefill-interference": 0.12, "queue": 0.13}
+          "prefill-interference": 0.12, "queue": 0.13, "conversation": 0.12}
 #: below this many seconds an experiment is skipped rather than run badly
 MIN_EXPERIMENT_S = 2.0
 #: how the embedded engine is started for explain: enough slots for batching and context per slot
@@ -178,6 +178,10 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
             results[name] = await prefill_interference.run(ctx, b)
         elif name == "queue":
             results[name] = await queue.run(ctx, b)
+        elif name == "conversation":  # issue 17
+            from phasescope.experiments import conversation
+
+            results[name] = await conversation.run(ctx, b, weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes_per_token)
         else:  # pragma: no cover - names are validated by the caller
             raise InputError(f"unknown experiment {name!r}")
         if results[name].info.skipped:
@@ -193,7 +197,8 @@ def _server_build(det: Any) -> dict[str, Any] | None:
 
 #: experiment → the id of the rule that decides from it (what "cannot tell" is said under)
 RULE_OF = {"prompt-scaling": "prompt-cost", "prefix-cache": "prefix-cache", "context-fill": "long-context-decode-penalty",
-           "batching": "batching", "prefill-interference": "prefill-interference", "queue": "ttft-queueing"}
+           "batching": "batching", "prefill-interference": "prefill-interference", "queue": "ttft-queueing",
+           "conversation": "conversation"}
 
 
 def add_skipped(diag: Diagnosis, skipped: dict[str, str]) -> None:

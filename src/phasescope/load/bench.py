@@ -105,8 +105,27 @@ class BenchConfig:
     ray_address: str | None = None  # None = start a local cluster on 127.0.0.1 for the run
     ray_workers: int = 2  # --ray-workers
     ray_actor_cpus: float = 1.0  # --ray-actor-cpus
+    # conversations (issue 17; phasescope.load.conversation): --dataset conversation
+    users: int = 4  # --users (closed loop)
+    sessions: int | None = None  # --sessions (default: one per user; 10 with --session-rate)
+    turns: str = "4"  # --turns N | LO-HI
+    system_prompt_len: int = 0  # --system-prompt-len
+    system_prompt_scope: str = "shared"  # --system-prompt shared|per-user
+    turn_input_len: int = 64  # --turn-input-len
+    think_time_s: str | None = None  # --think-time-s S | exp:S
+    tool_output_len: int = 0  # --tool-output-len
+    session_rate: float | None = None  # --session-rate (open loop, sessions/s)
+    cache_prompt: bool | None = None  # --no-cache-prompt → False (llama.cpp's per-request cache_prompt)
+    # traces with prefix structure (issue 17; phasescope.load.traces): --dataset mooncake|burstgpt
+    block_size: int = 512  # --block-size (tokens per Mooncake hash id)
+    trace_start: float | None = None  # --trace-start (s of trace time)
+    trace_duration: float | None = None  # --trace-duration (s of trace time)
+    #: the prefix-cache hit rate this workload implies (conversation, Mooncake); set by the run, read by hygiene
+    implied_hit_rate: float | None = None
 
     def default_num_prompts(self) -> int | None:
+        if self.dataset in ("conversation", "mooncake", "burstgpt"):  # sessions / the trace bound the run
+            return self.num_prompts
         if self.num_prompts is None and self.duration_s is None and self.shape != "trace":
             return 50
         return self.num_prompts
@@ -144,6 +163,10 @@ async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
     from phasescope.prompting import prompt_maker_for
 
     maker = await prompt_maker_for(session, target)
+    if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # issue 17
+        from phasescope.load.traffic import workload_items
+
+        return await workload_items(cfg, maker, n, run_salt=run_salt)
     if cfg.dataset == "random":
         if per_request_lengths and any(a is not None for a, _ in per_request_lengths):
             # trace replay: one item per trace entry with its own lengths
@@ -169,7 +192,15 @@ async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
 
 
 def make_schedule(cfg: BenchConfig, n_items: int | None = None) -> Schedule:
+    if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # issue 17
+        from phasescope.load.traffic import workload_schedule
+
+        return workload_schedule(cfg)
     trace = read_trace(cfg.trace_path) if cfg.shape == "trace" else None
+    if trace is not None and (cfg.trace_start is not None or cfg.trace_duration is not None):
+        from phasescope.load.traces import window
+
+        trace = window(trace, start_s=cfg.trace_start, duration_s=cfg.trace_duration)
     if cfg.shape == "trace" and not cfg.trace_path:
         raise InputError("--load-shape trace needs --trace FILE")
     if (n_items is None and cfg.default_num_prompts() is None and math.isinf(cfg.request_rate)
@@ -204,6 +235,10 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
 
         for u in cfg.gpu_metrics:
             dcgm_url(u)
+    if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # issue 17: check the flags first
+        from phasescope.load.traffic import check_workload
+
+        check_workload(cfg)
     if target is not None:
         return _run_on_target(cfg, target, on_record, status, stop)
     if cfg.targets:
@@ -224,6 +259,10 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
 def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | None, status: Callable[[str], None],
                    stop: threading.Event | None, build: dict[str, Any] | None = None) -> BenchResult:
     stop = stop or threading.Event()
+    if cfg.dataset == "conversation":  # the history is resent on the chat API (issue 17)
+        from phasescope.load.conversation import chat_target
+
+        target = chat_target(target)
     sched = make_schedule(cfg)
     # warm-ups use items after the measured ones; a lazily continued schedule cycles a bounded pool
     pool = sched.tail.num_items if sched.tail is not None and sched.tail.num_items else len(sched.requests)
@@ -268,13 +307,18 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
     if gpu_rec is not None:  # GPU telemetry, if any: none → the summary has no "gpu" key at all
         gpu_rec.start()
     total = sched.total
-    status(f"sending {'up to ' if cfg.duration_s else ''}{f'{total:,}' if total is not None else '∞'} requests")
+    if cfg.dataset != "conversation":
+        status(f"sending {'up to ' if cfg.duration_s else ''}{f'{total:,}' if total is not None else '∞'} requests")
     from phasescope.measure.host import HostSampler
 
     host = HostSampler(getattr(target, "base_url", None)).start()
     try:
         if cfg.ray:
             res: RunResult = _run_ray(cfg, sched, items, target, out, on_record, stop, run_id, recorder, status)
+        elif cfg.dataset == "conversation":  # sessions of dependent turns: their own driver (issue 17)
+            from phasescope.load.traffic import run_conversation_bench
+
+            res = run_conversation_bench(cfg, items, target, out, on_record, stop, run_id, recorder, run_salt, status)
         elif cfg.workers == 1:
             res = _run_single(cfg, sched, items, target, out, on_record, stop, run_id, recorder)
         else:
@@ -297,6 +341,10 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
 
     host_d = host.stop()
     summary = assemble_summary(cfg, target, res, server, sched, host=host_d)
+    if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # turns / conversation / trace sections (issue 17)
+        from phasescope.load.traffic import add_workload_sections
+
+        add_workload_sections(cfg, summary, res)
     summary["prompt_salt"] = run_salt
     if cfg.engine_flags:
         build = dict(build or {}, user_flags=cfg.engine_flags)

@@ -39,6 +39,8 @@ def cached_of(r: RequestRecord) -> int | None:
 def expected_hit_rate(cfg: Any, n: int) -> float:
     """The most a correct run can hit: 0 for unique prompts; with a shared prefix, every request
     reusing its group's prefix (the warm-ups may already have cached each group's)."""
+    if getattr(cfg, "implied_hit_rate", None) is not None:  # conversations, Mooncake traces (issue 17)
+        return float(cfg.implied_hit_rate)
     if cfg.dataset != "random" or not cfg.prefix_len or n <= 0:
         return 0.0
     return cfg.prefix_len / (cfg.prefix_len + cfg.input_len)

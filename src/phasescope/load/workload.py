@@ -134,6 +134,17 @@ def prompt_salt(seed: int, run_salt: str | None, part: str, i: int) -> int:
     return int.from_bytes(h, "big")
 
 
+def part_salt(seed: int, run_salt: str | None, part: str, i: int) -> int:
+    """A salt for prompt part ``part`` number ``i`` that differs for every (part, i) — also under
+    ``--reuse-prompts`` (``run_salt=None``: the same salts run after run for the same seed). The
+    conversation and trace workloads build many kinds of parts (system prompts, turns, tool outputs,
+    hash blocks), which :func:`prompt_salt`'s seed-only form would give equal texts."""
+    import hashlib
+
+    h = hashlib.blake2b(f"{seed}:{run_salt or '-'}:{part}:{i}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big")
+
+
 def _load_json(path: Path) -> Any:
     from phasescope.safeio import read_user_json  # the one reader for user files
 

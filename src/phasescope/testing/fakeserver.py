@@ -46,7 +46,9 @@ faults, prompt caches, the token schedule, streaming) over one handler module pe
 :mod:`phasescope.testing.wire`, and the loopback lifecycle of :mod:`phasescope.testing._serve`.
 
 Tokenizer: one token per whitespace-led word (``" the"``), plus a BOS token for llama.cpp text
-prompts; token-id prompts (lists of ints) count as given. ``/tokenize`` uses the same rule.
+prompts; token-id prompts (lists of ints) count as given. ``/tokenize`` uses the same rule. Chat
+messages go through :func:`~phasescope.testing.wire.common.chat_template_ids` (3 template tokens per
+request, 4 more per assistant message), so a conversation's next turn extends the previous prompt exactly.
 """
 
 from __future__ import annotations

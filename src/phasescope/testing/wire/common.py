@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -41,6 +42,22 @@ SSE_MALFORMED = b'data: {"choices": [{"index": 0, "delta": {"content": "x"\n\n'
 def fake_tokenize(text: str) -> list[int]:
     """The fakes' tokenizer: one id per whitespace-led word."""
     return [100 + zlib.crc32(w.encode()) % 50000 for w in _WORD_RE.findall(text)]
+
+
+def chat_template_ids(messages: Any) -> list[int]:
+    """The fakes' chat template: system/user/tool contents as they are, each assistant message
+    wrapped as ``[1, 2, 3] + content + [4]`` (its turn's opening and end tokens), and ``[1, 2, 3]``
+    (the generation prompt) at the end. So a single user message costs its words + 3, and a
+    conversation's turn N+1 starts with exactly turn N's prompt (what a prefix cache can reuse)."""
+    ids: list[int] = []
+    for m in messages if isinstance(messages, list) else []:
+        content = m.get("content", "") if isinstance(m, dict) else ""
+        text = content if isinstance(content, str) else json.dumps(content)
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            ids += [1, 2, 3] + fake_tokenize(text) + [4]
+        else:
+            ids += fake_tokenize(text)
+    return ids + [1, 2, 3]
 
 
 def words(start: int, stop: int) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from phasescope.testing.wire import llamacpp
-from phasescope.testing.wire.common import SSE_MALFORMED, bind, fake_tokenize, words
+from phasescope.testing.wire.common import SSE_MALFORMED, bind, chat_template_ids, fake_tokenize, words
 
 if TYPE_CHECKING:
     from phasescope.testing.fakeserver import FakeServer
@@ -103,8 +103,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
     if refused is not None:
         return refused
     if chat:
-        text = "".join(str(m.get("content", "")) for m in body.get("messages", []))
-        ids = srv._prompt_ids(text, bos=False) + [1, 2, 3]  # template tokens
+        ids = chat_template_ids(body.get("messages", []))
     else:
         ids = srv._prompt_ids(body.get("prompt", ""), bos=is_llamacpp)
     cached = srv._cache(ids, body.get("cache_prompt", True)) if is_llamacpp else srv._apc(ids)

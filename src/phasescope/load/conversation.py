@@ -1,0 +1,586 @@
+"""Conversation workloads (``bench --dataset conversation``, issue 17): sessions of dependent turns.
+
+Chat and agent traffic resends the whole history every turn, so turn N's prompt is turn N−1's prompt
+plus turn N−1's reply plus the new input, and the server's prefix cache decides whether turn N pays
+for the history again. A *session* here is what one chat client does:
+
+* an optional system prompt of ``--system-prompt-len`` tokens, the same text for every user
+  (``--system-prompt shared``) or one per user (``per-user``);
+* ``--turns`` turns (``N`` or ``LO-HI``, drawn uniformly per session); each turn appends a user
+  message of ``--turn-input-len`` tokens, sends the *whole* history on the chat API
+  (``/v1/chat/completions``, Ollama ``/api/chat``), and appends the server's **real reply text** as
+  the assistant message — so the prefix cache sees exactly what a real client sends;
+* agentic shape: ``--tool-output-len`` tokens of tool output put before each later turn's input.
+  They travel inside the user message (``"[tool output] …"``): a ``tool`` role message needs a
+  ``tool_call_id`` the model never produced, and templates such as Gemma's reject roles that do not
+  alternate user/assistant. For the prefix cache the bytes are the same;
+* think time between a reply and the next turn: ``--think-time-s S`` (fixed) or ``exp:S``
+  (exponential with mean S).
+
+Arrivals: closed loop — ``--users`` users, each running sessions back to back until ``--sessions``
+(default: one per user) have started or ``--duration`` has passed; open loop —
+``--session-rate R`` sessions per second (Poisson), ``--sessions`` of them, each running on its
+own. Every turn leaves one :class:`RequestRecord`, written as it completes, with ``session``,
+``user``, ``turn`` (1-based) and ``turns`` in its tags; the reply text is kept in memory only (never
+written). Per-turn aggregates (:func:`turn_rows`) become ``turns`` in ``bench --json``, the session
+view (:func:`conversation_section`) ``conversation``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Sequence
+
+import aiohttp
+
+from phasescope.apis.base import GenRequest, Target
+from phasescope.errors import InputError, error_kind
+from phasescope.load.workload import WorkItem, part_salt
+from phasescope.measure import derive
+from phasescope.measure.clock import now_ns, wall_ns
+from phasescope.measure.records import RequestRecord
+from phasescope.measure.stats import median, percentile
+
+#: the ``--dataset`` name of this workload
+DATASET = "conversation"
+#: the text put before a tool result inside the next user message
+TOOL_MARK = "[tool output]"
+
+
+def parse_turns(text: str | int) -> tuple[int, int]:
+    """``--turns``: ``N`` or ``LO-HI`` (uniform per session), each from 1 to 1000."""
+    s = str(text).strip()
+    try:
+        if "-" in s:
+            a, b = s.split("-", 1)
+            lo, hi = int(a), int(b)
+        else:
+            lo = hi = int(s)
+    except ValueError:
+        raise InputError(f"--turns must be N or LO-HI (got {text!r})") from None
+    if not 1 <= lo <= hi <= 1000:
+        raise InputError(f"--turns must be from 1 to 1000, LO ≤ HI (got {text!r})")
+    return lo, hi
+
+
+def parse_think_time(text: str | float | None) -> tuple[float, str]:
+    """``--think-time-s``: ``S`` (fixed seconds) or ``exp:S`` (exponential, mean S)."""
+    if text is None:
+        return 0.0, "fixed"
+    s = str(text).strip().lower()
+    dist = "fixed"
+    if s.startswith(("exp:", "exponential:")):
+        dist, s = "exponential", s.split(":", 1)[1]
+    try:
+        v = float(s)
+    except ValueError:
+        raise InputError(f"--think-time-s must be seconds or exp:SECONDS (got {text!r})") from None
+    if not (math.isfinite(v) and 0 <= v <= 3600):
+        raise InputError(f"--think-time-s must be from 0 to 3600 s (got {text!r})")
+    return v, dist
+
+
+@dataclass
+class ConversationSpec:
+    """The conversation flags, checked (see the module docstring)."""
+
+    users: int = 4
+    sessions: int | None = None  # None: one per user (closed loop), 10 (open loop)
+    turns: tuple[int, int] = (4, 4)
+    system_prompt_len: int = 0
+    system_prompt: str = "shared"  # shared | per-user
+    turn_input_len: int = 64
+    output_len: int = 64
+    think_time_s: float = 0.0
+    think_dist: str = "fixed"  # fixed | exponential
+    tool_output_len: int = 0
+    session_rate: float | None = None  # None: closed loop of `users`
+    cache_prompt: bool | None = None  # llama.cpp cache_prompt per request (None: server default)
+
+    @property
+    def open_loop(self) -> bool:
+        return self.session_rate is not None
+
+    @property
+    def n_sessions(self) -> int:
+        if self.sessions is not None:
+            return self.sessions
+        return 10 if self.open_loop else self.users
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "ConversationSpec":
+        think, dist = parse_think_time(getattr(cfg, "think_time_s", None))
+        spec = cls(users=int(cfg.users), sessions=cfg.sessions, turns=parse_turns(cfg.turns),
+                   system_prompt_len=int(cfg.system_prompt_len), system_prompt=str(cfg.system_prompt_scope),
+                   turn_input_len=int(cfg.turn_input_len), output_len=int(cfg.output_len or 64),
+                   think_time_s=think, think_dist=dist, tool_output_len=int(cfg.tool_output_len),
+                   session_rate=cfg.session_rate, cache_prompt=cfg.cache_prompt)
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        if not 1 <= self.users <= 10_000:
+            raise InputError(f"--users must be from 1 to 10,000 (got {self.users})")
+        if self.sessions is not None and not 1 <= self.sessions <= 100_000:
+            raise InputError(f"--sessions must be from 1 to 100,000 (got {self.sessions})")
+        if self.system_prompt not in ("shared", "per-user"):
+            raise InputError(f"--system-prompt must be shared or per-user (got {self.system_prompt!r})")
+        for name, v, lo in (("--system-prompt-len", self.system_prompt_len, 0), ("--turn-input-len", self.turn_input_len, 1),
+                            ("--output-len", self.output_len, 1), ("--tool-output-len", self.tool_output_len, 0)):
+            if not lo <= v <= 1_000_000:
+                raise InputError(f"{name} must be from {lo} to 1,000,000 (got {v})")
+        if self.session_rate is not None and not (math.isfinite(self.session_rate) and self.session_rate > 0):
+            raise InputError(f"--session-rate must be a positive number of sessions per second (got {self.session_rate})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"users": self.users, "sessions": self.n_sessions, "turns": list(self.turns),
+                "system_prompt_len": self.system_prompt_len, "system_prompt": self.system_prompt,
+                "turn_input_len": self.turn_input_len, "output_len": self.output_len,
+                "think_time_s": self.think_time_s, "think_time_dist": self.think_dist,
+                "tool_output_len": self.tool_output_len, "session_rate": self.session_rate,
+                "loop": "open" if self.open_loop else "closed", "cache_prompt": self.cache_prompt}
+
+
+@dataclass
+class TurnPlan:
+    """One turn's new content: the user input (with tool output before it) and the reply length."""
+
+    text: str
+    tokens: int  # content tokens of this turn's new message (tool output + input)
+    output_len: int
+    think_s: float  # pause before this turn (0 for the first)
+
+
+@dataclass
+class SessionPlan:
+    index: int
+    user: int
+    offset_s: float  # open loop: arrival after t0; closed loop: 0 (when a user is free)
+    system: str | None
+    system_tokens: int
+    turns: list[TurnPlan] = field(default_factory=list)
+
+
+async def build_sessions(spec: ConversationSpec, maker: Any, *, seed: int = 0,
+                         run_salt: str | None = None) -> list[SessionPlan]:
+    """Every session's texts, built up front through the server's tokenizer (``maker``, see
+    :mod:`phasescope.prompting`) so each part has its exact token count. Texts are salted
+    per run (``run_salt``; None = ``--reuse-prompts``), so a new run never hits the last one's cache."""
+    rng = random.Random(seed * 1_000_003 + 17)
+    n = spec.n_sessions
+    systems: dict[int, tuple[str, int]] = {}
+
+    async def system_of(user: int) -> tuple[str | None, int]:
+        if spec.system_prompt_len <= 0:
+            return None, 0
+        key = 0 if spec.system_prompt == "shared" else user
+        if key not in systems:
+            text, _ = await maker.make(spec.system_prompt_len, salt=part_salt(seed, run_salt, "sys", key), first=False)
+            systems[key] = (text, spec.system_prompt_len)
+        return systems[key]
+
+    t = 0.0
+    out: list[SessionPlan] = []
+    for i in range(n):
+        user = i % spec.users if not spec.open_loop else i
+        if spec.open_loop and i > 0:
+            t += rng.expovariate(spec.session_rate or 1.0)
+        sys_text, sys_tokens = await system_of(user)
+        sp = SessionPlan(i, user, t if spec.open_loop else 0.0, sys_text, sys_tokens)
+        for k in range(rng.randint(*spec.turns)):
+            text, _ = await maker.make(spec.turn_input_len, salt=part_salt(seed, run_salt, f"c{i}t", k), first=False)
+            tokens = spec.turn_input_len
+            if k > 0 and spec.tool_output_len > 0:
+                tool, _ = await maker.make(spec.tool_output_len, salt=part_salt(seed, run_salt, f"c{i}o", k), first=False)
+                text = f"{TOOL_MARK}{tool}\n{text}"
+                tokens += spec.tool_output_len
+            think = 0.0
+            if k > 0 and spec.think_time_s > 0:
+                think = spec.think_time_s if spec.think_dist == "fixed" else rng.expovariate(1.0 / spec.think_time_s)
+            sp.turns.append(TurnPlan(text, tokens, spec.output_len, think))
+        out.append(sp)
+    return out
+
+
+SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
+
+
+def chat_target(target: Target) -> Target:
+    """The target on its chat API: ``/v1/chat/completions`` for OpenAI-compatible and llama.cpp
+    servers, Ollama's ``/api/chat`` (the ``ollama`` api with ``ollama_chat``) for Ollama."""
+    if target.api in ("chat", "ollama"):
+        return target
+    from dataclasses import replace
+
+    return replace(target, api="chat")
+
+
+async def run_sessions(
+    sessions: Sequence[SessionPlan],
+    spec: ConversationSpec,
+    target: Target,
+    *,
+    send: SendFn,
+    warmups: Sequence[WorkItem] = (),
+    writer: Any = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    stop: asyncio.Event | None = None,
+    run_id: str = "run",
+    start_gate: Callable[[], Awaitable[int]] | None = None,
+    abort_after_errors: int = 8,
+    duration_s: float | None = None,
+    ignore_eos: bool = True,
+    prewarm_connections: int = 0,
+    drain_timeout_s: float | None = 60.0,
+    count: Callable[[str], Awaitable[int | None]] | None = None,
+) -> Any:
+    """Run the sessions and return a :class:`phasescope.load.runner.RunResult` (one record per turn;
+    warm-ups — single-message requests with their own prompts — before t0, excluded).
+
+    ``writer``: the run's record sink (``.write(record)``), fed on a background thread as each turn
+    completes. ``duration_s``: no turn starts after it (in-flight turns get ``drain_timeout_s``).
+    A failed turn ends its session (the history would no longer be what a client holds).
+    ``count``: the server's tokenizer (``/tokenize``), when it has one: each reply's text is counted
+    as it will be resent (``tags["reply_tokens_resent"]``; a generated token sequence need not
+    re-tokenize to the same count), so the next turn's ``content_tokens`` is exact. It runs after
+    the turn's last byte, outside every measured interval."""
+    from phasescope.load.runner import CONNECTION_ERRORS, HealthMonitor, RunnerHealth, RunResult, new_session, prewarm
+    from phasescope.measure.records import ThreadedSink
+
+    res = RunResult()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    bw = ThreadedSink(writer, on_error=lambda why: loop.call_soon_threadsafe(stop.set))
+    monitor = HealthMonitor()
+    send_lags: list[int] = []
+    conn_errors = 0
+    ollama = target.api == "ollama"
+    tasks: set[asyncio.Task[Any]] = set()
+    sess = new_session()
+    t0 = 0
+
+    def base_tags() -> dict[str, Any]:
+        return {"ollama_chat": True} if ollama else {}
+
+    async def send_one(req: GenRequest, t_sched: int) -> RequestRecord:
+        t_slot = now_ns()
+        try:
+            rec = await send(sess, target, req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a client bug must still leave a record
+            rec = RequestRecord(id=req.id or "", api=target.api, target=target.display_url, model=target.model,
+                                t_start_ns=t_slot, wall_start_ns=wall_ns(), ok=False,
+                                error_kind=error_kind(exc), error_message=f"{type(exc).__name__}: {exc}")
+        rec.t_scheduled_ns = t_sched
+        rec.tags = {**req.tags, **(rec.tags or {}), "t_slot_ns": t_slot}
+        return rec
+
+    def done(rec: RequestRecord, warm: bool) -> None:
+        nonlocal conn_errors
+        (res.warmup_records if warm else res.records).append(rec)
+        if not warm:
+            send_lags.append(max(0, rec.t_start_ns - (rec.t_scheduled_ns or rec.t_start_ns)))
+            if not rec.ok and rec.error_kind in CONNECTION_ERRORS:
+                conn_errors += 1
+                if conn_errors >= abort_after_errors and res.aborted is None:
+                    res.aborted = (f"the server stopped answering: {conn_errors} requests in a row failed "
+                                   f"({rec.error_kind}: {rec.error_message or 'no detail'})")
+                    stop.set()
+            elif rec.ok:
+                conn_errors = 0
+        bw.put(rec)
+        if on_record is not None and not warm:
+            on_record(rec)
+
+    async def pause(seconds: float) -> bool:
+        """Sleep, or return False at once when the run stops."""
+        if seconds <= 0:
+            return not stop.is_set()
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+            return False
+        except asyncio.TimeoutError:
+            return True
+
+    def past_duration() -> bool:
+        if duration_s is not None and now_ns() - t0 >= duration_s * 1e9:
+            res.hit_duration = True
+            return True
+        return False
+
+    async def run_session(sp: SessionPlan) -> None:
+        messages: list[dict[str, Any]] = []
+        if sp.system is not None:
+            messages.append({"role": "system", "content": sp.system})
+        history = sp.system_tokens  # content tokens sent so far (no template tokens)
+        for k, tp in enumerate(sp.turns):
+            if k > 0 and not await pause(tp.think_s):
+                return
+            if stop.is_set() or past_duration():
+                return
+            messages.append({"role": "user", "content": tp.text})
+            history += tp.tokens
+            req = GenRequest(
+                prompt=tp.text, max_tokens=tp.output_len, stream=True, ignore_eos=ignore_eos,
+                cache_prompt=spec.cache_prompt, id=f"{run_id}-s{sp.index}t{k + 1}", keep_text=True,
+                messages=[dict(m) for m in messages],
+                tags={**base_tags(), "session": f"s{sp.index}", "user": sp.user, "turn": k + 1,
+                      "turns": len(sp.turns), "history_messages": len(messages), "content_tokens": history,
+                      "system_tokens": sp.system_tokens,
+                      "system_key": "shared" if spec.system_prompt == "shared" else f"u{sp.user}"})
+            res.scheduled += 1
+            res.sent += 1
+            rec = await send_one(req, now_ns())
+            reply = str(rec.tags.pop("reply_text", "") or "")
+            resent = None
+            if rec.ok and count is not None:
+                try:
+                    resent = await count(reply) if reply else 0
+                except Exception:  # noqa: BLE001 - a count is a nicety; the history is resent either way
+                    resent = None
+                if resent is not None:
+                    rec.tags["reply_tokens_resent"] = resent
+            done(rec, False)
+            if not rec.ok:
+                return
+            messages.append({"role": "assistant", "content": reply})
+            history += int(resent if resent is not None else (rec.output_tokens or 0))
+
+    async def closed_user(queue: list[SessionPlan]) -> None:
+        while queue and not stop.is_set() and not past_duration():
+            await run_session(queue.pop(0))
+
+    async def wait_all(timeout: float | None) -> None:
+        pending = {t for t in tasks if not t.done()}
+        if not pending:
+            return
+        stopper = loop.create_task(stop.wait())
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            while pending and not stop.is_set():
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    break
+                await asyncio.wait(pending | {stopper}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                pending = {t for t in tasks if not t.done()}
+        finally:
+            stopper.cancel()
+
+    try:
+        # warm-ups: one short single-message request each, before t0
+        for i, w in enumerate(warmups):
+            if stop.is_set():
+                break
+            req = GenRequest(prompt=w.prompt, max_tokens=w.output_len, stream=True, ignore_eos=ignore_eos,
+                             id=f"{run_id}-w{i}", tags={**base_tags(), "warmup": True})
+            rec = await send_one(req, now_ns())
+            rec.tags.pop("reply_text", None)
+            done(rec, True)
+        if stop.is_set():
+            res.interrupted = res.aborted is None
+            return res
+        if prewarm_connections > 0:
+            await prewarm(sess, target, prewarm_connections)
+        t0 = await start_gate() if start_gate is not None else now_ns()
+        res.t0_ns = t0
+        res.wall_t0_ns = wall_ns() - (now_ns() - t0)
+        monitor.start()
+        if spec.open_loop:
+            for sp in sessions:
+                delay = t0 + int(sp.offset_s * 1e9) - now_ns()
+                if delay > 0 and not await pause(delay / 1e9):
+                    break
+                if stop.is_set() or past_duration():
+                    break
+                tasks.add(loop.create_task(run_session(sp)))
+        else:
+            queue = list(sessions)
+            for _ in range(min(spec.users, len(queue))):
+                tasks.add(loop.create_task(closed_user(queue)))
+        if duration_s is None or drain_timeout_s is None:
+            await wait_all(None)
+        else:  # no turn starts after the duration; in-flight ones get the drain time
+            await wait_all(max(0.0, duration_s - (now_ns() - t0) / 1e9) + drain_timeout_s)
+        if stop.is_set():
+            res.interrupted = res.aborted is None
+    finally:
+        pending = [t for t in tasks if not t.done()]
+        res.cancelled = len(pending)
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        res.t_end_ns = now_ns()
+        res.health = await monitor.stop(send_lags) if monitor._task is not None else RunnerHealth()
+        bw.close()
+        if bw.error is not None:
+            res.write_error = bw.error
+            res.aborted = res.aborted or f"stopped: {bw.error}"
+            res.interrupted = False
+        await sess.close()
+    return res
+
+
+# -- analysis ------------------------------------------------------------------------------------
+def _measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if not (r.tags or {}).get("warmup") and isinstance((r.tags or {}).get("turn"), int)]
+
+
+def _cached(r: RequestRecord) -> int | None:
+    from phasescope.load.hygiene import cached_of
+
+    return cached_of(r)
+
+
+def turn_rows(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
+    """``turns`` of ``bench --json``: per turn index, over the successful turns of every session —
+    ``n``, ``prompt_tokens_mean`` (as the server counted them), ``cached_tokens_mean`` (from the
+    server's counters; None where it reports none, e.g. Ollama), ``median_ttft_ms``, ``p99_ttft_ms``,
+    ``median_itl_ms`` and ``decode_tok_s`` (median of the per-request decode rates)."""
+    by: dict[int, list[RequestRecord]] = {}
+    for r in _measured(records):
+        if r.ok:
+            by.setdefault(int(r.tags["turn"]), []).append(r)
+    rows = []
+    for turn in sorted(by):
+        rs = by[turn]
+        pts = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
+        cs = [c for c in (_cached(r) for r in rs) if c is not None]
+        ttft = [t * 1000 for t in (derive.ttft_s(r) for r in rs) if t is not None]
+        itl = [x * 1000 for r in rs for x in derive.itl_s(r)]
+        dec = [d for d in (derive.decode_tok_s(r) for r in rs) if d is not None]
+        outs = [r.output_tokens for r in rs if r.output_tokens is not None]
+        rows.append({
+            "turn": turn, "n": len(rs),
+            "prompt_tokens_mean": sum(pts) / len(pts) if pts else None,
+            "cached_tokens_mean": sum(cs) / len(cs) if cs else None,
+            "median_ttft_ms": median(ttft), "p99_ttft_ms": percentile(ttft, 99),
+            "median_itl_ms": median(itl), "decode_tok_s": median(dec),
+            "output_tokens_mean": sum(outs) / len(outs) if outs else None,
+        })
+    return rows
+
+
+def expected_cache_share(records: Sequence[RequestRecord]) -> float | None:
+    """The share of prompt tokens a perfect prefix cache serves in these sessions: each turn after
+    the first can reuse the previous turn's whole prompt (the history it resends), and a first turn
+    the system prompt when an earlier turn sent the same one (shared, or the same user's); implied
+    hits over all prompt tokens, from the server's own counts."""
+    by: dict[str, dict[int, int]] = {}
+    firsts: list[tuple[int, str, int, int]] = []  # (send instant, system key, system tokens, prompt)
+    starts: dict[str, int] = {}  # system key → the earliest send of any turn with it
+    for r in _measured(records):
+        if r.ok and r.prompt_tokens:
+            by.setdefault(str(r.tags.get("session")), {})[int(r.tags["turn"])] = int(r.prompt_tokens)
+            key = str(r.tags.get("system_key") or "")
+            if int(r.tags.get("system_tokens") or 0) > 0:
+                starts[key] = min(starts.get(key, r.t_start_ns), r.t_start_ns)
+                if r.tags["turn"] == 1:
+                    firsts.append((r.t_start_ns, key, int(r.tags["system_tokens"]), int(r.prompt_tokens)))
+    total = hit = 0
+    for turns in by.values():
+        for t, p in turns.items():
+            total += p
+            if t - 1 in turns:
+                hit += min(turns[t - 1], p)
+    for t0, key, sys_tokens, p in firsts:
+        if starts.get(key, t0) < t0:  # someone sent this system prompt before
+            hit += min(sys_tokens, p)
+    return hit / total if total else None
+
+
+def conversation_section(records: Sequence[RequestRecord], spec: ConversationSpec) -> dict[str, Any]:
+    """``conversation`` of ``bench --json``: the spec, sessions completed, session time to
+    complete (first turn's send → last turn's last byte, think times included), the share of prompt
+    tokens the server served from its cache (and where the count came from), the share a perfect
+    prefix cache would serve, and each turn's prompt growth over the one before it."""
+    meas = _measured(records)
+    sessions: dict[str, list[RequestRecord]] = {}
+    for r in meas:
+        sessions.setdefault(str(r.tags.get("session")), []).append(r)
+    times, complete = [], 0
+    for rs in sessions.values():
+        want = int(rs[0].tags.get("turns") or 0)
+        ok = [r for r in rs if r.ok]
+        if len(ok) == want and want:
+            complete += 1
+            ends = [r.t_done_ns for r in ok if r.t_done_ns]
+            if ends:
+                times.append((max(ends) - min(r.t_start_ns for r in ok)) / 1e9)
+    known = [(c, r.prompt_tokens) for r in meas if r.ok and r.prompt_tokens
+             for c in [_cached(r)] if c is not None]
+    share = sum(c for c, _ in known) / sum(p for _, p in known) if known else None
+    src = None
+    if known:
+        src = "usage" if any(r.cached_prompt_tokens is not None and (r.server or {}).get("cache_n") is None
+                             for r in meas if r.ok) else "timings"
+    return {
+        **spec.to_dict(),
+        "sessions_started": len(sessions),
+        "sessions_completed": complete,
+        "turns_sent": len(meas),
+        "turns_ok": sum(1 for r in meas if r.ok),
+        "session_time_s": {"mean": sum(times) / len(times) if times else None, "median": median(times),
+                           "p99": percentile(times, 99), "max": max(times) if times else None},
+        "cache_share": share,
+        "cache_share_source": src,
+        "cache_share_known_turns": len(known),
+        "expected_cache_share": expected_cache_share(records),
+        "prompt_growth": prompt_growth(records),
+        "template_tokens_constant_in_session": template_constant_in_sessions(records),
+    }
+
+
+def prompt_growth(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
+    """Per turn ≥ 2: how much the prompt grew over the previous turn of the same session, against
+    what was appended (previous reply's tokens — as the server's tokenizer counts the resent text
+    where it has ``/tokenize``, else as generated — + this turn's new content tokens). The
+    difference is the chat template's per-turn tokens — a constant when the history is resent intact."""
+    by: dict[str, dict[int, RequestRecord]] = {}
+    for r in _measured(records):
+        if r.ok:
+            by.setdefault(str(r.tags.get("session")), {})[int(r.tags["turn"])] = r
+    rows: dict[int, list[tuple[int, int]]] = {}
+    for turns in by.values():
+        for t, r in turns.items():
+            prev = turns.get(t - 1)
+            if prev is None or r.prompt_tokens is None or prev.prompt_tokens is None or prev.output_tokens is None:
+                continue
+            # content_tokens counts the history as sent: previous reply + this turn's new message
+            appended = int(r.tags.get("content_tokens", 0)) - int(prev.tags.get("content_tokens", 0))
+            rows.setdefault(t, []).append((int(r.prompt_tokens) - int(prev.prompt_tokens), appended))
+    out = []
+    for t in sorted(rows):
+        g = rows[t]
+        out.append({"turn": t, "n": len(g), "growth_mean": sum(a for a, _ in g) / len(g),
+                    "appended_mean": sum(b for _, b in g) / len(g),
+                    "template_tokens": sorted({a - b for a, b in g})})
+    return out
+
+
+def template_constant_in_sessions(records: Sequence[RequestRecord]) -> bool | None:
+    """Whether, in every session, each turn's prompt grew by what was appended plus the *same*
+    number of template tokens (None: no session with two growth steps). Across sessions the number
+    may differ by a token: where a reply meets the template's markers the tokenizer can merge one."""
+    by: dict[str, dict[int, RequestRecord]] = {}
+    for r in _measured(records):
+        if r.ok:
+            by.setdefault(str(r.tags.get("session")), {})[int(r.tags["turn"])] = r
+    seen = False
+    for turns in by.values():
+        extra = set()
+        for t, r in turns.items():
+            prev = turns.get(t - 1)
+            if prev is None or r.prompt_tokens is None or prev.prompt_tokens is None:
+                continue
+            appended = int(r.tags.get("content_tokens", 0)) - int(prev.tags.get("content_tokens", 0))
+            extra.add(int(r.prompt_tokens) - int(prev.prompt_tokens) - appended)
+        if len(extra) > 1:
+            return False
+        if len([t for t in turns if t - 1 in turns]) >= 2:
+            seen = True
+    return True if seen else None
