@@ -12,16 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from phasescope.errors import InputError
-from phasescope.load.conversation import (
-    ConversationSpec,
-    build_sessions,
-    expected_cache_share,
-    parse_think_time,
-    parse_turns,
-    prompt_growth,
-    template_constant_in_sessions,
-    turn_rows,
-)
+from phasescope.load.conversation import ConversationSpec, build_sessions, parse_think_time, parse_turns
+from phasescope.load.conversation_stats import expected_cache_share, prompt_growth, template_constant_in_sessions, turn_rows
 from phasescope.prompting import WordPromptMaker
 from phasescope.load.schedule import TraceEntry
 from phasescope.load.traces import HashedEntry, implied_hit_rate, read_burstgpt, read_mooncake, window

@@ -11,32 +11,24 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
-
-#: decode at ≥ this share of the bandwidth ceiling: only fewer bytes or faster memory help (seed)
-CEILING_AT = 0.80
-#: decode below this share: the serving stack leaves bandwidth unused
-CEILING_FAR_BELOW = 0.50
-#: context-fill slowdown (%) from which the long-context penalty is a problem rather than a note
-LONG_CONTEXT_PROBLEM_PCT = 25.0
-#: measured/predicted slowdown above which attention reads cost more than the bandwidth model says
-LONG_CONTEXT_WORSE_THAN_MODEL_X = 2.0
-#: fixed TTFT overhead that is worth a finding: absolute and as a share of the shortest prompt's TTFT
-OVERHEAD_MIN_S = 0.1
-OVERHEAD_MIN_SHARE = 0.5
-#: share of TTFT spent outside prefill at the top batching level that means "queueing dominates"
-QUEUE_DOMINATES = 0.5
-#: a higher level with less than 1/this of level 1's throughput is noise, not "no gain"
-NO_GAIN_FLOOR_X = 1.3
-#: p99 ITL growth (top level / level 1) worth naming as a tail-latency cost of batching
-TAIL_GROWTH_X = 2.0
-#: below this R² the prompt-scaling fit's quadratic share is noise, not attention
-FIT_R2_FOR_SHAPE = 0.8
-#: two measurements of single-stream decode must agree within this factor for a ceiling verdict
-DECODE_SOURCES_AGREE_X = 1.5
-#: a model load during a request above this many seconds is worth a finding
-MODEL_LOAD_MIN_S = 0.5
+from phasescope.diagnose.thresholds import (  # noqa: F401  (each rule's threshold, one place)
+    CEILING_AT,
+    CEILING_FAR_BELOW,
+    CONVERSATION_DECODE_MIN_PCT,
+    DECODE_SOURCES_AGREE_X,
+    FIT_R2_FOR_SHAPE,
+    LONG_CONTEXT_PROBLEM_PCT,
+    LONG_CONTEXT_WORSE_THAN_MODEL_X,
+    MODEL_LOAD_MIN_S,
+    NO_GAIN_FLOOR_X,
+    OVERHEAD_MIN_S,
+    OVERHEAD_MIN_SHARE,
+    QUEUE_DOMINATES,
+    TAIL_GROWTH_X,
+)
 
 
 @dataclass
@@ -452,84 +444,6 @@ def rule_model_load(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None, r
             f"{len(loads)} request(s) waited for the model to load ({max(loads):.1f} s at most).",
             [Evidence("longest load_duration", max(loads), "s", "server response (Ollama load_duration)")],
             advice_for("model_load", diag.engine)))
-
-
-def rule_conversation(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
-    """Experiment ``conversation`` (issue 17): is the history of a chat paid again every turn, and how
-    much does decode slow as it grows?"""
-    cv = r.get("conversation")
-    if cv is None:
-        return
-    turns = cv.turns
-    src = f"conversation: client TTFT over {len(turns)} turns × {max((t.n for t in turns), default=0)} sessions"
-    if len(turns) >= 2:
-        first, last = turns[0], turns[-1]
-        ev = [
-            Evidence(f"TTFT at turn 1 ({first.prompt_tokens or 0:.0f} prompt tokens)", first.ttft_s, "s", src),
-            Evidence(f"TTFT at turn {last.turn} ({last.prompt_tokens or 0:.0f} prompt tokens)", last.ttft_s, "s", src),
-        ]
-        if cv.slope_share is not None:
-            ev.append(Evidence("TTFT growth as a share of re-prefilling the history", 100 * cv.slope_share, "%",
-                               "conversation: fit of TTFT against prompt tokens / calibrated prefill rate"))
-        if last.cached_tokens is not None:
-            ev.append(Evidence(f"cached prompt tokens at turn {last.turn}", last.cached_tokens, "tokens",
-                               "server responses (usage.cached_tokens / timings.cache_n)"))
-    else:
-        ev = []
-    if cv.history_cached is None:
-        diag.undecided.append(Undecided("conversation", cv.reason or "the conversation's cache use could not be decided"))
-    elif cv.history_cached is False or cv.evicted_at_turn is not None:
-        why = (f"the history is cached for the first turns but not at turn {cv.evicted_at_turn}: it outgrew what the "
-               "server keeps" if cv.history_cached and cv.evicted_at_turn is not None else
-               "each turn prefills the whole history again")
-        diag.findings.append(Finding(
-            "conversation-history-recomputed", "problem",
-            f"Chat turns get slower as the conversation grows: {why} (TTFT {(turns[0].ttft_s or 0) * 1e3:.0f} ms at "
-            f"turn 1 → {(turns[-1].ttft_s or 0) * 1e3:.0f} ms at turn {turns[-1].turn}).",
-            ev, advice_for("conversation_cache", diag.engine)))
-    else:
-        diag.findings.append(Finding(
-            "conversation-cache-working", "info",
-            f"Resent chat history is served from the prefix cache: TTFT stays near turn 1's "
-            f"({(turns[0].ttft_s or 0) * 1e3:.0f} → {(turns[-1].ttft_s or 0) * 1e3:.0f} ms) while the prompt grows "
-            f"{turns[0].prompt_tokens or 0:.0f} → {turns[-1].prompt_tokens or 0:.0f} tokens.", ev))
-    slow = cv.decode_slowdown_pct
-    if slow is not None and slow >= CONVERSATION_DECODE_MIN_PCT and len(turns) >= 2:
-        first, last = turns[0], turns[-1]
-        dev = [Evidence("decode rate at turn 1", first.decode_tok_s, "tok/s", src),
-               Evidence(f"decode rate at turn {last.turn}", last.decode_tok_s, "tok/s", src),
-               Evidence("decode slowdown over the conversation", slow, "%", src)]
-        pred = ""
-        if cv.predicted_slowdown_pct is not None:
-            dev.append(Evidence("slowdown the bandwidth model predicts", cv.predicted_slowdown_pct, "%",
-                                "theory: (weights + KV·context) bytes per step"))
-            pred = f"; the bandwidth model predicts {cv.predicted_slowdown_pct:.0f} %"
-        diag.findings.append(Finding(
-            "conversation-decode-slowdown", "problem" if slow >= LONG_CONTEXT_PROBLEM_PCT else "info",
-            f"Decode slows as the history grows: {first.decode_tok_s:.1f} → {last.decode_tok_s:.1f} tok/s "
-            f"({slow:.0f} % slower at {last.prompt_tokens or 0:.0f} tokens of history{pred}).",
-            dev, advice_for("long_context", diag.engine)))
-
-
-    if cv.fill_queue_turn is not None:
-        fev = [Evidence("concurrent sessions", cv.fill_sessions, "", "conversation: fill phase"),
-               Evidence("first turn at which requests waited", cv.fill_queue_turn, "", "/metrics waiting requests"),
-               Evidence("waiting requests (max)", cv.fill_waiting_max, "", "/metrics")]
-        if cv.fill_history_tokens is not None:
-            fev.append(Evidence("history in the KV pool at that turn (all sessions)", cv.fill_history_tokens, "tokens",
-                                "server prompt counts"))
-        if cv.fill_kv_usage_max is not None:
-            fev.append(Evidence("KV-cache usage peak", 100 * cv.fill_kv_usage_max, "%", "/metrics"))
-        diag.findings.append(Finding(
-            "conversation-sessions-fill-kv", "problem",
-            f"Long chat sessions fill the KV pool: with only {cv.fill_sessions} sessions in flight, requests began to "
-            f"wait at turn {cv.fill_queue_turn}"
-            + (f", when the sessions held {cv.fill_history_tokens:.0f} tokens of history" if cv.fill_history_tokens else "")
-            + ".", fev, advice_for("kv_pool_full", diag.engine)))
-
-
-#: decode slowdown (%) over a conversation worth a finding (experiment ``conversation``)
-CONVERSATION_DECODE_MIN_PCT = 10.0
 
 
 RULES: list[Callable[[dict[str, Any], Diagnosis, Ceilings | None], None]] = [

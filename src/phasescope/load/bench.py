@@ -3,6 +3,12 @@
 :func:`run_bench` does one load run; :func:`phasescope.load.sweep.run_sweep` chains several. The
 CLI only parses flags into a :class:`BenchConfig`, passes a progress callback and prints.
 
+One job: one load run from its config to its summary. What it sends is built elsewhere (workloads in
+:mod:`phasescope.load.workload` and :mod:`phasescope.load.traffic`, schedules in
+:mod:`phasescope.load.schedule`), how it is sent too (runner, workers, Ray, the conversation driver),
+and what it measured is aggregated in :mod:`phasescope.load.summary`; this module is the glue that
+picks them for one config, which is why it is long.
+
 Lifecycle: the run's output is opened by :func:`phasescope.lifecycle.run_output` (the run store and/or
 ``--out``, else the fallback folder); the runner — one process, ``--workers`` processes
 (:mod:`phasescope.load.workers`) or Ray actors (:mod:`phasescope.load.ray`) — gets its

@@ -94,7 +94,8 @@ def run_conversation_bench(cfg: Any, items: list[WorkItem], target: Any, out: An
     (``out``: the bench's :class:`~phasescope.lifecycle.RunOutput`, as for any bench run). Ctrl-C →
     a partial result."""
     from phasescope.lifecycle import on_sigint
-    from phasescope.load.conversation import ConversationSpec, build_sessions, expected_cache_share, run_sessions
+    from phasescope.load.conversation import ConversationSpec, build_sessions, run_sessions
+    from phasescope.load.conversation_stats import expected_cache_share
     from phasescope.load.routing import send_for
 
     spec = ConversationSpec.from_config(cfg)
@@ -151,7 +152,8 @@ def run_conversation_bench(cfg: Any, items: list[WorkItem], target: Any, out: An
 def add_workload_sections(cfg: Any, summary: dict[str, Any], res: Any) -> None:
     """``turns`` + ``conversation`` (conversation) or ``trace`` (mooncake, burstgpt) in the summary."""
     if cfg.dataset == "conversation":
-        from phasescope.load.conversation import ConversationSpec, conversation_section, turn_rows
+        from phasescope.load.conversation import ConversationSpec
+        from phasescope.load.conversation_stats import conversation_section, turn_rows
 
         spec = ConversationSpec.from_config(cfg)
         summary["turns"] = turn_rows(res.records)
