@@ -73,7 +73,7 @@ def test_decode_slows_as_the_context_fills():
     assert r.slowdown_pct > 0, pts
 
 
-def test_batching_raises_throughput_and_p99_itl(engine):
+def test_batching_raises_throughput_and_itl(engine):
     # Another process on a 2-core box can stall a single stream for seconds, which only ever
     # makes a level look slower. So the experiment runs twice and each level keeps its better
     # figures (highest throughput, lowest p99 ITL) — the same rule for every level.
@@ -85,12 +85,14 @@ def test_batching_raises_throughput_and_p99_itl(engine):
         assert r.max_concurrency_bound == 4 and "total_slots" in (r.bound_source or "")
         runs.append(by_c)
     tput = {c: max(run[c].output_tok_s for run in runs) for c in (1, 4)}
-    p99 = {c: min(run[c].itl_p99_s for run in runs) for c in (1, 4)}
+    # the typical token gap: a stall of another process lands in one level's p99 (0.39 s at 1 stream
+    # against 0.07 s at 4 on a loaded host), but not in its median
+    p50 = {c: min(run[c].itl_p50_s for run in runs) for c in (1, 4)}
     # How much 4 streams gain depends on which roof binds on this CPU: 1.2-2x where memory binds,
     # barely more than 1x where the 2 cores' compute binds (CI measured 1.15x). The physics that
     # holds on every host is that 4 streams sharing each weight read never deliver less in total.
     assert tput[4] > tput[1], tput
-    assert p99[4] > p99[1], p99
+    assert p50[4] > p50[1], p50  # each step serves 4 sequences, so each of them waits longer per token
     # ... and whatever the gain, explain's batching finding must say what the levels of a run show
     diag = diagnose({"batching": r}, engine="llamacpp")
     ids = diag.ids()
