@@ -161,3 +161,18 @@ def test_embedded_engine_two_ubatch_settings(tmp_path, engine):
     runs = {r.id: r for r in _stored(tmp_path) if r.kind == "probe"}
     assert {runs[r["run_id"]].params["tune"]["key"] for r in d["settings"]} == {"ub=32", "ub=512"}
     assert len(d["finding"]) == 1 and d["finding"][0].startswith("ub=512 vs ub=32: ")
+
+
+def test_bench_workload_through_a_template(tmp_path):
+    marker = f"tunefake-{uuid.uuid4().hex[:8]}"
+    p = _tune(tmp_path, "--workload", "bench", "--num-prompts", "6", "--input-len", "16", "--output-len", "8",
+              "--serve", _template(marker), "--param", "itl=2,20", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert [r["status"] for r in d["settings"]] == ["ok", "ok"]
+    b, o = d["settings"]
+    assert b["metrics"]["n_ok"] == 6 and o["metrics"]["itl_p50_s"] > b["metrics"]["itl_p50_s"]
+    assert o["summary"]["completed"] == 6  # the bench's own summary keys
+    kinds = {r.id: r.kind for r in _stored(tmp_path)}
+    assert kinds[b["run_id"]] == kinds[o["run_id"]] == "bench"
+    assert _alive_with(marker) == []

@@ -69,8 +69,11 @@ def tune(
             args = {"num_prompts": num_prompts, "request_rate": str(request_rate), "max_concurrency": max_concurrency,
                     "input_len": input_len, "output_len": output_len}
         else:
-            from phasescope.experiments.suite import parse_budget
+            from phasescope.experiments.suite import NAMES, parse_budget
 
+            bad = [n.strip() for n in (only or "").split(",") if n.strip() and n.strip() not in NAMES]
+            if bad:
+                raise InputError(f"--only: unknown experiment {bad[0]!r}; choose from: {', '.join(NAMES)}")
             args = {"budget_s": parse_budget(budget), "only": only}
         salt = None
         if fresh:
