@@ -165,11 +165,13 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
         for s in settings:
             n = f"setting {s.index + 1}/{len(settings)} ({s.label()})"
             if s.key in done:
-                rows[s.index] = _row(s, done[s.key], store, resumed=True)
-                tell(f"{n}: reusing run {done[s.key].id}")
-                if on_row:
-                    on_row(rows[s.index])
-                continue
+                row = _row(s, done[s.key], store, resumed=True)
+                if row["metrics"]["n_ok"] > 0:  # a stored run with no successful request is measured again
+                    rows[s.index] = row
+                    tell(f"{n}: reusing run {done[s.key].id}")
+                    if on_row:
+                        on_row(row)
+                    continue
             tell(f"{n}: starting the server")
             run_id = None
             try:
@@ -186,8 +188,12 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
                     rows[s.index] = _failed_row(s, f"the {spec.workload} run ended {status}", run_id=run_id,
                                                 log_path=srv.log_path)
                 else:
-                    rows[s.index] = _row(s, store.get(run_id), store, resumed=False)
-                    rows[s.index]["log_path"] = str(srv.log_path) if srv.log_path else None
+                    row = _row(s, store.get(run_id), store, resumed=False)
+                    row["log_path"] = str(srv.log_path) if srv.log_path else None
+                    if row["metrics"]["n_ok"] == 0:
+                        row = _failed_row(s, f"no {spec.workload} request succeeded", run_id=run_id,
+                                          log_path=srv.log_path)
+                    rows[s.index] = row
             except launch.SettingFailed as exc:
                 tell(f"{n}: failed: {exc.reason}")
                 rows[s.index] = _failed_row(s, exc.reason, run_id=run_id, log_path=exc.log_path, tail=exc.tail)
