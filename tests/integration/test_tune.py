@@ -176,3 +176,17 @@ def test_bench_workload_through_a_template(tmp_path):
     kinds = {r.id: r.kind for r in _stored(tmp_path)}
     assert kinds[b["run_id"]] == kinds[o["run_id"]] == "bench"
     assert _alive_with(marker) == []
+
+
+def test_a_server_that_answers_health_but_fails_every_request_is_a_failed_setting(tmp_path):
+    marker = f"tunefake-{uuid.uuid4().hex[:8]}"
+    tpl = f"{sys.executable} -m phasescope.testing.fakeserver --port {{port}} --model {marker} {{extra}}"
+    p = _tune(tmp_path, "--serve", tpl, "--param", "extra=--fault=http500,--itl-ms=2", "-p", "16", "-n", "8",
+              "-r", "2", "--json")
+    assert p.returncode == 0, p.stderr  # one setting measured
+    d = json.loads(p.stdout)
+    first, second = d["settings"]
+    assert first["status"] == "failed" and "HTTP 500" in first["reason"]
+    assert second["status"] == "ok" and second["vs_baseline"] is None  # no baseline to compare with
+    assert d["finding"] == ["the baseline setting did not run: nothing to compare with"]
+    assert _alive_with(marker) == []

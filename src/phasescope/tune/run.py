@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from phasescope.errors import InputError
+from phasescope.errors import InputError, PhasescopeError
 from phasescope.tune.spec import Setting, TuneSpec, setting_key, tune_id
 
 __all__ = ["DEFAULT_WORKLOAD_ARGS", "WORKLOADS", "find_tune_spec", "plan_resume", "run_tune", "stored_settings"]
@@ -197,6 +197,11 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
             except launch.SettingFailed as exc:
                 tell(f"{n}: failed: {exc.reason}")
                 rows[s.index] = _failed_row(s, exc.reason, run_id=run_id, log_path=exc.log_path, tail=exc.tail)
+            except PhasescopeError as exc:  # the workload gave up on this server (refused, no success...)
+                if isinstance(exc, InputError):  # bad input fails every setting alike: say it once
+                    raise
+                tell(f"{n}: failed: {exc}")
+                rows[s.index] = _failed_row(s, f"the {spec.workload} run failed: {exc}", run_id=run_id)
             if on_row:
                 on_row(rows[s.index])
         ordered = [rows[s.index] for s in settings]
