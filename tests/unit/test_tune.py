@@ -227,3 +227,19 @@ def test_failed_rows_are_said_and_a_failed_baseline_compares_nothing():
     rows = [dict(bad, index=0), dict(ok, index=1)]
     with_ratios(rows)
     assert finding(rows) == ["the baseline setting did not run: nothing to compare with"]
+
+
+def test_recommend_picks_the_highest_throughput_within_the_slo():
+    from phasescope.tune.table import recommend
+
+    def r(i, ttft99, itl99, tp, status="ok"):
+        return {"index": i, "label": f"x={i}", "params": {"x": str(i)}, "status": status,
+                "metrics": {"ttft_p99_s": ttft99, "itl_p99_s": itl99, "throughput_tok_s": tp}}
+
+    rows = [r(0, 0.2, 0.010, 100.0), r(1, 0.6, 0.010, 300.0), r(2, 0.3, 0.020, 200.0), r(3, 0.1, 0.005, 999.0, "failed")]
+    assert recommend(rows, None) is None
+    got = recommend(rows, {"ttft": 500.0, "itl": 30.0})
+    assert got["index"] == 2 and "2 of 3 settings" in got["reason"] and "200 tok/s" in got["reason"]
+    assert recommend(rows, {"ttft": 500.0, "itl": 15.0})["index"] == 0
+    none = recommend(rows, {"ttft": 50.0})
+    assert none["index"] is None and "none of the 3 measured settings" in none["reason"]

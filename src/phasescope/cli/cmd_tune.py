@@ -34,6 +34,7 @@ def tune(
     only: Optional[str] = typer.Option(None, "--only", help="explain: comma-separated experiments."),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="probe: model shape for ceilings."),
     device: Optional[str] = typer.Option(None, "--device", help="probe: device id for ceilings."),
+    slo: Optional[List[str]] = typer.Option(None, "--slo", help="p99 targets in ms, e.g. --slo ttft:500 itl:50: recommend the highest-throughput setting meeting them."),
     startup_timeout: float = typer.Option(120.0, "--startup-timeout", help="Seconds each setting's server has to get ready."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON (keys in docs/commands/tune.md)."),
 ) -> None:
@@ -43,8 +44,8 @@ def tune(
     from phasescope.tune.spec import TuneSpec, check_template, parse_param
 
     if resume:
-        if param or serve:
-            raise InputError("--resume ID takes the tune's own --param and --serve; give neither")
+        if param or serve or fresh:
+            raise InputError("--resume ID takes the tune's own --param and --serve; give neither (nor --fresh)")
         from phasescope.store import open_store
 
         spec = find_tune_spec(open_store(None), resume)
@@ -82,8 +83,15 @@ def tune(
             salt = secrets.token_hex(4)
         spec = TuneSpec(params=parsed, workload=workload, workload_args=args, serve=serve,
                         one_at_a_time=one_at_a_time, salt=salt)
+    from phasescope.load.sweep import parse_slo
+    from phasescope.tune.table import SLO_METRICS
+
+    slo_d = parse_slo(slo)
+    if any(k not in SLO_METRICS for k in slo_d):
+        bad = next(k for k in slo_d if k not in SLO_METRICS)
+        raise InputError(f"--slo {bad}: tune judges {' and '.join(SLO_METRICS)} (p99, ms)")
     progress = None if json_out else (lambda s: err_console.print(f"[dim]· {s}[/dim]", highlight=False))
-    result = run_tune(spec, say=progress, startup_timeout_s=startup_timeout)
+    result = run_tune(spec, say=progress, startup_timeout_s=startup_timeout, slo=slo_d)
     if json_out:
         print_json(result)
     else:

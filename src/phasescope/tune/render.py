@@ -63,6 +63,10 @@ def render(result: dict[str, Any]) -> Group:
     lines = [Text(s) for s in result.get("finding") or []]
     if any(r.get("resumed") for r in result["settings"]):
         notes.insert(0, Text("* measured earlier, reused from the store (resumed tune)", style="dim"))
+    rec = result.get("recommended")
+    if rec:
+        lines.append(Text(f"recommended for the SLO: #{rec['index'] + 1} {rec['label']} — {rec['reason']}"
+                          if rec.get("index") is not None else f"recommended for the SLO: none — {rec['reason']}"))
     if runs:
         lines.append(Text(f"stored runs: {runs} (tune run {result.get('run_id')})", style="dim"))
     return Group(t, *notes, *lines)

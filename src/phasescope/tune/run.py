@@ -139,12 +139,13 @@ def pareto(rows: list[dict[str, Any]]) -> list[int]:
 
 
 def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0,
-             on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+             on_row: Callable[[dict[str, Any]], None] | None = None,
+             slo: dict[str, float] | None = None) -> dict[str, Any]:
     """Run (or continue) the tune ``spec``; the result ``tune --json`` prints (docs/commands/tune.md)."""
     from phasescope.lifecycle import run_output, run_tags
     from phasescope.store import open_store
     from phasescope.tune import launch
-    from phasescope.tune.table import finding, with_ratios
+    from phasescope.tune.table import finding, recommend, with_ratios
 
     tell = say or (lambda _m: None)
     if spec.workload not in WORKLOADS:
@@ -210,7 +211,8 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
             "tune_id": tid, "run_id": out.store_id, "workload": spec.workload,
             "mode": "one-at-a-time" if spec.one_at_a_time else "grid",
             "serve": spec.serve, "baseline": dict(settings[0].params),
-            "settings": ordered, "pareto": pareto(ordered), "finding": finding(ordered),
+            "settings": ordered, "pareto": pareto(ordered), "slo": dict(slo or {}),
+            "recommended": recommend(ordered, slo), "finding": finding(ordered),
             "n_ok": sum(r["status"] == "ok" for r in ordered), "n_failed": sum(r["status"] != "ok" for r in ordered),
             "elapsed_s": time.monotonic() - t0,
         }

@@ -144,3 +144,26 @@ def finding(rows: list[dict[str, Any]]) -> list[str]:
             parts.append(f"the bandwidth roof predicts decode {pred:.2f}×")
         out.append(f"{r['label']} vs {base['label']}: " + "; ".join(parts))
     return out
+
+
+#: ``--slo`` keys tune can judge, and the row metric (p99, seconds) each is compared with
+SLO_METRICS = {"ttft": "ttft_p99_s", "itl": "itl_p99_s"}
+
+
+def recommend(rows: list[dict[str, Any]], slo: dict[str, float] | None) -> dict[str, Any] | None:
+    """The ok setting with the highest throughput among those whose p99s meet ``slo`` (ms), with the
+    reason; None without an SLO. ``{"index", "params", "label", "reason"}`` (index None: none meets it)."""
+    if not slo:
+        return None
+    words = ", ".join(f"{k.upper()} p99 ≤ {v:g} ms" for k, v in slo.items())
+    ok = [r for r in rows if r.get("status") == "ok"]
+    within = [r for r in ok if all((r["metrics"].get(SLO_METRICS[k]) is not None
+                                    and r["metrics"][SLO_METRICS[k]] * 1000 <= v) for k, v in slo.items())]
+    if not within:
+        return {"index": None, "params": None, "label": None,
+                "reason": f"none of the {len(ok)} measured settings meets the SLO ({words})"}
+    best = max(within, key=lambda r: r["metrics"].get("throughput_tok_s") or 0.0)
+    tp = best["metrics"].get("throughput_tok_s")
+    return {"index": best["index"], "params": dict(best["params"]), "label": best["label"],
+            "reason": f"the highest throughput ({_fmt(tp, 'tok/s')}) of the {len(within)} of {len(ok)} settings "
+                      f"within the SLO ({words})"}
