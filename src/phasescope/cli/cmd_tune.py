@@ -43,6 +43,10 @@ def tune(
     from phasescope.tune.run import WORKLOADS, find_tune_spec, run_tune
     from phasescope.tune.spec import TuneSpec, check_template, parse_param
 
+    import math
+
+    if not (math.isfinite(startup_timeout) and startup_timeout > 0):
+        raise InputError(f"--startup-timeout must be a positive number of seconds (got {startup_timeout})")
     if resume:
         if param or serve or fresh:
             raise InputError("--resume ID takes the tune's own --param and --serve; give neither (nor --fresh)")
