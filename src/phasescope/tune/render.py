@@ -22,6 +22,11 @@ def _num(v: Any, unit: str) -> str:
     return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
 
 
+def _ratio(r: float) -> str:
+    """×0.26, ×31.2, ×276: five characters at most, so the table fits 80 columns."""
+    return f"×{r:.2f}" if r < 10 else (f"×{r:.1f}" if r < 100 else f"×{r:.0f}")
+
+
 _SHORT = {"ttft_p50_s": "TTFT\np50\nms", "ttft_p99_s": "TTFT\np99\nms", "prefill_tok_s": "pre-\nfill\ntok/s",
           "decode_tok_s": "de-\ncode\ntok/s", "itl_p50_s": "ITL\np50\nms", "itl_p99_s": "ITL\np99\nms",
           "itl_max_s": "max\npause\nms", "throughput_tok_s": "thru-\nput\ntok/s"}
@@ -31,7 +36,7 @@ def render(result: dict[str, Any]) -> Group:
     t = Table(title=f"tune {result['tune_id']} · {result['workload']} · {result['mode']} "
                     f"(× = setting / baseline #1)", title_justify="left", pad_edge=False, padding=(0, 1),
               box=box.SIMPLE_HEAD)
-    t.add_column("setting", no_wrap=True)
+    t.add_column("setting", overflow="fold")
     for key, _, unit, _ in METRIC_KEYS:
         t.add_column(_SHORT[key], justify="right", min_width=5)
     has_roof = False  # the roof goes on a line of its own below (80 columns)
@@ -50,7 +55,7 @@ def render(result: dict[str, Any]) -> Group:
         for key, _, unit, _ in METRIC_KEYS:
             v = r["metrics"].get(key)
             ratio = (r.get("vs_baseline") or {}).get(key)
-            cells.append(_num(v, unit) + (f"\n×{ratio:.2f}" if ratio is not None and r["index"] != 0 else ""))
+            cells.append(_num(v, unit) + (f"\n{_ratio(ratio)}" if ratio is not None and r["index"] != 0 else ""))
         c = r.get("ceiling") or {}
         if c.get("decode_tok_s"):
             eff = c.get("decode_efficiency")
