@@ -190,3 +190,19 @@ def test_a_server_that_answers_health_but_fails_every_request_is_a_failed_settin
     assert second["status"] == "ok" and second["vs_baseline"] is None  # no baseline to compare with
     assert d["finding"] == ["the baseline setting did not run: nothing to compare with"]
     assert _alive_with(marker) == []
+
+
+@pytest.mark.engine
+def test_embedded_engine_quant_types_and_the_bandwidth_roofs_prediction(tmp_path, engine):
+    p = _tune(tmp_path, "--param", "quant=Q4_K_M,Q8_0", "-p", "32", "-n", "8", "-r", "2", "--device", "l40s",
+              "--json", timeout=600)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    base, q8 = d["settings"]
+    assert base["status"] == q8["status"] == "ok", d["settings"]
+    assert "--model" in Path(q8["log_path"]).read_text().splitlines()[0]
+    assert "Q8_0.gguf" in Path(q8["log_path"]).read_text().splitlines()[0]  # the quantized file was served
+    # more bytes per weight, lower bandwidth roof: the prediction the finding sets beside the measurement
+    assert q8["ceiling"]["decode_tok_s"] < base["ceiling"]["decode_tok_s"]
+    assert q8["ceiling_ratio"] == pytest.approx(q8["ceiling"]["decode_tok_s"] / base["ceiling"]["decode_tok_s"])
+    assert f"the bandwidth roof predicts decode {q8['ceiling_ratio']:.2f}×" in d["finding"][0]
