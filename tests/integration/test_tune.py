@@ -206,3 +206,23 @@ def test_embedded_engine_quant_types_and_the_bandwidth_roofs_prediction(tmp_path
     assert q8["ceiling"]["decode_tok_s"] < base["ceiling"]["decode_tok_s"]
     assert q8["ceiling_ratio"] == pytest.approx(q8["ceiling"]["decode_tok_s"] / base["ceiling"]["decode_tok_s"])
     assert f"the bandwidth roof predicts decode {q8['ceiling_ratio']:.2f}×" in d["finding"][0]
+
+
+def test_a_killed_tune_leaves_no_server_behind(tmp_path):
+    marker = f"tunefake-{uuid.uuid4().hex[:8]}"
+    proc = subprocess.Popen(PS + ["tune", "--serve", _template(marker), "--param", "itl=30", "-p", "16", "-n", "200",
+                                  "-r", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=_env(tmp_path))
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line or "round 1/3" in line:
+            break
+    assert _alive_with(marker), "the setting's server should be running now"
+    proc.kill()  # SIGKILL: no handler runs in phasescope
+    proc.wait(10)
+    gone_by = time.monotonic() + 15
+    while _alive_with(marker) and time.monotonic() < gone_by:
+        time.sleep(0.1)
+    assert _alive_with(marker) == []

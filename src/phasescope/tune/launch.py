@@ -12,7 +12,8 @@ was started):
   127.0.0.1), leading ``NAME=value`` words taken as environment variables (``OLLAMA_NUM_PARALLEL={n}
   ollama serve``), started as a subprocess in its own process group with stdout+stderr in a log
   file, polled with :func:`phasescope.apis.ready.ready_sync` until ready or ``startup_timeout_s``,
-  and the whole group stopped afterwards (SIGTERM, then SIGKILL) whatever happens. A command that
+  and the whole group stopped afterwards (SIGTERM, then SIGKILL) whatever happens; on Linux the
+  command also gets SIGTERM if phasescope itself is killed outright (as the embedded engine does). A command that
   exits or never gets ready raises :class:`SettingFailed` with the log's last lines.
 """
 
@@ -191,9 +192,15 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
     with log_path.open("ab") as log:
         log.write(("# " + shlex.join(argv) + "\n").encode())
         log.flush()
+        import threading
+
+        from phasescope.engine.server import _PDEATHSIG_PREEXEC  # the engine's own: SIGTERM if phasescope dies
+
+        in_main = threading.current_thread() is threading.main_thread()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True, env={**os.environ, **env})
+                                    start_new_session=True, close_fds=True, env={**os.environ, **env},
+                                    preexec_fn=_PDEATHSIG_PREEXEC if in_main else None)  # noqa: PLW1509
         except OSError as exc:
             raise SettingFailed(f"could not start {argv[0]}: {exc.strerror or exc}", log_path) from None
     try:
