@@ -26,7 +26,7 @@ import shlex
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -56,6 +56,8 @@ class Launched:
     command: list[str]
     startup_s: float
     model_path: str | None = None
+    #: environment variables the template set (``OLLAMA_NUM_PARALLEL=4``)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def engine_kwargs(params: dict[str, str]) -> dict[str, Any]:
@@ -222,7 +224,7 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
                                     log_path, _tail(log_path))
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
-        yield Launched(url=url, log_path=log_path, command=argv, startup_s=time.monotonic() - t0)
+        yield Launched(url=url, log_path=log_path, command=argv, startup_s=time.monotonic() - t0, env=env)
         if proc.poll() is not None:
             from phasescope.engine.server import describe_exit
 

@@ -63,8 +63,24 @@ def find_tune_spec(store: Any, tid: str) -> TuneSpec:
     raise InputError(f"--resume: no tune {tid!r} in {store.db_path} (see `phasescope runs --kind tune`)")
 
 
-def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None]) -> tuple[str | None, str]:
-    """Run the workload against ``url``: (stored run id, status)."""
+def _server_flags(command: Sequence[str], env: dict[str, str]) -> str | None:
+    """The setting's command line for explain's advice (``--server-flags``), or None if it does not parse."""
+    import shlex
+
+    from phasescope.diagnose.settings import parse_server_flags
+
+    text = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(command[1:])])
+    try:
+        parse_server_flags(text)
+    except InputError:
+        return None
+    return text
+
+
+def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
+                  server_flags: str | None = None) -> tuple[str | None, str]:
+    """Run the workload against ``url``: (stored run id, status). ``server_flags``: the setting's
+    command line, so explain's advice is set against the values this setting runs with."""
     a = {**DEFAULT_WORKLOAD_ARGS[spec.workload], **spec.workload_args}
     if spec.workload == "probe":
         from phasescope.probe import probe
@@ -92,7 +108,8 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None]) -> tuple
     from phasescope.experiments.suite import NAMES, run_explain
 
     names = [n.strip() for n in str(a["only"]).split(",") if n.strip()] if a.get("only") else list(NAMES)
-    rep = run_explain(url, budget_s=float(a["budget_s"]), names=names, save=True, progress=say)
+    rep = run_explain(url, budget_s=float(a["budget_s"]), names=names, save=True, progress=say,
+                      server_flags=server_flags)
     return rep.run_id, "complete"
 
 
@@ -182,7 +199,7 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
                     tell(f"{n}: server ready at {srv.url} in {srv.startup_s:.1f} s; running {spec.workload}")
                     tags = {"id": tid, "index": s.index, "setting": dict(s.params), "key": setting_key(s.params)}
                     with run_tags(tune=tags):
-                        run_id, status = _run_workload(spec, srv.url, tell)
+                        run_id, status = _run_workload(spec, srv.url, tell, _server_flags(srv.command, srv.env))
                 if run_id is None:
                     rows[s.index] = _failed_row(s, "the run was not stored (run store unavailable)")
                 elif status != "complete":
