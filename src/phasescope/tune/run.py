@@ -19,7 +19,6 @@ Ctrl-C stops the server and the tune (what finished stays in the store).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from phasescope.errors import InputError, PhasescopeError

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from phasescope.errors import InputError
 
-__all__ = ["ENGINE_PARAMS", "EngineParam", "Setting", "TuneSpec", "canonical_name", "expand", "parse_param",
+__all__ = ["ENGINE_PARAMS", "EngineParam", "Setting", "TuneSpec", "canonical_name", "check_template", "expand", "parse_param",
            "setting_key", "template_fields", "tune_id"]
 
 
