@@ -36,6 +36,7 @@ makes SIGTERM take the Ctrl-C path in the CLI (context managers stop the engine,
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import signal
 import threading
@@ -46,10 +47,26 @@ from phasescope.errors import OutputError
 from phasescope.measure.records import FanoutSink, RecordSink, RecordWriter, RequestRecord
 
 __all__ = ["RunOutput", "children_start_deaf", "fallback_parent", "ignore_sigint", "on_sigint", "run_output",
-           "sigterm_as_interrupt"]
+           "run_tags", "sigterm_as_interrupt"]
 
 #: where fallback folders go when set (default ``./phasescope-runs``)
 RUNS_DIR_ENV = "PHASESCOPE_RUNS_DIR"
+
+
+#: extra params every run opened inside :func:`run_tags` carries (``tune`` tags its settings' runs)
+_TAGS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("phasescope_run_tags", default=None)
+
+
+@contextlib.contextmanager
+def run_tags(**tags: Any) -> Iterator[None]:
+    """Runs opened by :func:`run_output` inside the block get ``tags`` merged into their params
+    (e.g. ``tune={"id": …, "setting": {…}}``), so a caller that drives an ordinary probe, bench or
+    explain can find its runs in the store without a second copy of the lifecycle."""
+    token = _TAGS.set({**(_TAGS.get() or {}), **tags})
+    try:
+        yield
+    finally:
+        _TAGS.reset(token)
 
 
 def fallback_parent() -> Path:
@@ -149,6 +166,8 @@ def run_output(kind: str, target: Any, params: dict[str, Any] | None, out_dir: s
     from phasescope.safeio import new_run_dir, prepare_out_dir
 
     tell = say or (lambda _m: None)
+    if _TAGS.get():
+        params = {**(params or {}), **(_TAGS.get() or {})}
     folder = prepare_out_dir(out_dir) if out_dir is not None else None
     recording = None
     why_not: str | None = None

@@ -42,6 +42,7 @@ BASE: dict[str, list[str]] = {
     "kv": ["kv", "--model", "llama-3.1-8b"], "hw": ["hw", "--no-save"], "devices": ["devices"], "models": ["models"],
     "serve": ["serve"], "engine install": ["engine", "install"], "engine status": ["engine", "status"],
     "engine quantize": ["engine", "quantize", "Q8_0"],
+    "tune": ["tune", "--serve", "false --port {port} {x}", "--param", "x=1"],  # a server that never starts
 }
 
 

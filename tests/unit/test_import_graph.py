@@ -8,7 +8,7 @@ Three rules (docs/api.md, issue #16):
   parent packages a module's import runs first count too (``import a.b.c`` runs ``a/__init__``).
 * **The facade is on top**: ``phasescope/__init__`` and ``phasescope.api`` (the public API) import the
   rest; nothing in the package imports them back (the version lives in ``phasescope._version``).
-* **Forbidden arrows**: the runners (``load``, ``probe``, ``experiments``, ``plan``) never import
+* **Forbidden arrows**: the runners (``load``, ``probe``, ``experiments``, ``plan``, ``tune``) never import
   ``report`` (they hand records to a sink; report reads the store); ``measure`` and ``theory`` never
   import ``apis`` (derivation and physics do not talk to servers).
 """
@@ -28,6 +28,7 @@ FORBIDDEN = {
     "probe": ("report",),
     "experiments": ("report",),
     "plan": ("report",),
+    "tune": ("report",),
     "measure": ("apis",),
     "theory": ("apis",),
 }

@@ -1,0 +1,110 @@
+"""``phasescope tune``: each setting of the server measured in turn (parse, call, print)."""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import typer
+
+from phasescope.cli._common import console, err_console, print_json
+
+
+def _sizes(values: List[str]) -> list[int]:
+    from phasescope.cli.cmd_probe import _sizes as probe_sizes
+
+    return probe_sizes(values)
+
+
+def tune(
+    param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, quant. With --serve: any {name} of the template."),
+    one_at_a_time: bool = typer.Option(False, "--one-at-a-time", help="Vary one parameter at a time around the baseline (each parameter's first value) instead of the full grid."),
+    workload: str = typer.Option("probe", "--workload", help="probe | bench | explain: what runs against each setting."),
+    serve: Optional[str] = typer.Option(None, "--serve", help="Launch command template for any engine, e.g. 'vllm serve M --port {port} --max-num-batched-tokens {mnbt}'. Omit for the embedded engine."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue the stored tune ID (its own --param/--workload/--serve)."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start a new tune even if the same one is in the store (default: continue it)."),
+    prompt_tokens: List[str] = typer.Option(["128"], "--prompt-tokens", "-p", help="probe: prompt sizes in tokens."),
+    max_tokens: int = typer.Option(32, "--max-tokens", "-n", help="probe: output tokens per request."),
+    repeat: int = typer.Option(3, "--repeat", "-r", help="probe: requests per size (the repeat spread is the noise rule)."),
+    num_prompts: int = typer.Option(12, "--num-prompts", help="bench: requests."),
+    request_rate: float = typer.Option(float("inf"), "--request-rate", help="bench: requests/s (inf = all at once)."),
+    max_concurrency: Optional[int] = typer.Option(4, "--max-concurrency", help="bench: requests in flight at most."),
+    input_len: int = typer.Option(128, "--input-len", help="bench: prompt tokens."),
+    output_len: int = typer.Option(32, "--output-len", help="bench: output tokens."),
+    budget: str = typer.Option("60s", "--budget", help="explain: time per setting (e.g. 60s, 2m)."),
+    only: Optional[str] = typer.Option(None, "--only", help="explain: comma-separated experiments."),
+    model_spec: Optional[str] = typer.Option(None, "--model-spec", help="probe: model shape for ceilings."),
+    device: Optional[str] = typer.Option(None, "--device", help="probe: device id for ceilings."),
+    slo: Optional[List[str]] = typer.Option(None, "--slo", help="p99 targets in ms, e.g. --slo ttft:500 itl:50: recommend the highest-throughput setting meeting them."),
+    startup_timeout: float = typer.Option(120.0, "--startup-timeout", help="Seconds each setting's server has to get ready."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON (keys in docs/commands/tune.md)."),
+) -> None:
+    """Measure prefill and decode for each server setting in turn: start, warm up, run, stop, next (resumable)."""
+    from phasescope.errors import InputError
+    from phasescope.tune.run import WORKLOADS, find_tune_spec, run_tune
+    from phasescope.tune.spec import TuneSpec, check_template, parse_param
+
+    import math
+
+    if not (math.isfinite(startup_timeout) and startup_timeout > 0):
+        raise InputError(f"--startup-timeout must be a positive number of seconds (got {startup_timeout})")
+    if resume:
+        if param or serve or fresh:
+            raise InputError("--resume ID takes the tune's own --param and --serve; give neither (nor --fresh)")
+        from phasescope.store import open_store
+
+        spec = find_tune_spec(open_store(None), resume)
+    else:
+        if workload not in WORKLOADS:
+            raise InputError(f"--workload {workload!r}: choose one of {', '.join(WORKLOADS)}")
+        parsed = [parse_param(p, engine=serve is None) for p in param]
+        if not parsed:
+            raise InputError("tune needs at least one --param NAME=V1,V2,… (e.g. --param ub=32,512)")
+        if serve is not None:
+            check_template(serve, [n for n, _ in parsed])
+        args: dict[str, Any]
+        if workload == "probe":
+            if max_tokens < 2 or repeat < 1:
+                raise InputError("--max-tokens must be ≥ 2 and --repeat ≥ 1")
+            args = {"prompt_tokens": _sizes(prompt_tokens), "max_tokens": max_tokens, "repeat": repeat}
+            if model_spec:
+                args["model_spec"] = model_spec
+            if device:
+                args["device"] = device
+        elif workload == "bench":
+            args = {"num_prompts": num_prompts, "request_rate": str(request_rate), "max_concurrency": max_concurrency,
+                    "input_len": input_len, "output_len": output_len}
+        else:
+            from phasescope.experiments.suite import NAMES, parse_budget
+
+            bad = [n.strip() for n in (only or "").split(",") if n.strip() and n.strip() not in NAMES]
+            if bad:
+                raise InputError(f"--only: unknown experiment {bad[0]!r}; choose from: {', '.join(NAMES)}")
+            args = {"budget_s": parse_budget(budget), "only": only}
+        salt = None
+        if fresh:
+            import secrets
+
+            salt = secrets.token_hex(4)
+        spec = TuneSpec(params=parsed, workload=workload, workload_args=args, serve=serve,
+                        one_at_a_time=one_at_a_time, salt=salt)
+    from phasescope.load.sweep import parse_slo
+    from phasescope.tune.table import SLO_METRICS
+
+    slo_d = parse_slo(slo)
+    if any(k not in SLO_METRICS for k in slo_d):
+        bad = next(k for k in slo_d if k not in SLO_METRICS)
+        raise InputError(f"--slo {bad}: tune judges {' and '.join(SLO_METRICS)} (p99, ms)")
+    progress = None if json_out else (lambda s: err_console.print(f"[dim]· {s}[/dim]", highlight=False))
+    result = run_tune(spec, say=progress, startup_timeout_s=startup_timeout, slo=slo_d)
+    if json_out:
+        print_json(result)
+    else:
+        from phasescope.tune.render import render
+
+        console.print(render(result))
+    if result["n_ok"] == 0:
+        raise typer.Exit(3)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tune")(tune)

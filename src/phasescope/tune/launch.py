@@ -1,0 +1,234 @@
+"""Starting the server for one setting, and always stopping it.
+
+Two launchers, one shape — a context manager yielding a :class:`Launched` (URL, log path, what
+was started):
+
+* :func:`embedded` — the embedded llama-server through :func:`phasescope.engine.running_engine`
+  (the one way phasescope runs it: 127.0.0.1, own process group, health-checked, stopped on any
+  exit). The setting's knobs become its arguments: ``ub``/``b``/``fa``/``cache-reuse`` extra flags,
+  ``parallel``/``threads``/``ctx`` its own parameters, ``quant`` a model file made with
+  :func:`phasescope.engine.quantize.quantize` (cached, so only the first tune pays for it).
+* :func:`from_template` — ``--serve TEMPLATE``: the fields filled (``{port}`` with a free port on
+  127.0.0.1), leading ``NAME=value`` words taken as environment variables (``OLLAMA_NUM_PARALLEL={n}
+  ollama serve``), started as a subprocess in its own process group with stdout+stderr in a log
+  file, polled with :func:`phasescope.apis.ready.ready_sync` until ready or ``startup_timeout_s``,
+  and the whole group stopped afterwards (SIGTERM, then SIGKILL) whatever happens; on Linux the
+  command also gets SIGTERM if phasescope itself is killed outright (as the embedded engine does). A command that
+  exits or never gets ready raises :class:`SettingFailed` with the log's last lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from phasescope.errors import EngineError, InputError
+
+__all__ = ["Launched", "SettingFailed", "embedded", "engine_kwargs", "from_template"]
+
+HOST = "127.0.0.1"
+STOP_GRACE_S = 10.0
+_ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+class SettingFailed(Exception):
+    """This setting's server did not start (the tune records it and goes on)."""
+
+    def __init__(self, reason: str, log_path: Path | None = None, tail: list[str] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.log_path = log_path
+        self.tail = tail or []
+
+
+@dataclass
+class Launched:
+    url: str
+    log_path: Path | None
+    command: list[str]
+    startup_s: float
+    model_path: str | None = None
+    #: environment variables the template set (``OLLAMA_NUM_PARALLEL=4``)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def engine_kwargs(params: dict[str, str]) -> dict[str, Any]:
+    """The :func:`~phasescope.engine.running_engine` arguments of one embedded setting."""
+    from phasescope.engine.server import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL
+
+    kw: dict[str, Any] = {"parallel": DEFAULT_PARALLEL, "ctx_size": DEFAULT_CTX_SIZE, "extra_args": []}
+    extra: list[str] = kw["extra_args"]
+    for name, v in params.items():
+        if name == "ub":
+            extra += ["--ubatch-size", v]
+        elif name == "b":
+            extra += ["--batch-size", v]
+        elif name == "fa":
+            extra += ["--flash-attn", v]
+        elif name == "cache-reuse":
+            extra += ["--cache-reuse", v]
+        elif name == "parallel":
+            kw["parallel"] = int(v)
+        elif name == "threads":
+            kw["threads"] = int(v)
+        elif name == "ctx":
+            kw["ctx_size"] = int(v)
+        elif name == "quant":
+            kw["quant"] = v
+        else:  # parse_param already refused it; a programming error if it gets here
+            raise InputError(f"unknown embedded-engine parameter {name!r}")
+    # llama-server needs the physical batch within the logical one; raise -b with -ub when only -ub is given
+    if "ub" in params and "b" not in params and int(params["ub"]) > 2048:
+        extra += ["--batch-size", params["ub"]]
+    return kw
+
+
+def _model_for(qtype: str | None, say: Any) -> tuple[str | None, str | None]:
+    """(model path, alias) for a quant type: None for the bundled file's own type."""
+    if qtype is None:
+        return None, None
+    from phasescope.engine.model import BUNDLED_MODEL_ALIAS, ensure_bundled_model
+    from phasescope.engine.quantize import output_path, quantize
+
+    bundled = ensure_bundled_model()
+    if qtype.upper() in bundled.name.upper():
+        return None, None
+    cached = output_path(bundled, qtype, False).exists()
+    if not cached:
+        say(f"making the {qtype} model file with `engine quantize` (once; cached)")
+    try:
+        res = quantize(qtype, allow_requantize=True)
+    except (EngineError, InputError) as exc:
+        raise SettingFailed(f"engine quantize {qtype} failed: {exc}") from None
+    return str(res.path), BUNDLED_MODEL_ALIAS
+
+
+@contextlib.contextmanager
+def embedded(params: dict[str, str], *, say: Any = None, startup_timeout_s: float = 120.0) -> Iterator[Launched]:
+    from phasescope.engine import running_engine
+    from phasescope.engine.server import last_error_line, log_tail
+
+    tell = say or (lambda _m: None)
+    kw = engine_kwargs(params)
+    model_path, alias = _model_for(kw.pop("quant", None), tell)
+    t0 = time.monotonic()
+    started: list[Any] = []
+    try:
+        with running_engine(model_path=model_path, alias=alias, startup_timeout_s=startup_timeout_s, **kw) as eng:
+            started.append(eng)
+            yield Launched(url=eng.url, log_path=eng.log_path, command=list(eng.args),
+                           startup_s=time.monotonic() - t0, model_path=str(eng.model_path))
+    except EngineError as exc:
+        if not started:
+            raise SettingFailed(f"the embedded engine did not start: {exc}") from None
+        eng = started[0]  # died under the workload: the run keeps what it got
+        line = last_error_line(eng.log_path)
+        raise SettingFailed(f"the engine died during the run: {line or exc}", eng.log_path,
+                            log_tail(eng.log_path, 10)) from None
+
+
+def _free_port() -> int:
+    from phasescope.engine.server import free_port
+
+    return free_port()
+
+
+def render(template: str, params: dict[str, str], port: int) -> tuple[list[str], dict[str, str]]:
+    """The template filled: (argv, environment additions)."""
+    filled = template.format(**params, port=port)
+    try:
+        words = shlex.split(filled)
+    except ValueError as exc:
+        raise InputError(f"--serve: cannot split the command ({exc})") from None
+    env: dict[str, str] = {}
+    while words and _ENV_WORD.match(words[0]):
+        k, _, v = words.pop(0).partition("=")
+        env[k] = v
+    if not words:
+        raise InputError("--serve: the template names no command")
+    return words, env
+
+
+def _log_path(logs: Path, port: int) -> Path:
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"serve-{time.strftime('%Y%m%d-%H%M%S')}-{port}-{os.getpid()}.log"
+
+
+def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    # the leader may be gone while its children linger: the group gets SIGKILL either way
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _tail(path: Path, n: int = 10) -> list[str]:
+    from phasescope.engine.server import log_tail
+
+    return log_tail(path, n)
+
+
+@contextlib.contextmanager
+def from_template(template: str, params: dict[str, str], *, logs: Path, startup_timeout_s: float = 120.0,
+                  say: Any = None) -> Iterator[Launched]:
+    from phasescope.apis.ready import ready_sync
+
+    port = _free_port()
+    argv, env = render(template, params, port)
+    log_path = _log_path(logs, port)
+    t0 = time.monotonic()
+    with log_path.open("ab") as log:
+        log.write(("# " + shlex.join(argv) + "\n").encode())
+        log.flush()
+        import threading
+
+        from phasescope.engine.server import _PDEATHSIG_PREEXEC  # the engine's own: SIGTERM if phasescope dies
+
+        in_main = threading.current_thread() is threading.main_thread()
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True, env={**os.environ, **env},
+                                    preexec_fn=_PDEATHSIG_PREEXEC if in_main else None)  # noqa: PLW1509
+        except OSError as exc:
+            raise SettingFailed(f"could not start {argv[0]}: {exc.strerror or exc}", log_path) from None
+    try:
+        url = f"http://{HOST}:{port}"
+        deadline = time.monotonic() + startup_timeout_s
+        delay = 0.05
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                from phasescope.engine.server import describe_exit
+
+                tail = _tail(log_path)
+                raise SettingFailed(f"the server exited during startup ({describe_exit(rc)})"
+                                    + (f": {tail[-1]}" if tail else ""), log_path, tail)
+            if ready_sync(url, timeout_s=2.0) is not None:
+                break
+            if time.monotonic() > deadline:
+                raise SettingFailed(f"the server did not answer on {url} within {startup_timeout_s:.0f} s",
+                                    log_path, _tail(log_path))
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+        yield Launched(url=url, log_path=log_path, command=argv, startup_s=time.monotonic() - t0, env=env)
+        if proc.poll() is not None:
+            from phasescope.engine.server import describe_exit
+
+            raise SettingFailed(f"the server died during the run ({describe_exit(proc.returncode)})", log_path,
+                                _tail(log_path))
+    finally:
+        _stop_group(proc)

@@ -1,0 +1,238 @@
+"""The tune loop: for each setting, start the server, run the workload, stop the server, next.
+
+Each setting's measurement is an ordinary run made through the workload's own entry point —
+:func:`phasescope.probe.probe`, :func:`phasescope.load.bench.run_bench` or
+:func:`phasescope.experiments.suite.run_explain` — inside :func:`phasescope.lifecycle.run_tags`, so
+the stored run carries ``params.tune = {"id", "index", "setting", "key"}`` and ``runs``, ``show``,
+``compare`` and ``report`` work on it. The tune itself is one more stored run (kind ``tune``,
+through :func:`phasescope.lifecycle.run_output`; no records) whose summary is the table
+(:mod:`phasescope.tune.table`).
+
+Resume (:func:`plan_resume`): a setting is done when the store holds a ``complete`` run tagged
+with this tune id and the setting's key; those are reused and the rest run, in order. The same
+command run again continues automatically (the id is the spec's hash); ``--resume ID`` takes the
+spec of a stored tune. A setting whose server does not start, dies, or whose run ends ``failed``
+or ``partial`` is recorded as failed (with the server log's last lines) and the tune goes on;
+Ctrl-C stops the server and the tune (what finished stays in the store).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+from phasescope.errors import InputError, PhasescopeError
+from phasescope.tune.spec import Setting, TuneSpec, setting_key, tune_id
+
+__all__ = ["DEFAULT_WORKLOAD_ARGS", "WORKLOADS", "find_tune_spec", "plan_resume", "run_tune", "stored_settings"]
+
+WORKLOADS = ("probe", "bench", "explain")
+
+#: small defaults: a 2-core CPU runs every setting in well under a minute
+DEFAULT_WORKLOAD_ARGS: dict[str, dict[str, Any]] = {
+    "probe": {"prompt_tokens": [128], "max_tokens": 32, "repeat": 3},
+    "bench": {"num_prompts": 12, "request_rate": "inf", "max_concurrency": 4, "input_len": 128, "output_len": 32},
+    "explain": {"budget_s": 60.0, "only": None},
+}
+
+
+def stored_settings(store: Any, tid: str) -> dict[str, Any]:
+    """setting key → the newest ``complete`` stored run tagged with tune ``tid``."""
+    out: dict[str, Any] = {}
+    for info in store.list_runs(limit=None):  # newest first
+        t = (info.params or {}).get("tune") if isinstance(info.params, dict) else None
+        if isinstance(t, dict) and t.get("id") == tid and info.status == "complete":
+            out.setdefault(str(t.get("key")), info)
+    return out
+
+
+def plan_resume(settings: Sequence[Setting], done: dict[str, Any]) -> tuple[list[Setting], list[Setting]]:
+    """(settings already done, settings still to run), each in tune order."""
+    finished = [s for s in settings if s.key in done]
+    todo = [s for s in settings if s.key not in done]
+    return finished, todo
+
+
+def find_tune_spec(store: Any, tid: str) -> TuneSpec:
+    """The spec of the stored tune ``tid`` (for ``--resume ID``)."""
+    for info in store.list_runs(kind="tune", limit=None):
+        p = info.params if isinstance(info.params, dict) else {}
+        if p.get("tune_id") == tid and isinstance(p.get("spec"), dict):
+            return TuneSpec.from_dict(p["spec"])
+    raise InputError(f"--resume: no tune {tid!r} in {store.db_path} (see `phasescope runs --kind tune`)")
+
+
+def _server_flags(command: Sequence[str], env: dict[str, str]) -> str | None:
+    """The setting's command line for explain's advice (``--server-flags``), or None if it does not parse."""
+    import shlex
+
+    from phasescope.diagnose.settings import parse_server_flags
+
+    text = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), shlex.join(command[1:])])
+    try:
+        parse_server_flags(text)
+    except InputError:
+        return None
+    return text
+
+
+def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
+                  server_flags: str | None = None) -> tuple[str | None, str]:
+    """Run the workload against ``url``: (stored run id, status). ``server_flags``: the setting's
+    command line, so explain's advice is set against the values this setting runs with."""
+    a = {**DEFAULT_WORKLOAD_ARGS[spec.workload], **spec.workload_args}
+    if spec.workload == "probe":
+        from phasescope.probe import probe
+
+        res = probe(url, sizes=list(a["prompt_tokens"]), max_tokens=int(a["max_tokens"]), repeat=int(a["repeat"]),
+                    warmup=True, save=True, progress=say, model_spec=a.get("model_spec"), device=a.get("device"))
+        sizes = res.get("sizes") or []
+        ok = any(s.get("ok") for s in sizes)
+        return res.get("run_id"), "complete" if ok else "failed"
+    if spec.workload == "bench":
+        import math
+
+        from phasescope.load.bench import BenchConfig, run_bench
+
+        rate = float(a["request_rate"])
+        cfg = BenchConfig(url=url, num_prompts=int(a["num_prompts"]), request_rate=math.inf if math.isinf(rate) else rate,
+                          max_concurrency=a.get("max_concurrency"), input_len=int(a["input_len"]),
+                          output_len=int(a["output_len"]), store=True, label=f"tune {tune_id(spec)}")
+        res = run_bench(cfg, on_status=say)
+        if res.run.interrupted:
+            raise KeyboardInterrupt
+        s = res.summary
+        status = "failed" if s.get("status") == "failed" else ("partial" if s.get("partial") else "complete")
+        return s.get("run_id"), status
+    from phasescope.experiments.suite import NAMES, run_explain
+
+    names = [n.strip() for n in str(a["only"]).split(",") if n.strip()] if a.get("only") else list(NAMES)
+    rep = run_explain(url, budget_s=float(a["budget_s"]), names=names, save=True, progress=say,
+                      server_flags=server_flags)
+    return rep.run_id, "complete"
+
+
+def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, Any]:
+    from phasescope.tune.table import row_metrics
+
+    records = store.load_records(info.id)
+    metrics, samples = row_metrics(records)
+    summary = info.summary if isinstance(info.summary, dict) else {}
+    ceiling = None
+    sizes = ((summary.get("ceilings") or {}).get("sizes") or []) if isinstance(summary.get("ceilings"), dict) else []
+    if sizes and sizes[0].get("decode_ceiling_tok_s"):
+        roof = sizes[0]["decode_ceiling_tok_s"]
+        d = metrics.get("decode_tok_s")
+        ceiling = {"decode_tok_s": roof, "decode_efficiency": (d / roof) if d else None,
+                   "device": ((summary.get("ceilings") or {}).get("device") or {}).get("id"),
+                   "source": "probe ceilings (bandwidth roof, batch 1)"}
+    return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "ok",
+            "run_id": info.id, "reason": None, "resumed": resumed, "metrics": metrics, "samples": samples,
+            "ceiling": ceiling, "ceiling_ratio": None, "vs_baseline": None, "summary": summary}
+
+
+def _failed_row(setting: Setting, reason: str, *, run_id: str | None = None, log_path: Any = None,
+                tail: Sequence[str] = ()) -> dict[str, Any]:
+    return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "failed",
+            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "ceiling": None, "ceiling_ratio": None, "vs_baseline": None,
+            "summary": None, "log_path": str(log_path) if log_path else None, "log_tail": list(tail)}
+
+
+def pareto(rows: list[dict[str, Any]]) -> list[int]:
+    """Indices of the ok settings no other ok setting beats on all of TTFT p50, ITL p99 (lower)
+    and throughput (higher) at once."""
+    pts = []
+    for r in rows:
+        m = r.get("metrics") or {}
+        if r.get("status") == "ok" and all(m.get(k) is not None for k in ("ttft_p50_s", "itl_p99_s", "throughput_tok_s")):
+            pts.append((r["index"], m["ttft_p50_s"], m["itl_p99_s"], -m["throughput_tok_s"]))
+    front = []
+    for p in pts:
+        dominated = any(all(q[i] <= p[i] for i in (1, 2, 3)) and any(q[i] < p[i] for i in (1, 2, 3)) for q in pts if q is not p)
+        if not dominated:
+            front.append(p[0])
+    return front
+
+
+def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0,
+             on_row: Callable[[dict[str, Any]], None] | None = None,
+             slo: dict[str, float] | None = None) -> dict[str, Any]:
+    """Run (or continue) the tune ``spec``; the result ``tune --json`` prints (docs/commands/tune.md)."""
+    from phasescope.lifecycle import run_output, run_tags
+    from phasescope.store import open_store
+    from phasescope.tune import launch
+    from phasescope.tune.table import finding, recommend, with_ratios
+
+    tell = say or (lambda _m: None)
+    if spec.workload not in WORKLOADS:
+        raise InputError(f"--workload {spec.workload!r}: choose one of {', '.join(WORKLOADS)}")
+    settings = spec.settings()
+    tid = tune_id(spec)
+    store = open_store(None)
+    done = stored_settings(store, tid)
+    finished, todo = plan_resume(settings, done)
+    if finished:
+        tell(f"tune {tid}: {len(finished)} of {len(settings)} settings already in the store; continuing with "
+             f"{todo[0].label() if todo else 'none'}")
+    logs = store.dir / "logs" / tid
+    params = {"tune_id": tid, "spec": spec.to_dict(), "settings": [s.params for s in settings]}
+    rows: dict[int, dict[str, Any]] = {}
+    with run_output("tune", None, params, store=True, say=tell) as out:
+        t0 = time.monotonic()
+        for s in settings:
+            n = f"setting {s.index + 1}/{len(settings)} ({s.label()})"
+            if s.key in done:
+                row = _row(s, done[s.key], store, resumed=True)
+                if row["metrics"]["n_ok"] > 0:  # a stored run with no successful request is measured again
+                    rows[s.index] = row
+                    tell(f"{n}: reusing run {done[s.key].id}")
+                    if on_row:
+                        on_row(row)
+                    continue
+            tell(f"{n}: starting the server")
+            run_id = None
+            try:
+                cm = (launch.from_template(spec.serve, s.params, logs=logs, startup_timeout_s=startup_timeout_s, say=tell)
+                      if spec.serve else launch.embedded(s.params, say=tell, startup_timeout_s=startup_timeout_s))
+                with cm as srv:
+                    tell(f"{n}: server ready at {srv.url} in {srv.startup_s:.1f} s; running {spec.workload}")
+                    tags = {"id": tid, "index": s.index, "setting": dict(s.params), "key": setting_key(s.params)}
+                    with run_tags(tune=tags):
+                        run_id, status = _run_workload(spec, srv.url, tell, _server_flags(srv.command, srv.env))
+                if run_id is None:
+                    rows[s.index] = _failed_row(s, "the run was not stored (run store unavailable)")
+                elif status != "complete":
+                    rows[s.index] = _failed_row(s, f"the {spec.workload} run ended {status}", run_id=run_id,
+                                                log_path=srv.log_path)
+                else:
+                    row = _row(s, store.get(run_id), store, resumed=False)
+                    row["log_path"] = str(srv.log_path) if srv.log_path else None
+                    if row["metrics"]["n_ok"] == 0:
+                        row = _failed_row(s, f"no {spec.workload} request succeeded", run_id=run_id,
+                                          log_path=srv.log_path)
+                    rows[s.index] = row
+            except launch.SettingFailed as exc:
+                tell(f"{n}: failed: {exc.reason}")
+                rows[s.index] = _failed_row(s, exc.reason, run_id=run_id, log_path=exc.log_path, tail=exc.tail)
+            except PhasescopeError as exc:  # the workload gave up on this server (refused, no success...)
+                if isinstance(exc, InputError):  # bad input fails every setting alike: say it once
+                    raise
+                tell(f"{n}: failed: {exc}")
+                rows[s.index] = _failed_row(s, f"the {spec.workload} run failed: {exc}", run_id=run_id)
+            if on_row:
+                on_row(rows[s.index])
+        ordered = [rows[s.index] for s in settings]
+        with_ratios(ordered)
+        result = {
+            "tune_id": tid, "run_id": out.store_id, "workload": spec.workload,
+            "mode": "one-at-a-time" if spec.one_at_a_time else "grid",
+            "serve": spec.serve, "baseline": dict(settings[0].params),
+            "settings": ordered, "pareto": pareto(ordered), "slo": dict(slo or {}),
+            "recommended": recommend(ordered, slo), "finding": finding(ordered),
+            "n_ok": sum(r["status"] == "ok" for r in ordered), "n_failed": sum(r["status"] != "ok" for r in ordered),
+            "elapsed_s": time.monotonic() - t0,
+        }
+        for r in ordered:
+            r.pop("samples", None)
+        out.finish(result, status="complete")
+    return result

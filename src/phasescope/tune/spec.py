@@ -1,0 +1,208 @@
+"""What a tune runs: ``--param NAME=V1,V2,…`` parsed, expanded into settings, and the tune's id.
+
+Expansion (:func:`expand`): **grid** (default) — every combination, in the order the parameters
+were given, the last one varying fastest; **one at a time** — the baseline (each parameter's first
+value) and then, for each parameter in turn, each of its other values with the rest at baseline
+(``1 + Σ (len(values) − 1)`` settings). Setting 0 is always the baseline the table compares with.
+
+Parameters (:data:`ENGINE_PARAMS`): on the embedded engine only llama-server's own knobs are
+accepted (one clear line otherwise); with ``--serve TEMPLATE`` any name is accepted that the
+template names as ``{name}`` (and every ``{name}`` but ``{port}`` needs a ``--param``).
+
+The tune id (:func:`tune_id`) is a hash of everything that defines the measurement (workload and
+its flags, the engine or template, the parameter lists, the mode): the same command run again is
+the same tune and continues where it stopped; ``--fresh`` salts it for a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from phasescope.errors import InputError
+
+__all__ = ["ENGINE_PARAMS", "EngineParam", "Setting", "TuneSpec", "canonical_name", "check_template", "expand", "parse_param",
+           "setting_key", "template_fields", "tune_id"]
+
+
+@dataclass(frozen=True)
+class EngineParam:
+    """One embedded-engine knob: its canonical name, what it does, how a value is checked."""
+
+    name: str
+    help: str
+    kind: str  # "int" | "choice" | "quant"
+    minimum: int = 0
+    choices: tuple[str, ...] = ()
+
+
+#: llama-server knobs ``tune`` can vary on the embedded engine (aliases in :data:`ALIASES`)
+ENGINE_PARAMS: dict[str, EngineParam] = {p.name: p for p in (
+    EngineParam("ub", "-ub/--ubatch-size: physical prefill chunk (tokens per forward pass)", "int", 1),
+    EngineParam("b", "-b/--batch-size: logical batch (tokens submitted per step)", "int", 1),
+    EngineParam("parallel", "--parallel/-np: slots decoded together", "int", 1),
+    EngineParam("threads", "-t/--threads: CPU threads", "int", 1),
+    EngineParam("fa", "-fa/--flash-attn: on | off | auto", "choice", choices=("on", "off", "auto")),
+    EngineParam("cache-reuse", "--cache-reuse: min chunk reused from the KV cache by shifting (0 = off)", "int", 0),
+    EngineParam("ctx", "-c/--ctx-size: KV cache size in tokens (all slots)", "int", 64),
+    EngineParam("quant", "the model file's quant type, made with `engine quantize` (cached)", "quant"),
+)}
+
+ALIASES = {
+    "ubatch": "ub", "ubatch-size": "ub", "b": "b", "batch": "b", "batch-size": "b", "np": "parallel",
+    "n-parallel": "parallel", "t": "threads", "flash-attn": "fa", "c": "ctx", "ctx-size": "ctx",
+    "cache_reuse": "cache-reuse", "q": "quant", "quantization": "quant",
+}
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def canonical_name(name: str) -> str:
+    """An engine knob's canonical name (``-ub``, ``ubatch-size`` → ``ub``); InputError if unknown."""
+    n = name.strip().lstrip("-").lower()
+    n = ALIASES.get(n, n)
+    if n not in ENGINE_PARAMS:
+        raise InputError(f"--param: unknown parameter {name!r} for the embedded engine; choose from "
+                         f"{', '.join(ENGINE_PARAMS)} (any name works with --serve TEMPLATE)")
+    return n
+
+
+def _check_value(p: EngineParam, v: str) -> str:
+    if p.kind == "int":
+        try:
+            n = int(v.replace("_", ""))
+        except ValueError:
+            raise InputError(f"--param {p.name}: {v!r} is not an integer") from None
+        if n < p.minimum:
+            raise InputError(f"--param {p.name}: {n} must be ≥ {p.minimum}")
+        return str(n)
+    if p.kind == "choice":
+        if v.lower() not in p.choices:
+            raise InputError(f"--param {p.name}: {v!r} is not one of {', '.join(p.choices)}")
+        return v.lower()
+    from phasescope.engine.quantize import normalize_type
+
+    try:
+        return normalize_type(v)
+    except InputError as exc:
+        raise InputError(f"--param quant: {exc}") from None
+
+
+def parse_param(text: str, *, engine: bool) -> tuple[str, list[str]]:
+    """``NAME=V1,V2,…`` → (name, values). ``engine``: check the name and values against
+    :data:`ENGINE_PARAMS` (the embedded engine); else any ``[A-Za-z_][A-Za-z0-9_-]*`` name."""
+    if "=" not in text:
+        raise InputError(f"--param {text!r}: expected NAME=V1,V2,… (e.g. ub=32,512)")
+    name, _, rest = text.partition("=")
+    name = name.strip()
+    values = [v.strip() for v in rest.split(",")]
+    if not name or any(not v for v in values):
+        raise InputError(f"--param {text!r}: expected NAME=V1,V2,… with no empty name or value")
+    if engine:
+        name = canonical_name(name)
+        values = [_check_value(ENGINE_PARAMS[name], v) for v in values]
+    elif not _NAME.match(name):
+        raise InputError(f"--param {text!r}: the name must be letters, digits, _ or - (it fills {{{name}}})")
+    if len(set(values)) != len(values):
+        raise InputError(f"--param {name}: a value is repeated ({', '.join(values)})")
+    return name, values
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One point of the tune: its index (0 = the baseline) and parameter values."""
+
+    index: int
+    params: dict[str, str] = field(hash=False)
+
+    @property
+    def key(self) -> str:
+        return setting_key(self.params)
+
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.params.items())
+
+
+def setting_key(params: dict[str, Any]) -> str:
+    """A stable text key of one setting (resume matches stored runs on it)."""
+    return ",".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+def expand(params: Sequence[tuple[str, Sequence[str]]], *, one_at_a_time: bool = False) -> list[Setting]:
+    """The settings of a tune (module docstring). ``params``: (name, values) in the user's order."""
+    names = [n for n, _ in params]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise InputError(f"--param {dup} is given twice; list all its values in one --param {dup}=V1,V2")
+    if not params:
+        raise InputError("tune needs at least one --param NAME=V1,V2,…")
+    if not one_at_a_time:
+        combos = itertools.product(*[list(v) for _, v in params])
+        return [Setting(i, dict(zip(names, c))) for i, c in enumerate(combos)]
+    base = {n: v[0] for n, v in params}
+    out = [Setting(0, dict(base))]
+    for n, vs in params:
+        for v in vs[1:]:
+            out.append(Setting(len(out), {**base, n: v}))
+    return out
+
+
+def template_fields(template: str) -> list[str]:
+    """The ``{name}`` fields of a ``--serve`` template (``{{`` escapes a brace)."""
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise InputError(f"--serve: malformed template ({exc})") from None
+
+
+def check_template(template: str, names: Sequence[str]) -> None:
+    """Every --param fills a field, every field but ``{port}`` has a --param, and ``{port}`` is there."""
+    fields = template_fields(template)
+    bad = [f for f in fields if not _NAME.match(f)]
+    if bad:
+        raise InputError(f"--serve: {{{bad[0]}}} is not a placeholder name (use {{name}}, or {{{{ for a brace)")
+    if "port" not in fields:
+        raise InputError("--serve: the template must contain {port} (tune picks a free port on 127.0.0.1 for each setting)")
+    missing = [n for n in names if n not in fields]
+    if missing:
+        raise InputError(f"--serve: the template has no placeholder {{{missing[0]}}} for --param {missing[0]}")
+    unfilled = [f for f in fields if f != "port" and f not in names]
+    if unfilled:
+        raise InputError(f"--serve: the template's {{{unfilled[0]}}} has no --param {unfilled[0]}=…")
+
+
+@dataclass
+class TuneSpec:
+    """Everything that defines a tune (what its id is a hash of)."""
+
+    params: list[tuple[str, list[str]]]
+    workload: str = "probe"
+    workload_args: dict[str, Any] = field(default_factory=dict)
+    serve: str | None = None
+    one_at_a_time: bool = False
+    salt: str | None = None
+
+    def settings(self) -> list[Setting]:
+        return expand(self.params, one_at_a_time=self.one_at_a_time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"params": [[n, list(v)] for n, v in self.params], "workload": self.workload,
+                "workload_args": self.workload_args, "serve": self.serve, "one_at_a_time": self.one_at_a_time,
+                "salt": self.salt}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TuneSpec":
+        return cls(params=[(str(n), [str(x) for x in v]) for n, v in d.get("params") or []],
+                   workload=d.get("workload") or "probe", workload_args=dict(d.get("workload_args") or {}),
+                   serve=d.get("serve"), one_at_a_time=bool(d.get("one_at_a_time")), salt=d.get("salt"))
+
+
+def tune_id(spec: TuneSpec) -> str:
+    """``tune-`` + 10 hex digits of the spec's hash (module docstring)."""
+    text = json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"))
+    return "tune-" + hashlib.sha256(text.encode()).hexdigest()[:10]
