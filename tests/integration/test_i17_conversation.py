@@ -14,7 +14,8 @@ import pytest
 from phasescope.apis.base import Target
 from phasescope.load.bench import BenchConfig, run_bench
 from phasescope.measure.records import read_records
-from phasescope.testing.fakeserver import _WORDS, FakeServer
+from phasescope.testing.fakeserver import FakeServer
+from phasescope.testing.wire.common import words
 
 
 def _conv(url: str | None, tmp: Path, **kw: Any) -> BenchConfig:
@@ -46,7 +47,7 @@ def test_history_resent_with_the_real_reply_text() -> None:
     with FakeServer(flavor="vllm", ttft_s=0.002, itl_s=0.001).running() as srv:
         res = asyncio.run(main(srv.url))
     assert [r.ok for r in res.records] == [True] * 3
-    reply = "".join(_WORDS[i % len(_WORDS)] for i in range(7))  # what the fake streams for 7 tokens
+    reply = words(0, 7)  # what the fake streams for 7 tokens
     roles = [[m["role"] for m in r.messages] for r in sent]
     assert roles == [["system", "user"], ["system", "user", "assistant", "user"],
                      ["system", "user", "assistant", "user", "assistant", "user"]]
