@@ -152,12 +152,18 @@ def _json_type(obj: Any) -> str:
             int: "a number", float: "a number"}.get(type(obj), type(obj).__name__)
 
 
-def read_user_text(path: str | os.PathLike[str], *, what: str, max_bytes: int = MAX_JSON_BYTES) -> str:
+def user_file(path: str | os.PathLike[str], what: str) -> Path:
+    """The user's file ``path`` (``~`` expanded), or one :class:`InputError` saying it is missing or a folder."""
     p = Path(path).expanduser()
     if not p.exists():
         raise InputError(f"{what} not found: {p}")
     if p.is_dir():
         raise InputError(f"{what} {p} is a folder, not a file")
+    return p
+
+
+def read_user_text(path: str | os.PathLike[str], *, what: str, max_bytes: int = MAX_JSON_BYTES) -> str:
+    p = user_file(path, what)
     try:
         size = p.stat().st_size
         if size > max_bytes:
@@ -181,11 +187,7 @@ def read_user_json(path: str | os.PathLike[str], *, what: str, expect: type | tu
 def iter_user_jsonl(path: str | os.PathLike[str], *, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of a JSONL file. A missing or binary file,
     a line that is not JSON, nested too deep, or not an object is one :class:`InputError`."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise InputError(f"{what} not found: {p}")
-    if p.is_dir():
-        raise InputError(f"{what} {p} is a folder, not a file")
+    p = user_file(path, what)
     try:
         fh = p.open("rb")
     except OSError as exc:

@@ -157,13 +157,9 @@ def _out_folder(text: str, flag: str = "--out") -> None:
 
 def _input_file(what: str) -> Callable[[str], None]:
     def check(text: str) -> None:
-        from pathlib import Path
+        from phasescope.safeio import user_file
 
-        p = Path(text).expanduser()
-        if not p.exists():
-            raise InputError(f"{what} not found: {p}")
-        if p.is_dir():
-            raise InputError(f"{what} {p} is a folder, not a file")
+        user_file(text, what)
     return check
 
 

@@ -352,6 +352,27 @@ def _rearm(proto: Protocol, dog: _Watchdog, between: float | None, t_ns: int) ->
     dog.arm("between_tokens", between)
 
 
+def _guard(proto: Protocol, n_events: int, cap: int, n_buf: int, where: str, unit: str) -> None:
+    """After each read: stop a stream that brings more than max_tokens + margin tokens
+    (:class:`~phasescope.errors.OverrunError`), or one ``unit`` (event, line) that never ends."""
+    if n_events > cap and not proto.done:
+        _check_overrun(proto)
+    if n_buf > _MAX_EVENT_BYTES:
+        raise E.MalformedEventError(f"{where}: one streamed {unit} is over {_MAX_EVENT_BYTES // 1024**2} MiB "
+                                    f"without an end; stopped reading")
+
+
+async def _ended(proto: Protocol, dog: _Watchdog, content: aiohttp.StreamReader, rec: RequestRecord) -> bool:
+    """The stream stopped: stamp ``t_done_ns``; True when the answer was complete (then no timeout may
+    fail it, and what follows is drained), False when the bytes ran out first."""
+    rec.t_done_ns = now_ns()
+    if proto.done:
+        dog.arm("done", None)
+        await _drain(content)
+        return True
+    return False
+
+
 async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdog) -> None:
     """Frame ``data:`` events out of raw reads. Comments (``:``), ``event:``/``id:`` lines ignored.
 
@@ -406,15 +427,8 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
             _rearm(proto, dog, between, t)
         if proto.done:
             break
-        if len(events) > cap:
-            _check_overrun(proto)
-        if len(buf) > _MAX_EVENT_BYTES:
-            raise E.MalformedEventError(f"{target.display_url}{path}: one streamed event is over "
-                                        f"{_MAX_EVENT_BYTES // 1024**2} MiB without an end; stopped reading")
-    rec.t_done_ns = now_ns()
-    if proto.done:
-        dog.arm("done", None)  # the answer is complete: no timeout may fail it now
-        await _drain(content)
+        _guard(proto, len(events), cap, len(buf), f"{target.display_url}{path}", "event")
+    if await _ended(proto, dog, content, rec):
         return
     if buf.strip():
         payload = _sse_data(buf)
@@ -472,15 +486,8 @@ async def _read_ndjson(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watc
         buf = buf[pos:] if pos else buf
         if len(events) > n_before and _token_in(events, n_before):
             _rearm(proto, dog, between, t)
-        if len(events) > cap and not proto.done:
-            _check_overrun(proto)
-        if len(buf) > _MAX_EVENT_BYTES:
-            raise E.MalformedEventError(f"{target.display_url}{path}: one streamed line is over "
-                                        f"{_MAX_EVENT_BYTES // 1024**2} MiB without an end; stopped reading")
-    rec.t_done_ns = now_ns()
-    if proto.done:
-        dog.arm("done", None)  # the answer is complete: no timeout may fail it now
-        await _drain(content)
+        _guard(proto, len(events), cap, len(buf), f"{target.display_url}{path}", "line")
+    if await _ended(proto, dog, content, rec):
         return
     if buf.strip():
         obj = _decode_json(buf.strip(), target, path)

@@ -246,7 +246,7 @@ async def run_sessions(
     as it will be resent (``tags["reply_tokens_resent"]``; a generated token sequence need not
     re-tokenize to the same count), so the next turn's ``content_tokens`` is exact. It runs after
     the turn's last byte, outside every measured interval."""
-    from phasescope.load.runner import CONNECTION_ERRORS, HealthMonitor, RunnerHealth, RunResult, new_session, prewarm
+    from phasescope.load.runner import CONNECTION_ERRORS, HealthMonitor, RunResult, new_session, prewarm, wind_down
     from phasescope.measure.records import ThreadedSink
 
     res = RunResult()
@@ -407,18 +407,6 @@ async def run_sessions(
         if stop.is_set():
             res.interrupted = res.aborted is None
     finally:
-        pending = [t for t in tasks if not t.done()]
-        res.cancelled = len(pending)
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        res.t_end_ns = now_ns()
-        res.health = await monitor.stop(send_lags) if monitor._task is not None else RunnerHealth()
-        bw.close()
-        if bw.error is not None:
-            res.write_error = bw.error
-            res.aborted = res.aborted or f"stopped: {bw.error}"
-            res.interrupted = False
+        await wind_down(res, tasks, monitor, send_lags, bw)
         await sess.close()
     return res

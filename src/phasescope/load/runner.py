@@ -30,7 +30,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 import aiohttp
 
@@ -369,21 +369,30 @@ async def run_load(
                 # a dead server fails the rest quickly; give them a moment to record their errors
                 await _wait_or_stop(set(in_flight), asyncio.Event(), 5.0)
     finally:
-        res.cancelled = len(in_flight)
-        for t in list(in_flight):
-            t.cancel()
-        if in_flight:
-            await asyncio.gather(*in_flight, return_exceptions=True)
-        res.t_end_ns = now_ns()
-        res.health = await monitor.stop(send_lags) if monitor._task is not None else RunnerHealth()
-        bw.close()
-        if bw.error is not None:
-            res.write_error = bw.error
-            res.aborted = res.aborted or f"stopped: {bw.error}"
-            res.interrupted = False
+        await wind_down(res, in_flight, monitor, send_lags, bw)
         if own_session:
             await sess.close()
     return res
+
+
+async def wind_down(res: RunResult, in_flight: Iterable[asyncio.Task[Any]], monitor: "HealthMonitor",
+                    send_lags: list[int], sink: ThreadedSink) -> None:
+    """The end of every load run, stopped or not: cancel what is still in flight (counted in
+    ``res.cancelled``), stamp the end, take the runner's health, and wait until every record reached
+    the sink — a write failure makes the run ``aborted`` with why (the records before it are on disk)."""
+    pending = [t for t in in_flight if not t.done()]
+    res.cancelled = len(pending)
+    for t in pending:
+        t.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+    res.t_end_ns = now_ns()
+    res.health = await monitor.stop(send_lags) if monitor._task is not None else RunnerHealth()
+    sink.close()
+    if sink.error is not None:
+        res.write_error = sink.error
+        res.aborted = res.aborted or f"stopped: {sink.error}"
+        res.interrupted = False
 
 
 def prewarm_count(schedule: Schedule, max_concurrency: int | None, cap: int = 512) -> int:
