@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import aiohttp
 
 from phasescope.apis.base import GenRequest, Target
-from phasescope.errors import InputError, error_kind
+from phasescope.errors import InputError
 from phasescope.load.workload import WorkItem, part_salt
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RequestRecord
@@ -246,7 +246,7 @@ async def run_sessions(
     as it will be resent (``tags["reply_tokens_resent"]``; a generated token sequence need not
     re-tokenize to the same count), so the next turn's ``content_tokens`` is exact. It runs after
     the turn's last byte, outside every measured interval."""
-    from phasescope.load.runner import CONNECTION_ERRORS, HealthMonitor, RunResult, new_session, prewarm, wind_down
+    from phasescope.load.runner import ConnectionWatch, HealthMonitor, RunResult, new_session, prewarm, send_recorded, wind_down
     from phasescope.measure.records import ThreadedSink
 
     res = RunResult()
@@ -255,7 +255,7 @@ async def run_sessions(
     bw = ThreadedSink(writer, on_error=lambda why: loop.call_soon_threadsafe(stop.set))
     monitor = HealthMonitor()
     send_lags: list[int] = []
-    conn_errors = 0
+    conn_watch = ConnectionWatch(abort_after_errors)
     ollama = target.api == "ollama"
     tasks: set[asyncio.Task[Any]] = set()
     sess = new_session()
@@ -266,31 +266,17 @@ async def run_sessions(
 
     async def send_one(req: GenRequest, t_sched: int) -> RequestRecord:
         t_slot = now_ns()
-        try:
-            rec = await send(sess, target, req)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a client bug must still leave a record
-            rec = RequestRecord(id=req.id or "", api=target.api, target=target.display_url, model=target.model,
-                                t_start_ns=t_slot, wall_start_ns=wall_ns(), ok=False,
-                                error_kind=error_kind(exc), error_message=f"{type(exc).__name__}: {exc}")
+        rec = await send_recorded(send, sess, target, req, t_slot)
         rec.t_scheduled_ns = t_sched
         rec.tags = {**req.tags, **(rec.tags or {}), "t_slot_ns": t_slot}
         return rec
 
     def done(rec: RequestRecord, warm: bool) -> None:
-        nonlocal conn_errors
         (res.warmup_records if warm else res.records).append(rec)
         if not warm:
             send_lags.append(max(0, rec.t_start_ns - (rec.t_scheduled_ns or rec.t_start_ns)))
-            if not rec.ok and rec.error_kind in CONNECTION_ERRORS:
-                conn_errors += 1
-                if conn_errors >= abort_after_errors and res.aborted is None:
-                    res.aborted = (f"the server stopped answering: {conn_errors} requests in a row failed "
-                                   f"({rec.error_kind}: {rec.error_message or 'no detail'})")
-                    stop.set()
-            elif rec.ok:
-                conn_errors = 0
+            if conn_watch.see(rec, res):
+                stop.set()
         bw.put(rec)
         if on_record is not None and not warm:
             on_record(rec)

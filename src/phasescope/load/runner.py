@@ -248,26 +248,18 @@ async def run_load(
     bw = ThreadedSink(writer, on_error=write_failed)
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
     send_lags: list[int] = []
-    consecutive_conn_errors = 0
+    conn_watch = ConnectionWatch(abort_after_errors)
     in_flight: set[asyncio.Task[None]] = set()
     monitor = HealthMonitor()
 
     async def one(sr: ScheduledRequest, sched_ns: int, holding: bool) -> None:
-        nonlocal consecutive_conn_errors
         if sem is not None and not holding:
             await sem.acquire()
         t_slot = now_ns()
         item = items[sr.item % len(items)]
         req = make_request(item, sr, run_id=run_id, ignore_eos=ignore_eos, extra_body=extra_body)
         try:
-            try:
-                rec = await send(sess, target, req)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a client bug must still leave a record
-                rec = RequestRecord(id=req.id or "", api=target.api, target=target.display_url, model=target.model,
-                                    t_start_ns=t_slot, wall_start_ns=wall_ns(), ok=False,
-                                    error_kind=error_kind(exc), error_message=f"{type(exc).__name__}: {exc}")
+            rec = await send_recorded(send, sess, target, req, t_slot)
         finally:
             if sem is not None:
                 sem.release()
@@ -278,14 +270,8 @@ async def run_load(
         rec.worker = worker
         if not sr.warmup:
             send_lags.append(max(0, rec.t_start_ns - max(sched_ns, t_slot)))
-            if not rec.ok and rec.error_kind in CONNECTION_ERRORS:
-                consecutive_conn_errors += 1
-                if consecutive_conn_errors >= abort_after_errors and res.aborted is None:
-                    res.aborted = (f"the server stopped answering: {consecutive_conn_errors} requests in a row failed "
-                                   f"({rec.error_kind}: {rec.error_message or 'no detail'})")
-                    stop.set()
-            elif rec.ok:
-                consecutive_conn_errors = 0
+            if conn_watch.see(rec, res):
+                stop.set()
             res.records.append(rec)
         else:
             res.warmup_records.append(rec)
@@ -373,6 +359,41 @@ async def run_load(
         if own_session:
             await sess.close()
     return res
+
+
+async def send_recorded(send: Any, session: aiohttp.ClientSession, target: Target, req: GenRequest,
+                        t_slot: int) -> RequestRecord:
+    """``send(session, target, req)``; a client-side exception becomes a failed record started at
+    ``t_slot`` (a client bug must still leave a record). Cancellation passes through."""
+    try:
+        return await send(session, target, req)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return RequestRecord(id=req.id or "", api=target.api, target=target.display_url, model=target.model,
+                             t_start_ns=t_slot, wall_start_ns=wall_ns(), ok=False,
+                             error_kind=error_kind(exc), error_message=f"{type(exc).__name__}: {exc}")
+
+
+class ConnectionWatch:
+    """Gives up on a server that stopped answering: ``limit`` measured requests in a row failing to
+    connect (``CONNECTION_ERRORS``) set ``res.aborted`` with the last one's error; a success resets it."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_a_row = 0
+
+    def see(self, rec: RequestRecord, res: "RunResult") -> bool:
+        """Count ``rec``; True when the run must stop now (it just gave up)."""
+        if not rec.ok and rec.error_kind in CONNECTION_ERRORS:
+            self.in_a_row += 1
+            if self.in_a_row >= self.limit and res.aborted is None:
+                res.aborted = (f"the server stopped answering: {self.in_a_row} requests in a row failed "
+                               f"({rec.error_kind}: {rec.error_message or 'no detail'})")
+                return True
+        elif rec.ok:
+            self.in_a_row = 0
+        return False
 
 
 async def wind_down(res: RunResult, in_flight: Iterable[asyncio.Task[Any]], monitor: "HealthMonitor",
