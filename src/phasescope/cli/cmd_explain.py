@@ -108,7 +108,7 @@ def experiment(
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
     server_flags: Optional[str] = typer.Option(None, "--server-flags", help="The server's command line (e.g. \"-b 512 -np 4\", \"--max-num-batched-tokens 2048\"): advice is set against these values."),
 ) -> None:
-    """Run one experiment (prompt-scaling, prefix-cache, context-fill, batching, prefill-interference, queue)."""
+    """Run one experiment (its name: see the NAME argument)."""
     from phasescope.errors import InputError
 
     if name not in NAMES:
@@ -119,4 +119,4 @@ def experiment(
 
 def register(app: typer.Typer) -> None:
     app.command("explain")(explain)
-    app.command("experiment")(experiment)
+    app.command("experiment", help=f"Run one experiment ({', '.join(NAMES)}).")(experiment)
