@@ -119,6 +119,10 @@ class Replica:
             return 0
         if self.cfg.policy == "llamacpp":
             return s.prefix if slot >= 0 and self.slot_prefix[slot] else 0
+        if self.sim.workload.implied_hit_share is not None:
+            # session workloads: the LRU of plan.sessions already decided this request's hit (a
+            # history or blocks an earlier request left in the cache), not the one shared prefix
+            return s.prefix
         return s.prefix if self.prefix_warm else 0
 
     def _best_hit(self, s: Seq) -> int:
