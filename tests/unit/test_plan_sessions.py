@@ -110,3 +110,10 @@ def test_dataset_conflicts_with_single_shot_arrivals(tmp_path):
         run_plan(PlanOptions(model="llama-3.1-8b", device="l40s", dataset="conversation", rate=2.0, save=False))
     with pytest.raises(InputError, match="--dataset-path"):
         run_plan(PlanOptions(model="llama-3.1-8b", device="l40s", dataset="mooncake", save=False))
+
+
+@pytest.mark.parametrize("kw", [{"capacity": True, "slo": "ttft:100"}, {"gpus": 2, "tp": 1},
+                                {"sweep": "rate=1,2"}, {"disaggregate": "1:1"}])
+def test_modes_the_session_lru_cannot_model_are_refused(kw):
+    with pytest.raises(InputError):
+        run_plan(PlanOptions(model="llama-3.1-8b", device="l40s", dataset="conversation", save=False, **kw))

@@ -195,6 +195,19 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
         slo=parse_slo(o.slo), slo_percentile=o.slo_percentile, rebuild_cost=rebuild,
     )
     spec.deployment()  # validate the GPU arithmetic early
+    if o.dataset is not None:
+        # the session LRU models one replica's pool, computed once up front: modes that route a
+        # session over several pools, resize the pool or regenerate the workload would be wrong
+        if spec.deployment().replicas > 1 or o.disaggregate:
+            raise InputError("--dataset models one replica's prefix cache: drop --disaggregate, or keep --gpus to one replica (--tp)")
+        if o.capacity:
+            raise InputError("--capacity does not take --dataset yet: vary --users or --session-rate by hand")
+        if o.sweep:
+            from phasescope.plan.planner import parse_sweep as _ps
+
+            name, _ = _ps(o.sweep)
+            if name not in ("max_num_batched_tokens", "max_num_seqs"):
+                raise InputError(f"--sweep {name} does not apply to --dataset workloads (only max_num_batched_tokens, max_num_seqs)")
     return spec, cal_info, {"model": spec_model.id, "device": device, "policy": policy}
 
 
