@@ -117,3 +117,14 @@ def test_dataset_conflicts_with_single_shot_arrivals(tmp_path):
 def test_modes_the_session_lru_cannot_model_are_refused(kw):
     with pytest.raises(InputError):
         run_plan(PlanOptions(model="llama-3.1-8b", device="l40s", dataset="conversation", save=False, **kw))
+
+
+def test_a_cached_history_still_occupies_the_pool_while_its_turn_runs():
+    # one user, 2 turns: turn 2 (prompt 50 + 20 + 10 + 20 = 100) skips its 80-token history, but that
+    # history is this request's own KV: the pool holds its prompt + output, not only the new tokens
+    pool = 5000
+    d = run_plan(PlanOptions(model="llama-3.1-8b", device="l40s", dataset="conversation", users=1, turns=2,
+                             system_prompt_len=50, turn_input_len=20, output_len=10, kv_pool_tokens=pool, save=False))
+    s = d["summary"]
+    assert s["cached_prompt_tokens"] == 80
+    assert s["max_kv_usage"] * pool >= 100 + 10 - 1e-6

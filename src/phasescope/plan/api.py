@@ -162,7 +162,10 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
     if o.dataset is not None:
         session = _session_workload(o, cost, pool_caching=o.prefix_caching,
                                     chunk=(o.max_num_batched_tokens or d_budget) if o.chunked_prefill else None)
-        w = Workload(trace=session.rows, seed=o.seed, output_len=o.output_len,
+        # input/output_len: the sessions' means, for cost_model's "one request alone" numbers
+        w = Workload(trace=session.rows, seed=o.seed,
+                     input_len=max(1, round(sum(r[1] for r in session.rows) / len(session.rows))),
+                     output_len=max(1, round(sum(r[2] for r in session.rows) / len(session.rows))),
                      implied_hit_share=session.implied_hit_share, session_facts=session.facts)
     w.validate()
     sched = SchedulerConfig(
