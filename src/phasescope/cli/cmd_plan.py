@@ -235,7 +235,7 @@ def plan(
         sm = doc["summary"]
         if sm.get("implied_hit_share") is not None:
             console.print(f"prefix cache: {sm['prefix_hit_share'] * 100:.1f} % of prompt tokens served from cache in the "
-                          f"simulation; the sessions imply {sm['implied_hit_share'] * 100:.1f} % with a cache that keeps everything")
+                          f"simulation; the workload implies {sm['implied_hit_share'] * 100:.1f} % with a cache that keeps everything")
         _facts(doc["summary"])
         _limited(doc["summary"])
     elif mode == "sweep":
