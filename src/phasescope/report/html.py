@@ -5,7 +5,7 @@ decode, their ceilings and efficiency, the binding roof, the findings — per ru
 summaries), the runs and their parameters as a table, with two or more runs the comparison view
 (:func:`~phasescope.report.sections.comparison_html`: run A, the first, against each other run —
 compare's verdicts with their reasons, and what differs: parameters, host contention, server
-settings), the findings in full, for conversation runs the TTFT by turn (from the stored
+settings), the findings in full, for conversation runs the TTFT by turn (:mod:`phasescope.report.turns`, from the stored
 ``turns`` rows), then the plots (:mod:`phasescope.report.plots`, each drawn only
 where its data has spread; the rest listed with the reason).
 
@@ -46,8 +46,8 @@ from phasescope.report.sections import (
     findings_html,
     params_html,
     runs_table_html,
-    turns_html,
 )
+from phasescope.report.turns import turns_html
 from phasescope.report.data import report_data
 from phasescope.report.timeline_plots import find_timeline  # noqa: F401  (re-exported)
 
