@@ -53,13 +53,25 @@ def _header(doc: dict[str, Any]) -> None:
         f", ≤ {w['concurrency']} in flight" if w["concurrency"] else "")
     if w["rate"] is None and w["concurrency"]:
         load = f"{w['concurrency']} users, closed loop"
-    n = f"{w['num_requests']} requests" if w["num_requests"] else f"{w['duration_s']:g} s"
+    n = (f"{w['num_requests']} requests" if w["num_requests"] else
+         f"{w['duration_s']:g} s" if w["duration_s"] is not None else "trace")
+    sf = w.get("session_facts")
     console.print(f"[bold]plan[/bold] {cm['name']} · {cfg['gpus']} GPU(s), tp {cfg['tp']} · scheduler {s['policy']} "
                   f"(budget {s['max_num_batched_tokens']} tok, ≤ {s['max_num_seqs']} seqs"
                   f"{', preempt' if s['preempt'] else ''}{'' if s['chunked_prefill'] else ', no chunking'})")
-    console.print(f"workload: {n}, {load}, prompt {w['input_len']} → output {w['output_len']} tokens"
-                  + (f", prefix {w['prefix_len']} tok shared by {w['prefix_share'] * 100:.0f} %" if w["prefix_len"] and w["prefix_share"] else "")
-                  + f", seed {w['seed']}")
+    if sf and sf["dataset"] == "conversation":
+        pt = sf["prompt_tokens_by_turn"]
+        console.print(f"workload: {sf['users']} conversations of {sf['turns']} turns (open loop: each turn at the previous "
+                      f"turn's estimated end + {sf['think_time_s']:g} s think time), system prompt {sf['system_prompt_len']}, "
+                      f"{sf['turn_input_len']} in → {sf['output_len']} out per turn; prompt {pt[0]} → {pt[-1]} tokens "
+                      f"from turn 1 to {sf['turns']}, seed {w['seed']}")
+    elif sf:
+        console.print(f"workload: Mooncake trace, {sf['requests']} requests, {sf['distinct_blocks']} distinct blocks "
+                      f"of {sf['block_size']} tokens")
+    else:
+        console.print(f"workload: {n}, {load}, prompt {w['input_len']} → output {w['output_len']} tokens"
+                      + (f", prefix {w['prefix_len']} tok shared by {w['prefix_share'] * 100:.0f} %" if w["prefix_len"] and w["prefix_share"] else "")
+                      + f", seed {w['seed']}")
     console.print(f"cost model: one request alone → prefill {_ms(cm['prefill_alone_ms'])}, decode step {_ms(cm['decode_step_alone_ms'])} "
                   f"({_n(cm['decode_tok_s_alone'], 1)} tok/s); KV pool {cm['kv_pool_tokens']:,} tokens; "
                   f"η_bw {p['bw_eff']:.2f}, η_flops {p['flops_eff']:.2f}"
@@ -184,6 +196,15 @@ def plan(
     seed: int = typer.Option(0, "--seed", help="Random seed (arrivals, lengths, prefix hits)."),
     no_save: bool = typer.Option(False, "--no-save", help="Do not save the run in the run store."),
     records_limit: int = typer.Option(2000, "--records-limit", help="Simulated request records saved with the run."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="Session workload: conversation (multi-turn chat, open loop) | mooncake (trace with hash_ids, --dataset-path). Prefix hits come from the shared history."),
+    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="Mooncake: the trace JSONL."),
+    block_size: int = typer.Option(512, "--block-size", help="Mooncake: prompt tokens per hash id."),
+    users: int = typer.Option(4, "--users", help="Conversation: sessions (one per user)."),
+    turns: int = typer.Option(4, "--turns", help="Conversation: turns per session."),
+    system_prompt_len: int = typer.Option(0, "--system-prompt-len", help="Conversation: system prompt tokens shared by all users (0 = none)."),
+    turn_input_len: int = typer.Option(64, "--turn-input-len", help="Conversation: tokens of each turn's new user message (--output-len: each reply)."),
+    think_time_s: float = typer.Option(0.0, "--think-time-s", help="Conversation: pause between a turn's estimated end and the next turn."),
+    session_rate: Optional[float] = typer.Option(None, "--session-rate", help="Conversation: sessions start as a Poisson process at this rate (default: spread over one think time)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """What-if simulation of a continuous-batching server: TTFT/ITL/throughput for a model, device, load and flags."""
@@ -198,6 +219,9 @@ def plan(
         bw_eff=bw_eff, flops_eff=flops_eff, step_overhead_ms=step_overhead_ms, api_overhead_ms=api_overhead_ms,
         interconnect_gb_s=interconnect_gb_s, calibrate_from=calibrate_from, slo=slo, slo_percentile=slo_percentile,
         disaggregate=disaggregate, sweep=sweep, capacity=capacity, save=not no_save, records_limit=records_limit,
+        dataset=dataset, dataset_path=dataset_path, block_size=block_size, users=users, turns=turns,
+        system_prompt_len=system_prompt_len, turn_input_len=turn_input_len, think_time_s=think_time_s,
+        session_rate=session_rate,
     )
     doc = run_plan(o, say=lambda m: err_console.print(f"[dim]plan: {m}[/dim]"))
     if json_out:
@@ -208,6 +232,10 @@ def plan(
     mode = doc["mode"]
     if mode == "single":
         console.print(_summary_table(doc["summary"]))
+        sm = doc["summary"]
+        if sm.get("implied_hit_share") is not None:
+            console.print(f"prefix cache: {sm['prefix_hit_share'] * 100:.1f} % of prompt tokens served from cache in the "
+                          f"simulation; the workload implies {sm['implied_hit_share'] * 100:.1f} % with a cache that keeps everything")
         _facts(doc["summary"])
         _limited(doc["summary"])
     elif mode == "sweep":

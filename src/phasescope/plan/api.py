@@ -77,6 +77,16 @@ class PlanOptions:
     capacity: bool = False
     save: bool = True
     records_limit: int = 2000
+    #: session workloads (plan.sessions): conversation | mooncake; None: the single-shot workload above
+    dataset: str | None = None
+    dataset_path: str | None = None
+    block_size: int = 512
+    users: int = 4
+    turns: int = 4
+    system_prompt_len: int = 0
+    turn_input_len: int = 64
+    think_time_s: float = 0.0
+    session_rate: float | None = None
 
 
 def _parse_pd(text: str) -> tuple[int, int]:
@@ -148,6 +158,15 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
         arrival=o.arrival, burstiness=o.burstiness, input_len=o.input_len, output_len=o.output_len,
         range_ratio=o.range_ratio, prefix_len=o.prefix_len, prefix_share=o.prefix_share, seed=o.seed,
     )
+    session = None
+    if o.dataset is not None:
+        session = _session_workload(o, cost, pool_caching=o.prefix_caching,
+                                    chunk=(o.max_num_batched_tokens or d_budget) if o.chunked_prefill else None)
+        # input/output_len: the sessions' means, for cost_model's "one request alone" numbers
+        w = Workload(trace=session.rows, seed=o.seed,
+                     input_len=max(1, round(sum(r[1] for r in session.rows) / len(session.rows))),
+                     output_len=max(1, round(sum(r[2] for r in session.rows) / len(session.rows))),
+                     implied_hit_share=session.implied_hit_share, session_facts=session.facts)
     w.validate()
     sched = SchedulerConfig(
         max_num_batched_tokens=o.max_num_batched_tokens or d_budget,
@@ -179,7 +198,48 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
         slo=parse_slo(o.slo), slo_percentile=o.slo_percentile, rebuild_cost=rebuild,
     )
     spec.deployment()  # validate the GPU arithmetic early
+    if o.dataset is not None:
+        # the session LRU models one replica's pool, computed once up front: modes that route a
+        # session over several pools, resize the pool or regenerate the workload would be wrong
+        if spec.deployment().replicas > 1 or o.disaggregate:
+            raise InputError("--dataset models one replica's prefix cache: drop --disaggregate, or keep --gpus to one replica (--tp)")
+        if o.capacity:
+            raise InputError("--capacity does not take --dataset yet: vary --users or --session-rate by hand")
+        if o.sweep:
+            from phasescope.plan.planner import parse_sweep as _ps
+
+            name, _ = _ps(o.sweep)
+            if name not in ("max_num_batched_tokens", "max_num_seqs"):
+                raise InputError(f"--sweep {name} does not apply to --dataset workloads (only max_num_batched_tokens, max_num_seqs)")
     return spec, cal_info, {"model": spec_model.id, "device": device, "policy": policy}
+
+
+def _session_workload(o: PlanOptions, cost: CostModel, *, pool_caching: bool, chunk: int | None) -> Any:
+    """The conversation or Mooncake workload of ``--dataset`` (:mod:`phasescope.plan.sessions`)."""
+    from phasescope.plan import sessions
+
+    if o.dataset not in sessions.DATASETS:
+        raise InputError(f"unknown --dataset {o.dataset!r} for plan (use one of {', '.join(sessions.DATASETS)})")
+    if any(x is not None for x in (o.rate, o.concurrency, o.num_requests, o.duration_s)):
+        raise InputError("--dataset sets the arrivals itself: drop --rate/--concurrency/--num-requests/--duration")
+    pool = int(cost.kv_pool_tokens)
+    if o.dataset == "mooncake":
+        from phasescope.load.traces import read_mooncake
+
+        if not o.dataset_path:
+            raise InputError("--dataset mooncake needs --dataset-path FILE (Mooncake JSONL)")
+        entries = read_mooncake(o.dataset_path, block_size=int(o.block_size))
+        return sessions.mooncake(entries, block_size=int(o.block_size), pool_tokens=pool, caching=pool_caching)
+
+    def turn_time(prompt: int, out: int, hit: int) -> float:
+        hit = hit if pool_caching else 0
+        pre = cost.prefill_time_s(prompt, chunk, start=min(hit, prompt - 1))
+        return pre + (out - 1) * cost.decode_step_s(1, prompt + out / 2)
+
+    return sessions.conversation(
+        users=o.users, turns=o.turns, system_len=o.system_prompt_len, turn_input_len=o.turn_input_len,
+        output_len=o.output_len, think_time_s=o.think_time_s, session_rate=o.session_rate,
+        pool_tokens=pool, caching=pool_caching, turn_time_s=turn_time, seed=o.seed)
 
 
 def run_plan(o: PlanOptions, say: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -111,6 +111,16 @@ def cost_facts(cost: CostModel, w: Workload, sched: SchedulerConfig) -> dict[str
     }
 
 
+def hit_shares(res: SimResult, w: Workload) -> dict[str, Any]:
+    """``prefix_hit_share``: prompt tokens the simulated prefix cache served over all prompt tokens
+    sent (failed requests count with no hit); ``implied_hit_share``: what a cache keeping everything
+    would serve (:mod:`phasescope.plan.sessions`)."""
+    seqs = res.sim.seqs
+    total = sum(s.prompt for s in seqs)
+    cached = sum(s.cached for s in seqs if not s.failed)
+    return {"prefix_hit_share": cached / total if total else 0.0, "implied_hit_share": w.implied_hit_share}
+
+
 def run_once(spec: PlanSpec, *, points: int = 120) -> tuple[SimResult, dict[str, Any]]:
     """Simulate the spec; returns the raw result and ``{"summary", "timeseries", "wall_s"}``."""
     t = time.perf_counter()
@@ -127,6 +137,8 @@ def run_once(spec: PlanSpec, *, points: int = 120) -> tuple[SimResult, dict[str,
                              if reasons else None)
     focus = [k for k, c in ((summ.get("slo") or {}).get("checks") or {}).items() if not c["met"]]
     summ.update(analyse(res, summ, spec.cost, spec.sched, spec.workload, focus=focus))
+    if spec.workload.implied_hit_share is not None:  # session workloads: simulated vs implied prefix hits
+        summ.update(hit_shares(res, spec.workload))
     xfer = res.xfer_s[np.isfinite(res.xfer_s)]
     if xfer.size:
         summ["mean_kv_transfer_ms"] = float(xfer.mean() * 1e3)

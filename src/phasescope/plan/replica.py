@@ -92,6 +92,8 @@ class Replica:
         self.link_free_at = 0.0
         self.preemptions = 0
         self._plan: tuple[Any, ...] | None = None
+        #: a session workload (plan.sessions): per-request hits decided by its LRU, held per request
+        self.sessions = sim.workload.implied_hit_share is not None
 
     # -- queue state ----------------------------------------------------------------------------
     @property
@@ -119,6 +121,10 @@ class Replica:
             return 0
         if self.cfg.policy == "llamacpp":
             return s.prefix if slot >= 0 and self.slot_prefix[slot] else 0
+        if self.sessions:
+            # session workloads: the LRU of plan.sessions already decided this request's hit (a
+            # history or blocks an earlier request left in the cache), not the one shared prefix
+            return s.prefix
         return s.prefix if self.prefix_warm else 0
 
     def _best_hit(self, s: Seq) -> int:
@@ -242,10 +248,14 @@ class Replica:
                 block = "max_num_seqs"
                 break
             slot = self._pick_slot(s) if not vllm else -1
+            held = 0
             if not direct:
                 hit = self._hit(s, slot)
                 s.cached = hit
                 s.computed = max(s.computed, hit)
+                # a session's cached history is its own (not one prefix resident once for all):
+                # it occupies the pool while the request runs, as vLLM's referenced blocks do
+                held = hit if self.sessions else 0
             need = s.target - s.computed
             if not direct and not cfg.chunked_prefill and need > budget:
                 if slot >= 0:
@@ -256,9 +266,11 @@ class Replica:
             if vllm:
                 if cfg.preempt:
                     # vLLM ``allocate_slots`` needs blocks for the whole chunk, or the request waits
-                    if not direct and self.kv_used + min(need, budget) > self.kv_cap:
+                    if not direct and self.kv_used + held + min(need, budget) > self.kv_cap:
                         block = "kv_pool"
                         break
+                    self.kv_used += held
+                    s.alloc += held
                     if direct:
                         if self.kv_used + need + 1 > self.kv_cap:
                             block = "kv_pool"
@@ -266,7 +278,7 @@ class Replica:
                         self.kv_used += s.target
                         s.alloc = s.target
                 else:
-                    r = self._need_reserve(s)
+                    r = self._need_reserve(s) + held
                     if self.kv_used + r > self.kv_cap:
                         block = "kv_pool"
                         break
@@ -342,7 +354,7 @@ class Replica:
                 if self.cfg.policy == "llamacpp":
                     if s.slot >= 0:
                         self.slot_prefix[s.slot] = True
-                elif not self.prefix_warm:
+                elif not self.prefix_warm and not self.sessions:
                     self.prefix_warm = True
                     moved = min(s.prefix, s.alloc)
                     s.alloc -= moved  # the prefix now belongs to the cache, resident once

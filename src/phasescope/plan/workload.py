@@ -44,6 +44,10 @@ class Workload:
     ramp_s: float = 0.0
     #: replay: (arrival offset s, prompt tokens, output tokens[, prefix-hit tokens]) per request
     trace: Sequence[Sequence[float]] | None = field(default=None, repr=False)
+    #: session workloads (:mod:`phasescope.plan.sessions`): the share of prompt tokens a cache that
+    #: keeps everything would serve, and what the sessions were
+    implied_hit_share: float | None = None
+    session_facts: dict | None = field(default=None, repr=False)
 
     def validate(self) -> None:
         if self.trace is not None:

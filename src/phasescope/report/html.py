@@ -5,7 +5,8 @@ decode, their ceilings and efficiency, the binding roof, the findings — per ru
 summaries), the runs and their parameters as a table, with two or more runs the comparison view
 (:func:`~phasescope.report.sections.comparison_html`: run A, the first, against each other run —
 compare's verdicts with their reasons, and what differs: parameters, host contention, server
-settings), the findings in full, then the plots (:mod:`phasescope.report.plots`, each drawn only
+settings), the findings in full, for conversation runs the TTFT by turn (:mod:`phasescope.report.turns`, from the stored
+``turns`` rows), then the plots (:mod:`phasescope.report.plots`, each drawn only
 where its data has spread; the rest listed with the reason).
 
 The page opens offline: plotly.js is inlined once (``plotly.offline.get_plotlyjs``), there is no
@@ -46,6 +47,7 @@ from phasescope.report.sections import (
     params_html,
     runs_table_html,
 )
+from phasescope.report.turns import turns_html
 from phasescope.report.data import report_data
 from phasescope.report.timeline_plots import find_timeline  # noqa: F401  (re-exported)
 
@@ -134,6 +136,7 @@ document.addEventListener("securitypolicyviolation", function (e) {{ window.__ps
 {_runs_section(runs)}
 {comparison_html(runs, comparisons or [])}
 {findings_html(runs)}
+{turns_html(runs)}
 {endpoints_html(runs)}
 {''.join(divs)}
 {f'<div class=skipped>Not plotted (no data in these runs):<ul>{skipped_html}</ul></div>' if skipped_html else ''}
