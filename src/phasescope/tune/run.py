@@ -223,12 +223,17 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
                 on_row(rows[s.index])
         ordered = [rows[s.index] for s in settings]
         with_ratios(ordered)
+        from phasescope.tune.predict import predict_rows, prediction_sentence
+
+        a = {**DEFAULT_WORKLOAD_ARGS[spec.workload], **spec.workload_args}
+        prediction = predict_rows(ordered, spec.workload, a, embedded=spec.serve is None, say=tell)
         result = {
             "tune_id": tid, "run_id": out.store_id, "workload": spec.workload,
             "mode": "one-at-a-time" if spec.one_at_a_time else "grid",
             "serve": spec.serve, "baseline": dict(settings[0].params),
             "settings": ordered, "pareto": pareto(ordered), "slo": dict(slo or {}),
-            "recommended": recommend(ordered, slo), "finding": finding(ordered),
+            "recommended": recommend(ordered, slo), "finding": finding(ordered) + [x for x in map(prediction_sentence, ordered) if x],
+            "prediction": prediction,
             "n_ok": sum(r["status"] == "ok" for r in ordered), "n_failed": sum(r["status"] != "ok" for r in ordered),
             "elapsed_s": time.monotonic() - t0,
         }
