@@ -160,7 +160,17 @@ def test_embedded_engine_two_ubatch_settings(tmp_path, engine):
         assert o["vs_baseline"][k] == pytest.approx(o["metrics"][k] / b["metrics"][k])
     runs = {r.id: r for r in _stored(tmp_path) if r.kind == "probe"}
     assert {runs[r["run_id"]].params["tune"]["key"] for r in d["settings"]} == {"ub=32", "ub=512"}
-    assert len(d["finding"]) == 1 and d["finding"][0].startswith("ub=512 vs ub=32: ")
+    assert len(d["finding"]) == 2 and d["finding"][0].startswith("ub=512 vs ub=32: ")
+    # plan's prediction, calibrated from the baseline's stored run, beside the measured ratios
+    assert d["prediction"]["calibrated_from"] == b["run_id"] and d["prediction"]["reason"] is None
+    assert all(r["predicted"]["decode_tok_s"] > 0 and r["predicted"]["ttft_p50_s"] > 0 for r in d["settings"])
+    assert b["predicted_vs_baseline"]["decode_tok_s"] == pytest.approx(1.0)
+    for k, pv in o["predicted_vs_baseline"].items():
+        assert pv == pytest.approx(o["predicted"][k] / b["predicted"][k])
+    # a 96-token prompt in chunks of 32 is three steps, in chunks of 512 one: the larger chunk never predicts a slower TTFT
+    assert o["predicted_vs_baseline"]["ttft_p50_s"] <= 1.0 + 1e-9
+    pv, mv = o["predicted_vs_baseline"]["decode_tok_s"], o["vs_baseline"]["decode_tok_s"]
+    assert d["finding"][1].startswith(f"ub=512: plan predicted decode {pv:.2f}×, measured {mv:.2f}×")
 
 
 def test_bench_workload_through_a_template(tmp_path):
@@ -175,6 +185,8 @@ def test_bench_workload_through_a_template(tmp_path):
     assert o["summary"]["completed"] == 6  # the bench's own summary keys
     kinds = {r.id: r.kind for r in _stored(tmp_path)}
     assert kinds[b["run_id"]] == kinds[o["run_id"]] == "bench"
+    # the fake's model is no catalog model and `itl` no plan knob: no prediction, said, and the tune still answers
+    assert d["prediction"]["reason"] and all(r["predicted"] is None and r["prediction_reason"] for r in d["settings"])
     assert _alive_with(marker) == []
 
 
