@@ -61,5 +61,5 @@ def test_a_baseline_run_plan_cannot_calibrate_from_is_a_reason_not_a_crash(tmp_p
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     rows = [dict(_row(0, {"ub": "512"}), run_id="no-such-run"), _row(1, {"ub": "32"})]
     info = predict_rows(rows, "probe", {"prompt_tokens": [64], "max_tokens": 8, "repeat": 2}, embedded=True)
-    assert info["reason"].startswith("plan could not calibrate from the baseline run no-such-run")
+    assert info["reason"].startswith("plan could not simulate the baseline setting from its run no-such-run")
     assert rows[1]["predicted"] is None

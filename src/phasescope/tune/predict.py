@@ -103,8 +103,15 @@ def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None,
     from phasescope.plan.build import cost_from_theory, resolve_model
     from phasescope.plan.planner import run_once
 
+    from phasescope.plan.api import POLICY_DEFAULTS
+
     quant = over.get("quant")
     knobs = {k: v for k, v in over.items() if k != "quant"}
+    if policy is None:  # plan's own choice from the records (llamacpp when they carry its timings)
+        policy = build_spec(PlanOptions(calibrate_from=calibrate_from, quant=base_quant, save=False, **loads[0]))[2]["policy"]
+    if "max_num_batched_tokens" in knobs and "max_num_seqs" not in knobs:
+        # a chunk smaller than the policy's sequence cap: as many sequences as tokens (vLLM requires it)
+        knobs["max_num_seqs"] = min(POLICY_DEFAULTS[policy][1], knobs["max_num_batched_tokens"])
     per: list[dict[str, float | None]] = []
     facts: dict[str, Any] = {}
     for w in loads:
@@ -143,7 +150,7 @@ def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[
     try:
         base_pred, facts = _simulate(base["run_id"], base_over, base_quant, loads, policy)
     except PhasescopeError as exc:
-        return none_for_all(f"plan could not calibrate from the baseline run {base['run_id']}: {exc}")
+        return none_for_all(f"plan could not simulate the baseline setting from its run {base['run_id']}: {exc}")
     for r in rows:
         r.update(predicted=None, predicted_vs_baseline=None, prediction_reason=None)
         if r.get("status") != "ok":
