@@ -218,6 +218,10 @@ def test_embedded_engine_quant_types_and_the_bandwidth_roofs_prediction(tmp_path
     assert q8["ceiling"]["decode_tok_s"] < base["ceiling"]["decode_tok_s"]
     assert q8["ceiling_ratio"] == pytest.approx(q8["ceiling"]["decode_tok_s"] / base["ceiling"]["decode_tok_s"])
     assert f"the bandwidth roof predicts decode {q8['ceiling_ratio']:.2f}×" in d["finding"][0]
+    # plan, calibrated from the Q4_K_M run, reads the Q8_0 file's larger bytes per step: decode predicted slower
+    assert q8["prediction_note"] == "weight bytes from the served files (the probes' roofs)"
+    assert q8["predicted_vs_baseline"]["decode_tok_s"] < 1.0
+    assert f"quant=Q8_0: plan predicted decode {q8['predicted_vs_baseline']['decode_tok_s']:.2f}×" in d["finding"][1]
 
 
 def test_a_killed_tune_leaves_no_server_behind(tmp_path):

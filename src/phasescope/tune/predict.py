@@ -8,9 +8,11 @@ map to plan knobs (:data:`PLAN_KNOBS`) is simulated with the same workload:
   ``quant`` → the model's quant type. With ``--serve`` the template's names are matched by the
   same table plus a few spellings (``mnbt``, ``max-num-batched-tokens``, ``max_num_seqs``, ...).
 * ``quant``: the fit is made at the baseline's quant type (the bundled file's Q4_K_M on the embedded
-  engine when ``quant`` is not varied at the baseline), then the calibrated weight bytes are scaled by the
-  theory ratio of the two types' weight bytes (the bandwidth model: decode reads every weight once
-  per step). Everything else the fit found is kept.
+  engine when ``quant`` is not varied at the baseline), then the calibrated weight bytes are scaled by
+  the ratio of the two settings' bytes per decode step — from the served files when both probes set
+  their bandwidth roof beside them (roof ∝ 1 / bytes), else the theory ratio of the two types' weight
+  bytes (small models keep many tensors above the nominal type, so the file is the better measure).
+  Everything else the fit found is kept; ``prediction_note`` says which source was used.
 * the workload: probe — single requests (concurrency 1) of each prompt size with the probe's output
   length, one simulation per size, each metric the median over sizes (exact for one size); bench —
   its rate (inf: all at once), concurrency, request count and lengths; explain — no prediction
@@ -98,7 +100,7 @@ def _median(xs: list[float | None]) -> float | None:
 
 
 def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None, loads: list[dict[str, Any]],
-              policy: str | None) -> tuple[dict[str, float | None], dict[str, Any]]:
+              policy: str | None, weight_factor: float | None = None) -> tuple[dict[str, float | None], dict[str, Any]]:
     from phasescope.plan.api import PlanOptions, build_spec
     from phasescope.plan.build import cost_from_theory, resolve_model
     from phasescope.plan.planner import run_once
@@ -118,10 +120,12 @@ def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None,
         o = PlanOptions(calibrate_from=calibrate_from, quant=base_quant, policy=policy, save=False, **knobs, **w)
         spec, _cal, facts = build_spec(o)
         if quant is not None and quant != base_quant:
-            m = resolve_model(facts["model"])
-            wb_new = cost_from_theory(m, facts["device"], quant=quant).weight_bytes
-            wb_base = cost_from_theory(m, facts["device"], quant=base_quant).weight_bytes
-            spec = replace(spec, cost=replace(spec.cost, weight_bytes=spec.cost.weight_bytes * wb_new / wb_base))
+            if weight_factor is None:
+                m = resolve_model(facts["model"])
+                wb_new = cost_from_theory(m, facts["device"], quant=quant).weight_bytes
+                wb_base = cost_from_theory(m, facts["device"], quant=base_quant).weight_bytes
+                weight_factor = wb_new / wb_base
+            spec = replace(spec, cost=replace(spec.cost, weight_bytes=spec.cost.weight_bytes * weight_factor))
         _res, out = run_once(spec, points=2)
         per.append(_metrics(out["summary"]))
     return {k: _median([p[k] for p in per]) for k, _ in PREDICTED_KEYS}, facts
@@ -134,7 +138,7 @@ def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[
 
     def none_for_all(reason: str) -> dict[str, Any]:
         for r in rows:
-            r.update(predicted=None, predicted_vs_baseline=None, prediction_reason=reason)
+            r.update(predicted=None, predicted_vs_baseline=None, prediction_reason=reason, prediction_note=None)
         return {"calibrated_from": None, "model": None, "device": None, "policy": None, "reason": reason}
 
     if not rows or rows[0].get("status") != "ok" or not rows[0].get("run_id"):
@@ -152,7 +156,7 @@ def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[
     except PhasescopeError as exc:
         return none_for_all(f"plan could not simulate the baseline setting from its run {base['run_id']}: {exc}")
     for r in rows:
-        r.update(predicted=None, predicted_vs_baseline=None, prediction_reason=None)
+        r.update(predicted=None, predicted_vs_baseline=None, prediction_reason=None, prediction_note=None)
         if r.get("status") != "ok":
             r["prediction_reason"] = "the setting failed"
             continue
@@ -164,8 +168,14 @@ def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[
         if r is base:
             pred = base_pred
         else:
+            # the served files' bytes when both probes read them (their roofs: roof ∝ 1 / bytes per step)
+            bc, rc = (base.get("ceiling") or {}).get("decode_tok_s"), (r.get("ceiling") or {}).get("decode_tok_s")
+            factor = bc / rc if "quant" in over and bc and rc else None
+            r["prediction_note"] = (None if "quant" not in over else
+                                    "weight bytes from the served files (the probes' roofs)" if factor else
+                                    "weight bytes from the quant types' theory bits")
             try:
-                pred, _ = _simulate(base["run_id"], over, base_quant, loads, policy)
+                pred, _ = _simulate(base["run_id"], over, base_quant, loads, policy, factor)
             except PhasescopeError as exc:
                 r["prediction_reason"] = f"no prediction: {exc}"
                 continue
