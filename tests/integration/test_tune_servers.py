@@ -132,6 +132,10 @@ def test_ctrl_c_then_the_same_command_continues_with_the_next_setting(tmp_path):
     (["--param", "ub=32", "--workload", "dance"], "--workload 'dance'"),
     (["--resume", "tune-0000000000"], "no tune 'tune-0000000000'"),
     ([], "at least one --param"),
+    (["--param", "ub=32", "--workload", "bench", "--range-ratio", "1.5"], "--range-ratio must be < 1 (got 1.5)"),
+    (["--param", "ub=32", "--workload", "bench", "--dataset", "sharegpt"], "--dataset sharegpt needs --dataset-path"),
+    (["--param", "ub=32", "--workload", "bench", "--dataset", "jsonl", "--dataset-path", "/nonexistent.jsonl"],
+     "/nonexistent.jsonl"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
     p = _tune(tmp_path, *args, timeout=60)
@@ -176,6 +180,7 @@ def test_embedded_engine_two_ubatch_settings(tmp_path, engine):
 def test_bench_workload_through_a_template(tmp_path):
     marker = f"tunefake-{uuid.uuid4().hex[:8]}"
     p = _tune(tmp_path, "--workload", "bench", "--num-prompts", "6", "--input-len", "16", "--output-len", "8",
+              "--range-ratio", "0.5", "--seed", "3", "--warmup", "2",
               "--serve", _template(marker), "--param", "itl=2,20", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
@@ -183,6 +188,10 @@ def test_bench_workload_through_a_template(tmp_path):
     b, o = d["settings"]
     assert b["metrics"]["n_ok"] == 6 and o["metrics"]["itl_p50_s"] > b["metrics"]["itl_p50_s"]
     assert o["summary"]["completed"] == 6  # the bench's own summary keys
+    # bench's workload flags reached the bench run (its stored config), not only the tune's spec
+    runs = {r.id: r for r in _stored(tmp_path)}
+    cfg = runs[b["run_id"]].params
+    assert (cfg["range_ratio"], cfg["seed"], cfg["warmup"]) == (0.5, 3, 2), cfg
     kinds = {r.id: r.kind for r in _stored(tmp_path)}
     assert kinds[b["run_id"]] == kinds[o["run_id"]] == "bench"
     # the fake's model is no catalog model and `itl` no plan knob: no prediction, said, and the tune still answers

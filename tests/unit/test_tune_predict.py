@@ -63,3 +63,16 @@ def test_a_baseline_run_plan_cannot_calibrate_from_is_a_reason_not_a_crash(tmp_p
     info = predict_rows(rows, "probe", {"prompt_tokens": [64], "max_tokens": 8, "repeat": 2}, embedded=True)
     assert info["reason"].startswith("plan could not simulate the baseline setting from its run no-such-run")
     assert rows[1]["predicted"] is None
+
+
+def test_bench_workload_flags_reach_plans_workload():
+    from phasescope.tune.predict import _workloads
+
+    a = {"num_prompts": 12, "request_rate": "inf", "max_concurrency": 4, "input_len": 128, "output_len": 32,
+         "range_ratio": 0.5, "burstiness": 2.0, "seed": 7, "duration_s": 30.0}
+    (w,) = _workloads("bench", a)
+    assert w == {"rate": None, "concurrency": 4, "num_requests": 12, "duration_s": 30.0, "input_len": 128,
+                 "output_len": 32, "burstiness": 2.0, "range_ratio": 0.5, "seed": 7}
+    assert _workloads("bench", {**a, "dataset": "sharegpt"}) == [] and _workloads("bench", {**a, "prefix_len": 64}) == []
+    probe = _workloads("probe", {"prompt_tokens": [64, 512], "max_tokens": 16, "repeat": 2})
+    assert [(p["input_len"], p["output_len"], p["concurrency"]) for p in probe] == [(64, 16, 1), (512, 16, 1)]

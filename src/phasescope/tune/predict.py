@@ -77,10 +77,15 @@ def _workloads(workload: str, a: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"concurrency": 1, "rate": None, "num_requests": max(int(a["repeat"]), 3), "input_len": int(n),
                  "output_len": int(a["max_tokens"])} for n in a["prompt_tokens"]]
     if workload == "bench":
+        if a.get("dataset", "random") != "random" or a.get("prefix_len"):
+            return []  # a dataset's lengths, shared prefixes: not the random workload plan simulates here
         rate = float(a["request_rate"])
+        dur = a.get("duration_s")
         return [{"rate": None if math.isinf(rate) else rate, "concurrency": a.get("max_concurrency"),
-                 "num_requests": int(a["num_prompts"]), "input_len": int(a["input_len"]),
-                 "output_len": int(a["output_len"])}]
+                 "num_requests": int(a["num_prompts"]), "duration_s": dur,
+                 "input_len": int(a["input_len"]), "output_len": int(a["output_len"]),
+                 "burstiness": float(a.get("burstiness", 1.0)), "range_ratio": float(a.get("range_ratio", 0.0)),
+                 "seed": int(a.get("seed", 0))}]
     return []
 
 
@@ -145,7 +150,8 @@ def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[
         return none_for_all("the baseline setting did not run: nothing to calibrate from")
     loads = _workloads(workload, workload_args)
     if not loads:
-        return none_for_all(f"plan has no model of the {workload} workload (a mix of experiments)")
+        return none_for_all("plan has no model of this workload" + (" (explain: a mix of experiments)" if workload == "explain"
+                                                                     else " (a dataset or shared prefixes)"))
     base = rows[0]
     base_over, _ = plan_knobs(base["params"])
     base_quant = base_over.get("quant") or (EMBEDDED_QUANT if embedded else None)

@@ -97,7 +97,12 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
         rate = float(a["request_rate"])
         cfg = BenchConfig(url=url, num_prompts=int(a["num_prompts"]), request_rate=math.inf if math.isinf(rate) else rate,
                           max_concurrency=a.get("max_concurrency"), input_len=int(a["input_len"]),
-                          output_len=int(a["output_len"]), store=True, label=f"tune {tune_id(spec)}")
+                          output_len=int(a["output_len"]), store=True, label=f"tune {tune_id(spec)}",
+                          duration_s=a.get("duration_s"), burstiness=float(a.get("burstiness", 1.0)),
+                          range_ratio=float(a.get("range_ratio", 0.0)), prefix_len=int(a.get("prefix_len", 0)),
+                          prefix_groups=int(a.get("prefix_groups", 1)), seed=int(a.get("seed", 0)),
+                          warmup=int(a.get("warmup", 1)), dataset=str(a.get("dataset", "random")),
+                          dataset_path=a.get("dataset_path"))
         res = run_bench(cfg, on_status=say)
         if res.run.interrupted:
             raise KeyboardInterrupt
