@@ -196,6 +196,7 @@ def test_bench_workload_through_a_template(tmp_path):
     assert kinds[b["run_id"]] == kinds[o["run_id"]] == "bench"
     # the fake's model is no catalog model and `itl` no plan knob: no prediction, said, and the tune still answers
     assert d["prediction"]["reason"] and all(r["predicted"] is None and r["prediction_reason"] for r in d["settings"])
+    assert d["finding"][-1] == f"no plan prediction: {d['prediction']['reason']}"
     assert _alive_with(marker) == []
 
 

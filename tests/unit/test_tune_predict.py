@@ -76,3 +76,16 @@ def test_bench_workload_flags_reach_plans_workload():
     assert _workloads("bench", {**a, "dataset": "sharegpt"}) == [] and _workloads("bench", {**a, "prefix_len": 64}) == []
     probe = _workloads("probe", {"prompt_tokens": [64, 512], "max_tokens": 16, "repeat": 2})
     assert [(p["input_len"], p["output_len"], p["concurrency"]) for p in probe] == [(64, 16, 1), (512, 16, 1)]
+
+
+def test_prediction_lines_one_reason_once_and_nothing_after_a_failed_baseline():
+    from phasescope.tune.run import _prediction_lines
+
+    ok = [_row(0, {"ub": "512"}), dict(_row(1, {"ub": "32"}), reason="x")]
+    assert _prediction_lines(ok, {"reason": "unknown model 'm'"}, prediction_sentence) == \
+        ["no plan prediction: unknown model 'm'"]
+    failed = [_row(0, {"ub": "512"}, status="failed"), _row(1, {"ub": "32"})]
+    assert _prediction_lines(failed, {"reason": "the baseline setting did not run"}, prediction_sentence) == []
+    pv = {k: 1.0 for k, _ in PREDICTED_KEYS}
+    rows = [_row(0, {"ub": "512"}, pv=pv, mv=pv), _row(1, {"ub": "32"}, pv=pv, mv=pv)]
+    assert _prediction_lines(rows, {"reason": None}, prediction_sentence) == [prediction_sentence(rows[1])]

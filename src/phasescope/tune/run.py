@@ -159,6 +159,15 @@ def pareto(rows: list[dict[str, Any]]) -> list[int]:
     return front
 
 
+def _prediction_lines(rows: list[dict[str, Any]], prediction: dict[str, Any], sentence: Callable[..., Any]) -> list[str]:
+    """One line per setting with plan's ratios; one line when plan predicted nothing at all (none when
+    the baseline failed: the finding already says there is nothing to compare with)."""
+    if prediction.get("reason"):
+        base_ok = bool(rows) and rows[0].get("status") == "ok"
+        return [f"no plan prediction: {prediction['reason']}"] if base_ok and len(rows) > 1 else []
+    return [x for x in map(sentence, rows) if x]
+
+
 def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0,
              on_row: Callable[[dict[str, Any]], None] | None = None,
              slo: dict[str, float] | None = None) -> dict[str, Any]:
@@ -237,7 +246,7 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
             "mode": "one-at-a-time" if spec.one_at_a_time else "grid",
             "serve": spec.serve, "baseline": dict(settings[0].params),
             "settings": ordered, "pareto": pareto(ordered), "slo": dict(slo or {}),
-            "recommended": recommend(ordered, slo), "finding": finding(ordered) + [x for x in map(prediction_sentence, ordered) if x],
+            "recommended": recommend(ordered, slo), "finding": finding(ordered) + _prediction_lines(ordered, prediction, prediction_sentence),
             "prediction": prediction,
             "n_ok": sum(r["status"] == "ok" for r in ordered), "n_failed": sum(r["status"] != "ok" for r in ordered),
             "elapsed_s": time.monotonic() - t0,
