@@ -132,6 +132,10 @@ def test_ctrl_c_then_the_same_command_continues_with_the_next_setting(tmp_path):
     (["--param", "ub=32", "--workload", "dance"], "--workload 'dance'"),
     (["--resume", "tune-0000000000"], "no tune 'tune-0000000000'"),
     ([], "at least one --param"),
+    (["--param", "ub=32", "--workload", "bench", "--range-ratio", "1.5"], "--range-ratio must be < 1 (got 1.5)"),
+    (["--param", "ub=32", "--workload", "bench", "--dataset", "sharegpt"], "--dataset sharegpt needs --dataset-path"),
+    (["--param", "ub=32", "--workload", "bench", "--dataset", "jsonl", "--dataset-path", "/nonexistent.jsonl"],
+     "/nonexistent.jsonl"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
     p = _tune(tmp_path, *args, timeout=60)
@@ -160,12 +164,23 @@ def test_embedded_engine_two_ubatch_settings(tmp_path, engine):
         assert o["vs_baseline"][k] == pytest.approx(o["metrics"][k] / b["metrics"][k])
     runs = {r.id: r for r in _stored(tmp_path) if r.kind == "probe"}
     assert {runs[r["run_id"]].params["tune"]["key"] for r in d["settings"]} == {"ub=32", "ub=512"}
-    assert len(d["finding"]) == 1 and d["finding"][0].startswith("ub=512 vs ub=32: ")
+    assert len(d["finding"]) == 2 and d["finding"][0].startswith("ub=512 vs ub=32: ")
+    # plan's prediction, calibrated from the baseline's stored run, beside the measured ratios
+    assert d["prediction"]["calibrated_from"] == b["run_id"] and d["prediction"]["reason"] is None
+    assert all(r["predicted"]["decode_tok_s"] > 0 and r["predicted"]["ttft_p50_s"] > 0 for r in d["settings"])
+    assert b["predicted_vs_baseline"]["decode_tok_s"] == pytest.approx(1.0)
+    for k, pv in o["predicted_vs_baseline"].items():
+        assert pv == pytest.approx(o["predicted"][k] / b["predicted"][k])
+    # a 96-token prompt in chunks of 32 is three steps, in chunks of 512 one: the larger chunk never predicts a slower TTFT
+    assert o["predicted_vs_baseline"]["ttft_p50_s"] <= 1.0 + 1e-9
+    pv, mv = o["predicted_vs_baseline"]["decode_tok_s"], o["vs_baseline"]["decode_tok_s"]
+    assert d["finding"][1].startswith(f"ub=512: plan predicted decode {pv:.2f}×, measured {mv:.2f}×")
 
 
 def test_bench_workload_through_a_template(tmp_path):
     marker = f"tunefake-{uuid.uuid4().hex[:8]}"
     p = _tune(tmp_path, "--workload", "bench", "--num-prompts", "6", "--input-len", "16", "--output-len", "8",
+              "--range-ratio", "0.5", "--seed", "3", "--warmup", "2",
               "--serve", _template(marker), "--param", "itl=2,20", "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
@@ -173,8 +188,15 @@ def test_bench_workload_through_a_template(tmp_path):
     b, o = d["settings"]
     assert b["metrics"]["n_ok"] == 6 and o["metrics"]["itl_p50_s"] > b["metrics"]["itl_p50_s"]
     assert o["summary"]["completed"] == 6  # the bench's own summary keys
+    # bench's workload flags reached the bench run (its stored config), not only the tune's spec
+    runs = {r.id: r for r in _stored(tmp_path)}
+    cfg = runs[b["run_id"]].params
+    assert (cfg["range_ratio"], cfg["seed"], cfg["warmup"]) == (0.5, 3, 2), cfg
     kinds = {r.id: r.kind for r in _stored(tmp_path)}
     assert kinds[b["run_id"]] == kinds[o["run_id"]] == "bench"
+    # the fake's model is no catalog model and `itl` no plan knob: no prediction, said, and the tune still answers
+    assert d["prediction"]["reason"] and all(r["predicted"] is None and r["prediction_reason"] for r in d["settings"])
+    assert d["finding"][-1] == f"no plan prediction: {d['prediction']['reason']}"
     assert _alive_with(marker) == []
 
 
@@ -206,6 +228,10 @@ def test_embedded_engine_quant_types_and_the_bandwidth_roofs_prediction(tmp_path
     assert q8["ceiling"]["decode_tok_s"] < base["ceiling"]["decode_tok_s"]
     assert q8["ceiling_ratio"] == pytest.approx(q8["ceiling"]["decode_tok_s"] / base["ceiling"]["decode_tok_s"])
     assert f"the bandwidth roof predicts decode {q8['ceiling_ratio']:.2f}×" in d["finding"][0]
+    # plan, calibrated from the Q4_K_M run, reads the Q8_0 file's larger bytes per step: decode predicted slower
+    assert q8["prediction_note"] == "weight bytes from the served files (the probes' roofs)"
+    assert q8["predicted_vs_baseline"]["decode_tok_s"] < 1.0
+    assert f"quant=Q8_0: plan predicted decode {q8['predicted_vs_baseline']['decode_tok_s']:.2f}×" in d["finding"][1]
 
 
 def test_a_killed_tune_leaves_no_server_behind(tmp_path):

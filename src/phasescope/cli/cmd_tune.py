@@ -15,6 +15,30 @@ def _sizes(values: List[str]) -> list[int]:
     return probe_sizes(values)
 
 
+def _check_bench_args(a: dict[str, Any]) -> None:
+    """The bench flags' own bounds, said before any server starts (one line, exit 2)."""
+    import math
+
+    from phasescope.errors import InputError
+    from phasescope.safeio import user_file
+
+    if a.get("duration_s") is not None and not (math.isfinite(a["duration_s"]) and a["duration_s"] > 0):
+        raise InputError(f"--duration must be a positive number of seconds (got {a['duration_s']})")
+    if not (math.isfinite(a.get("burstiness", 1.0)) and a.get("burstiness", 1.0) > 0):
+        raise InputError(f"--burstiness must be > 0 (got {a['burstiness']})")
+    if not 0 <= a.get("range_ratio", 0.0) < 1:
+        raise InputError(f"--range-ratio must be ≥ 0 and < 1 (got {a['range_ratio']})")
+    if a.get("prefix_len", 0) < 0 or a.get("prefix_groups", 1) < 1 or a.get("warmup", 1) < 0:
+        raise InputError("--prefix-len and --warmup must be ≥ 0 and --prefix-groups ≥ 1")
+    ds = a.get("dataset", "random")
+    if ds not in ("random", "sharegpt", "jsonl"):
+        raise InputError(f"--dataset {ds!r}: tune runs random, sharegpt or jsonl (conversations and traces bring their own arrivals)")
+    if ds != "random":
+        if not a.get("dataset_path"):
+            raise InputError(f"--dataset {ds} needs --dataset-path FILE")
+        a["dataset_path"] = str(user_file(a["dataset_path"], "--dataset-path").resolve())
+
+
 def tune(
     param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, quant. With --serve: any {name} of the template."),
     one_at_a_time: bool = typer.Option(False, "--one-at-a-time", help="Vary one parameter at a time around the baseline (each parameter's first value) instead of the full grid."),
@@ -30,6 +54,15 @@ def tune(
     max_concurrency: Optional[int] = typer.Option(4, "--max-concurrency", help="bench: requests in flight at most."),
     input_len: int = typer.Option(128, "--input-len", help="bench: prompt tokens."),
     output_len: int = typer.Option(32, "--output-len", help="bench: output tokens."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="bench: stop sending after this many seconds."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="bench: Gamma shape of inter-arrival gaps (1 = Poisson)."),
+    range_ratio: float = typer.Option(0.0, "--range-ratio", help="bench: lengths uniform in [L(1-r), L(1+r)] (a mix of short and long prompts)."),
+    prefix_len: int = typer.Option(0, "--prefix-len", help="bench: shared prefix tokens per group."),
+    prefix_groups: int = typer.Option(1, "--prefix-groups", help="bench: number of distinct shared prefixes."),
+    seed: int = typer.Option(0, "--seed", help="bench: seed for arrivals and prompts."),
+    warmup: int = typer.Option(1, "--warmup", help="bench: warm-up requests sent first and excluded."),
+    dataset: str = typer.Option("random", "--dataset", help="bench: random | sharegpt | jsonl (as bench)."),
+    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="bench: ShareGPT JSON or prompts JSONL file."),
     budget: str = typer.Option("60s", "--budget", help="explain: time per setting (e.g. 60s, 2m)."),
     only: Optional[str] = typer.Option(None, "--only", help="explain: comma-separated experiments."),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="probe: model shape for ceilings."),
@@ -73,6 +106,12 @@ def tune(
         elif workload == "bench":
             args = {"num_prompts": num_prompts, "request_rate": str(request_rate), "max_concurrency": max_concurrency,
                     "input_len": input_len, "output_len": output_len}
+            # bench's workload flags, in the spec only when given (a tune without them keeps its id)
+            extra = {"duration_s": (duration, None), "burstiness": (burstiness, 1.0), "range_ratio": (range_ratio, 0.0),
+                     "prefix_len": (prefix_len, 0), "prefix_groups": (prefix_groups, 1), "seed": (seed, 0),
+                     "warmup": (warmup, 1), "dataset": (dataset, "random"), "dataset_path": (dataset_path, None)}
+            args.update({k: v for k, (v, default) in extra.items() if v != default})
+            _check_bench_args(args)
         else:
             from phasescope.experiments.suite import NAMES, parse_budget
 

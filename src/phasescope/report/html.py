@@ -99,6 +99,8 @@ def render_html(runs: list[Run], plots: list[Plot], skipped: dict[str, str], *, 
                 comparisons: list[dict[str, Any]] | None = None) -> str:
     from plotly.offline import get_plotlyjs
 
+    from phasescope.report.tune_plots import tune_html
+
     titles = dict((n, t) for n, t, _ in PLOTS)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     title = title or ("phasescope report · " + ", ".join(i.id for i, _ in runs))
@@ -132,6 +134,7 @@ document.addEventListener("securitypolicyviolation", function (e) {{ window.__ps
 <h1>{esc(title)}</h1>
 <div class=meta>generated {now} by phasescope {esc(__version__)} · opens offline · {len(plots)} plots</div>
 {card_html(runs)}
+{tune_html(runs)}
 <h2>Evidence</h2>
 {_runs_section(runs)}
 {comparison_html(runs, comparisons or [])}

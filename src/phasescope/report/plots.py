@@ -397,4 +397,7 @@ def build_plots(runs: list[Run]) -> tuple[list[Plot], dict[str, str]]:
     pe = plot_per_endpoint(runs)
     if not isinstance(pe, str):
         plots.append(pe)
+    from phasescope.report.tune_plots import tune_plots
+
+    plots.extend(tune_plots(runs))  # a tune run: one plot per metric across its settings; [] otherwise
     return plots, skipped

@@ -97,7 +97,12 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
         rate = float(a["request_rate"])
         cfg = BenchConfig(url=url, num_prompts=int(a["num_prompts"]), request_rate=math.inf if math.isinf(rate) else rate,
                           max_concurrency=a.get("max_concurrency"), input_len=int(a["input_len"]),
-                          output_len=int(a["output_len"]), store=True, label=f"tune {tune_id(spec)}")
+                          output_len=int(a["output_len"]), store=True, label=f"tune {tune_id(spec)}",
+                          duration_s=a.get("duration_s"), burstiness=float(a.get("burstiness", 1.0)),
+                          range_ratio=float(a.get("range_ratio", 0.0)), prefix_len=int(a.get("prefix_len", 0)),
+                          prefix_groups=int(a.get("prefix_groups", 1)), seed=int(a.get("seed", 0)),
+                          warmup=int(a.get("warmup", 1)), dataset=str(a.get("dataset", "random")),
+                          dataset_path=a.get("dataset_path"))
         res = run_bench(cfg, on_status=say)
         if res.run.interrupted:
             raise KeyboardInterrupt
@@ -152,6 +157,15 @@ def pareto(rows: list[dict[str, Any]]) -> list[int]:
         if not dominated:
             front.append(p[0])
     return front
+
+
+def _prediction_lines(rows: list[dict[str, Any]], prediction: dict[str, Any], sentence: Callable[..., Any]) -> list[str]:
+    """One line per setting with plan's ratios; one line when plan predicted nothing at all (none when
+    the baseline failed: the finding already says there is nothing to compare with)."""
+    if prediction.get("reason"):
+        base_ok = bool(rows) and rows[0].get("status") == "ok"
+        return [f"no plan prediction: {prediction['reason']}"] if base_ok and len(rows) > 1 else []
+    return [x for x in map(sentence, rows) if x]
 
 
 def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0,
@@ -223,12 +237,17 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
                 on_row(rows[s.index])
         ordered = [rows[s.index] for s in settings]
         with_ratios(ordered)
+        from phasescope.tune.predict import predict_rows, prediction_sentence
+
+        a = {**DEFAULT_WORKLOAD_ARGS[spec.workload], **spec.workload_args}
+        prediction = predict_rows(ordered, spec.workload, a, embedded=spec.serve is None, say=tell)
         result = {
             "tune_id": tid, "run_id": out.store_id, "workload": spec.workload,
             "mode": "one-at-a-time" if spec.one_at_a_time else "grid",
             "serve": spec.serve, "baseline": dict(settings[0].params),
             "settings": ordered, "pareto": pareto(ordered), "slo": dict(slo or {}),
-            "recommended": recommend(ordered, slo), "finding": finding(ordered),
+            "recommended": recommend(ordered, slo), "finding": finding(ordered) + _prediction_lines(ordered, prediction, prediction_sentence),
+            "prediction": prediction,
             "n_ok": sum(r["status"] == "ok" for r in ordered), "n_failed": sum(r["status"] != "ok" for r in ordered),
             "elapsed_s": time.monotonic() - t0,
         }
