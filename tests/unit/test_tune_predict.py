@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from phasescope.tune.predict import PREDICTED_KEYS, plan_knobs, predict_rows, prediction_sentence
