@@ -163,7 +163,7 @@ class EngineHandle:
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """Stop the process group: SIGTERM, wait ``grace_s``, then SIGKILL. Returns the exit status."""
         self.stopped_by_us = True
-        return _stop_process(self.process, grace_s)
+        return stop_process_group(self.process, grace_s)
 
     def props(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """``GET /props`` as a dict (model path, n_ctx, slots, build info)."""
@@ -180,7 +180,11 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
             proc.send_signal(sig)
 
 
-def _stop_process(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
+def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
+    """Stop a server started as the leader of its own process group (``start_new_session``):
+    SIGTERM to the group, ``grace_s`` for the leader to exit, SIGKILL if it did not; then SIGKILL to
+    the group anyway, since a leader that exited may leave children behind. Returns the exit status.
+    The embedded engine and ``tune --serve``'s commands both stop through here."""
     try:
         if proc.poll() is None:
             _signal_group(proc, signal.SIGTERM)
@@ -189,10 +193,9 @@ def _stop_process(proc: subprocess.Popen[bytes], grace_s: float) -> int | None:
             except subprocess.TimeoutExpired:
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait(timeout=30)
-        else:
-            # the leader is gone; make sure nothing else of its group lingers
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        # the leader is gone; make sure nothing else of its group lingers
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
     finally:
         with _live_lock:
             _live.pop(proc.pid, None)
@@ -204,7 +207,7 @@ def _stop_all_at_exit() -> None:
         procs = list(_live.values())
     for proc in procs:
         with contextlib.suppress(Exception):
-            _stop_process(proc, 3.0)
+            stop_process_group(proc, 3.0)
 
 
 atexit.register(_stop_all_at_exit)
@@ -229,7 +232,7 @@ def _make_pdeathsig_preexec() -> Any:
     return _preexec
 
 
-_PDEATHSIG_PREEXEC = _make_pdeathsig_preexec() if os.name == "posix" and os.uname().sysname == "Linux" else None
+PDEATHSIG_PREEXEC = _make_pdeathsig_preexec() if os.name == "posix" and os.uname().sysname == "Linux" else None
 
 
 def _new_log_path(port: int) -> Path:
@@ -353,7 +356,7 @@ def _start_once(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # own process group: we stop it, not the terminal
-                preexec_fn=_PDEATHSIG_PREEXEC if in_main else None,  # noqa: PLW1509 - only in the main thread
+                preexec_fn=PDEATHSIG_PREEXEC if in_main else None,  # noqa: PLW1509 - only in the main thread
                 close_fds=True,
             )
         except OSError as exc:

@@ -23,13 +23,19 @@ import contextlib
 import os
 import re
 import shlex
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from phasescope.engine.server import (
+    PDEATHSIG_PREEXEC,
+    free_port,
+    last_error_line,
+    log_tail,
+    stop_process_group,
+)
 from phasescope.errors import EngineError, InputError
 
 __all__ = ["Launched", "SettingFailed", "embedded", "engine_kwargs", "from_template"]
@@ -114,7 +120,6 @@ def _model_for(qtype: str | None, say: Any) -> tuple[str | None, str | None]:
 @contextlib.contextmanager
 def embedded(params: dict[str, str], *, say: Any = None, startup_timeout_s: float = 120.0) -> Iterator[Launched]:
     from phasescope.engine import running_engine
-    from phasescope.engine.server import last_error_line, log_tail
 
     tell = say or (lambda _m: None)
     kw = engine_kwargs(params)
@@ -133,12 +138,6 @@ def embedded(params: dict[str, str], *, say: Any = None, startup_timeout_s: floa
         line = last_error_line(eng.log_path)
         raise SettingFailed(f"the engine died during the run: {line or exc}", eng.log_path,
                             log_tail(eng.log_path, 10)) from None
-
-
-def _free_port() -> int:
-    from phasescope.engine.server import free_port
-
-    return free_port()
 
 
 def render(template: str, params: dict[str, str], port: int) -> tuple[list[str], dict[str, str]]:
@@ -162,32 +161,12 @@ def _log_path(logs: Path, port: int) -> Path:
     return logs / f"serve-{time.strftime('%Y%m%d-%H%M%S')}-{port}-{os.getpid()}.log"
 
 
-def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    # the leader may be gone while its children linger: the group gets SIGKILL either way
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-
-
-def _tail(path: Path, n: int = 10) -> list[str]:
-    from phasescope.engine.server import log_tail
-
-    return log_tail(path, n)
-
-
 @contextlib.contextmanager
 def from_template(template: str, params: dict[str, str], *, logs: Path, startup_timeout_s: float = 120.0,
                   say: Any = None) -> Iterator[Launched]:
     from phasescope.apis.ready import ready_sync
 
-    port = _free_port()
+    port = free_port()
     argv, env = render(template, params, port)
     log_path = _log_path(logs, port)
     t0 = time.monotonic()
@@ -196,13 +175,12 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
         log.flush()
         import threading
 
-        from phasescope.engine.server import _PDEATHSIG_PREEXEC  # the engine's own: SIGTERM if phasescope dies
 
         in_main = threading.current_thread() is threading.main_thread()
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True, env={**os.environ, **env},
-                                    preexec_fn=_PDEATHSIG_PREEXEC if in_main else None)  # noqa: PLW1509
+                                    preexec_fn=PDEATHSIG_PREEXEC if in_main else None)  # noqa: PLW1509
         except OSError as exc:
             raise SettingFailed(f"could not start {argv[0]}: {exc.strerror or exc}", log_path) from None
     try:
@@ -214,14 +192,14 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
             if rc is not None:
                 from phasescope.engine.server import describe_exit
 
-                tail = _tail(log_path)
+                tail = log_tail(log_path, 10)
                 raise SettingFailed(f"the server exited during startup ({describe_exit(rc)})"
                                     + (f": {tail[-1]}" if tail else ""), log_path, tail)
             if ready_sync(url, timeout_s=2.0) is not None:
                 break
             if time.monotonic() > deadline:
                 raise SettingFailed(f"the server did not answer on {url} within {startup_timeout_s:.0f} s",
-                                    log_path, _tail(log_path))
+                                    log_path, log_tail(log_path, 10))
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
         yield Launched(url=url, log_path=log_path, command=argv, startup_s=time.monotonic() - t0, env=env)
@@ -229,6 +207,6 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
             from phasescope.engine.server import describe_exit
 
             raise SettingFailed(f"the server died during the run ({describe_exit(proc.returncode)})", log_path,
-                                _tail(log_path))
+                                log_tail(log_path, 10))
     finally:
-        _stop_group(proc)
+        stop_process_group(proc, STOP_GRACE_S)

@@ -27,11 +27,11 @@ Rows gain ``predicted`` (``ttft_p50_s``, ``itl_p50_s``, ``decode_tok_s``, ``thro
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import replace
 from typing import Any, Callable
 
 from phasescope.errors import PhasescopeError
+from phasescope.measure.aggregate import median
 
 __all__ = ["PLAN_KNOBS", "PREDICTED_KEYS", "plan_knobs", "predict_rows", "prediction_sentence"]
 
@@ -99,18 +99,11 @@ def _metrics(summ: dict[str, Any]) -> dict[str, float | None]:
             "decode_tok_s": 1e3 / tpot if tpot else None, "throughput_tok_s": summ.get("output_throughput")}
 
 
-def _median(xs: list[float | None]) -> float | None:
-    v = [x for x in xs if x is not None]
-    return statistics.median(v) if v else None
-
-
 def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None, loads: list[dict[str, Any]],
               policy: str | None, weight_factor: float | None = None) -> tuple[dict[str, float | None], dict[str, Any]]:
-    from phasescope.plan.api import PlanOptions, build_spec
+    from phasescope.plan.api import POLICY_DEFAULTS, PlanOptions, build_spec
     from phasescope.plan.build import cost_from_theory, resolve_model
     from phasescope.plan.planner import run_once
-
-    from phasescope.plan.api import POLICY_DEFAULTS
 
     quant = over.get("quant")
     knobs = {k: v for k, v in over.items() if k != "quant"}
@@ -133,7 +126,7 @@ def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None,
             spec = replace(spec, cost=replace(spec.cost, weight_bytes=spec.cost.weight_bytes * weight_factor))
         _res, out = run_once(spec, points=2)
         per.append(_metrics(out["summary"]))
-    return {k: _median([p[k] for p in per]) for k, _ in PREDICTED_KEYS}, facts
+    return {k: median([p[k] for p in per]) for k, _ in PREDICTED_KEYS}, facts
 
 
 def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[str, Any], *,
