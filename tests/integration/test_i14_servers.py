@@ -138,12 +138,15 @@ def test_compare_real_cold_vs_cached_and_gate(tmp_path: Path, monkeypatch: pytes
 
     store = tmp_path / "store"
     monkeypatch.setenv("PHASESCOPE_STORE", str(store))
-    with FakeServer(flavor="vllm", prefix_cache=True, ttft_s=0.002, prefill_tok_s=4000, itl_s=0.004).running() as srv:
+    # 20 ms per token: the loop wake-up jitter of a shared 2-core host (client and fake on the same
+    # cores, ~0.5 ms between runs) is then far below the 5 % gate, so "the same server twice" tests the
+    # verdict, not the host; at 4 ms that jitter alone was 13 % and failed CI
+    with FakeServer(flavor="vllm", prefix_cache=True, ttft_s=0.002, prefill_tok_s=4000, itl_s=0.02).running() as srv:
         kw = {"store": True, "n": 20, "output_len": 12}
         cold = _bench(srv.url, tmp_path, "c", reuse_prompts=True, **kw)["run_id"]
         warm = _bench(srv.url, tmp_path, "w", reuse_prompts=True, **kw)["run_id"]
         again = _bench(srv.url, tmp_path, "a", **kw)["run_id"]
-    with FakeServer(flavor="vllm", ttft_s=0.002, prefill_tok_s=4000, itl_s=0.012).running() as slow:
+    with FakeServer(flavor="vllm", ttft_s=0.002, prefill_tok_s=4000, itl_s=0.06).running() as slow:
         slower = _bench(slow.url, tmp_path, "s", **kw)["run_id"]
     runner = CliRunner()
 
@@ -155,7 +158,7 @@ def test_compare_real_cold_vs_cached_and_gate(tmp_path: Path, monkeypatch: pytes
     v = {m["metric"]: m["verdict"] for m in d["metrics"]}
     assert v["ttft_s"] == "not comparable" and v["prefill_tok_s"] == "not comparable"
     assert d["warnings"][0]["kind"] == "runs_not_comparable" and "prefix-cache hit rate" in d["warnings"][0]["message"]
-    # a real regression (ITL 4 → 12 ms) fails the gate; the same server run twice does not
+    # a real regression (ITL 20 → 60 ms) fails the gate; the same server run twice does not
     code, d = cmp(again, slower, "--fail-on", "worse", "--metrics", "itl_p50,decode")
     assert code == 1 and d["gate"]["failed"], d["gate"]
     code, d = cmp(cold, again, "--fail-on", "worse", "--metrics", "itl_p50,decode", "--min-change", "0.05")
