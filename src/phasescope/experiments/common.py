@@ -100,16 +100,6 @@ def output_tokens_of(r: RequestRecord) -> int | None:
     return len(tok) or None
 
 
-def cached_tokens_of(r: RequestRecord) -> int | None:
-    """Prompt tokens the server says it reused: usage ``cached_tokens`` or llama.cpp ``cache_n``."""
-    if r.cached_prompt_tokens is not None:
-        return int(r.cached_prompt_tokens)
-    s = r.server or {}
-    if s.get("cache_n") is not None:
-        return int(s["cache_n"])
-    return None
-
-
 def server_prefill_s(r: RequestRecord) -> float | None:
     s = r.server or {}
     v = s.get("prefill_s")

@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from phasescope.experiments.common import ExperimentInfo, cached_tokens_of, finite, mad_sigma, med, ok, select
+from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, select
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 
@@ -97,7 +97,7 @@ def _per_turn(recs: Sequence[RequestRecord]) -> list[TurnStat]:
     out = []
     for t in sorted(by):
         rs = by[t]
-        out.append(TurnStat(t, len(rs), med(r.prompt_tokens for r in rs), med(cached_tokens_of(r) for r in rs),
+        out.append(TurnStat(t, len(rs), med(r.prompt_tokens for r in rs), med(derive.cached_prompt_tokens(r) for r in rs),
                             med(derive.ttft_s(r) for r in rs), med(derive.decode_tok_s(r) for r in rs)))
     return out
 

@@ -33,7 +33,6 @@ from typing import Any, Sequence
 
 from phasescope.experiments.common import (
     ExperimentInfo,
-    cached_tokens_of,
     finite,
     mad_sigma,
     med,
@@ -95,8 +94,8 @@ class PrefixCacheResult:
 def _server_view(cold: list[RequestRecord], rep: list[RequestRecord], system_tokens: int | None,
                  metrics_delta: dict[str, float] | None) -> ServerCacheView:
     v = ServerCacheView(metrics_delta=dict(metrics_delta or {}))
-    v.cached_tokens_repeat = med(cached_tokens_of(r) for r in rep)
-    v.cached_tokens_cold = med(cached_tokens_of(r) for r in cold)
+    v.cached_tokens_repeat = med(derive.cached_prompt_tokens(r) for r in rep)
+    v.cached_tokens_cold = med(derive.cached_prompt_tokens(r) for r in cold)
     v.server_prefill_cold_s = med(server_prefill_s(r) for r in cold)
     v.server_prefill_repeat_s = med(server_prefill_s(r) for r in rep)
     md = v.metrics_delta

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from phasescope.measure import derive
-from phasescope.measure.aggregate import measured, median, percentile
+from phasescope.measure.aggregate import cached_share, measured, median, percentile
 from phasescope.measure.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -21,12 +21,6 @@ if TYPE_CHECKING:
 def _measured(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     """The measured turns: :func:`phasescope.measure.aggregate.measured` (the one warm-up rule), with a turn index."""
     return [r for r in measured(records) if isinstance((r.tags or {}).get("turn"), int)]
-
-
-def _cached(r: RequestRecord) -> int | None:
-    from phasescope.load.hygiene import cached_of
-
-    return cached_of(r)
 
 
 def turn_rows(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
@@ -42,7 +36,7 @@ def turn_rows(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
     for turn in sorted(by):
         rs = by[turn]
         pts = [r.prompt_tokens for r in rs if r.prompt_tokens is not None]
-        cs = [c for c in (_cached(r) for r in rs) if c is not None]
+        cs = [c for c in (derive.cached_prompt_tokens(r) for r in rs) if c is not None]
         ttft = [t * 1000 for t in (derive.ttft_s(r) for r in rs) if t is not None]
         itl = [x * 1000 for r in rs for x in derive.itl_s(r)]
         dec = [d for d in (derive.decode_tok_s(r) for r in rs) if d is not None]
@@ -104,9 +98,9 @@ def conversation_section(records: Sequence[RequestRecord], spec: ConversationSpe
             ends = [r.t_done_ns for r in ok if r.t_done_ns]
             if ends:
                 times.append((max(ends) - min(r.t_start_ns for r in ok)) / 1e9)
-    known = [(c, r.prompt_tokens) for r in meas if r.ok and r.prompt_tokens
-             for c in [_cached(r)] if c is not None]
-    share = sum(c for c, _ in known) / sum(p for _, p in known) if known else None
+    answered = [r for r in meas if r.ok]
+    share = cached_share(answered)
+    known = [r for r in answered if r.prompt_tokens and derive.cached_prompt_tokens(r) is not None]
     src = None
     if known:
         src = "usage" if any(r.cached_prompt_tokens is not None and (r.server or {}).get("cache_n") is None

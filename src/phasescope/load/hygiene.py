@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from phasescope.measure import derive
-from phasescope.measure.aggregate import successful
+from phasescope.measure.aggregate import cached_share, successful
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.warnings import MeasurementWarning
 
@@ -27,13 +27,6 @@ HIT_MARGIN = 0.05
 MIN_FOR_P99 = 20
 #: the first request is "cold" when its TTFT exceeds the median of the rest by this factor
 COLD_FACTOR = 3.0
-
-
-def cached_of(r: RequestRecord) -> int | None:
-    if r.cached_prompt_tokens is not None:
-        return int(r.cached_prompt_tokens)
-    c = (r.server or {}).get("cache_n")
-    return int(c) if isinstance(c, (int, float)) else None
 
 
 def expected_hit_rate(cfg: Any, n: int) -> float:
@@ -49,8 +42,8 @@ def expected_hit_rate(cfg: Any, n: int) -> float:
 def prefix_cache_section(cfg: Any, records: Sequence[RequestRecord], server_metrics: dict[str, Any] | None) -> dict[str, Any]:
     """``prefix_cache``: hit rate per request source and from /metrics, and what was expected."""
     ok = successful(records)
-    known = [(cached_of(r), r.prompt_tokens) for r in ok if cached_of(r) is not None and r.prompt_tokens]
-    rec_rate = (sum(c for c, _ in known) / sum(p for _, p in known)) if known else None
+    known = [(c, r.prompt_tokens) for r in ok if r.prompt_tokens and (c := derive.cached_prompt_tokens(r)) is not None]
+    rec_rate = cached_share(ok)
     hits = sum(1 for c, p in known if c >= 2 and c > 0.01 * p)
     srv = ((server_metrics or {}).get("summary") or {}).get("prefix_cache_hit_rate") if server_metrics else None
     rates = [x for x in (rec_rate, srv) if isinstance(x, (int, float))]
@@ -159,8 +152,7 @@ def calibration_warnings(ref: str | None, records: Sequence[RequestRecord] | Non
                                                   "calibrate from a run without this warning"))
     except Exception:  # noqa: BLE001 - a run we cannot read has no warnings to pass on
         pass
-    known = [(cached_of(r), r.prompt_tokens) for r in records or [] if cached_of(r) is not None and r.prompt_tokens]
-    rate = sum(c for c, _ in known) / sum(p for _, p in known) if known else 0.0  # type: ignore[misc]
+    rate = cached_share(records or []) or 0.0
     if rate > HIT_MARGIN and not any(w.kind == "prefix_cache_hits" for w in out):
         out.append(MeasurementWarning(
             "prefix_cache_hits",

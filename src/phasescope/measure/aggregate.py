@@ -70,6 +70,16 @@ def measured(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if is_measured(r)]
 
 
+def cached_share(records: Iterable[RequestRecord]) -> float | None:
+    """Σ cached ÷ Σ prompt tokens over the given records whose server reported a cached count
+    (:func:`phasescope.measure.derive.cached_prompt_tokens`): the prefix-cache hit rate by tokens,
+    as vLLM's ``prefix_cache_hits / prefix_cache_queries``. None when no record reports one. The
+    caller picks the records (measured, successful, …)."""
+    known = [(c, r.prompt_tokens) for r in records
+             if r.prompt_tokens and (c := derive.cached_prompt_tokens(r)) is not None]
+    return sum(c for c, _ in known) / sum(p for _, p in known) if known else None
+
+
 def successful(records: Iterable[RequestRecord]) -> list[RequestRecord]:
     """The measured records that succeeded: what every latency and rate is aggregated over."""
     return [r for r in records if is_measured(r) and r.ok]

@@ -150,6 +150,16 @@ def prefill_tok_s(r: RequestRecord) -> float | None:
     return r.prompt_tokens / t
 
 
+def cached_prompt_tokens(r: RequestRecord) -> int | None:
+    """Prompt tokens the server says it served from its prefix cache: the usage block's
+    ``prompt_tokens_details.cached_tokens`` (vLLM, SGLang, as ``cached_prompt_tokens``), else
+    llama.cpp's ``timings.cache_n``; None when the server reports neither (Ollama)."""
+    if r.cached_prompt_tokens is not None:
+        return int(r.cached_prompt_tokens)
+    c = (r.server or {}).get("cache_n")
+    return int(c) if isinstance(c, (int, float)) else None
+
+
 def server_prefill_tok_s(r: RequestRecord) -> float | None:
     s = r.server or {}
     n, d = s.get("prompt_n"), s.get("prefill_s")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phasescope.measure.aggregate import METRICS, measured, median
+from phasescope.measure.aggregate import METRICS, cached_share, measured, median
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.warnings import MeasurementWarning
 from phasescope.store import RunInfo
@@ -94,11 +94,9 @@ def _summary(i: RunInfo) -> dict[str, Any]:
 def hit_rate(info: RunInfo, recs: list[RequestRecord]) -> float | None:
     """The run's prefix-cache hit rate: Σ cached / Σ prompt tokens over its requests, else the
     summary's (bench: ``prefix_cache_hit_rate``, server /metrics)."""
-    from phasescope.load.hygiene import cached_of
-
-    known = [(cached_of(r), r.prompt_tokens) for r in measured(recs) if r.ok and r.prompt_tokens and cached_of(r) is not None]
-    if known:
-        return sum(c for c, _ in known) / sum(p for _, p in known)  # type: ignore[misc]
+    share = cached_share(r for r in measured(recs) if r.ok)
+    if share is not None:
+        return share
     v = _summary(info).get("prefix_cache_hit_rate")
     return float(v) if isinstance(v, (int, float)) else None
 
