@@ -104,3 +104,21 @@ def test_local_device_only_describes_servers_on_this_machine(tmp_path, monkeypat
     assert dev is not None and why is None
     dev, why = C.get_device(None, same_machine=True)
     assert dev is None and "phasescope hw" in (why or "")
+
+
+def test_one_minute_sentence_never_contradicts_its_own_decode_change():
+    # a measured fall of 11 % is not "independent of prompt length": the sentence names the KV reads;
+    # "independent" only where the change is within a few percent
+    from phasescope.probe.summary import verdict
+
+    def text(d_hi: float) -> str:
+        sizes = [{"prompt_tokens": 200, "ttft_s": 0.27, "decode_tok_s": 80.0},
+                 {"prompt_tokens": 2000, "ttft_s": 2.7, "decode_tok_s": d_hi}]
+        return " ".join(verdict(sizes)["text"])
+
+    for d_hi in (70.0, 72.0, 68.5):  # −12.5 %, −10 %, −14 %
+        t = text(d_hi)
+        assert "independent" not in t and "KV" in t, t
+        assert f"fell {abs(d_hi / 80 - 1) * 100:.0f}%" in t, t
+    assert "independent of prompt length" in text(79.0)
+    assert "noise" in text(88.0) and "independent" not in text(88.0)

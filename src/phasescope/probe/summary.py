@@ -80,6 +80,10 @@ def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
     }
 
 
+#: a decode change within this many percent between the prompt sizes reads as "independent of prompt length"
+SAME_DECODE_PCT = 5.0
+
+
 def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The one-minute test between the smallest and the largest prompt size."""
     usable = [s for s in sizes if s.get("ttft_s") and (s.get("prompt_tokens") or s.get("prompt_tokens_target"))]
@@ -108,8 +112,15 @@ def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
         lines.append(f"TTFT barely grew (×{ttft_ratio:.1f}) for a ×{prompt_ratio:.1f} longer prompt: prefill is not what you wait for "
                      "(fixed overhead dominates, or a prefix cache served the prompt)")
     if decode_change is not None:
-        if abs(decode_change) <= 15:
+        # the sentence must agree with the number beside it: "independent" only within a few percent
+        if abs(decode_change) <= SAME_DECODE_PCT:
             lines.append(f"decode rate changed {decode_change:+.0f}%: decode is a separate phase, independent of prompt length")
+        elif -15 <= decode_change < 0:
+            lines.append(f"decode rate fell {-decode_change:.0f}% while TTFT grew ×{ttft_ratio:.1f}: decode is a separate phase; "
+                         "only the longer KV cache it reads each step slows it a little")
+        elif 0 < decode_change <= 15:
+            lines.append(f"decode rate changed {decode_change:+.0f}%: decode is a separate phase; a longer prompt cannot speed "
+                         "it up, so the difference is noise")
         elif decode_change < 0:
             lines.append(f"decode rate fell {-decode_change:.0f}% with the longer context: attention/KV reads are a visible part of each step")
         else:
