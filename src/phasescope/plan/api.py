@@ -143,7 +143,10 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
     cost = build(o.gpu_memory_utilization)
     api_overhead = 0.0
     if recs is not None:
-        cal = calibrate(recs, cost)
+        # llama.cpp on an SWA model measured each prompt_ms over its checkpoint-split steps (SchedulerConfig)
+        breaks = SchedulerConfig(policy=policy, max_num_batched_tokens=o.max_num_batched_tokens or d_budget,
+                                 max_num_seqs=o.max_num_seqs or d_seqs).tail_breaks(cost)
+        cal = calibrate(recs, cost, tail_breaks=breaks)
         cost = cal.cost
         api_overhead = cal.api_overhead_s
         cal_info = {"from": o.calibrate_from, **cal.to_dict()}

@@ -125,6 +125,16 @@ def _prefill_point(r: RequestRecord, api_overhead_s: float) -> tuple[float, floa
     return float(n - (r.cached_prompt_tokens or 0)), max(t - api_overhead_s, 1e-6)
 
 
+def _median_by_length(pre: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """One point per prompt length: the median of its repeats. A least-squares line through single
+    points follows any one disturbed request (on a 2-core VM one prefill in a few reads 20-60 % slow);
+    the median of three ignores one."""
+    groups: dict[float, list[float]] = {}
+    for n, y in pre:
+        groups.setdefault(n, []).append(y)
+    return [(n, float(np.median(ys))) for n, ys in sorted(groups.items())]
+
+
 def _decode_point(r: RequestRecord) -> tuple[float, float] | None:
     s = r.server or {}
     n_out = s.get("predicted_n") or r.output_tokens
@@ -201,8 +211,35 @@ def batch_scale_points(cost: CostModel, batched: Sequence[tuple[float, float, fl
     return [[1.0, 1.0]] + pts
 
 
-def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
-    """Fit ``base``'s efficiencies and overhead to the records (see module docstring)."""
+def calibrate(records: Sequence[RequestRecord], base: CostModel, *, tail_breaks: tuple[int, ...] = ()) -> Calibration:
+    """Fit ``base``'s efficiencies and overhead to the records (see module docstring).
+
+    ``tail_breaks``: the server prefilled each prompt in several steps, cut this many tokens before its
+    end (llama.cpp's checkpoint breaks on SWA models, ``SchedulerConfig.tail_breaks``), so a measured
+    prefill is its first chunk plus the steps of the later ones. A first fit without the breaks times
+    those later steps (a few tokens and the first token's logits: about one decode step each); the second
+    fits the first chunk to what is left."""
+    if not tail_breaks:
+        return _calibrate(records, base, None)
+    first = _calibrate(records, base, None)
+
+    def adjust(n: float, y: float) -> tuple[float, float]:
+        from phasescope.plan.costmodel import prefill_chunks
+
+        ch = prefill_chunks(int(n), None, 0, tail_breaks)
+        if len(ch) < 2:
+            return n, y
+        rest = sum(first.cost.step_time_s(0, 0.0, prefill_tokens=c, prefill_pairs=chunk_pairs(p, c),
+                                          prefill_kv_tokens=p + c, n_prefill_chunks=1,
+                                          n_sampled=1 if p + c >= n else 0) for p, c in ch[1:])
+        return float(ch[0][1]), max(y - rest, 1e-6)
+
+    cal = _calibrate(records, base, adjust)
+    cal.fitted["tail_breaks"] = list(tail_breaks)
+    return cal
+
+
+def _calibrate(records: Sequence[RequestRecord], base: CostModel, adjust: Any) -> Calibration:
     recs = [r for r in records if r.ok]
     if not recs:
         raise InputError("no successful requests to calibrate from")
@@ -219,6 +256,10 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
             gaps.append(t - float(s["prefill_s"]))
     api = max(float(np.median(gaps)), 0.0) if gaps else 0.0
     pre = [p for p in (_prefill_point(r, api) for r in alone) if p is not None]
+    if adjust is not None:
+        pre = [adjust(n, y) for n, y in pre]
+    n_pre = len(pre)  # requests; the fit takes one median point per prompt length
+    pre = _median_by_length(pre)
     # decode points: (context, batch, step) from requests decoding alone or in a clean batch
     # (no other request prefilling during more than 10 % of their decode window)
     dec3: list[tuple[float, float, float]] = []
@@ -343,4 +384,4 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
         smooth = new.with_(decode_batch_scale=None)
         be0 = [smooth.step_time_s(int(round(b)), round(b) * s_) / y - 1 for s_, b, y in batched]
         res["batched_decode_rel_err_median_smooth"] = float(np.median(np.abs(be0)))
-    return Calibration(new, api, len(pre), len(dec), fitted, res)
+    return Calibration(new, api, n_pre, len(dec), fitted, res)
