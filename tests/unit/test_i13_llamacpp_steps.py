@@ -115,3 +115,35 @@ def test_a_prompt_next_to_decodes_stretches_their_gap_as_recorded() -> None:
     big = gaps[gaps > 0.5 * chunk]
     assert len(big) >= 1 and big[0] == pytest.approx(chunk + cost.decode_step_s(2, 300.0), rel=0.05), (big, chunk)
     assert durs  # the step history is recorded
+
+
+def test_plan_reports_the_lone_prefill_the_simulator_runs() -> None:
+    # `plan`'s "one request alone → prefill" (cost_model.prefill_alone_ms) is what a lone request's TTFT is
+    # in the simulation: with llama.cpp's checkpoint break that is two steps, more than one merged step
+    from phasescope.plan.planner import cost_facts
+
+    w = Workload(concurrency=1, num_requests=1, input_len=256, output_len=4)
+    facts = cost_facts(COST, w, SchedulerConfig(**SCHED))
+    lone = _run([0.0], out=4)
+    assert facts["prefill_alone_ms"] == pytest.approx(lone.ttft_s[0] * 1e3, rel=1e-9)
+    assert facts["prefill_alone_ms"] > COST.prefill_time_s(256) * 1e3
+
+
+def test_plan_json_with_the_llamacpp_policy_runs_split_mixed_steps(capsys, monkeypatch, tmp_path) -> None:
+    # llama-server --parallel N: one KV stream per slot, so `plan --policy llamacpp` prices mixed steps as two
+    # passes and says so in cost_model.params; a lone request's TTFT is the (broken) two-step prefill
+    import json
+
+    from cli_helpers import run
+
+    monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path / "cfg"))
+    code, out, err = run(["plan", "-m", "gemma-3-270m", "-d", "cpu-ddr5-5600-2ch", "--policy", "llamacpp",
+                          "--rate", "2", "--input-len", "256", "--output-len", "16", "-n", "12", "--json", "--no-save"],
+                         capsys, monkeypatch)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["cost_model"]["params"]["split_mixed_steps"] is True
+    code, out, err = run(["plan", "-m", "gemma-3-270m", "-d", "cpu-ddr5-5600-2ch", "--rate", "2", "--input-len", "256",
+                          "--output-len", "16", "-n", "12", "--json", "--no-save"], capsys, monkeypatch)
+    assert code == 0, err
+    assert json.loads(out)["cost_model"]["params"]["split_mixed_steps"] is False

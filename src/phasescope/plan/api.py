@@ -150,6 +150,10 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
         cost = cal.cost
         api_overhead = cal.api_overhead_s
         cal_info = {"from": o.calibrate_from, **cal.to_dict()}
+    if policy == "llamacpp":
+        # llama-server with --parallel N keeps one KV stream per slot: a step mixing decodes and a prompt
+        # chunk runs as two passes (CostModel.split_mixed_steps)
+        cost = cost.with_(split_mixed_steps=True)
     if o.api_overhead_ms is not None:
         api_overhead = o.api_overhead_ms / 1e3
     if o.num_requests is None and o.duration_s is None:
