@@ -4,8 +4,10 @@
 2. Calibration: `hw`-style measurements of this machine (bandwidth, GEMM; not saved) + a short probe
    of llama-server (sequential requests at two prompt lengths, then batches of 2, 3 and 4 short
    requests sent together for the batched decode rate and llama.cpp's batch-dependent decode step,
-   ``CostModel.decode_batch_scale``) → a calibrated cost model
-   (policy ``llamacpp``: --parallel slots, n_batch 2048 budget).
+   ``CostModel.decode_batch_scale``), each point --probe-repeats times, run once before and once after the
+   workloads (medians over both: the VM drifts ~10 % over minutes) → a calibrated cost model
+   (policy ``llamacpp``: --parallel slots, n_batch 2048 budget, the SWA checkpoint break before each
+   prompt's last 4 tokens, mixed steps as two passes).
 3. Bench workloads on the real server — closed loops of 1, 2 and 4 users and a Poisson rate — and
    the same workloads (same lengths, same arrival times) in the simulator; predicted vs measured
    median and p99 TTFT and ITL. Goal: within 10 % at the median and 20 % at p99.
@@ -192,6 +194,9 @@ def main() -> int:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--rate", type=float, default=0.5)
     ap.add_argument("--json", default=None, help="write all numbers here")
+    ap.add_argument("--no-probe-after", dest="probe_after", action="store_false",
+                    help="calibrate from the probe before the workloads only (default: the probe runs again after "
+                         "them and the fit takes medians over both)")
     ap.add_argument("--probe-repeats", type=int, default=3,
                     help="calibration probe: requests per prompt length and batches per batch size (medians are fitted)")
     ap.add_argument("--attempts", type=int, default=3, help="re-run a workload disturbed by other processes")
@@ -277,6 +282,16 @@ def main() -> int:
         recs, fg = quietest(lambda: asyncio.run(open_loop(target, arr, inp, outl, seed=20))[0])
         keep(f"Poisson {a.rate:g}/s", recs, w, fg)
         out["runs"] = runs
+        if a.probe_after:
+            # the same probe once more after the workloads: this VM's speed drifts by ~10 % over minutes (a
+            # lone 256-token prefill read 297-404 ms within one run), so a probe at one end describes the
+            # machine of that moment; medians over both ends describe the minutes the workloads ran in
+            t = time.perf_counter()
+            probe2, fg2 = quietest(run_probe)
+            out["calibration_records"] += [r.to_dict() for r in probe2]
+            out["calibration_after_foreign_cpu"] = fg2.foreign_s / fg2.wall_s
+            print(f"calibration probe after the workloads: {len(probe2)} requests in {time.perf_counter() - t:.0f} s, "
+                  f"foreign CPU {fg2.foreign_s:.1f} s in {fg2.wall_s:.0f} s", flush=True)
     if a.json:  # the measurements first: a failing evaluation below must not lose them
         with open(a.json, "w", encoding="utf-8") as fh:
             json.dump(out, fh, indent=2)
