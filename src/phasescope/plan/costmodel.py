@@ -41,6 +41,15 @@ scale included) and then the chunks' remaining tokens as a prefill pass. Measure
 alone plus a 45 ms 3-row step, and the 4-token prompt tail next to 3 decodes 60–80 ms, not the ~25 ms of
 one merged roofline step; prefill-only and decode-only steps are one pass as before.
 
+Attention (``attn_flops_eff``, calibrated llama.cpp on CPUs): llama.cpp's CPU attention (no flash
+attention; per-head KQ, softmax and V products) runs far below its GEMM rate, and as kernels of its own it
+does not hide under the matmuls. On the embedded engine one 512-token prompt (131k query-key pairs) took
+650–730 ms where two 256-token prompts batched (the same 512 tokens, 66k pairs) took 570 ms: a prompt's
+cost is not a function of its tokens alone. When calibrated (lone prompts of two lengths plus batches sent
+together, :mod:`.calibrate`), a step's prompt attention FLOPs leave the roofline and are added after it
+at their own rate. (A lone decode step also grows with context — ~13.5 ms at 128 tokens, ~16 ms at 512 —
+but a batch of 4 does not grow 4× as fast, so decode attention stays in the step's math.)
+
 llama.cpp's batched decode on a few CPU cores is not smooth in B (engine.md §6: 2 streams bimodal, often
 no faster than 1): ``decode_batch_scale`` (fitted by :mod:`.calibrate` from steps measured at each batch
 size) multiplies the step time of a decode-only step with B sequences: linear in B between the fitted
@@ -115,6 +124,10 @@ class CostModel:
     #: llama.cpp with one KV stream per slot (``--parallel N`` without ``--kv-unified``): a step that mixes
     #: decodes and prompt chunks runs as two passes (module docstring, "Mixed steps")
     split_mixed_steps: bool = False
+    #: efficiency of a prompt's attention (query, key) FLOPs when calibrated apart from the GEMMs (``None``:
+    #: part of ``flops_eff`` as before); then they run as kernels of their own, after the step's roofline
+    #: (module docstring, "Attention")
+    attn_flops_eff: float | None = None
 
     def __post_init__(self) -> None:
         if self.overlap not in ("max", "sum"):
@@ -193,16 +206,22 @@ class CostModel:
         tokens = max(n_decode, 0) + max(prefill_tokens, 0)
         nbytes = self.weight_read_bytes(tokens) + self.kv_read_bytes(n_decode, decode_ctx_sum)
         nbytes += self.kv_read_bytes(n_prefill_chunks, prefill_kv_tokens)
-        f_dec = (self.flops_per_token + self.lm_head_flops) * n_decode + self.attn_flops_per_pair * decode_ctx_sum
+        a_dec = self.attn_flops_per_pair * decode_ctx_sum
+        a_pre = self.attn_flops_per_pair * prefill_pairs
+        t_attn = 0.0  # a prompt's attention calibrated apart: its own kernels, serial with the step's roofline
+        if self.attn_flops_eff is not None:
+            t_attn = a_pre / (self.peak_flops * self.attn_flops_eff)
+            a_pre = 0.0
+        f_dec = (self.flops_per_token + self.lm_head_flops) * n_decode + a_dec
         f_pre = (
             self.flops_per_token * prefill_tokens
-            + self.attn_flops_per_pair * prefill_pairs
+            + a_pre
             + self.lm_head_flops * max(sampled - n_decode, 0)
         )
         t_mem = nbytes / self.eff_bandwidth_bytes_s
         t_cmp = f_pre / self.eff_flops + f_dec / self.eff_decode_flops
         core = max(t_mem, t_cmp) if self.overlap == "max" else t_mem + t_cmp
-        t = self.step_overhead_s + core + self.allreduce_s(tokens)
+        t = self.step_overhead_s + core + t_attn + self.allreduce_s(tokens)
         if self.decode_batch_scale and prefill_tokens <= 0:
             t *= self.batch_scale(n_decode)
         return t
