@@ -50,3 +50,12 @@ def test_attention_is_fitted_apart_and_prices_an_unseen_batch_of_prompts() -> No
     # two and four 256-token prompts batched, and one 1024-token prompt: never probed
     for k, n in ((2, 252), (4, 252), (1, 1020)):
         assert _batch_prefill(cm, k, n) == pytest.approx(_batch_prefill(TRUTH, k, n), rel=0.05), (k, n)
+
+
+def test_a_separate_attention_rate_never_beats_the_compute_ceiling() -> None:
+    # η ≤ 1 (calibrate rejects a faster fit): a prefill is never below its FLOPs at the peak rate
+    for eta in (1.0, 0.5, 0.03):
+        cm = TRUTH.with_(attn_flops_eff=eta, flops_eff=1.0, step_overhead_s=0.0)
+        for n in (1, 16, 256, 1024, 4096):
+            flops = TRUTH.flops_per_token * n + TRUTH.attn_flops_per_pair * chunk_pairs(0, n) + TRUTH.lm_head_flops
+            assert cm.prefill_time_s(n) >= flops / TRUTH.peak_flops * (1 - 1e-12), (eta, n)
