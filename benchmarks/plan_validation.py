@@ -12,7 +12,8 @@
    the same workloads (same lengths, same arrival times) in the simulator; predicted vs measured
    median and p99 TTFT and ITL. Goal: within 10 % at the median and 20 % at p99.
 
-Usage: .venv/bin/python benchmarks/plan_validation.py [--quick] [--threads N] [--json out.json]
+Usage: .venv/bin/python benchmarks/plan_validation.py [--quick] [--threads N] [--probe-repeats K] [--no-probe-after]
+                                                     [--json out.json]
        .venv/bin/python benchmarks/plan_validation.py --resimulate out.json   (no engine: re-fit and re-simulate
        the calibration and workload records a previous run stored, e.g. after a change to the model)
 Run it on a quiet machine: llama-server uses --threads cores and the client shares them. Each step
