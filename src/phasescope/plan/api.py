@@ -143,10 +143,17 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
     cost = build(o.gpu_memory_utilization)
     api_overhead = 0.0
     if recs is not None:
-        cal = calibrate(recs, cost)
+        # llama.cpp on an SWA model measured each prompt_ms over its checkpoint-split steps (SchedulerConfig)
+        breaks = SchedulerConfig(policy=policy, max_num_batched_tokens=o.max_num_batched_tokens or d_budget,
+                                 max_num_seqs=o.max_num_seqs or d_seqs).tail_breaks(cost)
+        cal = calibrate(recs, cost, tail_breaks=breaks)
         cost = cal.cost
         api_overhead = cal.api_overhead_s
         cal_info = {"from": o.calibrate_from, **cal.to_dict()}
+    if policy == "llamacpp":
+        # llama-server with --parallel N keeps one KV stream per slot: a step mixing decodes and a prompt
+        # chunk runs as two passes (CostModel.split_mixed_steps)
+        cost = cost.with_(split_mixed_steps=True)
     if o.api_overhead_ms is not None:
         api_overhead = o.api_overhead_ms / 1e3
     if o.num_requests is None and o.duration_s is None:

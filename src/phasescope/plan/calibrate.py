@@ -17,7 +17,14 @@ Fit, with x_p(n) = n·F_tok + F_attn·n(n+1)/2 + F_head (prefill FLOPs) and x_d(
   ``step(s) = T0 + KV_tok·s/BW_eff + x_d(s)/F_eff`` for (T0, 1/F_eff); then T0 = overhead + W/BW_eff
   with the overhead prior kept (at most half of T0).
 * ``overlap = "max"`` (GPUs): prefill points give a line y = overhead + x_p/F_eff; decode points give
-  BW_eff = (W + KV_tok·s) / (step − overhead) (median).
+  BW_eff = (W + KV_tok·s) / (step − overhead) (median). When prompts sent together and prefilled in one
+  batch are in the records too (the validation probe's batches of 2, 3, 4), a prompt's attention gets its
+  own rate: y = c0 + (F_tok·Σn + F_head·prompts)/F_eff + F_attn·Σ pairs/A_eff over lone prompts (many
+  pairs per token) and batches (the tokens of B prompts, the pairs of short ones) →
+  ``CostModel.attn_flops_eff`` (llama.cpp's CPU attention runs far below its GEMM rate).
+* Prefill points are one median per prompt length (the repeats of a probe), so one disturbed request
+  does not tilt the line; ``tail_breaks`` subtracts the steps after a prompt's first chunk (llama.cpp's
+  checkpoint break) before fitting.
 
 Requests that decoded together in a clean batch (nobody else prefilling for > 10 % of their decode
 window; batch size = 1 + the overlap of other decode windows ÷ their own) add points
@@ -125,6 +132,40 @@ def _prefill_point(r: RequestRecord, api_overhead_s: float) -> tuple[float, floa
     return float(n - (r.cached_prompt_tokens or 0)), max(t - api_overhead_s, 1e-6)
 
 
+def _group_prefill_points(recs: Sequence[RequestRecord], alone_ids: set[int]) -> list[tuple[list[float], float]]:
+    """Prompts sent together and prefilled in one batch (a probe's batch of B): (their prompt lengths, the
+    median server prefill time). Such a batch has the tokens of B prompts but the attention pairs of B short
+    ones, which is what separates attention's cost from the GEMMs' (module docstring)."""
+    cand = sorted((r for r in recs if id(r) not in alone_ids and (r.server or {}).get("prefill_s")
+                   and (r.server or {}).get("prompt_n") and derive.first_token_ns(r) is not None),
+                  key=lambda r: r.t_start_ns)
+    groups: list[list[RequestRecord]] = []
+    for r in cand:
+        if groups and r.t_start_ns - groups[-1][0].t_start_ns < 50_000_000:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    out = []
+    for g in groups:
+        if len(g) < 2:
+            continue
+        firsts = [derive.first_token_ns(r) or 0 for r in g]
+        if max(firsts) - min(firsts) > 20_000_000:  # not one batch: someone waited
+            continue
+        out.append(([float(r.server["prompt_n"]) for r in g], float(np.median([r.server["prefill_s"] for r in g]))))
+    return out
+
+
+def _median_by_length(pre: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """One point per prompt length: the median of its repeats. A least-squares line through single
+    points follows any one disturbed request (on a 2-core VM one prefill in a few reads 20-60 % slow);
+    the median of three ignores one."""
+    groups: dict[float, list[float]] = {}
+    for n, y in pre:
+        groups.setdefault(n, []).append(y)
+    return [(n, float(np.median(ys))) for n, ys in sorted(groups.items())]
+
+
 def _decode_point(r: RequestRecord) -> tuple[float, float] | None:
     s = r.server or {}
     n_out = s.get("predicted_n") or r.output_tokens
@@ -201,8 +242,47 @@ def batch_scale_points(cost: CostModel, batched: Sequence[tuple[float, float, fl
     return [[1.0, 1.0]] + pts
 
 
-def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
-    """Fit ``base``'s efficiencies and overhead to the records (see module docstring)."""
+def calibrate(records: Sequence[RequestRecord], base: CostModel, *, tail_breaks: tuple[int, ...] = ()) -> Calibration:
+    """Fit ``base``'s efficiencies and overhead to the records (see module docstring).
+
+    ``tail_breaks``: the server prefilled each prompt in several steps, cut this many tokens before its
+    end (llama.cpp's checkpoint breaks on SWA models, ``SchedulerConfig.tail_breaks``), so a measured
+    prefill is its first chunk plus the steps of the later ones. A first fit without the breaks times
+    those later steps (a few tokens and the first token's logits: about one decode step each); the second
+    fits the first chunk to what is left."""
+    if not tail_breaks:
+        return _calibrate(records, base, None)
+    first = _calibrate(records, base, None)
+
+    def adjust(n: float, y: float) -> tuple[float, float]:
+        ns, y2 = adjust_group([n], y)
+        return ns[0], y2
+
+    def adjust_group(ns: list[float], y: float) -> tuple[list[float], float]:
+        """Prompts prefilled together (one sequence or a batch sent at once): their first chunks, and the
+        measured time less the later steps (each later chunk of every prompt together, as the server runs it)."""
+        from phasescope.plan.costmodel import prefill_chunks
+
+        chs = [prefill_chunks(int(n), None, 0, tail_breaks) for n in ns]
+        if all(len(ch) < 2 for ch in chs):
+            return list(ns), y
+        rest = 0.0
+        for k in range(1, max(len(ch) for ch in chs)):
+            part = [ch[k] for ch in chs if len(ch) > k]
+            rest += first.cost.step_time_s(0, 0.0, prefill_tokens=sum(c for _, c in part),
+                                           prefill_pairs=sum(chunk_pairs(p, c) for p, c in part),
+                                           prefill_kv_tokens=sum(p + c for p, c in part), n_prefill_chunks=len(part),
+                                           n_sampled=len(part))
+        return [float(ch[0][1]) for ch in chs], max(y - rest, 1e-6)
+
+    adjust.group = adjust_group  # type: ignore[attr-defined]
+
+    cal = _calibrate(records, base, adjust)
+    cal.fitted["tail_breaks"] = list(tail_breaks)
+    return cal
+
+
+def _calibrate(records: Sequence[RequestRecord], base: CostModel, adjust: Any) -> Calibration:
     recs = [r for r in records if r.ok]
     if not recs:
         raise InputError("no successful requests to calibrate from")
@@ -219,6 +299,10 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
             gaps.append(t - float(s["prefill_s"]))
     api = max(float(np.median(gaps)), 0.0) if gaps else 0.0
     pre = [p for p in (_prefill_point(r, api) for r in alone) if p is not None]
+    if adjust is not None:
+        pre = [adjust(n, y) for n, y in pre]
+    n_pre = len(pre)  # requests; the fit takes one median point per prompt length
+    pre = _median_by_length(pre)
     # decode points: (context, batch, step) from requests decoding alone or in a clean batch
     # (no other request prefilling during more than 10 % of their decode window)
     dec3: list[tuple[float, float, float]] = []
@@ -243,6 +327,7 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
     bw_eff_abs = c.eff_bandwidth_bytes_s
     f_eff_abs = c.eff_flops
     f_dec_abs: float | None = None
+    f_attn_abs: float | None = None  # prefill attention apart from the GEMMs (overlap "max" fit only)
     ov = c.step_overhead_s
     fitted: dict[str, Any] = {"overlap": c.overlap, "n_batched_decode_points": len(batched)}
     if c.overlap == "sum":
@@ -292,6 +377,9 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
             fitted.update({"t0_s": t0, "flops_s": f_eff_abs, "bandwidth_bytes_s": bw_eff_abs, "step_overhead_s": ov,
                            "decode_flops_s": f_dec_abs})
     else:
+        grp = _group_prefill_points(recs, alone_ids)
+        if adjust is not None:
+            grp = [adjust.group(ns, y) for ns, y in grp]
         if len(pre) >= 2 and len({n for n, _ in pre}) >= 2:
             xs = np.array([x_p(n) for n, _ in pre])
             ys_ = np.array([y for _, y in pre])
@@ -300,6 +388,19 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
                 f_eff_abs = 1.0 / float(slope)
                 if icpt > 0:
                     ov = float(icpt)
+            if grp:
+                # GEMMs and attention apart: y = c0 + (F_tok·n + F_head·prompts)/F + F_attn·pairs/A over lone
+                # prompts (many pairs) and batches sent together (tokens of B prompts, pairs of short ones)
+                pts = [([n], y) for n, y in pre] + grp
+                A = np.array([[1.0, F_tok * sum(ns) + F_head * len(ns), F_att * sum(chunk_pairs(0, int(n)) for n in ns)]
+                              for ns, _ in pts])
+                Y = np.array([y for _, y in pts])
+                w_ = 1.0 / Y
+                coef, *_ = np.linalg.lstsq(A * w_[:, None], Y * w_, rcond=None)
+                c0, inv_f, inv_a = (float(x) for x in coef)
+                if c0 >= 0 and inv_f > 0 and inv_a > 0 and 1.0 / inv_a <= c.peak_flops:
+                    f_eff_abs, f_attn_abs, ov = 1.0 / inv_f, 1.0 / inv_a, c0
+                    fitted["n_batched_prefill_points"] = len(grp)
         if dec:
             # The prefill fit's intercept is a per-request cost (sampling set-up, the first step, HTTP), not
             # a per-step one: charged to every decode step it would exceed the measured step itself and the
@@ -311,11 +412,13 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
         if dec:
             bws = [(c.weight_bytes + c.kv_read_bytes(1, s_)) / max(y - ov, 1e-9) for s_, y in dec]
             bw_eff_abs = float(np.median(bws))
-        fitted.update({"flops_s": f_eff_abs, "bandwidth_bytes_s": bw_eff_abs, "step_overhead_s": ov})
+        fitted.update({"flops_s": f_eff_abs, "bandwidth_bytes_s": bw_eff_abs, "step_overhead_s": ov,
+                       "attn_flops_s": f_attn_abs})
     new = c.with_(
         bw_eff=bw_eff_abs / c.bandwidth_bytes_s,
         flops_eff=f_eff_abs / c.peak_flops,
         decode_flops_eff=None if f_dec_abs is None else f_dec_abs / c.peak_flops,
+        attn_flops_eff=None if f_attn_abs is None else f_attn_abs / c.peak_flops,
         step_overhead_s=ov,
         name=c.name + " (calibrated)",
         source={**c.source, "calibrated": True},
@@ -343,4 +446,4 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel) -> Calibration:
         smooth = new.with_(decode_batch_scale=None)
         be0 = [smooth.step_time_s(int(round(b)), round(b) * s_) / y - 1 for s_, b, y in batched]
         res["batched_decode_rel_err_median_smooth"] = float(np.median(np.abs(be0)))
-    return Calibration(new, api, len(pre), len(dec), fitted, res)
+    return Calibration(new, api, n_pre, len(dec), fitted, res)

@@ -32,6 +32,24 @@ the ranks, replicated beyond the KV-head count. Each step adds the all-reduces o
 weight bytes of a step with n tokens (decodes + prefill) include the routed experts those n tokens touch,
 ``E·(1 − (1 − k/E)^n)`` of ``E`` (theory.md §6), so a batch never reads less than physics says.
 
+Mixed steps (``split_mixed_steps``, llama.cpp with one KV stream per slot, i.e. ``--parallel N`` without
+``--kv-unified``, as the embedded engine runs): ``llama_batch_allocr::split_equal`` (sequential) builds every
+ubatch from an equal number of tokens per sequence, so a step holding B decodes and k prompt chunks runs
+as one ubatch of B + k rows (a token of each sequence: priced as a decode step of that many rows, batch
+scale included) and then the chunks' remaining tokens as a prefill pass. Measured on the embedded engine
+(plan_validation records, 2 Dec 2026): a 252-token chunk next to 3 decodes took 411–464 ms against ~330 ms
+alone plus a 45 ms 3-row step, and the 4-token prompt tail next to 3 decodes 60–80 ms, not the ~25 ms of
+one merged roofline step; prefill-only and decode-only steps are one pass as before.
+
+Attention (``attn_flops_eff``, calibrated llama.cpp on CPUs): llama.cpp's CPU attention (no flash
+attention; per-head KQ, softmax and V products) runs far below its GEMM rate, and as kernels of its own it
+does not hide under the matmuls. On the embedded engine one 512-token prompt (131k query-key pairs) took
+650–730 ms where two 256-token prompts batched (the same 512 tokens, 66k pairs) took 570 ms: a prompt's
+cost is not a function of its tokens alone. When calibrated (lone prompts of two lengths plus batches sent
+together, :mod:`.calibrate`), a step's prompt attention FLOPs leave the roofline and are added after it
+at their own rate. (A lone decode step also grows with context — ~13.5 ms at 128 tokens, ~16 ms at 512 —
+but a batch of 4 does not grow 4× as fast, so decode attention stays in the step's math.)
+
 llama.cpp's batched decode on a few CPU cores is not smooth in B (engine.md §6: 2 streams bimodal, often
 no faster than 1): ``decode_batch_scale`` (fitted by :mod:`.calibrate` from steps measured at each batch
 size) multiplies the step time of a decode-only step with B sequences: linear in B between the fitted
@@ -103,6 +121,13 @@ class CostModel:
     n_experts_per_tok: int = 0
     #: measured ÷ modelled decode step by batch size, [[B, scale], ...] sorted by B (calibrated llama.cpp)
     decode_batch_scale: list[list[float]] | None = None
+    #: llama.cpp with one KV stream per slot (``--parallel N`` without ``--kv-unified``): a step that mixes
+    #: decodes and prompt chunks runs as two passes (module docstring, "Mixed steps")
+    split_mixed_steps: bool = False
+    #: efficiency of a prompt's attention (query, key) FLOPs when calibrated apart from the GEMMs (``None``:
+    #: part of ``flops_eff`` as before); then they run as kernels of their own, after the step's roofline
+    #: (module docstring, "Attention")
+    attn_flops_eff: float | None = None
 
     def __post_init__(self) -> None:
         if self.overlap not in ("max", "sum"):
@@ -168,37 +193,49 @@ class CostModel:
         if n_decode <= 0 and prefill_tokens <= 0:
             return 0.0
         sampled = n_decode if n_sampled is None else n_sampled
+        if self.split_mixed_steps and n_decode > 0 and prefill_tokens > 0 and n_prefill_chunks > 0:
+            # one row per sequence (every decode + each chunk's first token) as a decode pass of that many
+            # rows, then the chunks' other tokens as a prefill pass (module docstring, "Mixed steps")
+            rows = n_decode + n_prefill_chunks
+            t = self.step_time_s(rows, decode_ctx_sum * rows / n_decode)
+            rest = prefill_tokens - n_prefill_chunks
+            if rest > 0:
+                t += self.step_time_s(0, 0.0, rest, prefill_pairs, prefill_kv_tokens, n_prefill_chunks,
+                                      max(sampled - n_decode, 0))
+            return t
         tokens = max(n_decode, 0) + max(prefill_tokens, 0)
         nbytes = self.weight_read_bytes(tokens) + self.kv_read_bytes(n_decode, decode_ctx_sum)
         nbytes += self.kv_read_bytes(n_prefill_chunks, prefill_kv_tokens)
-        f_dec = (self.flops_per_token + self.lm_head_flops) * n_decode + self.attn_flops_per_pair * decode_ctx_sum
+        a_dec = self.attn_flops_per_pair * decode_ctx_sum
+        a_pre = self.attn_flops_per_pair * prefill_pairs
+        t_attn = 0.0  # a prompt's attention calibrated apart: its own kernels, serial with the step's roofline
+        if self.attn_flops_eff is not None:
+            t_attn = a_pre / (self.peak_flops * self.attn_flops_eff)
+            a_pre = 0.0
+        f_dec = (self.flops_per_token + self.lm_head_flops) * n_decode + a_dec
         f_pre = (
             self.flops_per_token * prefill_tokens
-            + self.attn_flops_per_pair * prefill_pairs
+            + a_pre
             + self.lm_head_flops * max(sampled - n_decode, 0)
         )
         t_mem = nbytes / self.eff_bandwidth_bytes_s
         t_cmp = f_pre / self.eff_flops + f_dec / self.eff_decode_flops
         core = max(t_mem, t_cmp) if self.overlap == "max" else t_mem + t_cmp
-        t = self.step_overhead_s + core + self.allreduce_s(tokens)
+        t = self.step_overhead_s + core + t_attn + self.allreduce_s(tokens)
         if self.decode_batch_scale and prefill_tokens <= 0:
             t *= self.batch_scale(n_decode)
         return t
 
     # -- closed forms used by tests and tables -------------------------------------------------
-    def prefill_time_s(self, prompt_tokens: int, chunk: int | None = None, start: int = 0) -> float:
-        """Time to prefill ``prompt_tokens`` (positions ``start+1 …``) alone, in chunks of ``chunk``."""
-        chunk = chunk or max(prompt_tokens - start, 1)
-        t, p = 0.0, start
-        while p < prompt_tokens:
-            c = min(chunk, prompt_tokens - p)
-            last = p + c >= prompt_tokens
-            t += self.step_time_s(
-                0, 0.0, prefill_tokens=c, prefill_pairs=chunk_pairs(p, c),
-                prefill_kv_tokens=p + c, n_prefill_chunks=1, n_sampled=1 if last else 0,
-            )
-            p += c
-        return t
+    def prefill_time_s(self, prompt_tokens: int, chunk: int | None = None, start: int = 0,
+                       breaks: tuple[int, ...] = ()) -> float:
+        """Time to prefill ``prompt_tokens`` (positions ``start+1 …``) alone, in chunks of ``chunk``,
+        each chunk also cut where the prompt reaches ``prompt_tokens − b`` for ``b`` in ``breaks``
+        (llama.cpp's checkpoint breaks, :class:`~phasescope.plan.sim.SchedulerConfig`)."""
+        return sum(self.step_time_s(0, 0.0, prefill_tokens=c, prefill_pairs=chunk_pairs(p, c),
+                                    prefill_kv_tokens=p + c, n_prefill_chunks=1,
+                                    n_sampled=1 if p + c >= prompt_tokens else 0)
+                   for p, c in prefill_chunks(prompt_tokens, chunk, start, breaks))
 
     def decode_step_s(self, batch: int, ctx: float) -> float:
         """One decode step of ``batch`` sequences, each holding ``ctx`` tokens."""
@@ -213,6 +250,24 @@ class CostModel:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def prefill_chunks(prompt_tokens: int, chunk: int | None = None, start: int = 0,
+                   breaks: tuple[int, ...] = ()) -> list[tuple[int, int]]:
+    """(start, size) of the chunks a prompt alone is prefilled in: at most ``chunk`` tokens each, cut
+    where the prompt reaches ``prompt_tokens − b`` for each ``b`` in ``breaks`` (llama.cpp's checkpoints)."""
+    chunk = chunk or max(prompt_tokens - start, 1)
+    out, p = [], start
+    while p < prompt_tokens:
+        c = min(chunk, prompt_tokens - p)
+        for b in breaks:
+            brk = prompt_tokens - b
+            if p < brk < p + c:
+                c = brk - p
+                break
+        out.append((p, c))
+        p += c
+    return out
 
 
 def chunk_pairs(p: int, c: int) -> float:

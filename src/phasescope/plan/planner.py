@@ -97,7 +97,7 @@ class PlanSpec:
 def cost_facts(cost: CostModel, w: Workload, sched: SchedulerConfig) -> dict[str, Any]:
     """Closed-form numbers of the cost model for this workload (what one request alone would see)."""
     chunk = sched.max_num_batched_tokens if sched.chunked_prefill else None
-    pre = cost.prefill_time_s(w.input_len, chunk)
+    pre = cost.prefill_time_s(w.input_len, chunk, breaks=sched.tail_breaks(cost))  # llama.cpp: + checkpoint tail
     step1 = cost.decode_step_s(1, w.input_len + w.output_len / 2)
     return {
         "name": cost.name,

@@ -92,6 +92,8 @@ class Replica:
         self.link_free_at = 0.0
         self.preemptions = 0
         self._plan: tuple[Any, ...] | None = None
+        #: llama.cpp's checkpoint breaks before a prompt's end (SchedulerConfig.prompt_tail_breaks)
+        self.breaks = cfg.tail_breaks(cost)
         #: a session workload (plan.sessions): per-request hits decided by its LRU, held per request
         self.sessions = sim.workload.implied_hit_share is not None
 
@@ -195,6 +197,15 @@ class Replica:
         self.ctx_sum -= s.prompt + s.generated
         s.version += 1
 
+    def _chunk(self, s: Seq, start: int, c: int) -> int:
+        """Cut a chunk of ``c`` tokens from ``start`` at llama.cpp's checkpoint breaks: the batch stops
+        when the prompt reaches ``target − offset`` (server-context.cpp checks after adding each token)."""
+        for off in self.breaks:
+            brk = s.target - off
+            if start < brk < start + c:
+                return brk - start
+        return c
+
     # -- one step ---------------------------------------------------------------------------------
     def plan_step(self, now: float) -> float:
         """Choose the batch of the next step (see module docstring); returns its duration (0: idle)."""
@@ -216,7 +227,7 @@ class Replica:
             for s in self.prefilling:
                 if budget <= 0:
                     break
-                c = min(s.target - s.computed, budget)
+                c = self._chunk(s, s.computed, min(s.target - s.computed, budget))
                 if cfg.preempt and vllm:
                     c = min(c, self.kv_cap - self.kv_used)
                     if c <= 0:
@@ -297,7 +308,7 @@ class Replica:
                 continue
             s.state = "prefill"
             self.prefilling.append(s)
-            c = min(need, budget)
+            c = self._chunk(s, s.computed, min(need, budget))
             if cfg.preempt and vllm:
                 c = min(c, self.kv_cap - self.kv_used)
                 self.kv_used += c

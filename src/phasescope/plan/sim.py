@@ -19,6 +19,10 @@ llama.cpp ``server_context::update_slots`` does the same order with ``n_batch`` 
 4. the step time comes from :class:`~phasescope.plan.costmodel.CostModel`; at its end a prompt whose
    last chunk ran emits its first token, every decode emits a token, finished sequences free KV.
 
+llama.cpp on a sliding-window model (``SchedulerConfig.prompt_tail_breaks``) stops each prompt's batch
+4 tokens before its end (a context checkpoint): the last 4 tokens and the first token come one step
+later, in a step that also carries the other slots' decodes and the next queued prompt's first chunk.
+
 KV policies. ``preempt=False`` (default): admission reserves prompt + output tokens, so a full pool
 makes new requests wait and nothing is ever evicted. ``preempt=True``: vLLM's on-demand allocation —
 admit when the chunk fits, grow one token per decode step, and when the pool runs out evict the most
@@ -75,6 +79,24 @@ class SchedulerConfig:
     #: time from the client's send until the scheduler sees the request (HTTP, tokenization) and
     #: from a token's step end until the client reads it — added once, to TTFT
     api_overhead_s: float = 0.0
+    #: llama.cpp on a sliding-window (SWA) or recurrent model stops a prompt's batch this many tokens
+    #: before its end so that it can save a context checkpoint (``server-context.cpp``: offsets
+    #: ``4 + n_ubatch`` and ``4``, each capped at n_batch; llama.cpp PR #20288): the prompt's last
+    #: tokens run in a step of their own, which also carries every other slot's decode and the next
+    #: queued prompt's first chunk — the first token waits for that whole step. ``None``: automatic
+    #: (policy ``llamacpp`` and a cost model with a sliding window), ``()``: never.
+    prompt_tail_breaks: tuple[int, ...] | None = None
+    #: llama.cpp's physical batch (``--ubatch-size``, 512 by default), used by the breaks above
+    n_ubatch: int = 512
+
+    def tail_breaks(self, cost: CostModel) -> tuple[int, ...]:
+        """The offsets before a prompt's end at which its batch stops (see ``prompt_tail_breaks``)."""
+        if self.prompt_tail_breaks is not None:
+            return tuple(self.prompt_tail_breaks)
+        if self.policy != "llamacpp" or not cost.kv_window_tokens:
+            return ()
+        return tuple(sorted({min(self.max_num_batched_tokens, 4 + self.n_ubatch),
+                             min(self.max_num_batched_tokens, 4)}, reverse=True))
 
     def validate(self) -> None:
         if self.policy not in POLICIES:
