@@ -40,7 +40,7 @@ def _check_bench_args(a: dict[str, Any]) -> None:
 
 
 def tune(
-    param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, quant. With --serve: any {name} of the template."),
+    param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, cache-ram, ctx-checkpoints, quant. With --serve: any {name} of the template."),
     one_at_a_time: bool = typer.Option(False, "--one-at-a-time", help="Vary one parameter at a time around the baseline (each parameter's first value) instead of the full grid."),
     workload: str = typer.Option("probe", "--workload", help="probe | bench | explain: what runs against each setting."),
     serve: Optional[str] = typer.Option(None, "--serve", help="Launch command template for any engine, e.g. 'vllm serve M --port {port} --max-num-batched-tokens {mnbt}'. Omit for the embedded engine."),

@@ -168,8 +168,11 @@ def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[
             pred = base_pred
         else:
             # the served files' bytes when both probes read them (their roofs: roof ∝ 1 / bytes per step)
+            # (the files' tensor tables when read: exact bytes per step, whichever roof binds)
             bc, rc = (base.get("ceiling") or {}).get("decode_tok_s"), (r.get("ceiling") or {}).get("decode_tok_s")
             factor = bc / rc if "quant" in over and bc and rc else None
+            if "quant" in over and r.get("bytes_ratio"):
+                factor = r["bytes_ratio"]
             r["prediction_note"] = (None if "quant" not in over else
                                     "weight bytes from the served files (the probes' roofs)" if factor else
                                     "weight bytes from the quant types' theory bits")

@@ -118,7 +118,7 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
 
 
 def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, Any]:
-    from phasescope.tune.table import row_metrics
+    from phasescope.tune.table import roof_facts, row_metrics
 
     records = store.load_records(info.id)
     metrics, samples = row_metrics(records)
@@ -130,16 +130,17 @@ def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, An
         d = metrics.get("decode_tok_s")
         ceiling = {"decode_tok_s": roof, "decode_efficiency": (d / roof) if d else None,
                    "device": ((summary.get("ceilings") or {}).get("device") or {}).get("id"),
-                   "source": "probe ceilings (bandwidth roof, batch 1)"}
+                   "source": "probe ceilings (bandwidth roof, batch 1)", **roof_facts(summary.get("ceilings"))}
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "ok",
             "run_id": info.id, "reason": None, "resumed": resumed, "metrics": metrics, "samples": samples,
-            "ceiling": ceiling, "ceiling_ratio": None, "vs_baseline": None, "summary": summary}
+            "ceiling": ceiling, "ceiling_ratio": None, "bytes_ratio": None, "bytes_share_ratio": None, "vs_baseline": None,
+            "summary": summary}
 
 
 def _failed_row(setting: Setting, reason: str, *, run_id: str | None = None, log_path: Any = None,
                 tail: Sequence[str] = ()) -> dict[str, Any]:
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "failed",
-            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "ceiling": None, "ceiling_ratio": None, "vs_baseline": None,
+            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "ceiling": None, "ceiling_ratio": None, "bytes_ratio": None, "bytes_share_ratio": None, "vs_baseline": None,
             "summary": None, "log_path": str(log_path) if log_path else None, "log_tail": list(tail)}
 
 

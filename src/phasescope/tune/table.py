@@ -34,7 +34,28 @@ METRIC_KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("itl_p99_s", "ITL p99", "s", False),
     ("itl_max_s", "longest pause", "s", False),
     ("throughput_tok_s", "throughput", "tok/s", True),
+    ("ttft_long_p50_s", "TTFT p50 of the long prompts", "s", False),
 )
+
+#: metrics only a mixed workload has (the table shows their column only when a row has a value)
+OPTIONAL_KEYS = ("ttft_long_p50_s",)
+
+#: a run mixes prompt lengths when its shortest prompt is under this share of its longest; the
+#: *long prompts* are then those of at least :data:`LONG_SHARE` of the longest
+MIX_SHARE = 0.25
+LONG_SHARE = 0.5
+
+
+def long_prompt_records(records: Sequence[Any]) -> list[Any]:
+    """The successful measured records of the run's long prompts (prompt ≥ LONG_SHARE × the longest),
+    or [] when the run does not mix lengths (its shortest prompt ≥ MIX_SHARE × the longest)."""
+    ok = [r for r in A.measured(records) if r.ok and r.prompt_tokens]
+    if not ok:
+        return []
+    longest = max(r.prompt_tokens for r in ok)
+    if min(r.prompt_tokens for r in ok) >= MIX_SHARE * longest:
+        return []
+    return [r for r in ok if r.prompt_tokens >= LONG_SHARE * longest]
 
 
 def _itl_q(r: Any, q: float) -> float | None:
@@ -59,6 +80,9 @@ def row_metrics(records: Sequence[Any]) -> tuple[dict[str, Any], dict[str, list[
         "n_ok": s.n_ok,
         "n_err": s.n_err,
     }
+    long_ttft = [v for v in (derive.ttft_s(r) for r in long_prompt_records(records)) if v is not None]
+    m["ttft_long_p50_s"] = A.median(long_ttft) if long_ttft else None
+    m["n_long"] = len(long_ttft)
     ok = [r for r in A.measured(records) if r.ok]
     samples = {
         "ttft_p50_s": s.values("ttft_s"), "ttft_p99_s": s.values("ttft_s"),
@@ -67,8 +91,46 @@ def row_metrics(records: Sequence[Any]) -> tuple[dict[str, Any], dict[str, list[
         "itl_p99_s": [v for v in (_itl_q(r, 99) for r in ok) if v is not None],
         "itl_max_s": [max(x) for x in s.itl_by_request if x],
         "throughput_tok_s": list(s.window_tok_s),
+        "ttft_long_p50_s": long_ttft,
     }
     return m, samples
+
+
+GGUF_SOURCE = "GGUF header of "
+
+
+def roof_facts(ceilings: dict[str, Any] | None) -> dict[str, Any]:
+    """Both decode roofs of a probe's setting at batch 1 and the bytes behind them, from the served
+    file: when the probe read the served GGUF (``ceilings.model_spec.source``), its tensor table gives
+    the exact bytes each decode step reads (``step_bytes``: every weight tensor at its own stored
+    type, the tied output layer read in full, plus the KV) — not the quant type's nominal bits. Keys:
+    ``bandwidth_tok_s``, ``compute_tok_s``, ``binding``, ``step_bytes``, ``output_layer`` (``{"type",
+    "bytes", "tied"}``: the embedding/output matrix, on a small model with a large vocabulary most of the
+    bytes). {} when the file or the device is not readable here."""
+    c = ceilings if isinstance(ceilings, dict) else {}
+    src = str((c.get("model_spec") or {}).get("source") or "")
+    sizes = c.get("sizes") or []
+    dev_id = (c.get("device") or {}).get("id")
+    if not src.startswith(GGUF_SOURCE) or not sizes or not dev_id:
+        return {}
+    try:
+        from phasescope.theory import devices as Dv
+        from phasescope.theory import roofline as R
+        from phasescope.theory.gguf_header import read_gguf_header
+        from phasescope.theory.models.gguf import spec_from_gguf
+
+        path = src[len(GGUF_SOURCE):]
+        spec = spec_from_gguf(path)
+        roofs = R.decode_ceiling(spec, Dv.get_device(str(dev_id)), context=int(sizes[0].get("prompt_tokens") or 0), batch=1)
+        tensors = {t.name: t for t in read_gguf_header(path).tensors}
+    except Exception:  # advisory facts: a file gone or unreadable since the run leaves the row as it was
+        return {}
+    out_t = tensors.get("output.weight") or tensors.get("token_embd.weight")
+    return {"bandwidth_tok_s": roofs.bandwidth_tok_s, "compute_tok_s": roofs.compute_tok_s, "binding": roofs.binding,
+            "step_bytes": roofs.step_bytes,
+            "output_layer": None if out_t is None else {"type": out_t.type_name, "bytes": out_t.n_bytes,
+                                                        "tied": "output.weight" not in tensors},
+            "bytes_source": "the served GGUF's tensor table"}
 
 
 def with_ratios(rows: list[dict[str, Any]]) -> None:
@@ -83,6 +145,25 @@ def with_ratios(rows: list[dict[str, Any]]) -> None:
                             for k, *_ in METRIC_KEYS}
         bc, rc = (base.get("ceiling") or {}).get("decode_tok_s"), (r.get("ceiling") or {}).get("decode_tok_s")
         r["ceiling_ratio"] = rc / bc if rc and bc else None
+        r["bytes_ratio"], r["bytes_share_ratio"] = _bytes_prediction(base, r)
+
+
+def _bytes_prediction(base: dict[str, Any], r: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(step bytes ÷ the baseline's, the decode ratio those bytes predict given the share of the
+    baseline's token time they take). The baseline's decode at ``f`` of its bandwidth roof spends
+    ``f`` of each token reading bytes (at the device's bandwidth) and ``1 − f`` on work that does
+    not scale with them; with that work unchanged, bytes × k give decode ``1 / (f·k + 1 − f)`` —
+    ``1/k`` (the bandwidth roof's ratio) only when decode sits on the roof (f = 1)."""
+    bc, rc = base.get("ceiling") or {}, r.get("ceiling") or {}
+    bb, rb = bc.get("step_bytes"), rc.get("step_bytes")
+    if not (bb and rb):
+        return None, None
+    k = rb / bb
+    d, roof = (base.get("metrics") or {}).get("decode_tok_s"), bc.get("bandwidth_tok_s")
+    if not (d and roof):
+        return k, None
+    f = min(1.0, d / roof)
+    return k, 1.0 / (f * k + 1.0 - f)
 
 
 class Verdict:
@@ -110,7 +191,8 @@ def _fmt(v: float | None, unit: str) -> str:
 
 
 #: what the finding speaks about, in order
-FINDING_METRICS = (("decode_tok_s", "decode"), ("ttft_p50_s", "TTFT"), ("itl_p99_s", "ITL p99"))
+FINDING_METRICS = (("decode_tok_s", "decode"), ("ttft_p50_s", "TTFT"), ("itl_p99_s", "ITL p99"),
+                   ("itl_max_s", "longest pause"), ("ttft_long_p50_s", "TTFT of the long prompts"))
 
 
 def finding(rows: list[dict[str, Any]]) -> list[str]:
@@ -127,6 +209,8 @@ def finding(rows: list[dict[str, Any]]) -> list[str]:
         parts = []
         for key, word in FINDING_METRICS:
             a, b = base["metrics"].get(key), r["metrics"].get(key)
+            if key in OPTIONAL_KEYS and a is None and b is None:
+                continue  # not a mixed workload: no long prompts to speak of
             if a is None or b is None:
                 parts.append(f"{word}: not measured")
                 continue
@@ -142,8 +226,69 @@ def finding(rows: list[dict[str, Any]]) -> list[str]:
         pred = r.get("ceiling_ratio")
         if pred is not None and abs(pred - 1) > 1e-9:
             parts.append(f"the bandwidth roof predicts decode {pred:.2f}×")
+        k, share = r.get("bytes_ratio"), r.get("bytes_share_ratio")
+        if k is not None and abs(k - 1) > 0.005:
+            words = (f"bytes read per token {_mb(base['ceiling']['step_bytes'])} → {_mb(r['ceiling']['step_bytes'])} "
+                     f"({k:.2f}× from the files' tensors, not the types' nominal bits)")
+            if share is not None:
+                dm = (r.get("vs_baseline") or {}).get("decode_tok_s")
+                words += (f": at the baseline's {100 * _eff(base):.0f} % of its bandwidth roof (the rest of each token's "
+                          f"time unchanged) they predict decode {share:.2f}×" + (f", measured {dm:.2f}×" if dm is not None else ""))
+            parts.append(words)
         out.append(f"{r['label']} vs {base['label']}: " + "; ".join(parts))
-    return out
+    roofs = roof_sentence(rows)
+    return out + ([roofs] if roofs else [])
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:.0f} MB"
+
+
+def _eff(row: dict[str, Any]) -> float:
+    c = row.get("ceiling") or {}
+    d = (row.get("metrics") or {}).get("decode_tok_s")
+    return d / c["bandwidth_tok_s"] if d and c.get("bandwidth_tok_s") else 0.0
+
+
+#: decode at or above this share of its bandwidth roof is called bandwidth-bound; below
+#: :data:`NOT_BW_BOUND`, not bandwidth-bound (most of each token's time is other work)
+BW_BOUND, NOT_BW_BOUND = 0.7, 0.5
+
+
+def roof_sentence(rows: list[dict[str, Any]]) -> str | None:
+    """Which roof binds decode on this machine, from the ok rows' roofs and measured decode: the lower
+    roof by the device's numbers, and how close decode comes to it — far below the bandwidth roof,
+    decode is not bandwidth-bound and a quant type moves it by less than its bytes (None without roofs)."""
+    ok = [r for r in rows if r.get("status") == "ok" and (r.get("ceiling") or {}).get("bandwidth_tok_s")
+          and (r.get("metrics") or {}).get("decode_tok_s")]
+    if not ok:
+        return None
+    effs = [_eff(r) for r in ok]
+    lo, hi = min(effs), max(effs)
+    span = f"{100 * lo:.0f} %" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}–{100 * hi:.0f} %"
+    c0 = ok[0]["ceiling"]
+    comp = c0.get("compute_tok_s")
+    lower = f"the {c0.get('binding') or 'bandwidth'} roof is the lower one (bandwidth {c0['bandwidth_tok_s']:.0f} tok/s" + (
+        f", compute {comp:.0f} tok/s" if comp else ", compute unknown") + f" for {ok[0]['label']})"
+    out = ok[0]["ceiling"].get("output_layer")
+    tail = ""
+    if out and out.get("tied") and c0.get("step_bytes") and out["bytes"] > 0.3 * c0["step_bytes"]:
+        tail = (f"; the tied output layer alone is {_mb(out['bytes'])} ({out['type']}) of the {_mb(c0['step_bytes'])} "
+                f"{ok[0]['label']} reads per token")
+    gbs = sorted((r["metrics"]["decode_tok_s"] * r["ceiling"]["step_bytes"] / 1e9) for r in ok if r["ceiling"].get("step_bytes"))
+    dev = c0["bandwidth_tok_s"] * c0["step_bytes"] / 1e9 if c0.get("step_bytes") else None
+    attained = (f" (bytes per token × decode: {gbs[0]:.0f}" + (f"–{gbs[-1]:.0f}" if round(gbs[-1]) != round(gbs[0]) else "")
+                + f" GB/s of the device's {dev:.0f} GB/s)") if gbs and dev else ""
+    if hi < NOT_BW_BOUND:
+        verdict = (f"decode reaches {span} of its bandwidth roof{attained}: not bandwidth-bound here — most of each "
+                   "token's time is CPU work that does not scale with the weight bytes (the kernels' dequantization "
+                   "and per-row work, reaching neither roof), so a quant type moves decode by less than its bytes, "
+                   "and a type with more bytes but a cheaper kernel can lose nothing")
+    elif lo >= BW_BOUND:
+        verdict = f"decode reaches {span} of its bandwidth roof{attained}: bandwidth-bound, so decode follows the bytes read per token"
+    else:
+        verdict = f"decode reaches {span} of its bandwidth roof{attained}: partly bandwidth-bound"
+    return f"roofs (decode, batch 1): {lower}; {verdict}{tail}"
 
 
 #: ``--slo`` keys tune can judge, and the row metric (p99, seconds) each is compared with
