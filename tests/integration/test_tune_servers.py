@@ -261,3 +261,39 @@ def test_a_killed_tune_leaves_no_server_behind(tmp_path):
     while _alive_with(marker) and time.monotonic() < gone_by:
         time.sleep(0.1)
     assert _alive_with(marker) == []
+
+
+def test_conversation_and_trace_datasets_through_the_bench_workload(tmp_path):
+    marker = f"tunefake-{uuid.uuid4().hex[:8]}"
+    tpl = f"{sys.executable} -m phasescope.testing.fakeserver --port {{port}} --model {marker} --ttft-ms 5 --itl-ms {{itl}}"
+    p = _tune(tmp_path, "--workload", "bench", "--dataset", "conversation", "--users", "2", "--sessions", "2",
+              "--turns", "2", "--turn-input-len", "16", "--output-len", "4", "--serve", tpl, "--param", "itl=2,20", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    b, o = d["settings"]
+    assert b["status"] == o["status"] == "ok", d["settings"]
+    # sessions of 2 turns each reached the server as bench's conversation workload, with its own summary
+    assert b["summary"]["conversation"]["turns_sent"] == 4 and b["metrics"]["n_ok"] == 4
+    assert o["metrics"]["itl_p50_s"] > b["metrics"]["itl_p50_s"]
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 30 * i, "input_length": 32, "output_length": 4,
+                                         "hash_ids": [0, i + 1]}) + "\n" for i in range(5)))
+    p = _tune(tmp_path, "--workload", "bench", "--dataset", "mooncake", "--dataset-path", str(trace), "--block-size", "16",
+              "--serve", tpl, "--param", "itl=2", "--json")
+    assert p.returncode == 0, p.stderr
+    (row,) = json.loads(p.stdout)["settings"]
+    assert row["status"] == "ok" and row["metrics"]["n_ok"] == 5 and row["summary"]["dataset"] == "mooncake"
+    assert _alive_with(marker) == []
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--dataset", "mooncake"], "--dataset mooncake needs --dataset-path"),
+    (["--dataset", "conversation", "--block-size", "16"], "--block-size is for --dataset mooncake|burstgpt"),
+    (["--users", "2"], "--users needs --dataset conversation, mooncake or burstgpt"),
+    (["--dataset", "conversation", "--turns", "0"], "--turns must be from 1 to 1000"),  # bench's own check
+])
+def test_bad_traffic_flags_are_one_line_before_any_server(tmp_path, args, msg):
+    p = _tune(tmp_path, "--param", "ub=32", "--workload", "bench", *args, timeout=60)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("phasescope: error:") and msg in lines[0], p.stderr
