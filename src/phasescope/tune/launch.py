@@ -112,14 +112,17 @@ def _model_for(qtype: str | None, say: Any) -> tuple[str | None, str | None]:
     from phasescope.engine.model import BUNDLED_MODEL_ALIAS, ensure_bundled_model
     from phasescope.engine.quantize import output_path, quantize
 
+    from phasescope.tune.spec import split_pure
+
     bundled = ensure_bundled_model()
-    if qtype.upper() in bundled.name.upper():
+    base, pure = split_pure(qtype)
+    if not pure and qtype.upper() in bundled.name.upper():
         return None, None
-    cached = output_path(bundled, qtype, False).exists()
+    cached = output_path(bundled, base.upper(), pure).exists()
     if not cached:
-        say(f"making the {qtype} model file with `engine quantize` (once; cached)")
+        say(f"making the {qtype} model file with `engine quantize{' --pure' if pure else ''}` (once; cached)")
     try:
-        res = quantize(qtype, allow_requantize=True)
+        res = quantize(base, allow_requantize=True, pure=pure)
     except (EngineError, InputError) as exc:
         raise SettingFailed(f"engine quantize {qtype} failed: {exc}") from None
     return str(res.path), BUNDLED_MODEL_ALIAS

@@ -61,8 +61,8 @@ def plan_knobs(params: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
         knob = PLAN_KNOBS.get(name.lower())
         if knob is None:
             unmapped.append(name)
-        elif knob == "quant":
-            over["quant"] = str(v).lower()
+        elif knob == "quant":  # TYPE-pure: the theory bits are TYPE's (the files' bytes say the rest)
+            over["quant"] = str(v).lower().removesuffix("-pure")
         else:
             try:
                 over[knob] = int(str(v).replace("_", ""))
@@ -117,7 +117,7 @@ def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None,
     for w in loads:
         o = PlanOptions(calibrate_from=calibrate_from, quant=base_quant, policy=policy, save=False, **knobs, **w)
         spec, _cal, facts = build_spec(o)
-        if quant is not None and quant != base_quant:
+        if quant is not None and (quant != base_quant or weight_factor is not None):  # (Q4_0 vs Q4_0-pure: the files differ)
             if weight_factor is None:
                 m = resolve_model(facts["model"])
                 wb_new = cost_from_theory(m, facts["device"], quant=quant).weight_bytes

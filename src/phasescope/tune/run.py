@@ -154,14 +154,14 @@ def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, An
                    "source": "probe ceilings (bandwidth roof, batch 1)", **roof_facts(summary.get("ceilings"))}
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "ok",
             "run_id": info.id, "reason": None, "resumed": resumed, "metrics": metrics, "samples": samples,
-            "ceiling": ceiling, "ceiling_ratio": None, "bytes_ratio": None, "bytes_share_ratio": None, "vs_baseline": None,
+            "ceiling": ceiling, "ceiling_ratio": None, "bytes_ratio": None, "vs_baseline": None,
             "summary": summary}
 
 
 def _failed_row(setting: Setting, reason: str, *, run_id: str | None = None, log_path: Any = None,
                 tail: Sequence[str] = ()) -> dict[str, Any]:
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "failed",
-            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "ceiling": None, "ceiling_ratio": None, "bytes_ratio": None, "bytes_share_ratio": None, "vs_baseline": None,
+            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "ceiling": None, "ceiling_ratio": None, "bytes_ratio": None, "vs_baseline": None,
             "summary": None, "log_path": str(log_path) if log_path else None, "log_tail": list(tail)}
 
 

@@ -52,7 +52,7 @@ ENGINE_PARAMS: dict[str, EngineParam] = {p.name: p for p in (
     EngineParam("ctx", "-c/--ctx-size: KV cache size in tokens (all slots)", "int", 64),
     EngineParam("cache-ram", "-cram/--cache-ram: MiB of host-memory prompt cache (0 = off, -1 = no limit)", "int", -1),
     EngineParam("ctx-checkpoints", "-ctxcp/--ctx-checkpoints: context checkpoints per slot (0 = none)", "int", 0),
-    EngineParam("quant", "the model file's quant type, made with `engine quantize` (cached)", "quant"),
+    EngineParam("quant", "the model file's quant type, made with `engine quantize` (cached); TYPE-pure: every tensor at TYPE", "quant"),
 )}
 
 ALIASES = {
@@ -91,10 +91,24 @@ def _check_value(p: EngineParam, v: str) -> str:
         return v.lower()
     from phasescope.engine.quantize import normalize_type
 
+    base, pure = split_pure(v)
     try:
-        return normalize_type(v)
+        return normalize_type(base) + ("-pure" if pure else "")
     except InputError as exc:
         raise InputError(f"--param quant: {exc}") from None
+
+
+PURE_SUFFIX = "-pure"
+
+
+def split_pure(quant: str) -> tuple[str, bool]:
+    """``Q4_0-pure`` → (``Q4_0``, True): every tensor at the type (``engine quantize --pure``), the
+    output layer included, where llama-quantize otherwise keeps some (a small model's large
+    embedding) at a higher type; ``Q4_0`` → (``Q4_0``, False)."""
+    q = quant.strip()
+    if q.lower().endswith(PURE_SUFFIX):
+        return q[: -len(PURE_SUFFIX)], True
+    return q, False
 
 
 def parse_param(text: str, *, engine: bool) -> tuple[str, list[str]]:

@@ -145,25 +145,8 @@ def with_ratios(rows: list[dict[str, Any]]) -> None:
                             for k, *_ in METRIC_KEYS}
         bc, rc = (base.get("ceiling") or {}).get("decode_tok_s"), (r.get("ceiling") or {}).get("decode_tok_s")
         r["ceiling_ratio"] = rc / bc if rc and bc else None
-        r["bytes_ratio"], r["bytes_share_ratio"] = _bytes_prediction(base, r)
-
-
-def _bytes_prediction(base: dict[str, Any], r: dict[str, Any]) -> tuple[float | None, float | None]:
-    """(step bytes ÷ the baseline's, the decode ratio those bytes predict given the share of the
-    baseline's token time they take). The baseline's decode at ``f`` of its bandwidth roof spends
-    ``f`` of each token reading bytes (at the device's bandwidth) and ``1 − f`` on work that does
-    not scale with them; with that work unchanged, bytes × k give decode ``1 / (f·k + 1 − f)`` —
-    ``1/k`` (the bandwidth roof's ratio) only when decode sits on the roof (f = 1)."""
-    bc, rc = base.get("ceiling") or {}, r.get("ceiling") or {}
-    bb, rb = bc.get("step_bytes"), rc.get("step_bytes")
-    if not (bb and rb):
-        return None, None
-    k = rb / bb
-    d, roof = (base.get("metrics") or {}).get("decode_tok_s"), bc.get("bandwidth_tok_s")
-    if not (d and roof):
-        return k, None
-    f = min(1.0, d / roof)
-    return k, 1.0 / (f * k + 1.0 - f)
+        bb, rb = (base.get("ceiling") or {}).get("step_bytes"), (r.get("ceiling") or {}).get("step_bytes")
+        r["bytes_ratio"] = rb / bb if rb and bb else None
 
 
 class Verdict:
@@ -226,15 +209,10 @@ def finding(rows: list[dict[str, Any]]) -> list[str]:
         pred = r.get("ceiling_ratio")
         if pred is not None and abs(pred - 1) > 1e-9:
             parts.append(f"the bandwidth roof predicts decode {pred:.2f}×")
-        k, share = r.get("bytes_ratio"), r.get("bytes_share_ratio")
+        k = r.get("bytes_ratio")
         if k is not None and abs(k - 1) > 0.005:
-            words = (f"bytes read per token {_mb(base['ceiling']['step_bytes'])} → {_mb(r['ceiling']['step_bytes'])} "
-                     f"({k:.2f}× from the files' tensors, not the types' nominal bits)")
-            if share is not None:
-                dm = (r.get("vs_baseline") or {}).get("decode_tok_s")
-                words += (f": at the baseline's {100 * _eff(base):.0f} % of its bandwidth roof (the rest of each token's "
-                          f"time unchanged) they predict decode {share:.2f}×" + (f", measured {dm:.2f}×" if dm is not None else ""))
-            parts.append(words)
+            parts.append(f"bytes read per token {_mb(base['ceiling']['step_bytes'])} → {_mb(r['ceiling']['step_bytes'])} "
+                         f"({k:.2f}× from the files' tensors, not the types' nominal bits)")
         out.append(f"{r['label']} vs {base['label']}: " + "; ".join(parts))
     roofs = roof_sentence(rows)
     return out + ([roofs] if roofs else [])
@@ -250,45 +228,64 @@ def _eff(row: dict[str, Any]) -> float:
     return d / c["bandwidth_tok_s"] if d and c.get("bandwidth_tok_s") else 0.0
 
 
-#: decode at or above this share of its bandwidth roof is called bandwidth-bound; below
-#: :data:`NOT_BW_BOUND`, not bandwidth-bound (most of each token's time is other work)
-BW_BOUND, NOT_BW_BOUND = 0.7, 0.5
+#: settings whose bytes per token differ by at least this factor tell whether decode follows the bytes
+BYTES_SPREAD = 1.3
+#: ... and it does when their attained GB/s (bytes per token × decode) differ by at most this factor
+ATTAINED_SPREAD = 1.35
+#: a single setting at or above this share of its bandwidth roof is called bandwidth-bound
+BW_BOUND = 0.7
+
+
+def _gbs(r: dict[str, Any]) -> float:
+    return r["metrics"]["decode_tok_s"] * r["ceiling"]["step_bytes"] / 1e9
+
+
+def _span(lo: float, hi: float, fmt: str = "{:.0f}") -> str:
+    a, b = fmt.format(lo), fmt.format(hi)
+    return a if a == b else f"{a}–{b}"
 
 
 def roof_sentence(rows: list[dict[str, Any]]) -> str | None:
-    """Which roof binds decode on this machine, from the ok rows' roofs and measured decode: the lower
-    roof by the device's numbers, and how close decode comes to it — far below the bandwidth roof,
-    decode is not bandwidth-bound and a quant type moves it by less than its bytes (None without roofs)."""
+    """Which roof binds decode here, from the ok rows' roofs, bytes and measured decode (None without roofs).
+
+    The lower roof by the device's numbers comes first. Then, with settings whose bytes per token differ
+    (≥ :data:`BYTES_SPREAD`×), the attained bandwidth (bytes × decode) of each: about equal (within
+    :data:`ATTAINED_SPREAD`×) — decode follows the bytes, bandwidth-bound at the GB/s the engine's kernels
+    attain (which can be well under the device's, so the share of the roof alone does not say compute-bound);
+    spread wider — each type's kernel binds as much as its bytes. Otherwise only the share of the roof."""
     ok = [r for r in rows if r.get("status") == "ok" and (r.get("ceiling") or {}).get("bandwidth_tok_s")
-          and (r.get("metrics") or {}).get("decode_tok_s")]
+          and (r.get("ceiling") or {}).get("step_bytes") and (r.get("metrics") or {}).get("decode_tok_s")]
     if not ok:
         return None
     effs = [_eff(r) for r in ok]
-    lo, hi = min(effs), max(effs)
-    span = f"{100 * lo:.0f} %" if round(100 * lo) == round(100 * hi) else f"{100 * lo:.0f}–{100 * hi:.0f} %"
     c0 = ok[0]["ceiling"]
     comp = c0.get("compute_tok_s")
     lower = f"the {c0.get('binding') or 'bandwidth'} roof is the lower one (bandwidth {c0['bandwidth_tok_s']:.0f} tok/s" + (
         f", compute {comp:.0f} tok/s" if comp else ", compute unknown") + f" for {ok[0]['label']})"
-    out = ok[0]["ceiling"].get("output_layer")
+    dev = c0["bandwidth_tok_s"] * c0["step_bytes"] / 1e9
+    gbs = [_gbs(r) for r in ok]
+    reach = (f"decode reaches {_span(100 * min(effs), 100 * max(effs))} % of it, attaining "
+             f"{_span(min(gbs), max(gbs))} GB/s (bytes per token × decode) of the device's {dev:.0f} GB/s")
+    steps = [r["ceiling"]["step_bytes"] for r in ok]
+    if max(steps) / min(steps) >= BYTES_SPREAD:
+        if max(gbs) / min(gbs) <= ATTAINED_SPREAD:
+            verdict = ("every setting attains about the same GB/s while its bytes differ, so decode follows the bytes "
+                       "read per token: bandwidth-bound, at the bandwidth this engine's kernels attain here")
+        else:
+            verdict = ("the GB/s attained differ from setting to setting, so each type's kernel (its dequantization "
+                       "work) binds as much as its bytes: a type with more bytes but a cheaper kernel loses less "
+                       "decode than its bytes say, and one with fewer bytes but a costlier kernel gains less")
+    elif min(effs) >= BW_BOUND:
+        verdict = "close to the roof: bandwidth-bound, so decode follows the bytes read per token"
+    else:
+        verdict = ("far below the roof, and these settings read about the same bytes, so they do not tell whether "
+                   "the bytes (at the bandwidth the kernels attain) or the kernels' work bind; vary the quant type to see")
+    out = c0.get("output_layer")
     tail = ""
-    if out and out.get("tied") and c0.get("step_bytes") and out["bytes"] > 0.3 * c0["step_bytes"]:
+    if out and out.get("tied") and out["bytes"] > 0.3 * c0["step_bytes"]:
         tail = (f"; the tied output layer alone is {_mb(out['bytes'])} ({out['type']}) of the {_mb(c0['step_bytes'])} "
                 f"{ok[0]['label']} reads per token")
-    gbs = sorted((r["metrics"]["decode_tok_s"] * r["ceiling"]["step_bytes"] / 1e9) for r in ok if r["ceiling"].get("step_bytes"))
-    dev = c0["bandwidth_tok_s"] * c0["step_bytes"] / 1e9 if c0.get("step_bytes") else None
-    attained = (f" (bytes per token × decode: {gbs[0]:.0f}" + (f"–{gbs[-1]:.0f}" if round(gbs[-1]) != round(gbs[0]) else "")
-                + f" GB/s of the device's {dev:.0f} GB/s)") if gbs and dev else ""
-    if hi < NOT_BW_BOUND:
-        verdict = (f"decode reaches {span} of its bandwidth roof{attained}: not bandwidth-bound here — most of each "
-                   "token's time is CPU work that does not scale with the weight bytes (the kernels' dequantization "
-                   "and per-row work, reaching neither roof), so a quant type moves decode by less than its bytes, "
-                   "and a type with more bytes but a cheaper kernel can lose nothing")
-    elif lo >= BW_BOUND:
-        verdict = f"decode reaches {span} of its bandwidth roof{attained}: bandwidth-bound, so decode follows the bytes read per token"
-    else:
-        verdict = f"decode reaches {span} of its bandwidth roof{attained}: partly bandwidth-bound"
-    return f"roofs (decode, batch 1): {lower}; {verdict}{tail}"
+    return f"roofs (decode, batch 1): {lower}; {reach}; {verdict}{tail}"
 
 
 #: ``--slo`` keys tune can judge, and the row metric (p99, seconds) each is compared with
