@@ -95,7 +95,7 @@ def _check_value(p: EngineParam, v: str) -> str:
     try:
         return normalize_type(base) + ("-pure" if pure else "")
     except InputError as exc:
-        raise InputError(f"--param quant: {exc}") from None
+        raise InputError(f"--param quant: {exc}; or TYPE-pure for every tensor at TYPE") from None
 
 
 PURE_SUFFIX = "-pure"
