@@ -164,7 +164,11 @@ def test_embedded_engine_two_ubatch_settings(tmp_path, engine):
         assert o["vs_baseline"][k] == pytest.approx(o["metrics"][k] / b["metrics"][k])
     runs = {r.id: r for r in _stored(tmp_path) if r.kind == "probe"}
     assert {runs[r["run_id"]].params["tune"]["key"] for r in d["settings"]} == {"ub=32", "ub=512"}
-    assert len(d["finding"]) == 2 and d["finding"][0].startswith("ub=512 vs ub=32: ")
+    # the pair's sentence, which roof binds decode (the probe's roofs of the served file), plan's ratios
+    assert len(d["finding"]) == 3 and d["finding"][0].startswith("ub=512 vs ub=32: ")
+    assert d["finding"][1].startswith("roofs (decode, batch 1): the ")
+    for r in d["settings"]:  # ub alone is the step's budget: -b follows it
+        assert f"--batch-size {r['params']['ub']}" in Path(r["log_path"]).read_text().splitlines()[0]
     # plan's prediction, calibrated from the baseline's stored run, beside the measured ratios
     assert d["prediction"]["calibrated_from"] == b["run_id"] and d["prediction"]["reason"] is None
     assert all(r["predicted"]["decode_tok_s"] > 0 and r["predicted"]["ttft_p50_s"] > 0 for r in d["settings"])
@@ -174,7 +178,7 @@ def test_embedded_engine_two_ubatch_settings(tmp_path, engine):
     # a 96-token prompt in chunks of 32 is three steps, in chunks of 512 one: the larger chunk never predicts a slower TTFT
     assert o["predicted_vs_baseline"]["ttft_p50_s"] <= 1.0 + 1e-9
     pv, mv = o["predicted_vs_baseline"]["decode_tok_s"], o["vs_baseline"]["decode_tok_s"]
-    assert d["finding"][1].startswith(f"ub=512: plan predicted decode {pv:.2f}×, measured {mv:.2f}×")
+    assert d["finding"][2].startswith(f"ub=512: plan predicted decode {pv:.2f}×, measured {mv:.2f}×")
 
 
 def test_bench_workload_through_a_template(tmp_path):
@@ -228,10 +232,15 @@ def test_embedded_engine_quant_types_and_the_bandwidth_roofs_prediction(tmp_path
     assert q8["ceiling"]["decode_tok_s"] < base["ceiling"]["decode_tok_s"]
     assert q8["ceiling_ratio"] == pytest.approx(q8["ceiling"]["decode_tok_s"] / base["ceiling"]["decode_tok_s"])
     assert f"the bandwidth roof predicts decode {q8['ceiling_ratio']:.2f}×" in d["finding"][0]
+    # the bytes each step reads, from the two files' tensor tables: the tied 262k-vocab output layer is Q8_0 in both
+    assert base["ceiling"]["output_layer"] == q8["ceiling"]["output_layer"] and base["ceiling"]["output_layer"]["tied"]
+    assert q8["bytes_ratio"] == pytest.approx(q8["ceiling"]["step_bytes"] / base["ceiling"]["step_bytes"])
+    assert 1.0 < q8["bytes_ratio"] < 8.5 / 4.85  # less than the nominal bits say: most bytes keep their type
+    assert f"({q8['bytes_ratio']:.2f}× from the files' tensors" in d["finding"][0]
     # plan, calibrated from the Q4_K_M run, reads the Q8_0 file's larger bytes per step: decode predicted slower
     assert q8["prediction_note"] == "weight bytes from the served files (the probes' roofs)"
     assert q8["predicted_vs_baseline"]["decode_tok_s"] < 1.0
-    assert f"quant=Q8_0: plan predicted decode {q8['predicted_vs_baseline']['decode_tok_s']:.2f}×" in d["finding"][1]
+    assert f"quant=Q8_0: plan predicted decode {q8['predicted_vs_baseline']['decode_tok_s']:.2f}×" in d["finding"][2]
 
 
 def test_a_killed_tune_leaves_no_server_behind(tmp_path):
@@ -252,3 +261,39 @@ def test_a_killed_tune_leaves_no_server_behind(tmp_path):
     while _alive_with(marker) and time.monotonic() < gone_by:
         time.sleep(0.1)
     assert _alive_with(marker) == []
+
+
+def test_conversation_and_trace_datasets_through_the_bench_workload(tmp_path):
+    marker = f"tunefake-{uuid.uuid4().hex[:8]}"
+    tpl = f"{sys.executable} -m phasescope.testing.fakeserver --port {{port}} --model {marker} --ttft-ms 5 --itl-ms {{itl}}"
+    p = _tune(tmp_path, "--workload", "bench", "--dataset", "conversation", "--users", "2", "--sessions", "2",
+              "--turns", "2", "--turn-input-len", "16", "--output-len", "4", "--serve", tpl, "--param", "itl=2,20", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    b, o = d["settings"]
+    assert b["status"] == o["status"] == "ok", d["settings"]
+    # sessions of 2 turns each reached the server as bench's conversation workload, with its own summary
+    assert b["summary"]["conversation"]["turns_sent"] == 4 and b["metrics"]["n_ok"] == 4
+    assert o["metrics"]["itl_p50_s"] > b["metrics"]["itl_p50_s"]
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 30 * i, "input_length": 32, "output_length": 4,
+                                         "hash_ids": [0, i + 1]}) + "\n" for i in range(5)))
+    p = _tune(tmp_path, "--workload", "bench", "--dataset", "mooncake", "--dataset-path", str(trace), "--block-size", "16",
+              "--serve", tpl, "--param", "itl=2", "--json")
+    assert p.returncode == 0, p.stderr
+    (row,) = json.loads(p.stdout)["settings"]
+    assert row["status"] == "ok" and row["metrics"]["n_ok"] == 5 and row["summary"]["dataset"] == "mooncake"
+    assert _alive_with(marker) == []
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--dataset", "mooncake"], "--dataset mooncake needs --dataset-path"),
+    (["--dataset", "conversation", "--block-size", "16"], "--block-size is for --dataset mooncake|burstgpt"),
+    (["--users", "2"], "--users needs --dataset conversation, mooncake or burstgpt"),
+    (["--dataset", "conversation", "--turns", "0"], "--turns must be from 1 to 1000"),  # bench's own check
+])
+def test_bad_traffic_flags_are_one_line_before_any_server(tmp_path, args, msg):
+    p = _tune(tmp_path, "--param", "ub=32", "--workload", "bench", *args, timeout=60)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("phasescope: error:") and msg in lines[0], p.stderr

@@ -7,6 +7,7 @@ from typing import Any, List, Optional
 import typer
 
 from phasescope.cli._common import console, err_console, print_json
+from phasescope.tune.run import BENCH_TRAFFIC_ARGS
 
 
 def _sizes(values: List[str]) -> list[int]:
@@ -31,16 +32,33 @@ def _check_bench_args(a: dict[str, Any]) -> None:
     if a.get("prefix_len", 0) < 0 or a.get("prefix_groups", 1) < 1 or a.get("warmup", 1) < 0:
         raise InputError("--prefix-len and --warmup must be ≥ 0 and --prefix-groups ≥ 1")
     ds = a.get("dataset", "random")
-    if ds not in ("random", "sharegpt", "jsonl"):
-        raise InputError(f"--dataset {ds!r}: tune runs random, sharegpt or jsonl (conversations and traces bring their own arrivals)")
-    if ds != "random":
+    if ds not in DATASETS:
+        raise InputError(f"--dataset {ds!r}: choose one of {', '.join(DATASETS)}")
+    if ds not in ("random", "conversation"):
         if not a.get("dataset_path"):
             raise InputError(f"--dataset {ds} needs --dataset-path FILE")
         a["dataset_path"] = str(user_file(a["dataset_path"], "--dataset-path").resolve())
+    traffic = [k for k in BENCH_TRAFFIC_ARGS if k in a]
+    conv = {"users", "sessions", "turns", "turn_input_len", "system_prompt_len", "think_time_s"}
+    if ds == "conversation" and set(traffic) - conv:
+        raise InputError(f"--{(sorted(set(traffic) - conv)[0]).replace('_', '-')} is for --dataset mooncake|burstgpt, not conversation")
+    if ds in ("mooncake", "burstgpt") and set(traffic) & conv:
+        raise InputError(f"--{(sorted(set(traffic) & conv)[0]).replace('_', '-')} is for --dataset conversation, not {ds}")
+    if ds not in ("conversation", "mooncake", "burstgpt") and traffic:
+        raise InputError(f"--{traffic[0].replace('_', '-')} needs --dataset conversation, mooncake or burstgpt")
+    if ds in ("conversation", "mooncake", "burstgpt"):  # bench's own checks (and the trace read), before any server
+        from phasescope.load.traffic import check_workload
+        from phasescope.tune.run import bench_config
+
+        check_workload(bench_config(a, None))
+
+
+#: the bench datasets tune's bench workload runs (as `bench --dataset`)
+DATASETS = ("random", "sharegpt", "jsonl", "conversation", "mooncake", "burstgpt")
 
 
 def tune(
-    param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, quant. With --serve: any {name} of the template."),
+    param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, cache-ram, ctx-checkpoints, quant. With --serve: any {name} of the template."),
     one_at_a_time: bool = typer.Option(False, "--one-at-a-time", help="Vary one parameter at a time around the baseline (each parameter's first value) instead of the full grid."),
     workload: str = typer.Option("probe", "--workload", help="probe | bench | explain: what runs against each setting."),
     serve: Optional[str] = typer.Option(None, "--serve", help="Launch command template for any engine, e.g. 'vllm serve M --port {port} --max-num-batched-tokens {mnbt}'. Omit for the embedded engine."),
@@ -61,8 +79,18 @@ def tune(
     prefix_groups: int = typer.Option(1, "--prefix-groups", help="bench: number of distinct shared prefixes."),
     seed: int = typer.Option(0, "--seed", help="bench: seed for arrivals and prompts."),
     warmup: int = typer.Option(1, "--warmup", help="bench: warm-up requests sent first and excluded."),
-    dataset: str = typer.Option("random", "--dataset", help="bench: random | sharegpt | jsonl (as bench)."),
-    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="bench: ShareGPT JSON or prompts JSONL file."),
+    dataset: str = typer.Option("random", "--dataset", help="bench: random | sharegpt | jsonl | conversation | mooncake | burstgpt (as bench)."),
+    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="bench: ShareGPT JSON, prompts JSONL, Mooncake trace JSONL or BurstGPT CSV file."),
+    users: Optional[int] = typer.Option(None, "--users", help="bench conversation: concurrent users (bench's default 4)."),
+    sessions: Optional[int] = typer.Option(None, "--sessions", help="bench conversation: sessions in all."),
+    turns: Optional[str] = typer.Option(None, "--turns", help="bench conversation: turns per session, N or LO-HI."),
+    turn_input_len: Optional[int] = typer.Option(None, "--turn-input-len", help="bench conversation: tokens of each turn's new message."),
+    system_prompt_len: Optional[int] = typer.Option(None, "--system-prompt-len", help="bench conversation: system prompt tokens."),
+    think_time_s: Optional[str] = typer.Option(None, "--think-time-s", help="bench conversation: pause before each later turn, S or exp:S."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="bench mooncake: prompt tokens per hash id."),
+    trace_start: Optional[float] = typer.Option(None, "--trace-start", help="bench trace replay: skip the first S seconds."),
+    trace_duration: Optional[float] = typer.Option(None, "--trace-duration", help="bench trace replay: replay S seconds of the trace."),
+    trace_speed: Optional[float] = typer.Option(None, "--trace-speed", help="bench trace replay: this many times faster."),
     budget: str = typer.Option("60s", "--budget", help="explain: time per setting (e.g. 60s, 2m)."),
     only: Optional[str] = typer.Option(None, "--only", help="explain: comma-separated experiments."),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="probe: model shape for ceilings."),
@@ -111,6 +139,10 @@ def tune(
                      "prefix_len": (prefix_len, 0), "prefix_groups": (prefix_groups, 1), "seed": (seed, 0),
                      "warmup": (warmup, 1), "dataset": (dataset, "random"), "dataset_path": (dataset_path, None)}
             args.update({k: v for k, (v, default) in extra.items() if v != default})
+            given = {"users": users, "sessions": sessions, "turns": turns, "turn_input_len": turn_input_len,
+                     "system_prompt_len": system_prompt_len, "think_time_s": think_time_s, "block_size": block_size,
+                     "trace_start": trace_start, "trace_duration": trace_duration, "trace_speed": trace_speed}
+            args.update({k: v for k, v in given.items() if v is not None})
             _check_bench_args(args)
         else:
             from phasescope.experiments.suite import NAMES, parse_budget

@@ -5,7 +5,8 @@ was started):
 
 * :func:`embedded` — the embedded llama-server through :func:`phasescope.engine.running_engine`
   (the one way phasescope runs it: 127.0.0.1, own process group, health-checked, stopped on any
-  exit). The setting's knobs become its arguments: ``ub``/``b``/``fa``/``cache-reuse`` extra flags,
+  exit). The setting's knobs become its arguments: ``ub``/``b``/``fa``/``cache-reuse`` extra flags
+  (``ub`` alone sets ``-b`` too: the step's token budget, :func:`engine_kwargs`),
   ``parallel``/``threads``/``ctx`` its own parameters, ``quant`` a model file made with
   :func:`phasescope.engine.quantize.quantize` (cached, so only the first tune pays for it).
 * :func:`from_template` — ``--serve TEMPLATE``: the fields filled (``{port}`` with a free port on
@@ -81,6 +82,10 @@ def engine_kwargs(params: dict[str, str]) -> dict[str, Any]:
             extra += ["--flash-attn", v]
         elif name == "cache-reuse":
             extra += ["--cache-reuse", v]
+        elif name == "cache-ram":
+            extra += ["--cache-ram", v]
+        elif name == "ctx-checkpoints":
+            extra += ["--ctx-checkpoints", v]
         elif name == "parallel":
             kw["parallel"] = int(v)
         elif name == "threads":
@@ -91,8 +96,11 @@ def engine_kwargs(params: dict[str, str]) -> dict[str, Any]:
             kw["quant"] = v
         else:  # parse_param already refused it; a programming error if it gets here
             raise InputError(f"unknown embedded-engine parameter {name!r}")
-    # llama-server needs the physical batch within the logical one; raise -b with -ub when only -ub is given
-    if "ub" in params and "b" not in params and int(params["ub"]) > 2048:
+    # ``ub`` is the prefill chunk: llama-server puts at most -b tokens into one step (server-context.cpp
+    # update_slots fills the batch "while batch.size() < n_batch"), and the decoding streams wait for the
+    # whole step, while -ub only splits that step into forward passes. So -ub alone (with -b at its 2048)
+    # changes neither the pause nor the chunking; -b follows -ub when only -ub is given (-ub ≤ -b holds).
+    if "ub" in params and "b" not in params:
         extra += ["--batch-size", params["ub"]]
     return kw
 
@@ -104,14 +112,17 @@ def _model_for(qtype: str | None, say: Any) -> tuple[str | None, str | None]:
     from phasescope.engine.model import BUNDLED_MODEL_ALIAS, ensure_bundled_model
     from phasescope.engine.quantize import output_path, quantize
 
+    from phasescope.tune.spec import split_pure
+
     bundled = ensure_bundled_model()
-    if qtype.upper() in bundled.name.upper():
+    base, pure = split_pure(qtype)
+    if not pure and qtype.upper() in bundled.name.upper():
         return None, None
-    cached = output_path(bundled, qtype, False).exists()
+    cached = output_path(bundled, base.upper(), pure).exists()
     if not cached:
-        say(f"making the {qtype} model file with `engine quantize` (once; cached)")
+        say(f"making the {qtype} model file with `engine quantize{' --pure' if pure else ''}` (once; cached)")
     try:
-        res = quantize(qtype, allow_requantize=True)
+        res = quantize(base, allow_requantize=True, pure=pure)
     except (EngineError, InputError) as exc:
         raise SettingFailed(f"engine quantize {qtype} failed: {exc}") from None
     return str(res.path), BUNDLED_MODEL_ALIAS

@@ -61,8 +61,8 @@ def plan_knobs(params: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
         knob = PLAN_KNOBS.get(name.lower())
         if knob is None:
             unmapped.append(name)
-        elif knob == "quant":
-            over["quant"] = str(v).lower()
+        elif knob == "quant":  # TYPE-pure: the theory bits are TYPE's (the files' bytes say the rest)
+            over["quant"] = str(v).lower().removesuffix("-pure")
         else:
             try:
                 over[knob] = int(str(v).replace("_", ""))
@@ -117,7 +117,7 @@ def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None,
     for w in loads:
         o = PlanOptions(calibrate_from=calibrate_from, quant=base_quant, policy=policy, save=False, **knobs, **w)
         spec, _cal, facts = build_spec(o)
-        if quant is not None and quant != base_quant:
+        if quant is not None and (quant != base_quant or weight_factor is not None):  # (Q4_0 vs Q4_0-pure: the files differ)
             if weight_factor is None:
                 m = resolve_model(facts["model"])
                 wb_new = cost_from_theory(m, facts["device"], quant=quant).weight_bytes
@@ -168,8 +168,11 @@ def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[
             pred = base_pred
         else:
             # the served files' bytes when both probes read them (their roofs: roof ∝ 1 / bytes per step)
+            # (the files' tensor tables when read: exact bytes per step, whichever roof binds)
             bc, rc = (base.get("ceiling") or {}).get("decode_tok_s"), (r.get("ceiling") or {}).get("decode_tok_s")
             factor = bc / rc if "quant" in over and bc and rc else None
+            if "quant" in over and r.get("bytes_ratio"):
+                factor = r["bytes_ratio"]
             r["prediction_note"] = (None if "quant" not in over else
                                     "weight bytes from the served files (the probes' roofs)" if factor else
                                     "weight bytes from the quant types' theory bits")

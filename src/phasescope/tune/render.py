@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from phasescope.tune.table import METRIC_KEYS
+from phasescope.tune.table import METRIC_KEYS, OPTIONAL_KEYS
 
 __all__ = ["render"]
 
@@ -29,7 +29,8 @@ def _ratio(r: float) -> str:
 
 _SHORT = {"ttft_p50_s": "TTFT\np50\nms", "ttft_p99_s": "TTFT\np99\nms", "prefill_tok_s": "pre-\nfill\ntok/s",
           "decode_tok_s": "de-\ncode\ntok/s", "itl_p50_s": "ITL\np50\nms", "itl_p99_s": "ITL\np99\nms",
-          "itl_max_s": "max\npause\nms", "throughput_tok_s": "thru-\nput\ntok/s"}
+          "itl_max_s": "max\npause\nms", "throughput_tok_s": "thru-\nput\ntok/s",
+          "ttft_long_p50_s": "TTFT\nlong\nms"}
 
 
 def render(result: dict[str, Any]) -> Group:
@@ -37,7 +38,10 @@ def render(result: dict[str, Any]) -> Group:
                     f"(× = setting / baseline #1)", title_justify="left", pad_edge=False, padding=(0, 1),
               box=box.SIMPLE_HEAD)
     t.add_column("setting", overflow="fold")
-    for key, _, unit, _ in METRIC_KEYS:
+    # a mixed workload's own column (TTFT of the long prompts) only when a row has it
+    keys = [k for k in METRIC_KEYS if k[0] not in OPTIONAL_KEYS
+            or any((r.get("metrics") or {}).get(k[0]) is not None for r in result["settings"])]
+    for key, _, unit, _ in keys:
         t.add_column(_SHORT[key], justify="right", min_width=5)
     has_roof = False  # the roof goes on a line of its own below (80 columns)
     notes: list[Text] = []
@@ -45,14 +49,14 @@ def render(result: dict[str, Any]) -> Group:
     for r in result["settings"]:
         label = r["label"] + (" *" if r.get("resumed") else "")
         if r["status"] != "ok":
-            t.add_row(f"{r['index'] + 1} {label}", Text("FAIL", style="red"), *[""] * (len(METRIC_KEYS) - 1 + has_roof))
+            t.add_row(f"{r['index'] + 1} {label}", Text("FAIL", style="red"), *[""] * (len(keys) - 1 + has_roof))
             notes.append(Text(f"#{r['index'] + 1} failed: {r.get('reason')}", style="red"))
             if r.get("log_tail"):
                 notes.append(Text(f"  log {r.get('log_path')}:", style="dim"))
                 notes += [Text("    " + ln, style="dim") for ln in r["log_tail"][-3:]]
             continue
         cells = []
-        for key, _, unit, _ in METRIC_KEYS:
+        for key, _, unit, _ in keys:
             v = r["metrics"].get(key)
             ratio = (r.get("vs_baseline") or {}).get(key)
             cells.append(_num(v, unit) + (f"\n{_ratio(ratio)}" if ratio is not None and r["index"] != 0 else ""))
@@ -64,6 +68,8 @@ def render(result: dict[str, Any]) -> Group:
         t.add_row(f"{r['index'] + 1} {label}", *cells)
     if roofs:
         notes.append(Text("decode bandwidth roof (batch 1): " + "; ".join(roofs)))
+    if len(keys) > len(METRIC_KEYS) - len(OPTIONAL_KEYS):
+        notes.append(Text("TTFT long: TTFT p50 of the long prompts (≥ half the longest prompt)", style="dim"))
     runs = ", ".join(f"#{r['index'] + 1} {r['run_id']}" for r in result["settings"] if r.get("run_id"))
     lines = [Text(s) for s in result.get("finding") or []]
     if any(r.get("resumed") for r in result["settings"]):

@@ -62,6 +62,37 @@ def find_tune_spec(store: Any, tid: str) -> TuneSpec:
     raise InputError(f"--resume: no tune {tid!r} in {store.db_path} (see `phasescope runs --kind tune`)")
 
 
+#: bench's conversation and trace-replay flags tune passes on (``--dataset conversation|mooncake|burstgpt``):
+#: tune's workload key → BenchConfig field
+BENCH_TRAFFIC_ARGS = {"users": "users", "sessions": "sessions", "turns": "turns", "turn_input_len": "turn_input_len",
+                      "system_prompt_len": "system_prompt_len", "think_time_s": "think_time_s",
+                      "block_size": "block_size", "trace_start": "trace_start", "trace_duration": "trace_duration",
+                      "trace_speed": "trace_speed"}
+
+
+def bench_config(a: dict[str, Any], url: str | None, *, label: str | None = None) -> Any:
+    """The :class:`~phasescope.load.bench.BenchConfig` of tune's bench workload ``a`` (its flags over
+    :data:`DEFAULT_WORKLOAD_ARGS`) against ``url``."""
+    import math
+
+    from phasescope.load.bench import BenchConfig
+
+    a = {**DEFAULT_WORKLOAD_ARGS["bench"], **a}
+    rate = float(a["request_rate"])
+    cfg = BenchConfig(url=url, num_prompts=int(a["num_prompts"]), request_rate=math.inf if math.isinf(rate) else rate,
+                      max_concurrency=a.get("max_concurrency"), input_len=int(a["input_len"]),
+                      output_len=int(a["output_len"]), store=True, label=label,
+                      duration_s=a.get("duration_s"), burstiness=float(a.get("burstiness", 1.0)),
+                      range_ratio=float(a.get("range_ratio", 0.0)), prefix_len=int(a.get("prefix_len", 0)),
+                      prefix_groups=int(a.get("prefix_groups", 1)), seed=int(a.get("seed", 0)),
+                      warmup=int(a.get("warmup", 1)), dataset=str(a.get("dataset", "random")),
+                      dataset_path=a.get("dataset_path"))
+    for key, attr in BENCH_TRAFFIC_ARGS.items():
+        if a.get(key) is not None:
+            setattr(cfg, attr, a[key])
+    return cfg
+
+
 def _server_flags(command: Sequence[str], env: dict[str, str]) -> str | None:
     """The setting's command line for explain's advice (``--server-flags``), or None if it does not parse."""
     import shlex
@@ -90,19 +121,9 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
         ok = any(s.get("ok") for s in sizes)
         return res.get("run_id"), "complete" if ok else "failed"
     if spec.workload == "bench":
-        import math
+        from phasescope.load.bench import run_bench
 
-        from phasescope.load.bench import BenchConfig, run_bench
-
-        rate = float(a["request_rate"])
-        cfg = BenchConfig(url=url, num_prompts=int(a["num_prompts"]), request_rate=math.inf if math.isinf(rate) else rate,
-                          max_concurrency=a.get("max_concurrency"), input_len=int(a["input_len"]),
-                          output_len=int(a["output_len"]), store=True, label=f"tune {tune_id(spec)}",
-                          duration_s=a.get("duration_s"), burstiness=float(a.get("burstiness", 1.0)),
-                          range_ratio=float(a.get("range_ratio", 0.0)), prefix_len=int(a.get("prefix_len", 0)),
-                          prefix_groups=int(a.get("prefix_groups", 1)), seed=int(a.get("seed", 0)),
-                          warmup=int(a.get("warmup", 1)), dataset=str(a.get("dataset", "random")),
-                          dataset_path=a.get("dataset_path"))
+        cfg = bench_config(a, url, label=f"tune {tune_id(spec)}")
         res = run_bench(cfg, on_status=say)
         if res.run.interrupted:
             raise KeyboardInterrupt
@@ -118,7 +139,7 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
 
 
 def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, Any]:
-    from phasescope.tune.table import row_metrics
+    from phasescope.tune.table import roof_facts, row_metrics
 
     records = store.load_records(info.id)
     metrics, samples = row_metrics(records)
@@ -130,16 +151,17 @@ def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, An
         d = metrics.get("decode_tok_s")
         ceiling = {"decode_tok_s": roof, "decode_efficiency": (d / roof) if d else None,
                    "device": ((summary.get("ceilings") or {}).get("device") or {}).get("id"),
-                   "source": "probe ceilings (bandwidth roof, batch 1)"}
+                   "source": "probe ceilings (bandwidth roof, batch 1)", **roof_facts(summary.get("ceilings"))}
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "ok",
             "run_id": info.id, "reason": None, "resumed": resumed, "metrics": metrics, "samples": samples,
-            "ceiling": ceiling, "ceiling_ratio": None, "vs_baseline": None, "summary": summary}
+            "ceiling": ceiling, "ceiling_ratio": None, "bytes_ratio": None, "vs_baseline": None,
+            "summary": summary}
 
 
 def _failed_row(setting: Setting, reason: str, *, run_id: str | None = None, log_path: Any = None,
                 tail: Sequence[str] = ()) -> dict[str, Any]:
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "failed",
-            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "ceiling": None, "ceiling_ratio": None, "vs_baseline": None,
+            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "ceiling": None, "ceiling_ratio": None, "bytes_ratio": None, "vs_baseline": None,
             "summary": None, "log_path": str(log_path) if log_path else None, "log_tail": list(tail)}
 
 

@@ -43,20 +43,24 @@ class EngineParam:
 
 #: llama-server knobs ``tune`` can vary on the embedded engine (aliases in :data:`ALIASES`)
 ENGINE_PARAMS: dict[str, EngineParam] = {p.name: p for p in (
-    EngineParam("ub", "-ub/--ubatch-size: physical prefill chunk (tokens per forward pass)", "int", 1),
+    EngineParam("ub", "-ub/--ubatch-size: the prefill chunk (tokens per forward pass; -b follows it unless b is given)", "int", 1),
     EngineParam("b", "-b/--batch-size: logical batch (tokens submitted per step)", "int", 1),
     EngineParam("parallel", "--parallel/-np: slots decoded together", "int", 1),
     EngineParam("threads", "-t/--threads: CPU threads", "int", 1),
     EngineParam("fa", "-fa/--flash-attn: on | off | auto", "choice", choices=("on", "off", "auto")),
     EngineParam("cache-reuse", "--cache-reuse: min chunk reused from the KV cache by shifting (0 = off)", "int", 0),
     EngineParam("ctx", "-c/--ctx-size: KV cache size in tokens (all slots)", "int", 64),
-    EngineParam("quant", "the model file's quant type, made with `engine quantize` (cached)", "quant"),
+    EngineParam("cache-ram", "-cram/--cache-ram: MiB of host-memory prompt cache (0 = off, -1 = no limit)", "int", -1),
+    EngineParam("ctx-checkpoints", "-ctxcp/--ctx-checkpoints: context checkpoints per slot (0 = none)", "int", 0),
+    EngineParam("quant", "the model file's quant type, made with `engine quantize` (cached); TYPE-pure: every tensor at TYPE", "quant"),
 )}
 
 ALIASES = {
     "ubatch": "ub", "ubatch-size": "ub", "b": "b", "batch": "b", "batch-size": "b", "np": "parallel",
     "n-parallel": "parallel", "t": "threads", "flash-attn": "fa", "c": "ctx", "ctx-size": "ctx",
     "cache_reuse": "cache-reuse", "q": "quant", "quantization": "quant",
+    "cram": "cache-ram", "cache_ram": "cache-ram", "ctxcp": "ctx-checkpoints", "ctx_checkpoints": "ctx-checkpoints",
+    "swa-checkpoints": "ctx-checkpoints",
 }
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -87,10 +91,24 @@ def _check_value(p: EngineParam, v: str) -> str:
         return v.lower()
     from phasescope.engine.quantize import normalize_type
 
+    base, pure = split_pure(v)
     try:
-        return normalize_type(v)
+        return normalize_type(base) + ("-pure" if pure else "")
     except InputError as exc:
-        raise InputError(f"--param quant: {exc}") from None
+        raise InputError(f"--param quant: {exc}; or TYPE-pure for every tensor at TYPE") from None
+
+
+PURE_SUFFIX = "-pure"
+
+
+def split_pure(quant: str) -> tuple[str, bool]:
+    """``Q4_0-pure`` → (``Q4_0``, True): every tensor at the type (``engine quantize --pure``), the
+    output layer included, where llama-quantize otherwise keeps some (a small model's large
+    embedding) at a higher type; ``Q4_0`` → (``Q4_0``, False)."""
+    q = quant.strip()
+    if q.lower().endswith(PURE_SUFFIX):
+        return q[: -len(PURE_SUFFIX)], True
+    return q, False
 
 
 def parse_param(text: str, *, engine: bool) -> tuple[str, list[str]]:
@@ -204,5 +222,11 @@ class TuneSpec:
 
 def tune_id(spec: TuneSpec) -> str:
     """``tune-`` + 10 hex digits of the spec's hash (module docstring)."""
-    text = json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"))
+    d = spec.to_dict()
+    names = {n for n, _ in spec.params}
+    if spec.serve is None and "ub" in names and "b" not in names:
+        # since 2026-12-02 ``ub`` alone also sets -b (launch.engine_kwargs): runs stored before measured
+        # -ub under -b 2048, another setting, so such a tune gets a new id instead of reusing them
+        d["ub_sets_b"] = True
+    text = json.dumps(d, sort_keys=True, separators=(",", ":"))
     return "tune-" + hashlib.sha256(text.encode()).hexdigest()[:10]
