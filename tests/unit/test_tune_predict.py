@@ -88,3 +88,28 @@ def test_prediction_lines_one_reason_once_and_nothing_after_a_failed_baseline():
     pv = {k: 1.0 for k, _ in PREDICTED_KEYS}
     rows = [_row(0, {"ub": "512"}, pv=pv, mv=pv), _row(1, {"ub": "32"}, pv=pv, mv=pv)]
     assert _prediction_lines(rows, {"reason": None}, prediction_sentence) == [prediction_sentence(rows[1])]
+
+
+def test_every_setting_is_priced_with_the_cost_fitted_at_the_baselines_knobs(monkeypatch):
+    # the baseline's records came from its own server (ub=32): fitting them again under another
+    # setting's chunk re-reads the same measurements as another machine (a 512 chunk then predicted
+    # a 1 % slower TTFT than the 32 one). The fit follows the baseline; the scheduler follows the row.
+    from dataclasses import dataclass
+
+    import phasescope.plan.api as api
+    import phasescope.plan.planner as planner
+    import phasescope.tune.predict as predict
+
+    @dataclass
+    class Spec:
+        cost: str
+        sched: int | None
+
+    monkeypatch.setattr(api, "build_spec", lambda o: (Spec(f"fit@{o.max_num_batched_tokens}", o.max_num_batched_tokens),
+                                                      None, {"policy": "llamacpp"}))
+    monkeypatch.setattr(planner, "run_once", lambda spec, points=2: (None, {"summary": (spec.cost, spec.sched)}))
+    seen = []
+    monkeypatch.setattr(predict, "_metrics", lambda s: seen.append(s) or {k: 1.0 for k, _ in PREDICTED_KEYS})
+    rows = [dict(_row(0, {"ub": "32"}), run_id="r1"), dict(_row(1, {"ub": "512"}), run_id="r2")]
+    predict_rows(rows, "probe", {"prompt_tokens": [96], "max_tokens": 8, "repeat": 2}, embedded=True)
+    assert ("fit@32", 32) in seen and ("fit@32", 512) in seen and ("fit@512", 512) not in seen, seen

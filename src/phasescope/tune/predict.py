@@ -100,23 +100,35 @@ def _metrics(summ: dict[str, Any]) -> dict[str, float | None]:
 
 
 def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None, loads: list[dict[str, Any]],
-              policy: str | None, weight_factor: float | None = None) -> tuple[dict[str, float | None], dict[str, Any]]:
+              policy: str | None, weight_factor: float | None = None,
+              base_over: dict[str, Any] | None = None) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """The setting ``over`` simulated with the cost model fitted at the baseline's knobs ``base_over``
+    (the server that produced the records: fitting them under another setting's chunk would re-read the
+    same measurements as a different machine), and ``over``'s scheduler."""
     from phasescope.plan.api import POLICY_DEFAULTS, PlanOptions, build_spec
     from phasescope.plan.build import cost_from_theory, resolve_model
     from phasescope.plan.planner import run_once
 
     quant = over.get("quant")
-    knobs = {k: v for k, v in over.items() if k != "quant"}
     if policy is None:  # plan's own choice from the records (llamacpp when they carry its timings)
         policy = build_spec(PlanOptions(calibrate_from=calibrate_from, quant=base_quant, save=False, **loads[0]))[2]["policy"]
-    if "max_num_batched_tokens" in knobs and "max_num_seqs" not in knobs:
-        # a chunk smaller than the policy's sequence cap: as many sequences as tokens (vLLM requires it)
-        knobs["max_num_seqs"] = min(POLICY_DEFAULTS[policy][1], knobs["max_num_batched_tokens"])
+
+    def sched_knobs(o: dict[str, Any]) -> dict[str, Any]:
+        k = {n: v for n, v in o.items() if n != "quant"}
+        if "max_num_batched_tokens" in k and "max_num_seqs" not in k:
+            # a chunk smaller than the policy's sequence cap: as many sequences as tokens (vLLM requires it)
+            k["max_num_seqs"] = min(POLICY_DEFAULTS[policy][1], k["max_num_batched_tokens"])
+        return k
+
+    knobs, fit_knobs = sched_knobs(over), sched_knobs(base_over if base_over is not None else over)
     per: list[dict[str, float | None]] = []
     facts: dict[str, Any] = {}
     for w in loads:
         o = PlanOptions(calibrate_from=calibrate_from, quant=base_quant, policy=policy, save=False, **knobs, **w)
         spec, _cal, facts = build_spec(o)
+        if fit_knobs != knobs:
+            fitted = build_spec(replace(o, **{**{k: None for k in knobs}, **fit_knobs}))[0]
+            spec = replace(spec, cost=fitted.cost)
         if quant is not None and (quant != base_quant or weight_factor is not None):  # (Q4_0 vs Q4_0-pure: the files differ)
             if weight_factor is None:
                 m = resolve_model(facts["model"])
@@ -177,7 +189,7 @@ def predict_rows(rows: list[dict[str, Any]], workload: str, workload_args: dict[
                                     "weight bytes from the served files (the probes' roofs)" if factor else
                                     "weight bytes from the quant types' theory bits")
             try:
-                pred, _ = _simulate(base["run_id"], over, base_quant, loads, policy, factor)
+                pred, _ = _simulate(base["run_id"], over, base_quant, loads, policy, factor, base_over)
             except PhasescopeError as exc:
                 r["prediction_reason"] = f"no prediction: {exc}"
                 continue
