@@ -1,9 +1,11 @@
 """Scale-out: the highest stream count measured within 2 ms of ground truth, for one process,
 ``--workers 2`` and ``--ray-workers 2`` on this machine.
 
-Setup (the same error definition as ``benchmarks/bench_vs_vllm.py``): the probe owner's fake vLLM
-server runs in its **own process** and logs when it really wrote each token event
-(``perf_counter_ns`` = CLOCK_MONOTONIC, the clock every client process on this machine also reads).
+Setup (the same error definition as ``benchmarks/bench_vs_vllm.py``): the lean ground-truth vLLM fake
+(``phasescope.testing.lean_fake``) runs in its **own process** and logs when each token event was due
+and when it really wrote it (``perf_counter_ns`` = CLOCK_MONOTONIC, the clock every client process on
+this machine also reads); its own write lag (written − due, p99) is printed beside every row, so a
+saturated instrument is visible.
 Per request, matched by the ``X-Request-Id`` the client sends:
 
 * TTFT error = client TTFT − server TTFT (server TTFT = first token written − request received):
@@ -15,8 +17,8 @@ Load: 16-token prompts, 16 output tokens, fake TTFT 100 ms and 40 ms per token (
 ≈ 0.7 s; N streams ≈ 25·N token events/s). ``--loop closed`` (default): ``--max-concurrency N``
 with 2·N requests (two waves; every wave starts as one burst, the hardest case for a client).
 ``--loop open``: Poisson arrivals at N / 0.7 req/s, 3·N requests — N streams in flight on average
-(reported as ``peak`` = the exact maximum), first tokens spread out in time. "Within" = mean
-TTFT error ≤ 2 ms and ≥ 95 % of requests completed and matched; levels are tried in ascending
+(reported as ``peak`` = the exact maximum), first tokens spread out in time. "Within" =
+TTFT error ≤ 2 ms at the median and ≤ 8 ms at p99 and ≥ 95 % of requests completed and matched; levels are tried in ascending
 order per mode and the search stops at the first level that misses. The machine is shared, so
 each level runs ``--repeats`` times and the least-disturbed run (lowest mean TTFT error) counts;
 the 1-minute load average at its start is printed with it.
@@ -55,7 +57,7 @@ TTFT_MS, ITL_MS, IN_LEN, OUT_LEN = 100, 40, 16, 16
 
 
 def start_fake(log: Path) -> tuple[subprocess.Popen[str], str]:
-    p = subprocess.Popen([PY, "-m", "phasescope.testing.fakeserver", "--flavor", "vllm", "--ttft-ms", str(TTFT_MS),
+    p = subprocess.Popen([PY, "-m", "phasescope.testing.lean_fake", "--ttft-ms", str(TTFT_MS),
                           "--itl-ms", str(ITL_MS), "--log", str(log)],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
     assert p.stdout is not None
@@ -91,6 +93,7 @@ def errors(records: list[Any], truth: dict[str, dict[str, Any]]) -> dict[str, An
     t, i = np.asarray(ttft), np.asarray(itl)
     nan = float("nan")
     return {"matched": len(ttft), "ttft_err_mean_ms": float(t.mean()) if t.size else nan,
+            "ttft_err_median_ms": float(np.median(t)) if t.size else nan,
             "ttft_err_p99_ms": float(np.percentile(t, 99)) if t.size else nan,
             "itl_abs_err_mean_ms": float(i.mean()) if i.size else nan}
 
@@ -118,16 +121,21 @@ def one(mode: str, n: int, loop: str = "closed", ray_address: str | None = None)
         if p.returncode not in (0, 3):
             raise RuntimeError(f"phasescope bench failed: {p.stderr[-2000:]}")
         s = json.loads(p.stdout)
-        time.sleep(0.3)  # let the fake flush its log
+        fake.terminate()  # SIGTERM: the lean fake flushes its truth log and exits
+        fake.wait(20)
         recs = [r for r in read_records(work / "out" / "records.jsonl") if not r.tags.get("warmup")]
-        res = errors(recs, read_truth(log))
+        truth = read_truth(log)
+        res = errors(recs, truth)
+        lags = np.asarray([t - d for g in truth.values() for t, d in zip(g["t_events_ns"], g.get("t_due_ns") or [])])
+        res["fake_lag_p99_ms"] = float(np.percentile(lags, 99)) / 1e6 if lags.size else float("nan")
         res.update(mode=mode, streams=n, peak=s.get("max_concurrent_requests"), requests=len(recs),
                    completed=s["completed"], failed=s["failed"], wall_s=round(wall, 1),
                    cpu_percent_max=(s.get("runner_health") or {}).get("cpu_percent"),
                    loop_lag_p99_ms=(s.get("runner_health") or {}).get("loop_lag_ms_p99"))
     finally:
-        fake.terminate()
-        fake.wait(10)
+        if fake.poll() is None:
+            fake.terminate()
+            fake.wait(10)
         shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(res), flush=True)
     return res
@@ -170,7 +178,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--levels", default="8,16,32,64,128,256,512,1024", help="ascending stream counts")
     ap.add_argument("--modes", default="single,workers2,ray2")
-    ap.add_argument("--limit-ms", type=float, default=2.0)
+    ap.add_argument("--limit-ms", type=float, default=2.0, help="within: median TTFT error at most this")
+    ap.add_argument("--limit-p99-ms", type=float, default=8.0, help="within: p99 TTFT error at most this")
     ap.add_argument("--loop", choices=("closed", "open"), default="closed")
     ap.add_argument("--repeats", type=int, default=2, help="runs per level; the least-disturbed one counts")
     ap.add_argument("--json", default=None, help="write all rows here")
@@ -206,7 +215,8 @@ def main() -> None:
                 r = min(tries[mode], key=lambda t: t["ttft_err_mean_ms"] if t["ttft_err_mean_ms"] == t["ttft_err_mean_ms"] else 1e9)
                 r["runs"] = len(tries[mode])
                 rows.append(r)
-                if r["ttft_err_mean_ms"] <= args.limit_ms and r["matched"] >= 0.95 * r["requests"]:
+                if (r["ttft_err_median_ms"] <= args.limit_ms and r["ttft_err_p99_ms"] <= args.limit_p99_ms
+                        and r["matched"] >= 0.95 * r["requests"]):
                     best[mode] = n
                 else:
                     live.remove(mode)
@@ -223,16 +233,17 @@ def main() -> None:
           f"{OUT_LEN} tokens); " + ("closed loop -c N, 2N requests" if args.loop == "closed" else
                                     f"open loop: Poisson at N/{REQ_S:.2f} req/s, 3N requests"))
     print()
-    print("| mode | streams (peak) | TTFT err mean / p99 (ms) | |ITL err| mean (ms) | matched | client CPU % (max) | "
-          "load avg | wall s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| mode | streams (peak) | TTFT err median / p99 (ms) | |ITL err| mean (ms) | matched | client CPU % (max) | "
+          "load avg | wall s | fake write lag p99 (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (modes.index(r["mode"]), r["streams"])):
-        print(f"| {names[r['mode']]} | {r['streams']} ({r['peak']}) | {fmt(r['ttft_err_mean_ms'])} / {fmt(r['ttft_err_p99_ms'])} | "
+        print(f"| {names[r['mode']]} | {r['streams']} ({r['peak']}) | {fmt(r['ttft_err_median_ms'])} / {fmt(r['ttft_err_p99_ms'])} | "
               f"{fmt(r['itl_abs_err_mean_ms'])} | {r['matched']}/{r['requests']} | {fmt(r['cpu_percent_max'])} | "
-              f"{r['load1']} | {r['wall_s']} |")
+              f"{r['load1']} | {r['wall_s']} | {fmt(r.get('fake_lag_p99_ms'))} |")
     print()
     for mode, n in best.items():
-        print(f"{names[mode]}: highest stream count with mean TTFT error ≤ {args.limit_ms} ms: "
+        print(f"{names[mode]}: highest stream count with TTFT error ≤ {args.limit_ms:g} ms median and "
+              f"≤ {args.limit_p99_ms:g} ms p99: "
               f"{n if n is not None else f'< {levels[0]}'} (levels tried: {args.levels})")
     print(f"Ray driver ingest: {ingest:,.0f} records/s with fsync per record (this disk), "
           f"{ingest_cpu:,.0f} records/s without fsync (the driver's CPU cost per record)")

@@ -84,7 +84,9 @@ def _worker_main(idx: int, part: Schedule, items: Sequence[WorkItem], target: Ta
 
     ignore_sigint()  # the parent owns Ctrl-C and tells us via stop_ev
     try:
-        res = asyncio.run(_worker_async(idx, part, items, target, cap, path, run_id, send_ref, kw, ready_q, go,
+        from phasescope.load.runner import run_async
+
+        res = run_async(_worker_async(idx, part, items, target, cap, path, run_id, send_ref, kw, ready_q, go,
                                         t0_wall, stop_ev))
         result_q.put((idx, _result_meta(res), None))
     except BaseException as exc:  # report, never hang the parent

@@ -124,6 +124,23 @@ class RequestRecord:
 
     # -- (de)serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON data (a deep copy; events as lists). Hot: it runs once per
+        request on the record writer's thread, which shares the client's GIL, so plain values are
+        copied by hand — ``dataclasses.asdict``, ~5× slower, only serves values it cannot copy."""
+        d: dict[str, Any] = {}
+        for name in _RECORD_FIELDS:
+            v = getattr(self, name)
+            if name == "events":
+                v = [e.to_list() for e in v]
+            elif v is not None and type(v) not in _SCALARS:
+                v = _plain_copy(v)
+                if v is _NOT_PLAIN:
+                    return self._to_dict_asdict()
+            d[name] = v
+        d["schema"] = SCHEMA_VERSION
+        return d
+
+    def _to_dict_asdict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["events"] = [e.to_list() for e in self.events]
         d["schema"] = SCHEMA_VERSION
@@ -148,6 +165,37 @@ class RequestRecord:
     # -- convenience views (raw only; metrics live in measure.derive) ------------------------
     def token_events(self) -> list[Event]:
         return [e for e in self.events if e.kind in TOKEN_EVENTS]
+
+
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+_SCALARS = (str, int, float, bool)
+_NOT_PLAIN = object()
+
+
+def _plain_copy(v: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts with str keys, lists, scalars), or ``_NOT_PLAIN``."""
+    t = type(v)
+    if v is None or t in _SCALARS:
+        return v
+    if t is dict:
+        out = {}
+        for k, x in v.items():
+            if type(k) is not str:
+                return _NOT_PLAIN
+            c = _plain_copy(x)
+            if c is _NOT_PLAIN:
+                return _NOT_PLAIN
+            out[k] = c
+        return out
+    if t is list:
+        out_l = []
+        for x in v:
+            c = _plain_copy(x)
+            if c is _NOT_PLAIN:
+                return _NOT_PLAIN
+            out_l.append(c)
+        return out_l
+    return _NOT_PLAIN
 
 
 @runtime_checkable
