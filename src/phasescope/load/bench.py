@@ -425,9 +425,9 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
         finally:
             watcher.cancel()
 
-    from phasescope.load.runner import run_async
+    from phasescope.load.loop import run_async
 
-    return run_async(main())  # uvloop when installed (runner.loop_factory)
+    return run_async(main())  # uvloop when installed (load.loop.loop_factory)
 
 
 def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out: Any,

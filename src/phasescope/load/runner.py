@@ -19,7 +19,7 @@ Timing rules (why the numbers can be trusted):
 * The runner watches itself (:class:`HealthMonitor`): event-loop lag sampled every 10 ms, process
   CPU time over wall time, and send lag; :func:`health_warnings` turns them into warnings that say
   what to change, in the spirit of hyperfine's warnings.
-* The cyclic garbage collector is paused for the measured phase (:class:`QuietGC`): with every
+* The cyclic garbage collector is paused for the measured phase (:class:`phasescope.load.loop.QuietGC`): with every
   record kept in memory, a full collection at 1,024 streams took 116 ms and young ones up to 14 ms,
   each a stall of the loop that reads events (the p99 of TTFT and ITL); reference counting still
   frees everything that is not a cycle, and a valve collects the young generation if cycles pile up.
@@ -31,7 +31,6 @@ Timing rules (why the numbers can be trusted):
 from __future__ import annotations
 
 import asyncio
-import gc
 import math
 import time
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import aiohttp
 
 from phasescope.apis.base import GenRequest, Target
 from phasescope.errors import error_kind
+from phasescope.load.loop import QuietGC
 from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
@@ -76,37 +76,6 @@ class RunnerHealth:
         return cls(**{n: mx(n) for n in ("loop_lag_ms_p50", "loop_lag_ms_p99", "loop_lag_ms_max", "cpu_percent",
                                           "send_lag_ms_p50", "send_lag_ms_p99", "send_lag_ms_max")},
                    loop_samples=sum(p.loop_samples for p in parts))
-
-
-class QuietGC:
-    """Pause the cyclic GC from t0 to the end of a run: everything alive at t0 is frozen (never
-    scanned again during the run), automatic collections are off, and :meth:`valve` — called by
-    the health monitor every 10 ms — collects the young generation only when more than
-    ``valve_objects`` tracked objects piled up since (a long run's cycles stay bounded). ``stop``
-    restores the collector as it was."""
-
-    def __init__(self, valve_objects: int = 1_000_000) -> None:
-        self.valve_objects = valve_objects
-        self.was_enabled: bool | None = None
-
-    def start(self) -> None:
-        if self.was_enabled is not None:
-            return
-        self.was_enabled = gc.isenabled()
-        gc.freeze()
-        gc.disable()
-
-    def valve(self) -> None:
-        if self.was_enabled is not None and gc.get_count()[0] > self.valve_objects:
-            gc.collect(0)
-
-    def stop(self) -> None:
-        if self.was_enabled is None:
-            return
-        gc.unfreeze()
-        if self.was_enabled:
-            gc.enable()
-        self.was_enabled = None
 
 
 class HealthMonitor:
@@ -230,28 +199,6 @@ class RunResult:
     @property
     def partial(self) -> bool:
         return self.interrupted or self.aborted is not None
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """The event loop a load run uses: uvloop's when it is installed (the optional extra
-    ``pip install 'phasescope[fast]'``; imported only here) and ``PHASESCOPE_UVLOOP`` is not ``0``,
-    the stdlib's otherwise. Timestamps are the same ``perf_counter_ns`` either way."""
-    import os
-
-    if os.environ.get("PHASESCOPE_UVLOOP", "1") != "0":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop  # type: ignore[no-any-return]
-    return asyncio.new_event_loop
-
-
-def run_async(coro: Awaitable[Any]) -> Any:
-    """``asyncio.run(coro)`` on :func:`loop_factory`'s loop (the entry point of every load run)."""
-    with asyncio.Runner(loop_factory=loop_factory()) as r:
-        return r.run(coro)  # type: ignore[arg-type]
 
 
 def make_request(item: WorkItem, sr: ScheduledRequest, *, run_id: str, ignore_eos: bool = True,

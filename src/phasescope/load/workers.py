@@ -84,7 +84,7 @@ def _worker_main(idx: int, part: Schedule, items: Sequence[WorkItem], target: Ta
 
     ignore_sigint()  # the parent owns Ctrl-C and tells us via stop_ev
     try:
-        from phasescope.load.runner import run_async
+        from phasescope.load.loop import run_async
 
         res = run_async(_worker_async(idx, part, items, target, cap, path, run_id, send_ref, kw, ready_q, go,
                                         t0_wall, stop_ev))

@@ -28,6 +28,10 @@ saturated instrument is visible (:meth:`LeanFake.write_lag`). The truth goes to 
 to ``log_path`` as JSONL (batched every 0.1 s and at stop — no write per event on the loop), and
 to ``GET /truth`` (JSONL of everything so far) / ``GET /truth/lag`` (the write-lag summary).
 
+One job: a server whose every byte path (parse, schedule, write, log) shares the one deadline heap
+and the one timer, so splitting it would spread one hot loop over modules and cost the indirection it
+exists to avoid.
+
 ``spin_ms``: when the next event is due within this many ms the loop polls (``call_soon``) instead
 of sleeping, since an idle selector wakes up to 1 ms late (epoll's millisecond timeout; libuv's
 timers are millisecond too). It burns the fake's own core, so it is meant for a fake in its own
