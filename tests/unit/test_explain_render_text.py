@@ -1,0 +1,40 @@
+"""explain's printed sentences: no doubled "cannot tell", no "+-" signs, one number for the conversation fit."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from phasescope.experiments import render
+from phasescope.experiments.conversation import growth_text
+
+
+def _out(fn, *a) -> str:
+    buf = io.StringIO()
+    fn(*a, Console(file=buf, width=300))
+    return buf.getvalue()
+
+
+def test_undecided_line_says_cannot_tell_once() -> None:
+    doc = {"findings": [], "undecided": [{"id": "ttft-queueing",
+                                         "reason": "no /metrics queue gauge and no server-timed prefill: cannot tell"}]}
+    out = _out(render.render_findings, doc)
+    assert out.count("cannot tell") == 1, out
+    assert "ttft-queueing: no /metrics queue gauge and no server-timed prefill" in out, out
+
+
+def test_context_fill_fit_has_one_sign() -> None:
+    e = {"points": [], "slowdown_pct": 0.0, "noise_pct": 16.0, "slows": None, "reason": "",
+         "per_token_s_per_ctx_token": -2.9e-9}
+    cap = str(render._cf(e).caption)
+    assert "+-" not in cap and "-0.0029 µs" in cap, cap
+    e["per_token_s_per_ctx_token"] = 2.9e-9
+    assert "+0.0029 µs" in str(render._cf(e).caption)
+
+
+def test_conversation_growth_text_matches_the_fit_sign() -> None:
+    # the evidence says "-38%"; the sentence said "TTFT grew 0% as fast": one number, and no growth claimed
+    t = growth_text(-0.38)
+    assert "-38%" in t and "did not grow" in t, t
+    assert growth_text(0.04) == "TTFT grew 4% as fast as a full prefill of the history"
