@@ -142,7 +142,7 @@ def test_busiest_names_only_processes_that_used_cpu_and_says_when_most_is_unname
                                          {"pid": 8, "comm": "python", "cpu_share": 0.001}]}})
     msg = ws[0].message
     assert "(0 %)" not in msg and "kdamond.0" not in msg, msg
-    assert "ended" in msg, msg  # the user learns why no process is named
+    assert "ended" in msg and "busiest" not in msg, msg  # the user learns why no process is named
     named = judge({"available": True, "cores": 2,
                    "during": {"cores": 2, "other_cpu_share": 0.45,
                               "top_other": [{"pid": 3, "comm": "hog", "cpu_share": 0.44},
