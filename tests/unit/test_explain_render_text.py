@@ -38,3 +38,23 @@ def test_conversation_growth_text_matches_the_fit_sign() -> None:
     t = growth_text(-0.38)
     assert "-38%" in t and "did not grow" in t, t
     assert growth_text(0.04) == "TTFT grew 4% as fast as a full prefill of the history"
+
+
+def test_prompt_cost_headline_does_not_state_a_rate_from_a_poor_fit() -> None:
+    # embedded engine on a loaded box: R² 0.63 over 32…99 tokens; "Every 1000 prompt tokens add about 23.87 s"
+    # stated as fact (beside evidence saying the fit is noise)
+    from phasescope.diagnose import diagnose
+    from phasescope.experiments.common import ExperimentInfo
+    from phasescope.experiments.prompt_scaling import PromptScalingResult, QuadraticFit, ScalingPoint
+
+    def finding(r2: float):
+        pts = [ScalingPoint(n, 1, t, t, None, None, 25.0, None) for n, t in ((32, 0.187), (56, 1.78), (99, 3.11))]
+        ps = PromptScalingResult(ExperimentInfo(name="prompt-scaling"), points=pts,
+                                 fit=QuadraticFit(0.0, 0.0, 2.41e-4, r2, 3), fixed_overhead_s=0.0, prefill_tok_s=41.9,
+                                 quadratic_share=1.0, ttft_growth_x=16.6, ttft_grows=True)
+        return diagnose({"prompt-scaling": ps}).get("prompt-cost")
+
+    noisy = finding(0.63)
+    assert noisy is not None and "Every 1000 prompt tokens" not in noisy.cause, noisy.cause
+    assert "R² 0.63" in noisy.cause and "0.187" in noisy.cause and "3.11" in noisy.cause, noisy.cause
+    assert "Every 1000 prompt tokens add about" in finding(0.99).cause
