@@ -58,3 +58,13 @@ def test_prompt_cost_headline_does_not_state_a_rate_from_a_poor_fit() -> None:
     assert noisy is not None and "Every 1000 prompt tokens" not in noisy.cause, noisy.cause
     assert "R² 0.63" in noisy.cause and "0.187" in noisy.cause and "3.11" in noisy.cause, noisy.cause
     assert "Every 1000 prompt tokens add about" in finding(0.99).cause
+
+
+def test_counts_in_evidence_print_as_counts() -> None:
+    # "requests waiting (max): 2.00", "tokens each stream received …: 21.00 tokens" — counts have no decimals
+    from phasescope.diagnose import Evidence
+
+    assert Evidence("requests waiting (max)", 2.0, "", "m").text() == "requests waiting (max): 2 (m)"
+    assert Evidence("tokens per stream", 21.0, "tokens", "m").text() == "tokens per stream: 21 tokens (m)"
+    assert Evidence("mean waiting", 1.25, "", "m").text() == "mean waiting: 1.25 (m)"  # a mean keeps its decimals
+    assert Evidence("TTFT", 2.0, "s", "m").text() == "TTFT: 2.00 s (m)"  # a time keeps its precision
