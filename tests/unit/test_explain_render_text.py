@@ -68,3 +68,11 @@ def test_counts_in_evidence_print_as_counts() -> None:
     assert Evidence("tokens per stream", 21.0, "tokens", "m").text() == "tokens per stream: 21 tokens (m)"
     assert Evidence("mean waiting", 1.25, "", "m").text() == "mean waiting: 1.25 (m)"  # a mean keeps its decimals
     assert Evidence("TTFT", 2.0, "s", "m").text() == "TTFT: 2.00 s (m)"  # a time keeps its precision
+
+
+def test_budget_skip_reason_never_says_negative_seconds_left() -> None:
+    # README showed "budget exhausted (-15 s left)"
+    from phasescope.experiments.suite import budget_skip_reason
+
+    assert "-" not in budget_skip_reason(-15.2) and "15 s over" in budget_skip_reason(-15.2)
+    assert budget_skip_reason(4.0).startswith("budget exhausted (4 s left")
