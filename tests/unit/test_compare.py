@@ -144,3 +144,19 @@ def test_json_shape() -> None:
     assert set(d) == {"a", "b", "confidence", "min_change", "param_changes", "warnings", "not_comparable", "metrics"}
     assert set(d["metrics"][0]) == {"metric", "label", "unit", "group", "higher_is_better", "a", "b", "n_a", "n_b",
                                     "change", "diff", "ci_low", "ci_high", "verdict", "why"}
+
+
+def test_another_server_engine_is_not_called_other_flags() -> None:
+    # llamacpp → vllm is another server, not "the engine ran with other flags or another model file"
+    from phasescope.report.comparability import comparability
+
+    a = info("a", engine="llamacpp", engine_version="b1", summary={"server_build": {"engine": "llamacpp", "version": "b1"}})
+    b = info("b", engine="vllm", engine_version="0.33.0", summary={"server_build": {"engine": "vllm", "version": "0.33.0"}})
+    msgs = [w.message for w, _ in comparability(a, [], b, [])]
+    eng = [m for m in msgs if m.startswith("server engine")]
+    assert eng and "another server" in eng[0] and "other flags" not in eng[0], msgs
+    assert not any(m.startswith("server version") for m in msgs), msgs  # versions of two servers are not a change
+    # the same engine with another build option still reads as flags
+    a2 = info("a", summary={"server_build": {"engine": "llamacpp", "n_ctx": 4096}})
+    b2 = info("b", summary={"server_build": {"engine": "llamacpp", "n_ctx": 8192}})
+    assert any("other flags" in w.message for w, _ in comparability(a2, [], b2, []))

@@ -131,3 +131,20 @@ def test_embedded_engine_as_client_child_is_counted_once() -> None:
     assert w.other_cpu_share == pytest.approx(0.0)
     a, b = _pair(client=300, server=1000, other=600)
     assert window(a, b, cores=2, client={1, 2}, server={2}).other_cpu_share == pytest.approx(0.3)
+
+
+def test_busiest_names_only_processes_that_used_cpu_and_says_when_most_is_unnamed() -> None:
+    # the hog exited before the end sample (busy loops that stop mid-run): its share cannot be named, and
+    # "busiest: python (0 %), ..." would point the user at processes that did nothing
+    ws = judge({"available": True, "cores": 2, "peak_other_cpu_share": 0.51,
+                "during": {"cores": 2, "other_cpu_share": 0.51,
+                           "top_other": [{"pid": 7, "comm": "kdamond.0", "cpu_share": 0.003},
+                                         {"pid": 8, "comm": "python", "cpu_share": 0.001}]}})
+    msg = ws[0].message
+    assert "(0 %)" not in msg and "kdamond.0" not in msg, msg
+    assert "ended" in msg and "busiest" not in msg, msg  # the user learns why no process is named
+    named = judge({"available": True, "cores": 2,
+                   "during": {"cores": 2, "other_cpu_share": 0.45,
+                              "top_other": [{"pid": 3, "comm": "hog", "cpu_share": 0.44},
+                                            {"pid": 9, "comm": "idle", "cpu_share": 0.002}]}})[0].message
+    assert "hog (44 %)" in named and "idle" not in named and "ended" not in named, named

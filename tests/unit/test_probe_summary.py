@@ -122,3 +122,15 @@ def test_one_minute_sentence_never_contradicts_its_own_decode_change():
         assert f"fell {abs(d_hi / 80 - 1) * 100:.0f}%" in t, t
     assert "independent of prompt length" in text(79.0)
     assert "noise" in text(88.0) and "independent" not in text(88.0)
+
+
+def test_one_minute_sentence_has_no_minus_zero_percent():
+    # 125.0 → 124.9 tok/s rounds to "-0%", which reads as a measured fall; say it did not change
+    from phasescope.probe.summary import verdict
+
+    for d_hi in (79.9, 80.0, 80.3):
+        sizes = [{"prompt_tokens": 200, "ttft_s": 0.27, "decode_tok_s": 80.0},
+                 {"prompt_tokens": 2000, "ttft_s": 2.7, "decode_tok_s": d_hi}]
+        t = " ".join(verdict(sizes)["text"])
+        assert "-0%" not in t and "+0%" not in t, t
+        assert "independent of prompt length" in t, t

@@ -76,8 +76,8 @@ def _header(doc: dict[str, Any]) -> None:
                   f"({_n(cm['decode_tok_s_alone'], 1)} tok/s); KV pool {cm['kv_pool_tokens']:,} tokens; "
                   f"η_bw {p['bw_eff']:.2f}, η_flops {p['flops_eff']:.2f}"
                   + (f" (decode {p['decode_flops_eff']:.2f})" if p.get("decode_flops_eff") is not None else "")
-                  + f", overhead {p['step_overhead_s'] * 1e3:.2f} ms/step, step = overhead + "
-                  + ("max(memory, math)" if p["overlap"] == "max" else "memory + math (no overlap)"))
+                  + f", step = overhead {p['step_overhead_s'] * 1e3:.2f} ms + "
+                  + ("max(memory, math)" if p["overlap"] == "max" else "memory + math"))
     cal = doc.get("calibration")
     if cal:
         f = cal["fitted"]

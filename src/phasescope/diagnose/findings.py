@@ -28,7 +28,7 @@ class Evidence:
     def text(self) -> str:
         v = self.value
         if isinstance(v, float):
-            if self.unit == "%":
+            if self.unit == "%" or (v.is_integer() and self.unit in ("", "tokens")):  # counts: no "2.00"
                 s = f"{v:.0f}"
             elif abs(v) >= 100:
                 s = f"{v:.0f}"

@@ -110,10 +110,16 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
             ev.append(Evidence("decode speed change over the same range", ps.decode_change_pct, "%",
                                f"prompt-scaling: decode from {ps.decode_source or 'client'} timing, best repetition"))
         per_k = 1000.0 / ps.prefill_tok_s
+        decode = f"decode speed {'hardly moves' if ps.decode_flat else 'also changes'} with the prompt."
+        if ps.fit.r2 >= FIT_R2_FOR_SHAPE:
+            cause = (f"Every 1000 prompt tokens add about {per_k:.2f} s to TTFT (prefill at {ps.prefill_tok_s:.0f} tok/s); "
+                     + decode)
+        else:  # a rate from a fit that explains little is noise stated as fact: give the points instead
+            cause = (f"TTFT grew with the prompt ({pts[0].ttft_s:.3g} s at {pts[0].prompt_tokens} → {pts[-1].ttft_s:.3g} s "
+                     f"at {pts[-1].prompt_tokens} tokens), but the fit explains only R² {ps.fit.r2:.2f} of the points: "
+                     f"its rate ({ps.prefill_tok_s:.0f} tok/s) is rough (a busy machine?); {decode}")
         diag.findings.append(Finding(
-            "prompt-cost", "info",
-            f"Every 1000 prompt tokens add about {per_k:.2f} s to TTFT (prefill at {ps.prefill_tok_s:.0f} tok/s); "
-            f"decode speed {'hardly moves' if ps.decode_flat else 'also changes'} with the prompt.",
+            "prompt-cost", "info", cause,
             ev, advice_for("prefill_slow", diag.engine)))
     # When the server times its own prefill, the overhead is what lies outside it (measured per
     # request); otherwise the fit's intercept a.

@@ -102,6 +102,13 @@ def _per_turn(recs: Sequence[RequestRecord]) -> list[TurnStat]:
     return out
 
 
+def growth_text(share: float) -> str:
+    """The fit as a sentence, with the same number the evidence shows (a negative fit is no growth, not "0%")."""
+    if share < 0:
+        return f"TTFT did not grow with the history (fit {share:+.0%} of a full prefill of it)"
+    return f"TTFT grew {share:.0%} as fast as a full prefill of the history"
+
+
 def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None, *, prefill_tok_s: float | None = None,
             weight_bytes: float | None = None, kv_bytes_per_token: float | None = None) -> ConversationResult:
     info = info or ExperimentInfo(name=NAME)
@@ -164,7 +171,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         return res
     if res.slope_share <= CACHED_MAX_SHARE:
         res.history_cached = True
-        res.reason = (f"TTFT grew {max(res.slope_share, 0):.0%} as fast as a full prefill of the history: "
+        res.reason = (f"{growth_text(res.slope_share)}: "
                       "the history is served from the prefix cache")
     elif res.slope_share >= RECOMPUTED_MIN_SHARE:
         res.history_cached = False

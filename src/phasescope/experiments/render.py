@@ -42,7 +42,10 @@ def render_findings(doc: dict[str, Any], console: Console, engine: str | None = 
         console.print(Panel(Group(*body), title=f"[{_STYLE.get(f['severity'], '')}]{f['severity']}: {f['id']}",
                             title_align="left", expand=True))
     for u in doc.get("undecided", []):
-        console.print(f"[yellow]cannot tell[/yellow] {u['id']}: {u['reason']}")
+        reason = str(u["reason"])
+        for tail in (": cannot tell", ", cannot tell"):  # the line already starts with it
+            reason = reason[: -len(tail)] if reason.endswith(tail) else reason
+        console.print(f"[yellow]cannot tell[/yellow] {u['id']}: {reason}")
 
 
 def render_experiments(exps: dict[str, Any], console: Console) -> None:
@@ -109,7 +112,7 @@ def _cf(e: dict[str, Any]) -> Table:
     verdict = {True: "slows", False: "flat"}.get(e.get("slows"), "cannot tell")
     t.caption = (f"{_slowdown_text(e)} (bandwidth model: {_f(pred, '{:.1f}')} %; spread ±{_f(e.get('noise_pct'), '{:.0f}')} %): "
                  f"{verdict}{' — ' + e['reason'] if e.get('reason') else ''}; "
-                 f"fit +{_f(e.get('per_token_s_per_ctx_token'), '{:.3g}', 1e6)} µs per output token per context token. "
+                 f"fit {_f(e.get('per_token_s_per_ctx_token'), '{:+.3g}', 1e6)} µs per output token per context token. "
                  f"decode tok/s = 1 / typical token gap, best repetition")
     return t
 

@@ -134,6 +134,13 @@ def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, em
     return c, w, kv, src
 
 
+
+def budget_skip_reason(left: float) -> str:
+    """Why an experiment did not run: the time left, or how far over the budget the earlier ones ran."""
+    if left < 0:
+        return f"budget exhausted (the earlier experiments ran {-left:.0f} s over it)"
+    return f"budget exhausted ({left:.0f} s left, under the {MIN_EXPERIMENT_S:.0f} s an experiment needs)"
+
 async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
                     weight_bytes: float | None = None, kv_bytes_per_token: float | None = None,
                     model_source: str = "theory") -> tuple[dict[str, Any], dict[str, str]]:
@@ -160,7 +167,7 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
         b = left * share
         todo.pop(0)
         if b < MIN_EXPERIMENT_S:
-            skipped[name] = f"budget exhausted ({left:.0f} s left)"
+            skipped[name] = budget_skip_reason(left)
             ctx.say(f"{name}: skipped, {skipped[name]}")
             continue
         if name == "prompt-scaling":

@@ -272,11 +272,17 @@ def judge(host: Mapping[str, Any] | None, *, threshold: float = BUSY_SHARE) -> l
     if share is None or share <= threshold:
         return []
     cores = during.get("cores") or host.get("cores")
-    names = ", ".join(f"{t['comm']} ({t['cpu_share'] * 100:.0f} %)" for t in during.get("top_other") or [])
+    # name only processes that used a visible share; a process that ended before the last sample cannot be
+    # named, so say so rather than point at idle ones ("busiest: kdamond.0 (0 %)")
+    tops = [t for t in during.get("top_other") or [] if (t.get("cpu_share") or 0) >= 0.005]
+    names = ", ".join(f"{t['comm']} ({t['cpu_share'] * 100:.0f} %)" for t in tops)
+    named = f"; busiest: {names}" if names else ""
+    if sum(t["cpu_share"] for t in tops) < share / 2:
+        named += "; most of it from processes that ended before the run did"
     peak = host.get("peak_other_cpu_share")
     msg = (f"other work on this machine took {share * 100:.0f} % of its {cores} cores' CPU time while the run "
            f"measured (more than the {threshold * 100:.0f} % phasescope accepts"
-           + (f"; busiest: {names}" if names else "") + "): the client and the server waited for CPU, so "
+           + named + "): the client and the server waited for CPU, so "
            "latencies read high and rates low")
     ev = {"other_cpu_share": share, "threshold": threshold, "cores": cores,
           "steal_share": during.get("steal_share"), "loadavg_1m": host.get("loadavg_1m_start"),

@@ -114,7 +114,10 @@ def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
     if decode_change is not None:
         # the sentence must agree with the number beside it: "independent" only within a few percent
         if abs(decode_change) <= SAME_DECODE_PCT:
-            lines.append(f"decode rate changed {decode_change:+.0f}%: decode is a separate phase, independent of prompt length")
+            # a change that rounds to 0 printed as "-0%" reads as a measured fall: say it did not change
+            moved = (f"decode rate changed {decode_change:+.0f}%" if round(decode_change) != 0
+                     else "decode rate did not change (within 1%)")
+            lines.append(f"{moved}: decode is a separate phase, independent of prompt length")
         elif -15 <= decode_change < 0:
             lines.append(f"decode rate fell {-decode_change:.0f}% while TTFT grew ×{ttft_ratio:.1f}: decode is a separate phase; "
                          "only the longer KV cache it reads each step slows it a little")

@@ -146,10 +146,16 @@ def comparability(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[Requ
         out.append((nc_warning(f"{what}: compare builds on purpose only (then this is the change under test)",
                         {"what": what}), ALL_METRICS))
     ba, bb = _build(a), _build(b)
+    # another server (llamacpp → vllm) is not "other flags"; its version then says nothing more
+    other_server = ba.get("engine") is not None and bb.get("engine") is not None and ba["engine"] != bb["engine"]
     for k in sorted(set(ba) & set(bb)):
         if k != "build_info" and ba[k] != bb[k] and ba[k] is not None and bb[k] is not None:
+            if other_server and k == "version":
+                continue
             what = f"server {k} {ba[k]} → {bb[k]}"
-            out.append((nc_warning(f"{what}: the engine ran with other flags or another model file", {"what": what}), ALL_METRICS))
+            why = ("another server is a different system" if other_server and k == "engine"
+                   else "the engine ran with other flags or another model file")
+            out.append((nc_warning(f"{what}: {why}", {"what": what}), ALL_METRICS))
     for which, keys, name in (("prompt_tokens", PREFILL_SIDE, "prompt"), ("output_tokens", OUTPUT_SIDE, "output")):
         ma, mb = _mean_count(shared[0] if shared else ra, which), _mean_count(shared[1] if shared else rb, which)
         if ma and mb and abs(mb - ma) / ma > COUNT_NOISE:
