@@ -132,3 +132,16 @@ def test_shared_device_disaggregation_names_the_prefill_worker_and_shows_max_itl
     assert dz["shared_device"] is True
     assert dis["limited_by"] == "prefill_pauses" and "prefill worker's steps on the same device" in dis["limited_by_reason"]
     assert dis["max_itl_ms"] >= dis["p99_itl_ms"] and "max_itl_ms" in dz["relative_change"]
+
+
+def test_full_slots_on_a_saturated_device_are_not_blamed_on_max_num_seqs() -> None:
+    # qwen2.5-0.5b on a CPU at 5 and 20 req/s: all 256 slots busy, but a step of twice the batch takes
+    # about twice as long there, so more slots would not raise throughput — the device is the limit.
+    # The same slots on a GPU (2 sequences: a step of 4 costs about the same) are the limit.
+    for rate in (5, 20):
+        s = run_plan(PlanOptions(model="qwen2.5-0.5b", device="cpu", rate=rate, num_requests=300, save=False))["summary"]
+        assert s["limits"]["blocked_share"]["max_num_seqs"] >= 0.05
+        assert s["limited_by"] in ("bandwidth", "prefill_pauses"), (s["limited_by"], s["limited_by_reason"])
+        assert "more sequence slots would not raise throughput" in s["limited_by_reason"]
+    s = plan(num_requests=100, input_len=200, output_len=100, max_num_seqs=2)["summary"]
+    assert s["limited_by"] == "max_num_seqs"

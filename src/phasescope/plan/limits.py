@@ -6,7 +6,10 @@ admitted (``max_num_seqs`` slots full, ``kv_pool`` full, token ``budget`` spent,
 rules below read those records, the pooled ITL sample and the busy time, in this order:
 
 1. ``kv_pool`` — requests waited for KV in ≥ 5 % of steps, or any request was preempted;
-2. ``max_num_seqs`` — every sequence slot was busy while requests waited in ≥ 5 % of steps;
+2. ``max_num_seqs`` — every sequence slot was busy while requests waited in ≥ 5 % of steps, and a decode
+   step of twice the slots would still give ≥ 1.25× the tokens per second (else the device is the limit:
+   ``bandwidth``, or ``prefill_pauses`` when most of the busy time carried prefill, and the sentence says
+   that more slots would not help);
 3. ``prefill_pauses`` — the ITL tail (p99, and the longest pause) comes from steps that carried prefill
    chunks: p99 ≥ 1.5 × the median decode-only step and most of the tail weight is in prefill steps; or
    the server was saturated and spent most of its busy time in prefill steps;
@@ -36,6 +39,8 @@ LIMITS = ("kv_pool", "bandwidth", "prefill_pauses", "max_num_seqs", "arrival_rat
 BLOCK_SHARE = 0.05
 BUSY_SATURATED = 0.90
 TAIL_RATIO = 1.5
+#: full slots are the limit only if twice the batch would give at least this much more throughput
+SLOT_GAIN = 1.25
 
 
 def _ms(x: float | None) -> str:
@@ -125,6 +130,25 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
         return (f"the KV pool ({cost.kv_pool_tokens:,} tokens) is full: " + " and ".join(bits or ["admission waits for KV"])
                 + f"; at these lengths it holds {kv_allow:,} requests at once{per}")
 
+    # more slots help only if a bigger batch still buys throughput: on a device whose decode step already
+    # grows with the batch (a CPU's compute, a saturated GPU), a step of twice the batch costs ~twice as long
+    ctx_mean = w.input_len + w.output_len / 2.0
+    b_slots = max(int(sched.max_num_seqs), 1)
+    step_b, step_2b = cost.decode_step_s(b_slots, ctx_mean), cost.decode_step_s(2 * b_slots, ctx_mean)
+    slot_gain = (2 * b_slots / step_2b) / (b_slots / step_b) if step_b > 0 and step_2b > 0 else 2.0
+    ev["throughput_gain_at_twice_the_slots"] = slot_gain
+    slots_bind = slot_gain >= SLOT_GAIN
+
+    def slots_full_on_device() -> tuple[str, str]:
+        head = (f"all {sched.max_num_seqs} sequence slots were busy while requests waited in "
+                f"{share['max_num_seqs'] * 100:.0f} % of steps, but more sequence slots would not raise throughput: "
+                f"a decode step of {2 * b_slots} sequences would take {_ms(step_2b * 1e3)} against {_ms(step_b * 1e3)} "
+                f"for {b_slots} (×{slot_gain:.2f} the tokens per second); ")
+        if (ev["busy_prefill_share"] or 0) > 0.5:
+            return "prefill_pauses", head + (f"the server was busy {busy * 100:.0f} % of the time, "
+                                             f"{(ev['busy_prefill_share'] or 0) * 100:.0f} % of it in steps carrying prefill")
+        return "bandwidth", head + bw_reason()
+
     def seqs_reason() -> str:
         return (f"all {sched.max_num_seqs} sequence slots (--max-num-seqs) were busy while requests waited in "
                 f"{share['max_num_seqs'] * 100:.0f} % of steps; KV would allow {kv_allow:,} at once{per}")
@@ -176,7 +200,7 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
             if share["kv_pool"] >= BLOCK_SHARE or preempt:
                 return "kv_pool", kv_reason()
             if share["max_num_seqs"] >= BLOCK_SHARE:
-                return "max_num_seqs", seqs_reason()
+                return ("max_num_seqs", seqs_reason()) if slots_bind else slots_full_on_device()
             if (ev["busy_prefill_share"] or 0) > 0.5:
                 return "prefill_pauses", (f"prompts queue behind other prompts' prefill: {(ev['busy_prefill_share'] or 0) * 100:.0f} % "
                                           f"of the busy time is steps carrying prefill (TTFT p99 {_ms(summary.get('p99_ttft_ms'))})" + also)
@@ -184,7 +208,7 @@ def analyse(res: SimResult, summary: dict[str, Any], cost: CostModel, sched: Sch
         if share["kv_pool"] >= BLOCK_SHARE or preempt:
             return "kv_pool", kv_reason()
         if share["max_num_seqs"] >= BLOCK_SHARE:
-            return "max_num_seqs", seqs_reason()
+            return ("max_num_seqs", seqs_reason()) if slots_bind else slots_full_on_device()
         if prefill_tail:
             return "prefill_pauses", prefill_reason()
         if w.rate and kept_up:
