@@ -19,3 +19,13 @@ def test_cost_model_line_says_what_max_means() -> None:
     js = CliRunner().invoke(app, ["plan", "--model", "llama-3.1-8b", "--device", "h100-sxm", "-n", "20", "--no-save",
                                   "--json"])
     assert json.loads(js.output)["cost_model"]["params"]["overlap"] == "max"  # the JSON key keeps its value
+
+
+def test_the_header_counts_cpus_as_cpus() -> None:
+    for device, unit, kind in (("cpu", "1 CPU(s)", "cpu"), ("h100-sxm", "1 GPU(s)", "gpu")):
+        r = CliRunner().invoke(app, ["plan", "--model", "qwen2.5-0.5b", "--device", device, "-n", "10", "--no-save"],
+                               env={"COLUMNS": "300"})
+        assert r.exit_code == 0, r.output
+        assert f"· {unit}, tp 1" in r.output.splitlines()[0], r.output.splitlines()[0]
+        js = CliRunner().invoke(app, ["plan", "--model", "qwen2.5-0.5b", "--device", device, "-n", "10", "--no-save", "--json"])
+        assert json.loads(js.output)["device_kind"] == kind

@@ -56,7 +56,9 @@ def _header(doc: dict[str, Any]) -> None:
     n = (f"{w['num_requests']} requests" if w["num_requests"] else
          f"{w['duration_s']:g} s" if w["duration_s"] is not None else "trace")
     sf = w.get("session_facts")
-    console.print(f"[bold]plan[/bold] {cm['name']} · {cfg['gpus']} GPU(s), tp {cfg['tp']} · scheduler {s['policy']} "
+    unit = {"cpu": "CPU(s)", "local": "CPU(s)", "apple": "device(s)", "accelerator": "accelerator(s)",
+            "custom": "device(s)"}.get(doc.get("device_kind") or "gpu", "GPU(s)")
+    console.print(f"[bold]plan[/bold] {cm['name']} · {cfg['gpus']} {unit}, tp {cfg['tp']} · scheduler {s['policy']} "
                   f"(budget {s['max_num_batched_tokens']} tok, ≤ {s['max_num_seqs']} seqs"
                   f"{', preempt' if s['preempt'] else ''}{'' if s['chunked_prefill'] else ', no chunking'})")
     if sf and sf["dataset"] == "conversation":

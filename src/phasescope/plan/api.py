@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from phasescope.errors import InputError
-from phasescope.plan.build import cost_from_theory, resolve_model
+from phasescope.errors import InputError, PhasescopeError
+from phasescope.plan.build import cost_from_theory, resolve_device, resolve_model
 from phasescope.plan.calibrate import calibrate, load_calibration_records
 from phasescope.plan.costmodel import CostModel
 from phasescope.plan.metrics import parse_slo, to_records
@@ -249,6 +249,14 @@ def _session_workload(o: PlanOptions, cost: CostModel, *, pool_caching: bool, ch
         pool_tokens=pool, caching=pool_caching, turn_time_s=turn_time, seed=o.seed)
 
 
+def _device_kind(device: Any) -> str | None:
+    """``gpu`` | ``cpu`` | ``apple`` | ``accelerator`` | ``custom`` | ``local`` (this machine's CPU)."""
+    try:
+        return resolve_device(device).kind
+    except PhasescopeError:
+        return None
+
+
 def run_plan(o: PlanOptions, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run ``phasescope plan`` (see module docstring); returns the ``--json`` document. ``say``: one
     line about where the run went when the store could not take it."""
@@ -260,6 +268,7 @@ def run_plan(o: PlanOptions, say: Callable[[str], None] | None = None) -> dict[s
         "mode": "single",
         "model": facts["model"],
         "device": facts["device"],
+        "device_kind": _device_kind(facts["device"]),
         "config": spec.config(),
         "cost_model": cost_facts(spec.cost, spec.workload, spec.sched),
         "calibration": cal,
