@@ -85,12 +85,26 @@ def _print_summary(s: dict[str, Any]) -> None:
     row("Total token throughput (tok/s)", "total_token_throughput")
     row("Peak output token throughput (tok/s)", "max_output_tokens_per_s")
     row("Peak concurrent requests", "max_concurrent_requests")
-    row("Achieved send rate (req/s)", "achieved_rate")
+    if (s.get("request_rate") == "inf" and s.get("load_shape") in ("poisson", "constant")
+            and s.get("dataset") in ("random", "sharegpt", "jsonl")):
+        t.add_row("Achieved send rate (req/s)", "all at once (no --request-rate)")
+    else:
+        row("Achieved send rate (req/s)", "achieved_rate")
     pcts = s.get("percentiles") or [99]
+
+    def same_as_itl(key: str) -> bool:  # one token per event (llama.cpp, vLLM): the gaps are the ITL
+        ks = ["mean", "median", *(f"p{str(int(p)) if float(p).is_integer() else str(p)}" for p in pcts)]
+        return all(s.get(f"{k}_{key}_ms") == s.get(f"{k}_itl_ms") for k in ks)
+
     for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
                        ("itl", "Inter-token Latency (per token)"), ("event_gap", "Gap between streamed events"),
                        ("e2el", "End-to-end Latency"), ("client_queue_time", "Client-side queue (concurrency cap)")):
         if s.get(f"mean_{key}_ms") is None:
+            continue
+        if key == "client_queue_time" and not s.get("max_concurrency"):
+            continue  # no cap: nothing held requests back (the send lag is in Client health below)
+        if key == "event_gap" and same_as_itl(key):
+            t.add_row(f"[dim]{title}[/dim]", "= ITL (one token per event)")
             continue
         t.add_row(f"[dim]{title}[/dim]", "")
         row("  Mean (ms)", f"mean_{key}_ms")
