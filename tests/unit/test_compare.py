@@ -160,3 +160,12 @@ def test_another_server_engine_is_not_called_other_flags() -> None:
     a2 = info("a", summary={"server_build": {"engine": "llamacpp", "n_ctx": 4096}})
     b2 = info("b", summary={"server_build": {"engine": "llamacpp", "n_ctx": 8192}})
     assert any("other flags" in w.message for w, _ in comparability(a2, [], b2, []))
+
+
+def test_the_interval_reads_in_the_unit_of_the_values_beside_it():
+    from phasescope.report.console import fmt_ci, fmt_value
+
+    # A 312 ms, B 420 ms, interval −54 ms … +1.57 s: the row reads in ms throughout
+    assert fmt_value(0.312, "s").endswith(" ms") and fmt_value(0.420, "s").endswith(" ms")
+    assert fmt_ci(-0.0543, 1.57, "s", ref=0.420) == "-54.3 … +1,570 ms"
+    assert fmt_ci(-0.0543, 1.57, "s") == "-0.0543 … +1.57 s"  # no values beside it: the larger end's scale

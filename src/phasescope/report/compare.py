@@ -295,7 +295,7 @@ def to_markdown(cmp: Comparison, failed: list[MetricComparison] | None = None) -
     for m in cmp.metrics:
         v = f"**{m.verdict}**" if m.verdict in ("worse", "not comparable") else m.verdict
         lines.append(f"| {m.group or 'all'} | {m.label} {'↑' if m.higher_is_better else '↓'} | {fmt_value(m.a, m.unit)} | "
-                     f"{fmt_value(m.b, m.unit)} | {fmt_change(m.change)} | {fmt_ci(m.ci_low, m.ci_high, m.unit)} | {v} |")
+                     f"{fmt_value(m.b, m.unit)} | {fmt_change(m.change)} | {fmt_ci(m.ci_low, m.ci_high, m.unit, ref=max(abs(m.a or 0.0), abs(m.b or 0.0)) or None)} | {v} |")
     lines += ["", f"_{cmp.confidence:.0%} bootstrap CI of B − A; better/worse when it excludes 0 and |change| ≥ "
                   f"{cmp.min_change:.0%}; not comparable when the runs differ in more than the change under test._"]
     return "\n".join(lines) + "\n"

@@ -35,11 +35,12 @@ def fmt_value(v: float | int | None, unit: str) -> str:
     return f"{v}{(' ' + unit) if unit else ''}"
 
 
-def fmt_ci(lo: float | None, hi: float | None, unit: str) -> str:
-    """``+8.57 … +22.6 ms``: both ends on the scale of the larger one, the unit once."""
+def fmt_ci(lo: float | None, hi: float | None, unit: str, ref: float | None = None) -> str:
+    """``+8.57 … +22.6 ms``: both ends on one scale, the unit once — the scale of ``ref`` (the values the
+    interval sits beside, so a table's A, B and interval read in the same unit), else of the larger end."""
     if lo is None or hi is None:
         return "—"
-    big = max(abs(lo), abs(hi))
+    big = abs(ref) if ref else max(abs(lo), abs(hi))
     scale, u = 1.0, unit
     if unit == "s":
         scale, u = (1.0, "s") if big >= 1 else (1e3, "ms") if big >= 1e-3 else (1e6, "µs")
@@ -208,7 +209,7 @@ def compare_renderable(c: Comparison) -> RichGroup:
         t.add_column(col, justify="left" if col in ("group", "metric", "verdict") else "right", no_wrap=True)
     last = None
     for m in c.metrics:
-        ci = fmt_ci(m.ci_low, m.ci_high, m.unit)
+        ci = fmt_ci(m.ci_low, m.ci_high, m.unit, ref=max(abs(m.a or 0.0), abs(m.b or 0.0)) or None)
         g = m.group or "all"
         t.add_row(
             Text(g if g != last else ""),
