@@ -169,3 +169,19 @@ def test_the_interval_reads_in_the_unit_of_the_values_beside_it():
     assert fmt_value(0.312, "s").endswith(" ms") and fmt_value(0.420, "s").endswith(" ms")
     assert fmt_ci(-0.0543, 1.57, "s", ref=0.420) == "-54.3 … +1,570 ms"
     assert fmt_ci(-0.0543, 1.57, "s") == "-0.0543 … +1.57 s"  # no values beside it: the larger end's scale
+
+
+def test_runs_table_does_not_call_a_tune_or_a_sweep_an_empty_run():
+    from rich.console import Console
+
+    from phasescope.report.console import runs_table
+    from phasescope.store import RunInfo
+
+    runs = [RunInfo("t1", "tune", "complete", 0.0, 1.0, summary={"settings": [{}, {}, {}]}),
+            RunInfo("p1", "plan", "complete", 0.0, 1.0, summary={"sweep": {"param": "rate", "rows": [{}, {}, {}]}}),
+            RunInfo("p2", "plan", "complete", 0.0, 1.0, summary={"completed": 20}, n_records=20, n_warmup=0)]
+    con = Console(width=250, record=True)
+    con.print(runs_table(runs))
+    lines = {ln.split()[0]: ln for ln in con.export_text().splitlines() if ln.split() and ln.split()[0] in ("t1", "p1", "p2")}
+    assert "3 settings" in lines["t1"] and "3 points (sim)" in lines["p1"]
+    assert " 20 " in lines["p2"] and "sim" not in lines["p2"]

@@ -100,11 +100,30 @@ def runs_table(runs: list[RunInfo], baselines: dict[str, str] | None = None) -> 
         eng = " ".join(x for x in (r.engine, r.engine_version) if x)
         st = {"complete": "complete", "partial": "[yellow]partial[/]", "running": "[cyan]running[/]"}.get(r.status, escape(r.status))
         t.add_row(
-            r.id, escape(r.kind), st, r.started_iso.replace("T", " ").rstrip("Z"), _dur(r.duration_s), str(r.n_measured),
-            "?" if r.n_warmup is None else str(r.n_warmup),
+            r.id, escape(r.kind), st, r.started_iso.replace("T", " ").rstrip("Z"), _dur(r.duration_s), _requests_cell(r),
+            "?" if r.n_warmup is None else ("—" if _holds_no_requests(r) else str(r.n_warmup)),
             escape(r.model or "—"), escape(r.target or "—"), escape(eng or "—"), escape(", ".join(by_run.get(r.id, []))),
         )
     return t
+
+
+def _holds_no_requests(r: RunInfo) -> bool:
+    """A tune (its settings are runs of their own) or a plan sweep/capacity search (many simulations,
+    no records): a count of 0 requests would read as an empty run."""
+    sm = r.summary or {}
+    return r.n_records == 0 and (r.kind == "tune" or (r.kind == "plan" and any(k in sm for k in ("sweep", "capacity",
+                                                                                                "disaggregation"))))
+
+
+def _requests_cell(r: RunInfo) -> str:
+    if not _holds_no_requests(r):
+        return str(r.n_measured)
+    sm = r.summary or {}
+    if r.kind == "tune":
+        return f"{len(sm.get('settings') or [])} settings"
+    if isinstance(sm.get("sweep"), dict):
+        return f"{len(sm['sweep'].get('rows') or [])} points (sim)"
+    return "— (sim)"
 
 
 def _flat(d: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
