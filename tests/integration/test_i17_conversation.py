@@ -190,7 +190,10 @@ def test_conversation_on_embedded_engine(engine, tmp_path: Path) -> None:  # typ
         by_turn = sorted((x for x in r.records if x.ok), key=lambda x: x.tags["turn"])
         out[name] = [(x.prompt_tokens, x.cached_prompt_tokens, (x.server or {}).get("prompt_n")) for x in by_turn]
     on, off = out["on"], out["off"]
-    assert [p for p, _, _ in on] == [p for p, _, _ in off]
+    # turn 1 is the same text in both runs; later turns carry the model's own replies, which a recomputed
+    # history (cache off) can change by a token or two (other batch splits, other float sums: 148 vs 147)
+    assert on[0][0] == off[0][0]
+    assert all(abs(a - b) <= 4 * k for k, ((a, _, _), (b, _, _)) in enumerate(zip(on, off))), (on, off)
     # with the cache: each later turn reuses (almost) all of the previous prompt, evaluating about the same each turn
     for (p0, _, _), (p1, c1, n1) in zip(on, on[1:]):
         assert c1 is not None and p0 - 8 <= c1 <= p0 and n1 == p1 - c1
