@@ -353,12 +353,9 @@ def _rearm(proto: Protocol, dog: _Watchdog, between: float | None, t_ns: int) ->
 
 
 def _guard(proto: Protocol, n_events: int, cap: int, n_buf: int, unit: str) -> None:
-    """Called only when a read took the stream past ``cap`` events or left over ``_MAX_EVENT_BYTES``
-    unframed (the hot loops test both numbers inline, so a normal read costs two comparisons and
-    no string work — issue 22's profile found the old per-read ``where`` f-string, which redacted
-    the URL on every read, at ~10 % of the client's CPU at 1,024 streams): stop a stream that
-    brings more than max_tokens + margin tokens (:class:`~phasescope.errors.OverrunError`), or one
-    ``unit`` (event, line) that never ends."""
+    """Only when a read passed ``cap`` events or ``_MAX_EVENT_BYTES`` unframed (tested inline: no string
+    work per read; formatting the URL per read was ~10 % of the CPU at 1,024 streams, issue 22): stop
+    more than max_tokens + margin tokens (:class:`~phasescope.errors.OverrunError`) or an endless ``unit``."""
     if n_events > cap and not proto.done:
         _check_overrun(proto)
     if n_buf > _MAX_EVENT_BYTES:

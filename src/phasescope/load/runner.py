@@ -445,16 +445,14 @@ async def wind_down(res: RunResult, in_flight: Iterable[asyncio.Task[Any]], moni
         res.interrupted = False
 
 
-#: most connections opened before t0. It was 512: at ``-c 1024`` the other 512 TCP connects then ran
-#: inside the first wave's TTFTs, on the loop reading first tokens (issue 22's profile: ~15 % of the
-#: client's CPU in the measured phase, connects of up to 46 ms)
+#: most connections opened before t0 (was 512: at ``-c 1024`` the other 512 connects ran inside the
+#: first wave's TTFTs — issue 22's profile: ~15 % of the client's CPU, connects of up to 46 ms)
 PREWARM_CAP = 4096
 
 
 def prewarm_count(schedule: Schedule, max_concurrency: int | None, cap: int = PREWARM_CAP) -> int:
-    """How many connections the first second of the run will need: the cap, else the requests
-    scheduled in the first second (all of them for ``rate=inf``), at most ``cap`` and at most what
-    the process's open-file limit leaves (64 descriptors kept for everything else)."""
+    """Connections the first second needs: the cap, else the requests scheduled in the first second
+    (all for ``rate=inf``); at most ``cap`` and what the open-file limit leaves (64 kept back)."""
     cap = min(cap, _fd_room())
     if max_concurrency:
         return min(max_concurrency, cap)
@@ -469,9 +467,7 @@ def _fd_room(keep: int = 64) -> int:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     except (ImportError, OSError, ValueError):
         return PREWARM_CAP
-    if soft == resource.RLIM_INFINITY or soft < 0:
-        return PREWARM_CAP
-    return max(1, int(soft) - keep)
+    return PREWARM_CAP if soft == resource.RLIM_INFINITY or soft < 0 else max(1, int(soft) - keep)
 
 
 async def prewarm(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
