@@ -24,12 +24,15 @@ class LiveStats:
         self._ttft: deque[float] = deque(maxlen=window)
         self._itl: deque[float] = deque(maxlen=window)
         self._lock = threading.Lock()
+        # imported here, before the run: importing it at the first record was a one-time stall of
+        # ~25 ms on the loop reading events, inside the measured window (issue 22's profile)
+        from phasescope.load.workers import progress_of
+
+        self._progress_of = progress_of
 
     def add(self, item: RequestRecord | tuple[Any, ...]) -> None:
         if isinstance(item, RequestRecord):
-            from phasescope.load.workers import progress_of
-
-            item = progress_of(item)
+            item = self._progress_of(item)
         ok, ttft, itl, kind = item
         with self._lock:
             self.done += 1

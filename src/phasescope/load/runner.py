@@ -445,13 +445,29 @@ async def wind_down(res: RunResult, in_flight: Iterable[asyncio.Task[Any]], moni
         res.interrupted = False
 
 
-def prewarm_count(schedule: Schedule, max_concurrency: int | None, cap: int = 512) -> int:
-    """How many connections the first second of the run will need: the cap, else the requests
-    scheduled in the first second (all of them for ``rate=inf``), at most ``cap``."""
+#: most connections opened before t0 (was 512: at ``-c 1024`` the other 512 connects ran inside the
+#: first wave's TTFTs — issue 22's profile: ~15 % of the client's CPU, connects of up to 46 ms)
+PREWARM_CAP = 4096
+
+
+def prewarm_count(schedule: Schedule, max_concurrency: int | None, cap: int = PREWARM_CAP) -> int:
+    """Connections the first second needs: the cap, else the requests scheduled in the first second
+    (all for ``rate=inf``); at most ``cap`` and what the open-file limit leaves (64 kept back)."""
+    cap = min(cap, _fd_room())
     if max_concurrency:
         return min(max_concurrency, cap)
     first = sum(1 for r in schedule.requests if r.offset_s < 1.0)
     return min(max(first, 1), cap)
+
+
+def _fd_room(keep: int = 64) -> int:
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return PREWARM_CAP
+    return PREWARM_CAP if soft == resource.RLIM_INFINITY or soft < 0 else max(1, int(soft) - keep)
 
 
 async def prewarm(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
