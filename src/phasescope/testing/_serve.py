@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Iterator, TypeVar
+from typing import Iterator, Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -102,36 +102,53 @@ class LoopbackServer:
     @contextlib.contextmanager
     def running(self: S) -> Iterator[S]:
         """Serve from a background thread with its own event loop (for sync tests and CLI runs)."""
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        err: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as e:  # pragma: no cover - start failure
-                err.append(e)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self.stop())
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for t in pending:  # stalled handlers (the "stall" fault) must not outlive the loop
-                t.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.close()
-
-        th = threading.Thread(target=run, name=self.thread_name, daemon=True)
-        th.start()
-        if not ready.wait(10):
-            raise RuntimeError(f"{type(self).__name__} did not start within 10 s")
-        if err:
-            raise err[0]
-        try:
+        with serve_on_thread(self, self.thread_name):
             yield self
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            th.join(10)
+
+
+class _Startable(Protocol):
+    async def start(self) -> object: ...
+    async def stop(self) -> None: ...
+
+
+T = TypeVar("T", bound=_Startable)
+
+
+@contextlib.contextmanager
+def serve_on_thread(server: T, name: str) -> Iterator[T]:
+    """Run ``server`` (anything with ``async start()``/``stop()``: every fake here and the lean fake) on a
+    daemon thread with its own event loop until the block ends; stalled handlers are cancelled so they
+    cannot outlive the loop."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    err: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.start())
+        except BaseException as e:  # pragma: no cover - start failure
+            err.append(e)
+            ready.set()
+            return
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(server.stop())
+        pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in pending:  # stalled handlers (the "stall" fault) must not outlive the loop
+            t.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+
+    th = threading.Thread(target=run, name=name, daemon=True)
+    th.start()
+    if not ready.wait(10):
+        raise RuntimeError(f"{type(server).__name__} did not start within 10 s")
+    if err:
+        raise err[0]
+    try:
+        yield server
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        th.join(10)

@@ -58,12 +58,12 @@ import json
 import signal
 import socket
 import sys
-import threading
 import time
 import uuid
 from email.utils import formatdate
 from typing import Any, Iterator
 
+from phasescope.testing._serve import serve_on_thread
 from phasescope.testing.wire.common import WORDS, chat_template_ids, fake_tokenize
 
 __all__ = ["LeanFake", "main"]
@@ -275,34 +275,8 @@ class LeanFake:
     @contextlib.contextmanager
     def running(self) -> Iterator["LeanFake"]:
         """Serve from a background thread with its own event loop."""
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        err: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self.start())
-            except BaseException as e:  # pragma: no cover - start failure
-                err.append(e)
-                ready.set()
-                return
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self.stop())
-            loop.close()
-
-        th = threading.Thread(target=run, name="lean-fake", daemon=True)
-        th.start()
-        if not ready.wait(10):
-            raise RuntimeError("LeanFake did not start within 10 s")
-        if err:
-            raise err[0]
-        try:
+        with serve_on_thread(self, "lean-fake"):
             yield self
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            th.join(10)
 
     # -- truth --------------------------------------------------------------------------------
     def flush(self) -> None:
