@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from phasescope.load.runner import HealthMonitor, RunnerHealth, health_warnings
+from phasescope.load.health import HealthMonitor, RunnerHealth, health_warnings
 from phasescope.measure.records import Event, RequestRecord, read_records
 from phasescope.testing.lean_fake import LeanFake
 
@@ -172,3 +172,13 @@ def test_fast_to_dict_is_asdicts_copy() -> None:
     assert r.tags["nested"]["a"] == [1, 2.5, {"b": None}]
     odd = RequestRecord(id="y", api="openai", target="t", tags={"pair": (1, 2)})
     assert odd.to_dict() == odd._to_dict_asdict()
+
+
+def test_send_lag_of_an_all_at_once_burst_is_not_blamed_on_a_rate_nobody_set() -> None:
+    h = RunnerHealth(loop_lag_ms_p50=0.2, loop_lag_ms_p99=0.8, cpu_percent=20.0,
+                     send_lag_ms_p50=45.1, send_lag_ms_p99=90.0, send_lag_ms_max=95.0)
+    (w,) = health_warnings(h, burst=True)
+    assert w.kind == "client_saturated" and "all at once" in w.message and "lower than requested" not in w.message
+    assert "--request-rate" in w.fix and "lower --request-rate" not in w.fix and "--workers" in w.fix
+    (paced,) = health_warnings(h, requested_rate=50.0, achieved_rate=49.0)
+    assert "lower than requested" in paced.message and "lower --request-rate" in paced.fix

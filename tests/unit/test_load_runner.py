@@ -6,7 +6,8 @@ import asyncio
 from pathlib import Path
 
 from phasescope.apis.base import GenRequest, Target
-from phasescope.load.runner import RunnerHealth, health_warnings, run_load
+from phasescope.load.health import RunnerHealth, health_warnings
+from phasescope.load.runner import run_load
 from phasescope.load.schedule import build_schedule
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns

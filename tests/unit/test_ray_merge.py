@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from phasescope.apis.base import Target
 from phasescope.load.ray import LOST, ActorState, ClockOffset, RayRunResult, align, lost_records, merge
-from phasescope.load.runner import RunnerHealth
+from phasescope.load.health import RunnerHealth
 from phasescope.load.schedule import build_schedule
 from phasescope.load.summary import summarize
 from phasescope.measure.records import RequestRecord

@@ -41,7 +41,8 @@ from typing import Any, Callable
 
 from phasescope.apis.base import Target, Timeouts
 from phasescope.errors import InputError
-from phasescope.load.runner import RunResult, health_warnings, prewarm_count, run_load
+from phasescope.load.health import health_warnings
+from phasescope.load.runner import RunResult, prewarm_count, run_load
 from phasescope.load.schedule import Schedule, build_schedule, read_trace
 from phasescope.load.server_metrics import (
     MultiServerMetricsRecorder,
@@ -517,7 +518,10 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
                            or ("duration reached" if res.hit_duration else None))
     head["runner_health"] = asdict(res.health)
     warn: list[Any] = list(health_warnings(res.health, workers=cfg.workers, achieved_rate=s.get("achieved_rate"),
-                                           requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None))
+                                           requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None,
+                                           burst=(math.isinf(cfg.request_rate) and cfg.max_concurrency is None
+                                                  and cfg.shape in ("poisson", "constant")
+                                                  and cfg.dataset in ("random", "sharegpt", "jsonl"))))
     warn += list(s.get("count_warnings", []))
     if server is not None:
         head["server_metrics"] = server.to_dict()

@@ -246,7 +246,8 @@ async def run_sessions(
     as it will be resent (``tags["reply_tokens_resent"]``; a generated token sequence need not
     re-tokenize to the same count), so the next turn's ``content_tokens`` is exact. It runs after
     the turn's last byte, outside every measured interval."""
-    from phasescope.load.runner import ConnectionWatch, HealthMonitor, RunResult, new_session, prewarm, send_recorded, wind_down
+    from phasescope.load.health import HealthMonitor
+    from phasescope.load.runner import ConnectionWatch, RunResult, new_session, prewarm, send_recorded, wind_down
     from phasescope.measure.records import ThreadedSink
 
     res = RunResult()

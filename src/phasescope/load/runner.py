@@ -16,8 +16,8 @@ Timing rules (why the numbers can be trusted):
   never knows where records land; a write failure (a full disk) stops sending there. (Serializing one record
   holds the GIL for well under Python's 5 ms switch interval; lowering the interval to 0.2 ms was
   tried and measured no better — slightly worse at 128 streams — so it is left alone.)
-* The runner watches itself (:class:`HealthMonitor`): event-loop lag sampled every 10 ms, process
-  CPU time over wall time, and send lag; :func:`health_warnings` turns them into warnings that say
+* The runner watches itself (:class:`phasescope.load.health.HealthMonitor`): event-loop lag sampled every 10 ms, process
+  CPU time over wall time, and send lag; :func:`~phasescope.load.health.health_warnings` turns them into warnings that say
   what to change, in the spirit of hyperfine's warnings.
 * The cyclic garbage collector is paused for the measured phase (:class:`phasescope.load.loop.QuietGC`): with every
   record kept in memory, a full collection at 1,024 streams took 116 ms and young ones up to 14 ms,
@@ -31,7 +31,6 @@ Timing rules (why the numbers can be trusted):
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Sequence
@@ -40,141 +39,18 @@ import aiohttp
 
 from phasescope.apis.base import GenRequest, Target
 from phasescope.errors import error_kind
+from phasescope.load.health import HealthMonitor, RunnerHealth
 from phasescope.load.loop import QuietGC
 from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RecordSink, RequestRecord, ThreadedSink
-from phasescope.measure.warnings import MeasurementWarning
 
 SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
 OnRecord = Callable[[RequestRecord], None]
 
 #: error kinds that mean "the server is not there any more" (used for the dead-server stop)
 CONNECTION_ERRORS = frozenset({"connect", "connect_timeout", "stream_broken"})
-
-
-@dataclass
-class RunnerHealth:
-    """How well the client kept up. Milliseconds; ``cpu_percent`` of one core (process time / wall)."""
-
-    loop_lag_ms_p50: float | None = None
-    loop_lag_ms_p99: float | None = None
-    loop_lag_ms_max: float | None = None
-    cpu_percent: float | None = None
-    send_lag_ms_p50: float | None = None
-    send_lag_ms_p99: float | None = None
-    send_lag_ms_max: float | None = None
-    loop_samples: int = 0
-
-    @classmethod
-    def merge(cls, parts: Sequence["RunnerHealth"]) -> "RunnerHealth":
-        """Worst case over processes (each process is its own client)."""
-        def mx(name: str) -> float | None:
-            vals = [getattr(p, name) for p in parts if getattr(p, name) is not None]
-            return max(vals) if vals else None
-        return cls(**{n: mx(n) for n in ("loop_lag_ms_p50", "loop_lag_ms_p99", "loop_lag_ms_max", "cpu_percent",
-                                          "send_lag_ms_p50", "send_lag_ms_p99", "send_lag_ms_max")},
-                   loop_samples=sum(p.loop_samples for p in parts))
-
-
-class HealthMonitor:
-    """Samples event-loop lag (a 10 ms sleep that overshoots = the loop was busy) and CPU use."""
-
-    def __init__(self, interval_s: float = 0.01, quiet_gc: QuietGC | None = None) -> None:
-        self.interval_s = interval_s
-        self.quiet_gc = quiet_gc
-        self.lags_ns: list[int] = []
-        self._task: asyncio.Task[None] | None = None
-        self._cpu0 = 0.0
-        self._wall0 = 0
-
-    async def _run(self) -> None:
-        iv = int(self.interval_s * 1e9)
-        valve = self.quiet_gc.valve if self.quiet_gc is not None else None
-        while True:
-            t = now_ns()
-            await asyncio.sleep(self.interval_s)
-            self.lags_ns.append(max(0, now_ns() - t - iv))
-            if valve is not None:
-                valve()
-
-    def start(self) -> None:
-        self._cpu0 = time.process_time()
-        self._wall0 = now_ns()
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self, send_lags_ns: Sequence[int]) -> RunnerHealth:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        wall = (now_ns() - self._wall0) / 1e9
-        cpu = time.process_time() - self._cpu0
-        import numpy as np
-
-        h = RunnerHealth(cpu_percent=100.0 * cpu / wall if wall > 0 else None, loop_samples=len(self.lags_ns))
-        if self.lags_ns:
-            a = np.asarray(self.lags_ns, dtype=float) / 1e6
-            h.loop_lag_ms_p50, h.loop_lag_ms_p99, h.loop_lag_ms_max = (
-                float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.max()))
-        if send_lags_ns:
-            a = np.asarray(send_lags_ns, dtype=float) / 1e6
-            h.send_lag_ms_p50, h.send_lag_ms_p99, h.send_lag_ms_max = (
-                float(np.percentile(a, 50)), float(np.percentile(a, 99)), float(a.max()))
-        return h
-
-
-#: ``client_saturated`` thresholds (issue 22: the client may add at most 1 ms to a typical event)
-LOOP_LAG_MEDIAN_MS = 1.0
-LOOP_LAG_P99_MS = 5.0
-SEND_LAG_MEDIAN_MS = 1.0
-SEND_LAG_P99_MS = 10.0
-
-
-def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float | None = None,
-                    requested_rate: float | None = None) -> list[MeasurementWarning]:
-    """Hyperfine-style warnings: what happened, why it matters, what to change."""
-    out: list[MeasurementWarning] = []
-    more = f"--workers {max(2, workers * 2)}"
-    # The client itself adds more than 1 ms to a typical event (median loop lag: a ready event waits
-    # that long for the loop) or its tail stalls past 5 ms: either way its timestamps carry its own delay.
-    p50, p99 = h.loop_lag_ms_p50, h.loop_lag_ms_p99
-    if (p50 is not None and p50 > LOOP_LAG_MEDIAN_MS) or (p99 is not None and p99 > LOOP_LAG_P99_MS):
-        out.append(MeasurementWarning(
-            "client_saturated",
-            f"The client's event loop lagged {p50 or 0.0:.1f} ms at the median and {p99 or 0.0:.1f} ms at p99 (max "
-            f"{h.loop_lag_ms_max or 0.0:.1f} ms): token timestamps include that much client delay, so TTFT/ITL "
-            "can read high.",
-            {"loop_lag_ms_p50": p50, "loop_lag_ms_p99": p99, "loop_lag_ms_max": h.loop_lag_ms_max,
-             "threshold_ms": LOOP_LAG_P99_MS, "threshold_median_ms": LOOP_LAG_MEDIAN_MS},
-            f"spread the load with {more} or lower the concurrency"))
-    if h.cpu_percent is not None and h.cpu_percent > 85.0:
-        out.append(MeasurementWarning(
-            "client_saturated",
-            f"The client used {h.cpu_percent:.0f}% of a CPU core: it is near saturation and may be skewing latencies.",
-            {"cpu_percent": h.cpu_percent, "threshold_percent": 85.0}, f"use {more}"))
-    sp50, sp99 = h.send_lag_ms_p50, h.send_lag_ms_p99
-    if (sp50 is not None and sp50 > SEND_LAG_MEDIAN_MS) or (sp99 is not None and sp99 > SEND_LAG_P99_MS):
-        out.append(MeasurementWarning(
-            "client_saturated",
-            f"Requests left {sp50 or 0.0:.1f} ms late at the median and {sp99 or 0.0:.1f} ms at p99 (max "
-            f"{h.send_lag_ms_max or 0.0:.1f} ms) versus their schedule: the client was busy, so the offered load was "
-            "lower than requested and TTFTs started late.",
-            {"send_lag_ms_p50": sp50, "send_lag_ms_p99": sp99, "send_lag_ms_max": h.send_lag_ms_max,
-             "threshold_ms": SEND_LAG_P99_MS, "threshold_median_ms": SEND_LAG_MEDIAN_MS},
-            f"use {more} or a lower --request-rate"))
-    if (achieved_rate is not None and requested_rate is not None and math.isfinite(requested_rate)
-            and requested_rate > 0 and achieved_rate < 0.9 * requested_rate):
-        out.append(MeasurementWarning(
-            "rate_not_reached",
-            f"Achieved send rate {achieved_rate:.2f} req/s is below the requested {requested_rate:.2f} req/s "
-            "(a --max-concurrency cap, a slow server or a busy client held requests back).",
-            {"achieved_rate": achieved_rate, "requested_rate": requested_rate},
-            "raise --max-concurrency, or use --workers when the client is busy"))
-    return out
 
 
 @dataclass

@@ -42,7 +42,8 @@ from typing import Any, Callable, Sequence
 
 from phasescope.apis.base import Target
 from phasescope.errors import InputError, TargetError
-from phasescope.load.runner import RunnerHealth, RunResult, SendFn, run_load
+from phasescope.load.health import RunnerHealth
+from phasescope.load.runner import RunResult, SendFn, run_load
 from phasescope.load.schedule import Schedule
 from phasescope.load.workload import WorkItem
 from phasescope.measure.aggregate import is_measured

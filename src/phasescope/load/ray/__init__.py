@@ -47,7 +47,7 @@ Clocks (stated, because timing is the product):
   kept in ``tags["actor_wall_start_ns"]``. Summaries across actors use ``wall_start_ns``
   (:func:`phasescope.load.summary.summarize`), so no NTP agreement between machines is assumed.
 
-Honesty at scale: each actor reports its own :class:`~phasescope.load.runner.RunnerHealth`
+Honesty at scale: each actor reports its own :class:`~phasescope.load.health.RunnerHealth`
 (event-loop lag, CPU of its process, send lag = achieved vs scheduled send time); the driver turns
 each into warnings naming the actor, and while the run goes it watches every actor's rolling send
 lag and says so the moment one falls behind. An actor that dies (node lost, OOM, ``ray.kill``) is

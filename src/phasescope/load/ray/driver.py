@@ -24,7 +24,8 @@ from phasescope.apis.base import Target
 from phasescope.errors import InputError, RayError
 from phasescope.load.ray.actor import LoadActor
 from phasescope.load.ray.clock import START_LEAD_S, ClockOffset, align, measure_offset
-from phasescope.load.runner import RunnerHealth, RunResult, health_warnings
+from phasescope.load.health import RunnerHealth, health_warnings
+from phasescope.load.runner import RunResult
 from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workers import split_concurrency
 from phasescope.load.workload import WorkItem
