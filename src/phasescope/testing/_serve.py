@@ -152,3 +152,18 @@ def serve_on_thread(server: T, name: str) -> Iterator[T]:
     finally:
         loop.call_soon_threadsafe(loop.stop)
         th.join(10)
+
+
+async def serve_until_signal(server: _Startable) -> None:
+    """A fake's command line: start, print ``READY <url>`` (what scripts and benchmarks wait for), serve
+    until SIGTERM or SIGINT, stop."""
+    import signal
+
+    await server.start()
+    print(f"READY {getattr(server, 'url')}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop()

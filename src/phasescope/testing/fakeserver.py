@@ -57,7 +57,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 import time
 import uuid
@@ -66,7 +65,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from phasescope.testing._serve import LoopbackServer, rx_ns
+from phasescope.testing._serve import LoopbackServer, rx_ns, serve_until_signal
 from phasescope.testing.wire import llamacpp, metrics, ollama, openai
 from phasescope.testing.wire.common import BOS_ID, FAULTS, FLAVORS, MID_STREAM, GroundTruth, fake_tokenize
 
@@ -413,17 +412,7 @@ def main(argv: list[str] | None = None) -> None:
                      tokens_per_event=a.tokens_per_event, log_path=a.log, prefill_tok_s=a.prefill_tok_s,
                      prefix_cache=a.prefix_cache, fault=a.fault, fault_after=a.fault_after, api_key=a.api_key)
 
-    async def run() -> None:
-        await srv.start()
-        print(f"READY {srv.url}", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await srv.stop()
-
-    asyncio.run(run())
+    asyncio.run(serve_until_signal(srv))
 
 
 if __name__ == "__main__":  # pragma: no cover

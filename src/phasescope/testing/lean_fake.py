@@ -55,7 +55,6 @@ import asyncio
 import contextlib
 import heapq
 import json
-import signal
 import socket
 import sys
 import time
@@ -63,7 +62,7 @@ import uuid
 from email.utils import formatdate
 from typing import Any, Iterator
 
-from phasescope.testing._serve import serve_on_thread
+from phasescope.testing._serve import serve_on_thread, serve_until_signal
 from phasescope.testing.wire.common import WORDS, chat_template_ids, fake_tokenize
 
 __all__ = ["LeanFake", "main"]
@@ -549,14 +548,8 @@ def main(argv: list[str] | None = None) -> None:
                    spin_ms=a.spin_ms)
 
     async def run() -> None:
-        await srv.start()
-        print(f"READY {srv.url}", flush=True)
-        stop = asyncio.Event()
+        await serve_until_signal(srv)
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        await srv.stop()
         lag = srv.write_lag()
         print(f"LAG events={lag['events']} p50_ms={lag['p50_ms']} p99_ms={lag['p99_ms']} max_ms={lag['max_ms']} "
               f"loop={type(loop).__module__}", flush=True)
