@@ -159,6 +159,42 @@ def wait_quiet(max_wait_s: float, threshold: float) -> float:
             return load
 
 
+def reference_speed(recs: list[RequestRecord]) -> tuple[float, float] | None:
+    """(prefill s, decode step s) of lone reference requests: medians of the server's own ``prompt_ms`` and
+    ``predicted_ms ÷ (predicted_n − 1)`` (llama.cpp timings, so no client or HTTP time is in them)."""
+    pre, dec = [], []
+    for r in recs:
+        s = r.server or {}
+        if r.ok and s.get("prefill_s"):
+            pre.append(float(s["prefill_s"]))
+        if r.ok and s.get("decode_s") and int(s.get("predicted_n") or 0) > 1:
+            dec.append(float(s["decode_s"]) / (int(s["predicted_n"]) - 1))
+    if not pre or not dec:
+        return None
+    return float(np.median(pre)), float(np.median(dec))
+
+
+def drift(run: dict[str, Any], calib: list[RequestRecord], ref_len: int) -> tuple[float, float]:
+    """How much slower (> 1) or faster the machine ran around this workload than in the calibration probe:
+    the reference requests sent right before and after it (lone, ``ref_len``-token prompts) against the probe's
+    lone requests of the same shape. (1, 1) for runs stored without references."""
+    around = reference_speed([RequestRecord.from_dict(d) for d in run.get("reference_records") or []])
+    probe = reference_speed([r for r in calib if r.prompt_tokens == ref_len])  # the probe's lone short prompts
+    if around is None or probe is None:
+        return 1.0, 1.0
+    return around[0] / probe[0], around[1] / probe[1]
+
+
+def auto_rate(cost: Any, inp: int, outl: int, breaks: tuple[int, ...], load: float = 0.6) -> float:
+    """A Poisson rate that loads this machine moderately: ``load`` requests per lone request's service time
+    (prefill + decode, from the probe's fit), two significant digits. Some requests overlap, most do not:
+    the bimodal regime a fixed rate only hits on one machine (0.5/s: 0.6 of a 1.2 s request on a
+    2-core AVX-512 VM, an overload on a 5× slower AVX2 one)."""
+    service = cost.prefill_time_s(inp, breaks=breaks) + outl * cost.decode_step_s(1, inp + outl / 2)
+    r = load / max(service, 1e-9)
+    return float(f"{r:.2g}")
+
+
 def measured_stats(recs: list[RequestRecord]) -> dict[str, float]:
     ok = [r for r in recs if r.ok]
     ttft = [derive.ttft_s(r) for r in ok]
@@ -193,7 +229,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2, help="llama-server --threads")
     ap.add_argument("--input-len", type=int, default=256)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--rate", type=float, default=0.5)
+    ap.add_argument("--rate", type=float, default=None,
+                    help="Poisson rate, req/s (default: 0.6 requests per lone request's service time, from the probe)")
     ap.add_argument("--json", default=None, help="write all numbers here")
     ap.add_argument("--no-probe-after", dest="probe_after", action="store_false",
                     help="calibrate from the probe before the workloads only (default: the probe runs again after "
@@ -228,19 +265,29 @@ def main() -> int:
         # warm-up (first requests pay page faults / thread spin-up)
         asyncio.run(closed_loop(target, 1, 2, 64, 8, seed=99))
 
-        def quietest(run: Any) -> tuple[list[RequestRecord], Foreign]:
-            """Run a workload up to --attempts times; keep the one with the least foreign CPU."""
-            best: tuple[list[RequestRecord], Foreign] | None = None
+        def quietest(run: Any, refs: bool = False) -> tuple[list[RequestRecord], Foreign]:
+            """Run a workload up to --attempts times; keep the one with the least foreign CPU. ``refs``: two lone
+            reference requests (the probe's short shape) right before and after it, kept in ``last_refs``: the
+            machine's speed of those minutes against the probe's (``drift``)."""
+            best: tuple[list[RequestRecord], Foreign, list[RequestRecord]] | None = None
             for _ in range(a.attempts):
                 wait_quiet(a.max_wait, a.quiet)
+                ref: list[RequestRecord] = []
+                if refs:
+                    ref += asyncio.run(closed_loop(target, 1, 2, inp // 2, outl // 2, seed=90))
                 with Foreign(eng.pid) as fg:
                     recs = run()
+                if refs:
+                    ref += asyncio.run(closed_loop(target, 1, 2, inp // 2, outl // 2, seed=91))
                 if best is None or fg.foreign_s / fg.wall_s < best[1].foreign_s / best[1].wall_s:
-                    best = (recs, fg)
+                    best = (recs, fg, ref)
                 if fg.foreign_s / fg.wall_s < a.quiet:
                     break
             assert best is not None
-            return best
+            last_refs[:] = best[2]
+            return best[0], best[1]
+
+        last_refs: list[RequestRecord] = []
 
         # short probe: sequential, two prompt lengths (on a quiet machine, retried like the workloads)
         t = time.perf_counter()
@@ -268,20 +315,27 @@ def main() -> int:
 
         def keep(name: str, recs: list[RequestRecord], w: Workload, fg: Foreign) -> None:
             runs.append({"name": name, "workload": {k: v for k, v in dataclasses.asdict(w).items() if k != "trace"},
-                         "records": [r.to_dict() for r in recs], "wall_s": fg.wall_s, "foreign_cpu_s": fg.foreign_s})
+                         "records": [r.to_dict() for r in recs], "wall_s": fg.wall_s, "foreign_cpu_s": fg.foreign_s,
+                         "reference_records": [r.to_dict() for r in last_refs]})
             m = measured_stats(recs)
             print(f"  {name}: measured TTFT p50 {m['ttft_p50']:,.1f} ms, ITL p50 {m['itl_p50']:,.1f} ms; "
                   f"foreign CPU {fg.foreign_s:.1f} s in {fg.wall_s:.0f} s", flush=True)
 
         for users, n in ((1, 8), (2, 12), (4, 16)):
             n = max(n // scale, users * 2)
-            recs, fg = quietest(lambda: asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users)))
+            recs, fg = quietest(lambda: asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users)), refs=True)
             keep(f"{users} user(s)", recs, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl), fg)
         n = 24 // scale
-        w = Workload(rate=a.rate, num_requests=n, input_len=inp, output_len=outl, seed=5)
+        rate = a.rate
+        if rate is None:
+            base = cost_from_theory(load_model_spec(str(eng.model_path)), dev, kv_pool_tokens=CTX)
+            brk = SchedulerConfig(policy="llamacpp", max_num_seqs=PARALLEL, max_num_batched_tokens=2048).tail_breaks(base)
+            rate = auto_rate(calibrate(probe, base, tail_breaks=brk).cost, inp, outl, brk)
+            print(f"  Poisson rate {rate:g}/s: 0.6 requests per lone request's service time (--rate to set one)", flush=True)
+        w = Workload(rate=rate, num_requests=n, input_len=inp, output_len=outl, seed=5)
         arr = build_requests(w).arrival_s
-        recs, fg = quietest(lambda: asyncio.run(open_loop(target, arr, inp, outl, seed=20))[0])
-        keep(f"Poisson {a.rate:g}/s", recs, w, fg)
+        recs, fg = quietest(lambda: asyncio.run(open_loop(target, arr, inp, outl, seed=20))[0], refs=True)
+        keep(f"Poisson {rate:g}/s", recs, w, fg)
         out["runs"] = runs
         if a.probe_after:
             # the same probe once more after the workloads: this VM's speed drifts by ~10 % over minutes (a
@@ -332,18 +386,29 @@ def evaluate(out: dict[str, Any], json_path: str | None) -> int:
         recs = [RequestRecord.from_dict(d) for d in run["records"]]
         w = Workload(**run["workload"])
         fg = SimpleNamespace(wall_s=run["wall_s"], foreign_s=run["foreign_cpu_s"])
-        rows.append((run["name"], measured_stats(recs), sim_stats(cost, sched, w, recs), fg))
+        # the machine of those minutes: the reference requests around the workload against the probe's (a
+        # shared VM drifts 10-40 % between the probe and a workload minutes later). The prediction is the
+        # probe's model, as a user's `plan --calibrate-from` would run it; the speed explains a miss, and the
+        # model at that speed is printed beside it (lone references read ±10 % among themselves, so it is a
+        # diagnosis, not a better prediction)
+        fp, fd = drift(run, probe, inp // 2)
+        at_speed = sim_stats(cost.rescaled(prefill=fp, decode=fd), sched, w, recs) if (fp, fd) != (1.0, 1.0) else None
+        rows.append((run["name"], measured_stats(recs), sim_stats(cost, sched, w, recs), fg, (fp, fd), at_speed))
 
     print()
     print(f"workload: prompt {inp} → output {outl} tokens, llama-server --parallel {PARALLEL} --threads {threads}")
     hdr = (f"{'workload':<16}{'n':>4}  {'TTFT p50 meas/pred':>22}{'err':>7}  {'TTFT p99':>17}{'err':>7}  {'ITL p50':>15}{'err':>7}  "
-           f"{'ITL p99':>15}{'err':>7}  {'foreign CPU':>12}")
+           f"{'ITL p99':>15}{'err':>7}  {'speed':>12}  {'foreign CPU':>12}")
     print(hdr)
     print("-" * len(hdr))
     table = []
-    for name, m, p, fg in rows:
+    for name, m, p, fg, (fp, fd), raw in rows:
         cells = []
-        rec: dict[str, Any] = {"workload": name, "n": m["n"], "wall_s": fg.wall_s, "foreign_cpu_s": fg.foreign_s}
+        rec: dict[str, Any] = {"workload": name, "n": m["n"], "wall_s": fg.wall_s, "foreign_cpu_s": fg.foreign_s,
+                               "speed": {"prefill": fp, "decode": fd}}
+        if raw is not None:  # the probe's model at the speed measured around this workload
+            rec["at_measured_speed"] = {k: {"predicted_ms": raw[k], "rel_err": raw[k] / m[k] - 1 if m[k] else float("nan")}
+                                        for k in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")}
         for k in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99"):
             err = p[k] / m[k] - 1 if m[k] else float("nan")
             rec[k] = {"measured_ms": m[k], "predicted_ms": p[k], "rel_err": err}
@@ -351,10 +416,17 @@ def evaluate(out: dict[str, Any], json_path: str | None) -> int:
             cells.append(f"{m[k]:>{width - 9},.1f} / {p[k]:>6,.1f}{err * 100:>+6.0f}%")
         rec["ttft_paired_abs_err_median"] = p.get("ttft_paired_abs_err_median")
         table.append(rec)
-        print(f"{name:<16}{m['n']:>4}  " + "  ".join(cells) + f"  {fg.foreign_s:>5.1f} s/{fg.wall_s:.0f} s")
+        print(f"{name:<16}{m['n']:>4}  " + "  ".join(cells) + f"  {fp:>5.2f}/{fd:<5.2f}  {fg.foreign_s:>6.1f} s/{fg.wall_s:.0f} s")
     out["rows"] = table
     errs = {k: [abs(r[k]["rel_err"]) for r in table] for k in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")}
     print()
+    print("speed = prefill/decode time of lone reference requests sent right before and after the workload ÷ the "
+          "probe's (> 1: the machine ran slower then than in the probe)")
+    unc = [r for r in table if "at_measured_speed" in r]
+    if unc:
+        print("the model at that speed (CostModel.rescaled), p50 error TTFT / ITL: " + ", ".join(
+            f"{r['workload']} {r['at_measured_speed']['ttft_p50']['rel_err'] * 100:+.0f} % / "
+            f"{r['at_measured_speed']['itl_p50']['rel_err'] * 100:+.0f} %" for r in unc))
     print("foreign CPU = CPU seconds other processes used during the workload (2 cores = 2 s per wall second); "
           "numbers taken while it is high measure the neighbours, not llama-server")
     print("TTFT request by request (k-th sent vs k-th sent), median |error|: "

@@ -58,6 +58,7 @@ sizes (anchored at 1.0 for B = 1), held at the largest fitted size's value beyon
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -247,6 +248,19 @@ class CostModel:
 
     def with_(self, **changes: Any) -> "CostModel":
         return replace(self, **changes)
+
+    def rescaled(self, prefill: float = 1.0, decode: float = 1.0) -> "CostModel":
+        """The same replica on a machine whose prompts take ``prefill`` × and whose decode steps take
+        ``decode`` × as long (a shared VM's speed drifts 10–40 % over minutes; benchmarks/plan_validation.py
+        measures both with reference requests around each workload). Decode's memory, math and per-step
+        overhead scale by ``decode`` — a decode-only step, batch scale included, takes exactly ``decode`` × —
+        and a prompt's GEMM and attention math by ``prefill``."""
+        if prefill <= 0 or decode <= 0 or not (math.isfinite(prefill) and math.isfinite(decode)):
+            raise ValueError(f"speed factors must be positive and finite, not {prefill!r}, {decode!r}")
+        dec_eff = self.flops_eff if self.decode_flops_eff is None else self.decode_flops_eff
+        return replace(self, bw_eff=self.bw_eff / decode, decode_flops_eff=dec_eff / decode,
+                       step_overhead_s=self.step_overhead_s * decode, flops_eff=self.flops_eff / prefill,
+                       attn_flops_eff=None if self.attn_flops_eff is None else self.attn_flops_eff / prefill)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
