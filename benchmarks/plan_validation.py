@@ -8,9 +8,12 @@
    workloads (medians over both: the VM drifts ~10 % over minutes) → a calibrated cost model
    (policy ``llamacpp``: --parallel slots, n_batch 2048 budget, the SWA checkpoint break before each
    prompt's last 4 tokens, mixed steps as two passes).
-3. Bench workloads on the real server — closed loops of 1, 2 and 4 users and a Poisson rate — and
-   the same workloads (same lengths, same arrival times) in the simulator; predicted vs measured
-   median and p99 TTFT and ITL. Goal: within 10 % at the median and 20 % at p99.
+3. Bench workloads on the real server — closed loops of 1, 2 and 4 users and a Poisson rate (default:
+   0.6 requests per lone request's service time from the probe's fit, so a slow machine is not overloaded
+   and a fast one not idle) — and the same workloads (same lengths, same arrival times) in the simulator;
+   predicted vs measured median and p99 TTFT and ITL. Goal: within 10 % at the median and 20 % at p99.
+   Two lone reference requests right before and after each workload measure the machine's speed of
+   those minutes against the probe's (the ``speed`` column; the model at that speed is printed beside).
 
 Usage: .venv/bin/python benchmarks/plan_validation.py [--quick] [--threads N] [--probe-repeats K] [--no-probe-after]
                                                      [--json out.json]
