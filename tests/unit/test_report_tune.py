@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from phasescope.report.html import build_plots, write_report
-from phasescope.report.tune_plots import PLOTTED, tune_html, tune_plots
+from phasescope.report.tune_plots import OPTIONAL, PLOTTED, tune_html, tune_plots
 from phasescope.store import RunInfo
 
 EVIL = "<script>alert(1)</script>"
@@ -38,7 +38,7 @@ def _tune_run():
 def test_a_tune_run_gets_one_plot_per_metric_with_measured_and_predicted_ratios():
     info, recs = _tune_run()
     plots = tune_plots([(info, recs)])
-    assert [p.name for p in plots] == [f"tune_{k}" for k, _, _ in PLOTTED]
+    assert [p.name for p in plots] == [f"tune_{k}" for k, _, _ in PLOTTED if k not in OPTIONAL]
     by = {p.name: p.figure.to_plotly_json()["data"] for p in plots}
     rows = [r for r in info.summary["settings"] if r["status"] == "ok"]
     meas, pred = by["tune_decode_tok_s"]
@@ -54,7 +54,9 @@ def test_the_report_page_has_the_tune_table_and_plots_and_escapes_reasons(tmp_pa
     res = write_report([(info, recs)], tmp_path / "t.html")
     page = (tmp_path / "t.html").read_text()
     for k, _, _ in PLOTTED:
-        assert f'id="plot-tune_{k}"' in page and f"tune_{k}" in res.plots
+        if k not in OPTIONAL:
+            assert f'id="plot-tune_{k}"' in page and f"tune_{k}" in res.plots
+    assert "TTFT of the long prompts" not in page  # no setting measured it: no empty column, no empty plot
     assert "<h2>Tune</h2>" in page and "tune tune-0123456789" in page
     assert "66.0 tok/s<br>measured 1.10×<br><i>plan 0.87×</i>" in page
     assert "calibrated from the baseline run r-base" in page
@@ -66,3 +68,21 @@ def test_runs_without_a_tune_get_no_tune_section_or_plots():
     assert tune_html([(other, [])]) == "" and tune_plots([(other, [])]) == []
     plots, skipped = build_plots([(other, [])])
     assert not any(p.name.startswith("tune_") for p in plots) and not any(k.startswith("tune") for k in skipped)
+
+
+def test_the_long_prompts_ttft_is_plotted_and_tabled_when_the_tune_measured_it(tmp_path: Path):
+    """A bench tune with long prompts (the chunked-prefill trade-off, issue 18) stores ttft_long_p50_s: it gets
+    its plot and a table column with its value and measured ratio (plan predicts no such metric today; a stored
+    prediction would be drawn beside it like the others')."""
+    info, recs = _tune_run()
+    rows = [r for r in info.summary["settings"] if r["status"] == "ok"]
+    for r, v in zip(rows, (3.41, 7.15, 5.0)):
+        r["metrics"]["ttft_long_p50_s"] = v
+        r["vs_baseline"]["ttft_long_p50_s"] = v / 3.41
+    plots = {p.name: p for p in tune_plots([(info, recs)])}
+    (meas,) = plots["tune_ttft_long_p50_s"].figure.to_plotly_json()["data"]  # no prediction: the measured line only
+    assert [round(y, 2) for y in meas["y"]] == [1.0, 2.1, 1.47]
+    write_report([(info, recs)], tmp_path / "t.html")
+    page = (tmp_path / "t.html").read_text()
+    assert "<th>TTFT of the long prompts</th>" in page
+    assert "7150.0 ms<br>measured 2.10×</td>" in page

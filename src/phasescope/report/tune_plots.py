@@ -25,7 +25,17 @@ PLOTTED: tuple[tuple[str, str, bool], ...] = (
     ("throughput_tok_s", "throughput", True),
     ("itl_p99_s", "ITL p99", False),
     ("itl_max_s", "longest pause", False),
+    ("ttft_long_p50_s", "TTFT of the long prompts", False),
 )
+#: plotted and tabled only when a setting measured it (the long prompts of a mixed-length workload)
+OPTIONAL = frozenset({"ttft_long_p50_s"})
+
+
+def _columns(s: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """The metrics of :data:`PLOTTED` this tune has: an optional one only when some setting measured it."""
+    rows = [r for r in s.get("settings") or [] if isinstance(r, dict)]
+    return [c for c in PLOTTED if c[0] not in OPTIONAL
+            or any((r.get("metrics") or {}).get(c[0]) is not None for r in rows)]
 
 
 def tune_summaries(runs: list[Run]) -> list[tuple[str, dict[str, Any]]]:
@@ -50,7 +60,7 @@ def tune_plots(runs: list[Run]) -> list[Plot]:
     tunes = tune_summaries(runs)
     for n, (rid, s) in enumerate(tunes):
         ok = [r for r in s["settings"] if isinstance(r, dict) and r.get("status") == "ok"]
-        for key, title, higher in PLOTTED:
+        for key, title, higher in _columns(s):
             xs = [_x(r) for r in ok]
             meas = [(r.get("vs_baseline") or {}).get(key) for r in ok]
             pred = [(r.get("predicted_vs_baseline") or {}).get(key) for r in ok]
@@ -89,16 +99,17 @@ def tune_html(runs: list[Run]) -> str:
     """The table of each tune run (empty without one)."""
     parts = []
     for rid, s in tune_summaries(runs):
-        head = "".join(f"<th>{esc(t)}</th>" for _, t, _ in PLOTTED)
+        cols = _columns(s)
+        head = "".join(f"<th>{esc(t)}</th>" for _, t, _ in cols)
         rows = []
         for r in s["settings"]:
             if not isinstance(r, dict):
                 continue
             if r.get("status") != "ok":
-                rows.append(f"<tr><td>{_x(r)}</td><td colspan={len(PLOTTED)}>failed: {esc(r.get('reason'))}</td></tr>")
+                rows.append(f"<tr><td>{_x(r)}</td><td colspan={len(cols)}>failed: {esc(r.get('reason'))}</td></tr>")
                 continue
             cells = []
-            for key, _, _ in PLOTTED:
+            for key, _, _ in cols:
                 v = (r.get("metrics") or {}).get(key)
                 m = (r.get("vs_baseline") or {}).get(key)
                 p = (r.get("predicted_vs_baseline") or {}).get(key)
