@@ -46,7 +46,7 @@ demo: engine
 	$(PS) probe
 
 test: engine browser $(TEST_STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
