@@ -96,8 +96,8 @@ def _err(status: int, message: str, etype: str) -> dict[str, Any]:
 class _Stream:
     """One streamed answer: what its next event is and when it is due."""
 
-    __slots__ = ("conn", "gt", "head", "pre", "chat", "n_out", "sent", "t0_ns", "ttft_ns", "itl_ns",
-                 "continuous", "include_usage", "n_prompt", "dead", "cid", "created", "events")
+    __slots__ = ("conn", "gt", "head", "chat", "n_out", "sent", "t0_ns", "ttft_ns", "itl_ns",
+                 "continuous", "include_usage", "n_prompt", "dead", "cid", "created", "events", "wire")
 
     def __init__(self, conn: "_Conn", gt: dict[str, Any]) -> None:
         self.conn = conn
@@ -390,7 +390,6 @@ class LeanFake:
         obj = "chat.completion.chunk" if chat else "text_completion"
         st.head = (f'data: {{"id":"{st.cid}","object":"{obj}","created":{st.created},'
                    f'"model":{json.dumps(self.model)},"choices":[')
-        st.pre = st.head.encode()
         c.busy = st
         self._running += 1
         if not body.get("stream"):
@@ -405,6 +404,7 @@ class LeanFake:
                                    '"finish_reason":null}', 0 if st.continuous else None)
         c.tr.write(out)
         gt["t_headers_ns"] = _now()
+        st.wire = self._wire(st)  # every event's bytes now, so a due event is one list index and one write
         self._push(t_recv + self.ttft_ns, st)
 
     def _prompt_ids(self, prompt: Any) -> list[int]:
@@ -423,6 +423,29 @@ class LeanFake:
             d += ',"usage":' + self._usage(st, usage_n)
         data = (d + "}\n\n").encode()
         return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def _wire(self, st: _Stream) -> list[bytes]:
+        """The bytes of every token event of a streamed answer, in order, built when the request
+        arrives (tens of µs then) so that writing one when it is due costs no formatting: one
+        chunk per token (the last one followed by the usage chunk, ``[DONE]`` and the chunked
+        body's end), or for ``max_tokens`` 0 the finish chunk alone (no token event)."""
+        n = st.n_out
+        if n == 0:
+            fch = ('{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}' if st.chat
+                   else '{"index":0,"text":"","logprobs":null,"finish_reason":"length"}')
+            out = [self._chunk(st, fch, None)]
+        elif st.continuous:
+            out = [self._chunk(st, _CHOICE[(st.chat, i + 1 >= n)][i % 12].decode(), i + 1) for i in range(n)]
+        else:
+            pre = st.head.encode()
+            out = []
+            for i in range(n):
+                ch = _CHOICE[(st.chat, i + 1 >= n)][i % 12]
+                out.append(b"%x\r\n" % (len(pre) + len(ch) + 4) + pre + ch + _TAIL)
+        if st.include_usage:
+            out[-1] += self._chunk(st, None, n)
+        out[-1] += b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+        return out
 
     # -- the token clock ----------------------------------------------------------------------
     def _push(self, due: int, st: _Stream) -> None:
@@ -451,62 +474,56 @@ class LeanFake:
         while heap and heap[0][0] <= now:
             due, _, st = pop(heap)
             if not st.dead:
-                emit(st, due)
-            now = _now()
+                now = emit(st, due) or _now()  # the emit's own clock read after its write, when it wrote
+            else:
+                now = _now()
         if heap:
             self._arm(heap[0][0])
 
-    def _emit(self, st: _Stream, due: int) -> None:
+    def _emit(self, st: _Stream, due: int) -> int:
+        """Write one due event; returns the clock read just after the write (0 when nothing was written)."""
         tr = st.conn.tr
         if tr is None or tr.is_closing():
-            return  # the client went away: connection_lost records it
-        gt = st.gt
+            return 0  # the client went away: connection_lost records it
         if st.head == "":  # a non-streamed answer, all at once
-            text = "".join(WORDS[j % len(WORDS)] for j in range(st.n_out))
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
-            if st.chat:
-                choice["message"] = {"role": "assistant", "content": text}
-            else:
-                choice["text"] = text
-            body = {"id": st.cid, "object": "chat.completion" if st.chat else "text_completion",
-                    "created": st.created, "model": self.model, "choices": [choice],
-                    "usage": json.loads(self._usage(st, st.n_out))}
-            gt["output_tokens"] = st.n_out
-            self._counters["gen"] += st.n_out
-            data = json.dumps(body).encode()
-            tr.write(self._head(200, "application/json", gt["id"] if gt["id"] else "", len(data)) + data)
-            self._finish(st)
-            st.conn.stream_done()
-            return
+            self._emit_whole(st, tr)
+            return 0
+        # the hot path: the event's bytes were built when the request arrived (_wire)
         i = st.sent
-        last = i + 1 >= st.n_out
-        if i < st.n_out and not st.continuous:  # the hot path: preformatted bytes
-            ch = _CHOICE[(st.chat, last)][i % 12]
-            out = b"%x\r\n" % (len(st.pre) + len(ch) + 4) + st.pre + ch + _TAIL
-        elif i < st.n_out:
-            out = self._chunk(st, _CHOICE[(st.chat, last)][i % 12].decode(), i + 1)
-        else:  # max_tokens 0: the finish chunk alone
-            fch = ('{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}' if st.chat
-                   else '{"index":0,"text":"","logprobs":null,"finish_reason":"length"}')
-            out = self._chunk(st, fch, None)
-        if i < st.n_out:
-            st.sent = i + 1
-        if last:
-            if st.include_usage:
-                out += self._chunk(st, None, st.sent)
-            out += b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
-        tr.write(out)
-        if i < st.n_out:
-            st.events.append(_now())
-        if last:
-            gt["output_tokens"] = st.sent
+        wire = st.wire
+        tr.write(wire[i])
+        t = _now()
+        i += 1
+        if st.n_out:
+            st.events.append(t)  # a token event (max_tokens 0 sends the finish chunk alone: no token)
+            st.sent = i
+        if i >= len(wire):
+            st.gt["output_tokens"] = st.sent
             self._counters["gen"] += st.sent
             self._finish(st)
             st.conn.stream_done()
         else:
-            due = st.t0_ns + st.ttft_ns + st.sent * st.itl_ns
             self._seq += 1
-            heapq.heappush(self._heap, (due, self._seq, st))
+            heapq.heappush(self._heap, (due + st.itl_ns, self._seq, st))  # = t0 + ttft + sent·itl, no drift
+        return t
+
+    def _emit_whole(self, st: _Stream, tr: Any) -> None:
+        gt = st.gt
+        text = "".join(WORDS[j % len(WORDS)] for j in range(st.n_out))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
+        if st.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        body = {"id": st.cid, "object": "chat.completion" if st.chat else "text_completion",
+                "created": st.created, "model": self.model, "choices": [choice],
+                "usage": json.loads(self._usage(st, st.n_out))}
+        gt["output_tokens"] = st.n_out
+        self._counters["gen"] += st.n_out
+        data = json.dumps(body).encode()
+        tr.write(self._head(200, "application/json", gt["id"] if gt["id"] else "", len(data)) + data)
+        self._finish(st)
+        st.conn.stream_done()
 
     def _finish(self, st: _Stream) -> None:
         self._running -= 1
