@@ -63,7 +63,7 @@ from email.utils import formatdate
 from typing import Any, Iterator
 
 from phasescope.testing._serve import serve_on_thread, serve_until_signal
-from phasescope.testing.wire.common import WORDS, chat_template_ids, fake_tokenize
+from phasescope.testing.wire.common import WORDS, chat_template_ids, fake_token_count, fake_tokenize
 
 __all__ = ["LeanFake", "main"]
 
@@ -83,7 +83,6 @@ def _choices(chat: bool, last: bool) -> list[bytes]:
 
 #: [chat][last] → per-word choice bytes
 _CHOICE = {(c, last): _choices(c, last) for c in (False, True) for last in (False, True)}
-_TAIL = b"]}\n\n\r\n"  # closes the event's JSON, the SSE event and the HTTP chunk
 _MAX_HEAD = 64 * 1024
 _MAX_BODY = 64 * 1024 * 1024
 
@@ -375,13 +374,13 @@ class LeanFake:
             gt["status"] = 404
             self._record(gt)
             return c._reply(404, _err(404, f"The model `{model}` does not exist.", "NotFoundError"), rid)
-        ids = chat_template_ids(body.get("messages", [])) if chat else self._prompt_ids(body.get("prompt", ""))
-        gt["prompt_tokens"] = len(ids)
-        self._counters["prompt"] += len(ids)
+        n_prompt = len(chat_template_ids(body.get("messages", []))) if chat else self._prompt_len(body.get("prompt", ""))
+        gt["prompt_tokens"] = n_prompt
+        self._counters["prompt"] += n_prompt
         n_out = max(0, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
         so = body.get("stream_options") or {}
         st = _Stream(c, gt)
-        st.chat, st.n_out, st.n_prompt = chat, n_out, len(ids)
+        st.chat, st.n_out, st.n_prompt = chat, n_out, n_prompt
         st.include_usage = bool(so.get("include_usage"))
         st.continuous = st.include_usage and bool(so.get("continuous_usage_stats"))
         st.cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:12]
@@ -407,12 +406,15 @@ class LeanFake:
         st.wire = self._wire(st)  # every event's bytes now, so a due event is one list index and one write
         self._push(t_recv + self.ttft_ns, st)
 
-    def _prompt_ids(self, prompt: Any) -> list[int]:
+    def _prompt_len(self, prompt: Any) -> int:
+        """Prompt tokens: a token-id list's length (the first of a batch), else the fakes' tokenizer's count."""
+        if isinstance(prompt, str):
+            return fake_token_count(prompt)
         if isinstance(prompt, list) and all(isinstance(x, int) for x in prompt):
-            return list(prompt)
+            return len(prompt)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
-            return list(prompt[0])
-        return fake_tokenize(prompt if isinstance(prompt, str) else json.dumps(prompt))
+            return len(prompt[0])
+        return fake_token_count(json.dumps(prompt))
 
     def _usage(self, st: _Stream, n: int) -> str:
         return f'{{"prompt_tokens":{st.n_prompt},"total_tokens":{st.n_prompt + n},"completion_tokens":{n}}}'
@@ -438,10 +440,10 @@ class LeanFake:
             out = [self._chunk(st, _CHOICE[(st.chat, i + 1 >= n)][i % 12].decode(), i + 1) for i in range(n)]
         else:
             pre = st.head.encode()
-            out = []
-            for i in range(n):
-                ch = _CHOICE[(st.chat, i + 1 >= n)][i % 12]
-                out.append(b"%x\r\n" % (len(pre) + len(ch) + 4) + pre + ch + _TAIL)
+            lp = len(pre) + 4
+            mid, last = _CHOICE[(st.chat, False)], _CHOICE[(st.chat, True)][(n - 1) % 12]
+            out = [b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(ch), pre, ch) for ch in (mid[i % 12] for i in range(n - 1))]
+            out.append(b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(last), pre, last))
         if st.include_usage:
             out[-1] += self._chunk(st, None, n)
         out[-1] += b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
