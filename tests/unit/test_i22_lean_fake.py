@@ -245,3 +245,28 @@ def test_every_prebuilt_event_is_vllms_chunk(fake: LeanFake, chat: bool, usage: 
     time.sleep(0.05)
     g = [x for x in fake.log if x["status"] == 200][-1]
     assert g["output_tokens"] == n_out and len(g["t_events_ns"]) == n_out == len(g["t_due_ns"])
+
+
+def test_the_truth_log_is_serialised_only_when_no_event_is_due_soon(tmp_path: Path) -> None:
+    """A finished request's truth is dumped in a gap between due events, never right after its
+    last write (a wave of finishes used to dump hundreds of records between due token events)."""
+    from phasescope.testing import lean_fake as LF
+
+    srv = LF.LeanFake(ttft_s=0.0, itl_s=0.0, log_path=str(tmp_path / "t.jsonl"))
+    srv._logfh = open(tmp_path / "t.jsonl", "a", encoding="utf-8")
+    try:
+        gt = {"id": "a", "t_events_ns": [5], "t_due_ns": [3]}
+        srv._record(gt)
+        assert srv._pending_log == [] and srv._unserialised == [gt]
+        srv._heap.append((LF._now() + LF._IDLE_NS // 10, 1, None))  # an event due in 30 µs: no time to dump
+        srv._idle_work()
+        assert srv._pending_log == []
+        srv._heap[0] = (LF._now() + 100 * LF._IDLE_NS, 1, None)  # the next one far ahead: dump now
+        srv._idle_work()
+        assert srv._unserialised == [] and json.loads(srv._pending_log[0]) == gt
+        srv._record({"id": "b", "t_events_ns": [9], "t_due_ns": [9]})
+        srv.flush()  # at stop everything is written, due events or not
+        assert [json.loads(ln)["id"] for ln in (tmp_path / "t.jsonl").read_text().splitlines()] == ["a", "b"]
+        assert srv.write_lag()["events"] == 2 and srv.write_lag()["max_ms"] == 2e-6
+    finally:
+        srv._logfh.close()

@@ -25,7 +25,8 @@ head was parsed (the TTFT truth starts here), ``t_events_ns`` just after each to
 returned, ``t_due_ns`` when each was due (``t_recv_ns + ttft + k·itl``, absolute, no drift). Their
 difference is the fake's own **write lag**, which the benchmarks print beside every figure so a
 saturated instrument is visible (:meth:`LeanFake.write_lag`). The truth goes to ``srv.log`` (a list),
-to ``log_path`` as JSONL (batched every 0.1 s and at stop — no write per event on the loop), and
+to ``log_path`` as JSONL (serialised in the gaps between due events, written every 0.1 s and at
+stop — no write or dump of it ever delays a token event), and
 to ``GET /truth`` (JSONL of everything so far) / ``GET /truth/lag`` (the write-lag summary).
 
 One job: a server whose every byte path (parse, schedule, write, log) shares the one deadline heap
@@ -84,6 +85,8 @@ def _choices(chat: bool, last: bool) -> list[bytes]:
 #: [chat][last] → per-word choice bytes
 _CHOICE = {(c, last): _choices(c, last) for c in (False, True) for last in (False, True)}
 _MAX_HEAD = 64 * 1024
+#: the truth log is serialised only when the next token event is due at least this far ahead
+_IDLE_NS = 300_000
 _MAX_BODY = 64 * 1024 * 1024
 
 
@@ -221,10 +224,10 @@ class LeanFake:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_Conn] = set()
-        self._pending_log: list[str] = []
+        self._pending_log: list[str] = []  # serialised, not yet written
+        self._unserialised: list[dict[str, Any]] = []  # finished, not yet serialised (see _idle_work)
         self._logfh: Any = None
         self._flusher: asyncio.TimerHandle | None = None
-        self._lags: list[int] = []
         self._running = 0
         self._counters = {"prompt": 0, "gen": 0}
         self._date = ""
@@ -278,24 +281,52 @@ class LeanFake:
 
     # -- truth --------------------------------------------------------------------------------
     def flush(self) -> None:
+        self._serialise(None)
         if self._logfh is not None and self._pending_log:
             self._logfh.write("".join(self._pending_log))  # already serialised, one request at a time
             self._logfh.flush()
         self._pending_log.clear()
 
     def _flush_tick(self) -> None:
-        self.flush()
+        self._idle_work()
+        if self._logfh is not None and self._pending_log:
+            self._logfh.write("".join(self._pending_log))
+            self._logfh.flush()
+        self._pending_log.clear()
         if self._loop is not None and self._logfh is not None:
             self._flusher = self._loop.call_later(0.1, self._flush_tick)
 
     def _record(self, gt: dict[str, Any]) -> None:
         self.log.append(gt)
-        if self._logfh is not None:  # serialised now (tens of µs), written in a batch: no burst of dumps on the loop
-            self._pending_log.append(json.dumps(gt) + "\n")
+        if self._logfh is not None:  # serialised when no event is due soon (_idle_work), written in a batch
+            self._unserialised.append(gt)
+
+    def _serialise(self, until_ns: int | None) -> None:
+        """Serialise finished requests' truth (tens of µs each), all of them or until ``until_ns``."""
+        todo, out = self._unserialised, self._pending_log
+        k = 0
+        while k < len(todo):
+            out.append(json.dumps(todo[k]) + "\n")
+            k += 1
+            if until_ns is not None and _now() >= until_ns:
+                break
+        del todo[:k]
+
+    def _idle_work(self) -> None:
+        """Serialise the truth log only in the gaps between due events (a gap of at least
+        ``_IDLE_NS``), so a burst of finished requests never delays a token write."""
+        if not self._unserialised:
+            return
+        if not self._heap:
+            self._serialise(None)
+            return
+        left = self._heap[0][0] - _now()
+        if left > _IDLE_NS:
+            self._serialise(self._heap[0][0] - _IDLE_NS // 2)
 
     def write_lag(self) -> dict[str, Any]:
         """The fake's own lag: token-event write time − due time, over every event so far (ms)."""
-        a = sorted(self._lags)
+        a = sorted(t - d for g in self.log for t, d in zip(g["t_events_ns"], g["t_due_ns"]))
         if not a:
             return {"events": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
 
@@ -479,6 +510,8 @@ class LeanFake:
                 now = emit(st, due) or _now()  # the emit's own clock read after its write, when it wrote
             else:
                 now = _now()
+        if self._unserialised:
+            self._idle_work()
         if heap:
             self._arm(heap[0][0])
 
@@ -535,7 +568,6 @@ class LeanFake:
         if st.head:  # streamed: when each event was due, and the lag (truth kept per request, not per event)
             gt["t_due_ns"] = [st.t0_ns + st.ttft_ns + k * st.itl_ns for k in range(n)]
             gt["tokens_per_event"] = [1] * n
-            self._lags.extend(t - d for t, d in zip(st.events, gt["t_due_ns"]))
         self._record(gt)
 
 
