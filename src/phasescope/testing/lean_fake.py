@@ -71,6 +71,7 @@ __all__ = ["LeanFake", "main"]
 _now = time.perf_counter_ns
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
 _WORD_JSON = [json.dumps(w) for w in WORDS]
+_loads = json.JSONDecoder().decode
 
 
 def _choices(chat: bool, last: bool) -> list[bytes]:
@@ -219,6 +220,7 @@ class LeanFake:
         self.requests = 0
         self._heap: list[tuple[int, int, _Stream]] = []
         self._seq = 0
+        self._cids = int.from_bytes(uuid.uuid4().bytes[:6], "big")
         self._timer: asyncio.Handle | None = None
         self._timer_due = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -391,7 +393,7 @@ class LeanFake:
                               "prompt_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "status": 200,
                               "fault": None, "t_due_ns": []}
         try:
-            body = json.loads(raw)
+            body = _loads(raw.decode("utf-8"))  # a str: no encoding detection (bad UTF-8 is a ValueError too)
             if not isinstance(body, dict):
                 raise ValueError
         except ValueError:
@@ -414,7 +416,8 @@ class LeanFake:
         st.chat, st.n_out, st.n_prompt = chat, n_out, n_prompt
         st.include_usage = bool(so.get("include_usage"))
         st.continuous = st.include_usage and bool(so.get("continuous_usage_stats"))
-        st.cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:12]
+        self._cids += 1  # distinct per request like vLLM's random ids, without a urandom call each
+        st.cid = ("chatcmpl-" if chat else "cmpl-") + "%012x" % (self._cids & 0xFFFFFFFFFFFF)
         st.created = int(time.time())
         st.t0_ns, st.ttft_ns, st.itl_ns = t_recv, self.ttft_ns, self.itl_ns
         obj = "chat.completion.chunk" if chat else "text_completion"
@@ -473,7 +476,7 @@ class LeanFake:
             pre = st.head.encode()
             lp = len(pre) + 4
             mid, last = _CHOICE[(st.chat, False)], _CHOICE[(st.chat, True)][(n - 1) % 12]
-            out = [b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(ch), pre, ch) for ch in (mid[i % 12] for i in range(n - 1))]
+            out = [b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(mid[i % 12]), pre, mid[i % 12]) for i in range(n - 1)]
             out.append(b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(last), pre, last))
         if st.include_usage:
             out[-1] += self._chunk(st, None, n)
