@@ -21,9 +21,10 @@ same way for every API:
   and a one-line ``error_message`` (:mod:`._errors`); nothing raises to the caller except cancellation.
 
 Beside it: sessions and the pre-transfer hook (:mod:`._session`), error mapping (:mod:`._errors`),
-record filling (:mod:`._records`), plain JSON requests for info endpoints (:mod:`._json`). What is
-left here is one job — one request's bytes in, timestamped events out: the watchdog, the
-``Protocol`` a client implements, :func:`exchange` and its SSE/NDJSON readers, which share the hot
+record filling (:mod:`._records`), plain JSON requests for info endpoints (:mod:`._json`).
+
+One job: one request's bytes in, timestamped events out — the watchdog, the ``Protocol`` a client
+implements, :func:`exchange`, its SSE/NDJSON readers and their JSON decoding, which share the hot
 loop's state and are tuned together (benchmarks/client_recv_cpu.py).
 """
 
