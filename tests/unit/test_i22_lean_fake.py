@@ -24,6 +24,7 @@ import pytest
 from phasescope.load.health import HealthMonitor, RunnerHealth, health_warnings
 from phasescope.measure.records import Event, RequestRecord, read_records
 from phasescope.testing.lean_fake import LeanFake
+from phasescope.testing.wire.common import WORDS
 
 TTFT_S, ITL_S = 0.01, 0.004
 
@@ -182,3 +183,90 @@ def test_send_lag_of_an_all_at_once_burst_is_not_blamed_on_a_rate_nobody_set() -
     assert "--request-rate" in w.fix and "lower --request-rate" not in w.fix and "--workers" in w.fix
     (paced,) = health_warnings(h, requested_rate=50.0, achieved_rate=49.0)
     assert "lower than requested" in paced.message and "lower --request-rate" in paced.fix
+
+
+def _raw_stream(url: str, path: str, body: dict[str, Any]) -> tuple[list[bytes], bytes]:
+    """One request over a raw socket: the response's chunks (each length field checked) and its head."""
+    import socket
+
+    host, port = url.rsplit("/", 1)[-1].split(":")
+    data = json.dumps(body).encode()
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+                  + data)
+        raw = b""
+        while chunk := s.recv(65536):
+            raw += chunk
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    chunks = []
+    while True:
+        size, _, rest = rest.partition(b"\r\n")
+        n = int(size, 16)
+        chunks.append(rest[:n])
+        assert rest[n:n + 2] == b"\r\n", "a chunk's length field does not match its data"
+        rest = rest[n + 2:]
+        if n == 0:
+            assert rest == b""
+            return chunks, head
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("usage", ["none", "final", "continuous"])
+@pytest.mark.parametrize("n_out", [1, 3, 13])
+def test_every_prebuilt_event_is_vllms_chunk(fake: LeanFake, chat: bool, usage: str, n_out: int) -> None:
+    """The token events' bytes are built when the request arrives: each still one well-formed HTTP
+    chunk holding one SSE event, the finish on the last token, usage as asked, then [DONE]."""
+    body: dict[str, Any] = {"model": "fake-model", "max_tokens": n_out, "stream": True}
+    body.update({"messages": [{"role": "user", "content": "hi there"}]} if chat else {"prompt": "the quick brown"})
+    if usage != "none":
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": usage == "continuous"}
+    chunks, head = _raw_stream(fake.url, "/v1/chat/completions" if chat else "/v1/completions", body)
+    assert b"transfer-encoding: chunked" in head
+    events = [e for c in chunks for e in c.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]" and all(e.startswith(b"data: ") for e in events)
+    msgs = [json.loads(e[6:]) for e in events[:-1]]
+    if chat:  # the role-only opening delta
+        assert msgs.pop(0)["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    final = msgs.pop() if usage != "none" else None
+    n_prompt = 3 + 2 if chat else 3  # the chat template adds 3
+    if final is not None:
+        assert final["choices"] == [] and final["usage"] == {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_out,
+                                                             "completion_tokens": n_out}
+    assert len(msgs) == n_out
+    key = "delta" if chat else "text"
+    for k, m in enumerate(msgs):
+        ch = m["choices"][0]
+        assert ch["finish_reason"] == ("length" if k == len(msgs) - 1 else None)
+        assert (ch[key]["content"] if chat else ch[key]) == WORDS[k % len(WORDS)]
+        if usage == "continuous":
+            assert m["usage"]["completion_tokens"] == k + 1
+        else:
+            assert "usage" not in m
+    time.sleep(0.05)
+    g = [x for x in fake.log if x["status"] == 200][-1]
+    assert g["output_tokens"] == n_out and len(g["t_events_ns"]) == n_out == len(g["t_due_ns"])
+
+
+def test_the_truth_log_is_serialised_only_when_no_event_is_due_soon(tmp_path: Path) -> None:
+    """A finished request's truth is dumped in a gap between due events, never right after its
+    last write (a wave of finishes used to dump hundreds of records between due token events)."""
+    from phasescope.testing import lean_fake as LF
+
+    srv = LF.LeanFake(ttft_s=0.0, itl_s=0.0, log_path=str(tmp_path / "t.jsonl"))
+    srv._logfh = open(tmp_path / "t.jsonl", "a", encoding="utf-8")
+    try:
+        gt = {"id": "a", "t_events_ns": [5], "t_due_ns": [3]}
+        srv._record(gt)
+        assert srv._pending_log == [] and srv._unserialised == [gt]
+        srv._heap.append((LF._now() + LF._IDLE_NS // 10, 1, None))  # an event due in 30 µs: no time to dump
+        srv._idle_work()
+        assert srv._pending_log == []
+        srv._heap[0] = (LF._now() + 100 * LF._IDLE_NS, 1, None)  # the next one far ahead: dump now
+        srv._idle_work()
+        assert srv._unserialised == [] and json.loads(srv._pending_log[0]) == gt
+        srv._record({"id": "b", "t_events_ns": [9], "t_due_ns": [9]})
+        srv.flush()  # at stop everything is written, due events or not
+        assert [json.loads(ln)["id"] for ln in (tmp_path / "t.jsonl").read_text().splitlines()] == ["a", "b"]
+        assert srv.write_lag()["events"] == 2 and srv.write_lag()["max_ms"] == 2e-6
+    finally:
+        srv._logfh.close()

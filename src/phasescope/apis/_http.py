@@ -21,9 +21,10 @@ same way for every API:
   and a one-line ``error_message`` (:mod:`._errors`); nothing raises to the caller except cancellation.
 
 Beside it: sessions and the pre-transfer hook (:mod:`._session`), error mapping (:mod:`._errors`),
-record filling (:mod:`._records`), plain JSON requests for info endpoints (:mod:`._json`). What is
-left here is one job — one request's bytes in, timestamped events out: the watchdog, the
-``Protocol`` a client implements, :func:`exchange` and its SSE/NDJSON readers, which share the hot
+record filling (:mod:`._records`), plain JSON requests for info endpoints (:mod:`._json`).
+
+One job: one request's bytes in, timestamped events out — the watchdog, the ``Protocol`` a client
+implements, :func:`exchange`, its SSE/NDJSON readers and their JSON decoding, which share the hot
 loop's state and are tuned together (benchmarks/client_recv_cpu.py).
 """
 
@@ -210,12 +211,29 @@ class Protocol:
 
 #: ``str`` decoder: SSE and NDJSON are UTF-8 by definition, so decoding the bytes ourselves skips
 #: ``json.loads``' encoding detection (same result: it decodes UTF-8 with ``surrogatepass`` too)
-_json_decode = json.JSONDecoder().decode
+_json_decoder = json.JSONDecoder()
+_json_decode = _json_decoder.decode
+#: the decoder's own C scanner, called directly on a message that starts with its value: the same
+#: object ``decode`` returns, without its two whitespace regex matches and two Python frames per
+#: event (``decode`` still handles whitespace around the value, trailing data and every error)
+_json_scan = getattr(json.scanner, "c_make_scanner", None)
+_json_scan = _json_scan(_json_decoder) if _json_scan is not None else None
+
+
+def _scan_json(s: str) -> Any:
+    """``json.loads(s)``, the common case (no whitespace around one value) on the C scanner alone."""
+    if _json_scan is None:
+        return _json_decode(s)
+    try:
+        obj, end = _json_scan(s, 0)
+    except StopIteration:  # leading whitespace or no value: decode says which
+        return _json_decode(s)
+    return obj if end == len(s) else _json_decode(s)
 
 
 def _decode_json(payload: bytes, target: Target, path: str) -> Any:
     try:
-        return _json_decode(payload.decode("utf-8", "surrogatepass"))
+        return _scan_json(payload.decode("utf-8", "surrogatepass"))
     except ValueError:  # JSONDecodeError and UnicodeDecodeError
         shown = payload[:120].decode("utf-8", "replace")
         raise E.MalformedEventError(f"{target.display_url}{path}: malformed event (not JSON): {shown!r}") from None
@@ -387,7 +405,7 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
     events = rec.events
     on_message = proto.on_message
     clock = now_ns
-    decode = _json_decode
+    scan = _json_scan
     # past this many events the tokens are counted: more than max_tokens + margin ends the read
     cap = int(proto.req.max_tokens or 0) + overrun_margin(int(proto.req.max_tokens or 0))
     buf = b""
@@ -418,9 +436,15 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
                 proto.on_done_marker(clock())
                 continue
             try:
-                obj = decode(payload.decode("utf-8", "surrogatepass"))
-            except ValueError:
-                obj = _decode_json(payload, target, path)  # raises the one-line error
+                s = payload.decode("utf-8", "surrogatepass")
+                if scan is not None:  # the C scanner alone (see _scan_json)
+                    obj, end = scan(s, 0)
+                    if end != len(s):
+                        obj = _json_decode(s)
+                else:
+                    obj = _json_decode(s)
+            except (ValueError, StopIteration):
+                obj = _decode_json(payload, target, path)  # whitespace, or the one-line error
             t = clock()
             on_message(obj, t)
         buf = buf[pos:] if pos else buf

@@ -34,7 +34,7 @@ from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import fetch_json, json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
-from phasescope.measure.records import RequestRecord
+from phasescope.measure.records import EVENT_CONTENT, Event, RequestRecord
 
 
 class _OpenAI(Protocol):
@@ -75,6 +75,27 @@ class _OpenAI(Protocol):
 
     # -- streamed messages --------------------------------------------------------------------
     def on_message(self, obj: Any, t_ns: int) -> None:
+        # The common event first (runs once per token, issue 22): one choice carrying text, no
+        # usage, timings, finish or token ids. Anything else takes the full path below, which
+        # gives the same Event for this case.
+        if type(obj) is dict and "usage" not in obj and "timings" not in obj:
+            choices = obj.get("choices")
+            if type(choices) is list and choices:
+                ch = choices[0]
+                if type(ch) is dict and not ch.get("finish_reason") and "token_ids" not in ch:
+                    if self.chat or "delta" in ch:
+                        d = ch.get("delta")
+                        text = d.get("content") if type(d) is dict else None
+                    else:
+                        text = ch.get("text")
+                    if type(text) is str and text:
+                        if self.req.keep_text:
+                            self._text.append(text)
+                        self.rec.events.append(Event(t_ns, EVENT_CONTENT, None, len(text)))
+                        return
+        self._on_message(obj, t_ns)
+
+    def _on_message(self, obj: Any, t_ns: int) -> None:
         if not isinstance(obj, dict):
             raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed event (not an object)")
         if "error" in obj and not obj.get("choices"):
@@ -131,7 +152,7 @@ class _OpenAI(Protocol):
         if text:
             if self.req.keep_text and isinstance(text, str):
                 self._text.append(text)
-            return "content", len(text)
+            return "content", len(text) if isinstance(text, str) else 0  # a non-string text: a TypeError once
         return "empty", 0
 
     def _take_usage(self, usage: dict[str, Any]) -> None:

@@ -25,7 +25,8 @@ head was parsed (the TTFT truth starts here), ``t_events_ns`` just after each to
 returned, ``t_due_ns`` when each was due (``t_recv_ns + ttft + k·itl``, absolute, no drift). Their
 difference is the fake's own **write lag**, which the benchmarks print beside every figure so a
 saturated instrument is visible (:meth:`LeanFake.write_lag`). The truth goes to ``srv.log`` (a list),
-to ``log_path`` as JSONL (batched every 0.1 s and at stop — no write per event on the loop), and
+to ``log_path`` as JSONL (serialised in the gaps between due events, written every 0.1 s and at
+stop — no write or dump of it ever delays a token event), and
 to ``GET /truth`` (JSONL of everything so far) / ``GET /truth/lag`` (the write-lag summary).
 
 One job: a server whose every byte path (parse, schedule, write, log) shares the one deadline heap
@@ -63,13 +64,14 @@ from email.utils import formatdate
 from typing import Any, Iterator
 
 from phasescope.testing._serve import serve_on_thread, serve_until_signal
-from phasescope.testing.wire.common import WORDS, chat_template_ids, fake_tokenize
+from phasescope.testing.wire.common import WORDS, chat_template_ids, fake_token_count, fake_tokenize
 
 __all__ = ["LeanFake", "main"]
 
 _now = time.perf_counter_ns
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
 _WORD_JSON = [json.dumps(w) for w in WORDS]
+_loads = json.JSONDecoder().decode
 
 
 def _choices(chat: bool, last: bool) -> list[bytes]:
@@ -83,8 +85,9 @@ def _choices(chat: bool, last: bool) -> list[bytes]:
 
 #: [chat][last] → per-word choice bytes
 _CHOICE = {(c, last): _choices(c, last) for c in (False, True) for last in (False, True)}
-_TAIL = b"]}\n\n\r\n"  # closes the event's JSON, the SSE event and the HTTP chunk
 _MAX_HEAD = 64 * 1024
+#: the truth log is serialised only when the next token event is due at least this far ahead
+_IDLE_NS = 300_000
 _MAX_BODY = 64 * 1024 * 1024
 
 
@@ -96,8 +99,8 @@ def _err(status: int, message: str, etype: str) -> dict[str, Any]:
 class _Stream:
     """One streamed answer: what its next event is and when it is due."""
 
-    __slots__ = ("conn", "gt", "head", "pre", "chat", "n_out", "sent", "t0_ns", "ttft_ns", "itl_ns",
-                 "continuous", "include_usage", "n_prompt", "dead", "cid", "created", "events")
+    __slots__ = ("conn", "gt", "head", "chat", "n_out", "sent", "t0_ns", "ttft_ns", "itl_ns",
+                 "continuous", "include_usage", "n_prompt", "dead", "cid", "created", "events", "wire")
 
     def __init__(self, conn: "_Conn", gt: dict[str, Any]) -> None:
         self.conn = conn
@@ -217,15 +220,16 @@ class LeanFake:
         self.requests = 0
         self._heap: list[tuple[int, int, _Stream]] = []
         self._seq = 0
+        self._cids = int.from_bytes(uuid.uuid4().bytes[:6], "big")
         self._timer: asyncio.Handle | None = None
         self._timer_due = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_Conn] = set()
-        self._pending_log: list[str] = []
+        self._pending_log: list[str] = []  # serialised, not yet written
+        self._unserialised: list[dict[str, Any]] = []  # finished, not yet serialised (see _idle_work)
         self._logfh: Any = None
         self._flusher: asyncio.TimerHandle | None = None
-        self._lags: list[int] = []
         self._running = 0
         self._counters = {"prompt": 0, "gen": 0}
         self._date = ""
@@ -279,24 +283,52 @@ class LeanFake:
 
     # -- truth --------------------------------------------------------------------------------
     def flush(self) -> None:
+        self._serialise(None)
         if self._logfh is not None and self._pending_log:
             self._logfh.write("".join(self._pending_log))  # already serialised, one request at a time
             self._logfh.flush()
         self._pending_log.clear()
 
     def _flush_tick(self) -> None:
-        self.flush()
+        self._idle_work()
+        if self._logfh is not None and self._pending_log:
+            self._logfh.write("".join(self._pending_log))
+            self._logfh.flush()
+        self._pending_log.clear()
         if self._loop is not None and self._logfh is not None:
             self._flusher = self._loop.call_later(0.1, self._flush_tick)
 
     def _record(self, gt: dict[str, Any]) -> None:
         self.log.append(gt)
-        if self._logfh is not None:  # serialised now (tens of µs), written in a batch: no burst of dumps on the loop
-            self._pending_log.append(json.dumps(gt) + "\n")
+        if self._logfh is not None:  # serialised when no event is due soon (_idle_work), written in a batch
+            self._unserialised.append(gt)
+
+    def _serialise(self, until_ns: int | None) -> None:
+        """Serialise finished requests' truth (tens of µs each), all of them or until ``until_ns``."""
+        todo, out = self._unserialised, self._pending_log
+        k = 0
+        while k < len(todo):
+            out.append(json.dumps(todo[k]) + "\n")
+            k += 1
+            if until_ns is not None and _now() >= until_ns:
+                break
+        del todo[:k]
+
+    def _idle_work(self) -> None:
+        """Serialise the truth log only in the gaps between due events (a gap of at least
+        ``_IDLE_NS``), so a burst of finished requests never delays a token write."""
+        if not self._unserialised:
+            return
+        if not self._heap:
+            self._serialise(None)
+            return
+        left = self._heap[0][0] - _now()
+        if left > _IDLE_NS:
+            self._serialise(self._heap[0][0] - _IDLE_NS // 2)
 
     def write_lag(self) -> dict[str, Any]:
         """The fake's own lag: token-event write time − due time, over every event so far (ms)."""
-        a = sorted(self._lags)
+        a = sorted(t - d for g in self.log for t, d in zip(g["t_events_ns"], g["t_due_ns"]))
         if not a:
             return {"events": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
 
@@ -361,7 +393,7 @@ class LeanFake:
                               "prompt_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "status": 200,
                               "fault": None, "t_due_ns": []}
         try:
-            body = json.loads(raw)
+            body = _loads(raw.decode("utf-8"))  # a str: no encoding detection (bad UTF-8 is a ValueError too)
             if not isinstance(body, dict):
                 raise ValueError
         except ValueError:
@@ -375,22 +407,22 @@ class LeanFake:
             gt["status"] = 404
             self._record(gt)
             return c._reply(404, _err(404, f"The model `{model}` does not exist.", "NotFoundError"), rid)
-        ids = chat_template_ids(body.get("messages", [])) if chat else self._prompt_ids(body.get("prompt", ""))
-        gt["prompt_tokens"] = len(ids)
-        self._counters["prompt"] += len(ids)
+        n_prompt = len(chat_template_ids(body.get("messages", []))) if chat else self._prompt_len(body.get("prompt", ""))
+        gt["prompt_tokens"] = n_prompt
+        self._counters["prompt"] += n_prompt
         n_out = max(0, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
         so = body.get("stream_options") or {}
         st = _Stream(c, gt)
-        st.chat, st.n_out, st.n_prompt = chat, n_out, len(ids)
+        st.chat, st.n_out, st.n_prompt = chat, n_out, n_prompt
         st.include_usage = bool(so.get("include_usage"))
         st.continuous = st.include_usage and bool(so.get("continuous_usage_stats"))
-        st.cid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:12]
+        self._cids += 1  # distinct per request like vLLM's random ids, without a urandom call each
+        st.cid = ("chatcmpl-" if chat else "cmpl-") + "%012x" % (self._cids & 0xFFFFFFFFFFFF)
         st.created = int(time.time())
         st.t0_ns, st.ttft_ns, st.itl_ns = t_recv, self.ttft_ns, self.itl_ns
         obj = "chat.completion.chunk" if chat else "text_completion"
         st.head = (f'data: {{"id":"{st.cid}","object":"{obj}","created":{st.created},'
                    f'"model":{json.dumps(self.model)},"choices":[')
-        st.pre = st.head.encode()
         c.busy = st
         self._running += 1
         if not body.get("stream"):
@@ -405,14 +437,18 @@ class LeanFake:
                                    '"finish_reason":null}', 0 if st.continuous else None)
         c.tr.write(out)
         gt["t_headers_ns"] = _now()
+        st.wire = self._wire(st)  # every event's bytes now, so a due event is one list index and one write
         self._push(t_recv + self.ttft_ns, st)
 
-    def _prompt_ids(self, prompt: Any) -> list[int]:
+    def _prompt_len(self, prompt: Any) -> int:
+        """Prompt tokens: a token-id list's length (the first of a batch), else the fakes' tokenizer's count."""
+        if isinstance(prompt, str):
+            return fake_token_count(prompt)
         if isinstance(prompt, list) and all(isinstance(x, int) for x in prompt):
-            return list(prompt)
+            return len(prompt)
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
-            return list(prompt[0])
-        return fake_tokenize(prompt if isinstance(prompt, str) else json.dumps(prompt))
+            return len(prompt[0])
+        return fake_token_count(json.dumps(prompt))
 
     def _usage(self, st: _Stream, n: int) -> str:
         return f'{{"prompt_tokens":{st.n_prompt},"total_tokens":{st.n_prompt + n},"completion_tokens":{n}}}'
@@ -423,6 +459,29 @@ class LeanFake:
             d += ',"usage":' + self._usage(st, usage_n)
         data = (d + "}\n\n").encode()
         return b"%x\r\n%s\r\n" % (len(data), data)
+
+    def _wire(self, st: _Stream) -> list[bytes]:
+        """The bytes of every token event of a streamed answer, in order, built when the request
+        arrives (tens of µs then) so that writing one when it is due costs no formatting: one
+        chunk per token (the last one followed by the usage chunk, ``[DONE]`` and the chunked
+        body's end), or for ``max_tokens`` 0 the finish chunk alone (no token event)."""
+        n = st.n_out
+        if n == 0:
+            fch = ('{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}' if st.chat
+                   else '{"index":0,"text":"","logprobs":null,"finish_reason":"length"}')
+            out = [self._chunk(st, fch, None)]
+        elif st.continuous:
+            out = [self._chunk(st, _CHOICE[(st.chat, i + 1 >= n)][i % 12].decode(), i + 1) for i in range(n)]
+        else:
+            pre = st.head.encode()
+            lp = len(pre) + 4
+            mid, last = _CHOICE[(st.chat, False)], _CHOICE[(st.chat, True)][(n - 1) % 12]
+            out = [b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(mid[i % 12]), pre, mid[i % 12]) for i in range(n - 1)]
+            out.append(b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(last), pre, last))
+        if st.include_usage:
+            out[-1] += self._chunk(st, None, n)
+        out[-1] += b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
+        return out
 
     # -- the token clock ----------------------------------------------------------------------
     def _push(self, due: int, st: _Stream) -> None:
@@ -451,62 +510,58 @@ class LeanFake:
         while heap and heap[0][0] <= now:
             due, _, st = pop(heap)
             if not st.dead:
-                emit(st, due)
-            now = _now()
+                now = emit(st, due) or _now()  # the emit's own clock read after its write, when it wrote
+            else:
+                now = _now()
+        if self._unserialised:
+            self._idle_work()
         if heap:
             self._arm(heap[0][0])
 
-    def _emit(self, st: _Stream, due: int) -> None:
+    def _emit(self, st: _Stream, due: int) -> int:
+        """Write one due event; returns the clock read just after the write (0 when nothing was written)."""
         tr = st.conn.tr
         if tr is None or tr.is_closing():
-            return  # the client went away: connection_lost records it
-        gt = st.gt
+            return 0  # the client went away: connection_lost records it
         if st.head == "":  # a non-streamed answer, all at once
-            text = "".join(WORDS[j % len(WORDS)] for j in range(st.n_out))
-            choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
-            if st.chat:
-                choice["message"] = {"role": "assistant", "content": text}
-            else:
-                choice["text"] = text
-            body = {"id": st.cid, "object": "chat.completion" if st.chat else "text_completion",
-                    "created": st.created, "model": self.model, "choices": [choice],
-                    "usage": json.loads(self._usage(st, st.n_out))}
-            gt["output_tokens"] = st.n_out
-            self._counters["gen"] += st.n_out
-            data = json.dumps(body).encode()
-            tr.write(self._head(200, "application/json", gt["id"] if gt["id"] else "", len(data)) + data)
-            self._finish(st)
-            st.conn.stream_done()
-            return
+            self._emit_whole(st, tr)
+            return 0
+        # the hot path: the event's bytes were built when the request arrived (_wire)
         i = st.sent
-        last = i + 1 >= st.n_out
-        if i < st.n_out and not st.continuous:  # the hot path: preformatted bytes
-            ch = _CHOICE[(st.chat, last)][i % 12]
-            out = b"%x\r\n" % (len(st.pre) + len(ch) + 4) + st.pre + ch + _TAIL
-        elif i < st.n_out:
-            out = self._chunk(st, _CHOICE[(st.chat, last)][i % 12].decode(), i + 1)
-        else:  # max_tokens 0: the finish chunk alone
-            fch = ('{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}' if st.chat
-                   else '{"index":0,"text":"","logprobs":null,"finish_reason":"length"}')
-            out = self._chunk(st, fch, None)
-        if i < st.n_out:
-            st.sent = i + 1
-        if last:
-            if st.include_usage:
-                out += self._chunk(st, None, st.sent)
-            out += b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
-        tr.write(out)
-        if i < st.n_out:
-            st.events.append(_now())
-        if last:
-            gt["output_tokens"] = st.sent
+        wire = st.wire
+        tr.write(wire[i])
+        t = _now()
+        i += 1
+        if st.n_out:
+            st.events.append(t)  # a token event (max_tokens 0 sends the finish chunk alone: no token)
+            st.sent = i
+        if i >= len(wire):
+            st.gt["output_tokens"] = st.sent
             self._counters["gen"] += st.sent
             self._finish(st)
             st.conn.stream_done()
         else:
-            due = st.t0_ns + st.ttft_ns + st.sent * st.itl_ns
             self._seq += 1
-            heapq.heappush(self._heap, (due, self._seq, st))
+            heapq.heappush(self._heap, (due + st.itl_ns, self._seq, st))  # = t0 + ttft + sent·itl, no drift
+        return t
+
+    def _emit_whole(self, st: _Stream, tr: Any) -> None:
+        gt = st.gt
+        text = "".join(WORDS[j % len(WORDS)] for j in range(st.n_out))
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
+        if st.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        body = {"id": st.cid, "object": "chat.completion" if st.chat else "text_completion",
+                "created": st.created, "model": self.model, "choices": [choice],
+                "usage": json.loads(self._usage(st, st.n_out))}
+        gt["output_tokens"] = st.n_out
+        self._counters["gen"] += st.n_out
+        data = json.dumps(body).encode()
+        tr.write(self._head(200, "application/json", gt["id"] if gt["id"] else "", len(data)) + data)
+        self._finish(st)
+        st.conn.stream_done()
 
     def _finish(self, st: _Stream) -> None:
         self._running -= 1
@@ -516,7 +571,6 @@ class LeanFake:
         if st.head:  # streamed: when each event was due, and the lag (truth kept per request, not per event)
             gt["t_due_ns"] = [st.t0_ns + st.ttft_ns + k * st.itl_ns for k in range(n)]
             gt["tokens_per_event"] = [1] * n
-            self._lags.extend(t - d for t, d in zip(st.events, gt["t_due_ns"]))
         self._record(gt)
 
 

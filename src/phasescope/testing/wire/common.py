@@ -44,6 +44,11 @@ def fake_tokenize(text: str) -> list[int]:
     return [100 + zlib.crc32(w.encode()) % 50000 for w in _WORD_RE.findall(text)]
 
 
+def fake_token_count(text: str) -> int:
+    """``len(fake_tokenize(text))`` without making the ids (the lean fake only counts)."""
+    return len(_WORD_RE.findall(text))
+
+
 def chat_template_ids(messages: Any) -> list[int]:
     """The fakes' chat template: system/user/tool contents as they are, each assistant message
     wrapped as ``[1, 2, 3] + content + [4]`` (its turn's opening and end tokens), and ``[1, 2, 3]``
