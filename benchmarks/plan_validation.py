@@ -177,14 +177,14 @@ def reference_speed(recs: list[RequestRecord]) -> tuple[float, float] | None:
     return float(np.median(pre)), float(np.median(dec))
 
 
-def drift(run: dict[str, Any], calib: list[RequestRecord], ref_len: int) -> tuple[float, float]:
+def drift(run: dict[str, Any], calib: list[RequestRecord], ref_len: int) -> tuple[float, float] | None:
     """How much slower (> 1) or faster the machine ran around this workload than in the calibration probe:
     the reference requests sent right before and after it (lone, ``ref_len``-token prompts) against the probe's
-    lone requests of the same shape. (1, 1) for runs stored without references."""
+    lone requests of the same shape. None for runs stored without references (not measured)."""
     around = reference_speed([RequestRecord.from_dict(d) for d in run.get("reference_records") or []])
     probe = reference_speed([r for r in calib if r.prompt_tokens == ref_len])  # the probe's lone short prompts
     if around is None or probe is None:
-        return 1.0, 1.0
+        return None
     return around[0] / probe[0], around[1] / probe[1]
 
 
@@ -394,9 +394,9 @@ def evaluate(out: dict[str, Any], json_path: str | None) -> int:
         # probe's model, as a user's `plan --calibrate-from` would run it; the speed explains a miss, and the
         # model at that speed is printed beside it (lone references read ±10 % among themselves, so it is a
         # diagnosis, not a better prediction)
-        fp, fd = drift(run, probe, inp // 2)
-        at_speed = sim_stats(cost.rescaled(prefill=fp, decode=fd), sched, w, recs) if (fp, fd) != (1.0, 1.0) else None
-        rows.append((run["name"], measured_stats(recs), sim_stats(cost, sched, w, recs), fg, (fp, fd), at_speed))
+        speed = drift(run, probe, inp // 2)
+        at_speed = sim_stats(cost.rescaled(prefill=speed[0], decode=speed[1]), sched, w, recs) if speed else None
+        rows.append((run["name"], measured_stats(recs), sim_stats(cost, sched, w, recs), fg, speed, at_speed))
 
     print()
     print(f"workload: prompt {inp} → output {outl} tokens, llama-server --parallel {PARALLEL} --threads {threads}")
@@ -405,10 +405,10 @@ def evaluate(out: dict[str, Any], json_path: str | None) -> int:
     print(hdr)
     print("-" * len(hdr))
     table = []
-    for name, m, p, fg, (fp, fd), raw in rows:
+    for name, m, p, fg, speed, raw in rows:
         cells = []
         rec: dict[str, Any] = {"workload": name, "n": m["n"], "wall_s": fg.wall_s, "foreign_cpu_s": fg.foreign_s,
-                               "speed": {"prefill": fp, "decode": fd}}
+                               "speed": {"prefill": speed[0], "decode": speed[1]} if speed else None}
         if raw is not None:  # the probe's model at the speed measured around this workload
             rec["at_measured_speed"] = {k: {"predicted_ms": raw[k], "rel_err": raw[k] / m[k] - 1 if m[k] else float("nan")}
                                         for k in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")}
@@ -419,12 +419,12 @@ def evaluate(out: dict[str, Any], json_path: str | None) -> int:
             cells.append(f"{m[k]:>{width - 9},.1f} / {p[k]:>6,.1f}{err * 100:>+6.0f}%")
         rec["ttft_paired_abs_err_median"] = p.get("ttft_paired_abs_err_median")
         table.append(rec)
-        print(f"{name:<16}{m['n']:>4}  " + "  ".join(cells) + f"  {fp:>5.2f}/{fd:<5.2f}  {fg.foreign_s:>6.1f} s/{fg.wall_s:.0f} s")
+        print(f"{name:<16}{m['n']:>4}  " + "  ".join(cells) + (f"  {speed[0]:>5.2f}/{speed[1]:<5.2f}" if speed else f"  {'-':>5}/{'-':<5}") + f"  {fg.foreign_s:>6.1f} s/{fg.wall_s:.0f} s")
     out["rows"] = table
     errs = {k: [abs(r[k]["rel_err"]) for r in table] for k in ("ttft_p50", "ttft_p99", "itl_p50", "itl_p99")}
     print()
     print("speed = prefill/decode time of lone reference requests sent right before and after the workload ÷ the "
-          "probe's (> 1: the machine ran slower then than in the probe)")
+          "probe's (> 1: the machine ran slower then than in the probe; - : a run stored without them)")
     unc = [r for r in table if "at_measured_speed" in r]
     if unc:
         print("the model at that speed (CostModel.rescaled), p50 error TTFT / ITL: " + ", ".join(

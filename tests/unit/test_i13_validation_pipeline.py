@@ -61,6 +61,8 @@ def test_evaluate_recovers_a_bimodal_engine(tmp_path: Path) -> None:
     for row in doc["rows"]:
         for k in ("ttft_p50", "itl_p50"):
             assert abs(row[k]["rel_err"]) < 0.05, (row["workload"], k, row[k])
+        # runs stored without reference requests: the speed was not measured, and the row does not claim 1.00
+        assert row["speed"] is None and "at_measured_speed" not in row
 
 
 def test_evaluate_measures_the_machine_speed_of_each_workload(tmp_path: Path) -> None:
