@@ -177,12 +177,11 @@ def reference_speed(recs: list[RequestRecord]) -> tuple[float, float] | None:
     return float(np.median(pre)), float(np.median(dec))
 
 
-def drift(run: dict[str, Any], calib: list[RequestRecord], ref_len: int) -> tuple[float, float] | None:
+def drift(run: dict[str, Any], probe: tuple[float, float] | None) -> tuple[float, float] | None:
     """How much slower (> 1) or faster the machine ran around this workload than in the calibration probe:
-    the reference requests sent right before and after it (lone, ``ref_len``-token prompts) against the probe's
-    lone requests of the same shape. None for runs stored without references (not measured)."""
+    the reference requests sent right before and after it against ``probe`` (:func:`reference_speed` of the
+    probe's lone requests of the same shape). None for runs stored without references (not measured)."""
     around = reference_speed([RequestRecord.from_dict(d) for d in run.get("reference_records") or []])
-    probe = reference_speed([r for r in calib if r.prompt_tokens == ref_len])  # the probe's lone short prompts
     if around is None or probe is None:
         return None
     return around[0] / probe[0], around[1] / probe[1]
@@ -268,9 +267,9 @@ def main() -> int:
         # warm-up (first requests pay page faults / thread spin-up)
         asyncio.run(closed_loop(target, 1, 2, 64, 8, seed=99))
 
-        def quietest(run: Any, refs: bool = False) -> tuple[list[RequestRecord], Foreign]:
+        def quietest(run: Any, refs: bool = False) -> tuple[list[RequestRecord], Foreign, list[RequestRecord]]:
             """Run a workload up to --attempts times; keep the one with the least foreign CPU. ``refs``: two lone
-            reference requests (the probe's short shape) right before and after it, kept in ``last_refs``: the
+            reference requests (the probe's short shape) right before and after it, returned third: the
             machine's speed of those minutes against the probe's (``drift``)."""
             best: tuple[list[RequestRecord], Foreign, list[RequestRecord]] | None = None
             for _ in range(a.attempts):
@@ -287,10 +286,7 @@ def main() -> int:
                 if fg.foreign_s / fg.wall_s < a.quiet:
                     break
             assert best is not None
-            last_refs[:] = best[2]
-            return best[0], best[1]
-
-        last_refs: list[RequestRecord] = []
+            return best
 
         # short probe: sequential, two prompt lengths (on a quiet machine, retried like the workloads)
         t = time.perf_counter()
@@ -308,7 +304,7 @@ def main() -> int:
                     p += asyncio.run(closed_loop(target, b, b, inp // 4, outl, seed=3 + b + 10 * rep))
             return p
 
-        probe, fg = quietest(run_probe)
+        probe, fg, _ = quietest(run_probe)
         out["calibration_foreign_cpu"] = fg.foreign_s / fg.wall_s
         out["calibration_wall_s"] = time.perf_counter() - t
         out["calibration_records"] = [r.to_dict() for r in probe]
@@ -316,18 +312,18 @@ def main() -> int:
               f"foreign CPU {fg.foreign_s:.1f} s in {fg.wall_s:.0f} s", flush=True)
         runs: list[dict[str, Any]] = []
 
-        def keep(name: str, recs: list[RequestRecord], w: Workload, fg: Foreign) -> None:
+        def keep(name: str, recs: list[RequestRecord], w: Workload, fg: Foreign, refs: list[RequestRecord]) -> None:
             runs.append({"name": name, "workload": {k: v for k, v in dataclasses.asdict(w).items() if k != "trace"},
                          "records": [r.to_dict() for r in recs], "wall_s": fg.wall_s, "foreign_cpu_s": fg.foreign_s,
-                         "reference_records": [r.to_dict() for r in last_refs]})
+                         "reference_records": [r.to_dict() for r in refs]})
             m = measured_stats(recs)
             print(f"  {name}: measured TTFT p50 {m['ttft_p50']:,.1f} ms, ITL p50 {m['itl_p50']:,.1f} ms; "
                   f"foreign CPU {fg.foreign_s:.1f} s in {fg.wall_s:.0f} s", flush=True)
 
         for users, n in ((1, 8), (2, 12), (4, 16)):
             n = max(n // scale, users * 2)
-            recs, fg = quietest(lambda: asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users)), refs=True)
-            keep(f"{users} user(s)", recs, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl), fg)
+            recs, fg, refs = quietest(lambda: asyncio.run(closed_loop(target, users, n, inp, outl, seed=10 + users)), refs=True)
+            keep(f"{users} user(s)", recs, Workload(concurrency=users, num_requests=n, input_len=inp, output_len=outl), fg, refs)
         n = 24 // scale
         rate = a.rate
         if rate is None:
@@ -337,15 +333,15 @@ def main() -> int:
             print(f"  Poisson rate {rate:g}/s: 0.6 requests per lone request's service time (--rate to set one)", flush=True)
         w = Workload(rate=rate, num_requests=n, input_len=inp, output_len=outl, seed=5)
         arr = build_requests(w).arrival_s
-        recs, fg = quietest(lambda: asyncio.run(open_loop(target, arr, inp, outl, seed=20))[0], refs=True)
-        keep(f"Poisson {rate:g}/s", recs, w, fg)
+        recs, fg, refs = quietest(lambda: asyncio.run(open_loop(target, arr, inp, outl, seed=20))[0], refs=True)
+        keep(f"Poisson {rate:g}/s", recs, w, fg, refs)
         out["runs"] = runs
         if a.probe_after:
             # the same probe once more after the workloads: this VM's speed drifts by ~10 % over minutes (a
             # lone 256-token prefill read 297-404 ms within one run), so a probe at one end describes the
             # machine of that moment; medians over both ends describe the minutes the workloads ran in
             t = time.perf_counter()
-            probe2, fg2 = quietest(run_probe)
+            probe2, fg2, _ = quietest(run_probe)
             out["calibration_records"] += [r.to_dict() for r in probe2]
             out["calibration_after_foreign_cpu"] = fg2.foreign_s / fg2.wall_s
             print(f"calibration probe after the workloads: {len(probe2)} requests in {time.perf_counter() - t:.0f} s, "
@@ -385,6 +381,7 @@ def evaluate(out: dict[str, Any], json_path: str | None) -> int:
                           "decode_flops_eff": cost.decode_flops_eff, "step_overhead_s": cost.step_overhead_s}
     out["cost_model"] = cost.to_dict()
     rows = []
+    probe_speed = reference_speed([r for r in probe if r.prompt_tokens == inp // 2])  # the probe's lone short prompts
     for run in out["runs"]:
         recs = [RequestRecord.from_dict(d) for d in run["records"]]
         w = Workload(**run["workload"])
@@ -394,7 +391,7 @@ def evaluate(out: dict[str, Any], json_path: str | None) -> int:
         # probe's model, as a user's `plan --calibrate-from` would run it; the speed explains a miss, and the
         # model at that speed is printed beside it (lone references read ±10 % among themselves, so it is a
         # diagnosis, not a better prediction)
-        speed = drift(run, probe, inp // 2)
+        speed = drift(run, probe_speed)
         at_speed = sim_stats(cost.rescaled(prefill=speed[0], decode=speed[1]), sched, w, recs) if speed else None
         rows.append((run["name"], measured_stats(recs), sim_stats(cost, sched, w, recs), fg, speed, at_speed))
 

@@ -284,17 +284,17 @@ class LeanFake:
     # -- truth --------------------------------------------------------------------------------
     def flush(self) -> None:
         self._serialise(None)
+        self._write_pending()
+
+    def _write_pending(self) -> None:
         if self._logfh is not None and self._pending_log:
             self._logfh.write("".join(self._pending_log))  # already serialised, one request at a time
             self._logfh.flush()
         self._pending_log.clear()
 
     def _flush_tick(self) -> None:
-        self._idle_work()
-        if self._logfh is not None and self._pending_log:
-            self._logfh.write("".join(self._pending_log))
-            self._logfh.flush()
-        self._pending_log.clear()
+        self._idle_work()  # serialise only what fits before the next due event
+        self._write_pending()
         if self._loop is not None and self._logfh is not None:
             self._flusher = self._loop.call_later(0.1, self._flush_tick)
 
@@ -475,9 +475,8 @@ class LeanFake:
         else:
             pre = st.head.encode()
             lp = len(pre) + 4
-            mid, last = _CHOICE[(st.chat, False)], _CHOICE[(st.chat, True)][(n - 1) % 12]
-            out = [b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(mid[i % 12]), pre, mid[i % 12]) for i in range(n - 1)]
-            out.append(b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(last), pre, last))
+            chs = (_CHOICE[(st.chat, i + 1 >= n)][i % 12] for i in range(n))
+            out = [b"%x\r\n%b%b]}\n\n\r\n" % (lp + len(ch), pre, ch) for ch in chs]
         if st.include_usage:
             out[-1] += self._chunk(st, None, n)
         out[-1] += b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
