@@ -205,6 +205,28 @@ def test_fixed_overhead_only_when_large_and_dominant():
     assert "ttft-fixed-overhead" in ids(diagnose({"prompt-scaling": outside}))
 
 
+def test_prompt_cost_states_the_decode_change_it_judges():
+    # A 2-core CPU slows decode 12-28 % from 32 to 1024 prompt tokens (attention over the longer
+    # context); the sentence must give that number and its cause, not a bare "also changes", and
+    # never "hardly moves" beside a -19 % it prints.
+    slow = ps(a=0.05)
+    slow.decode_change_pct, slow.decode_flat = -28.0, False
+    cause = diagnose({"prompt-scaling": slow}).get("prompt-cost").cause
+    assert "also slows" in cause and "-28 %" in cause and "32 to 2048" in cause
+    assert "context-fill" in cause and "×" in cause  # the cause, and TTFT's growth beside it
+    flat = diagnose({"prompt-scaling": ps(a=0.05)}).get("prompt-cost").cause
+    assert "hardly moves" in flat and "-3 %" in flat and "context-fill" not in flat
+    within = ps(a=0.05)
+    within.decode_change_pct = -19.0  # decode_flat (<= 25 %) yet not "hardly"
+    cause = diagnose({"prompt-scaling": within}).get("prompt-cost").cause
+    assert "hardly" not in cause and "also slows" in cause and "-19 %" in cause
+    # decode got faster with a longer prompt: noise, no KV story told
+    odd = ps(a=0.05)
+    odd.decode_change_pct, odd.decode_flat = 30.0, False
+    cause = diagnose({"prompt-scaling": odd}).get("prompt-cost").cause
+    assert "+30 %" in cause and "context-fill" not in cause
+
+
 def test_model_load_rule():
     r = RequestRecord(id="x", api="ollama", target="t", server={"load_s": 3.2})
     d = diagnose({}, engine="ollama", records=[r])

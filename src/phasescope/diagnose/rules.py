@@ -81,6 +81,30 @@ def rule_prefix_cache(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             ev))
 
 
+
+#: a decode change smaller than this (either way) between the shortest and longest prompt "hardly moves"
+DECODE_HARDLY_PCT = 10.0
+
+
+def _decode_with_the_prompt(ps: Any, pts: Any) -> str:
+    """The decode half of the prompt-cost sentence, with the change it states and, for a slowdown,
+    its cause: each step attends over the longer context, so a small CPU (compute-bound decode)
+    slows by tens of percent where a GPU hardly moves. ``decode_flat`` (≤ 25 %) is the JSON's
+    verdict; the words need the smaller bound, or "hardly moves" would print beside −20 %."""
+    chg = ps.decode_change_pct
+    if chg is None:
+        return "decode speed was not measured (too few output tokens)."
+    span = f"{chg:+.0f} % from {pts[0].prompt_tokens} to {pts[-1].prompt_tokens} prompt tokens"
+    if abs(chg) < DECODE_HARDLY_PCT:
+        return f"decode speed hardly moves with the prompt ({span})."
+    if chg < 0:
+        growth = f", against TTFT ×{ps.ttft_growth_x:.1f}" if ps.ttft_growth_x else ""
+        return (f"decode also slows with the prompt ({span}{growth}): every step attends over the longer "
+                f"context, which context-fill measures.")
+    return (f"decode speed came out {span}: faster with a longer prompt is the machine's noise, "
+            f"not physics.")
+
+
 def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
     ps = r.get("prompt-scaling")
     if ps is None:
@@ -110,7 +134,7 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
             ev.append(Evidence("decode speed change over the same range", ps.decode_change_pct, "%",
                                f"prompt-scaling: decode from {ps.decode_source or 'client'} timing, best repetition"))
         per_k = 1000.0 / ps.prefill_tok_s
-        decode = f"decode speed {'hardly moves' if ps.decode_flat else 'also changes'} with the prompt."
+        decode = _decode_with_the_prompt(ps, pts)
         if ps.fit.r2 >= FIT_R2_FOR_SHAPE:
             cause = (f"Every 1000 prompt tokens add about {per_k:.2f} s to TTFT (prefill at {ps.prefill_tok_s:.0f} tok/s); "
                      + decode)
