@@ -26,11 +26,17 @@ def run(coro):
     return asyncio.run(coro)
 
 
-async def one(flavor: str, api: str, *, key=None, timeouts=None, model="fake-model", req=None, **fake):
+async def one(flavor: str, api: str, *, key=None, timeouts=None, model="fake-model", req=None, fast=False, **fake):
     async with FakeServer(flavor=flavor, ttft_s=0.005, itl_s=0.002, **fake) as srv:
         t = Target(srv.url, api=api, model=model, engine=flavor, api_key=key, timeouts=timeouts or Timeouts())
-        async with new_session() as s:
+        async with new_session(fast=fast) as s:
             return await get_client(api).send(s, t, req or GenRequest(prompt="a b c", max_tokens=8))
+
+
+#: both receive paths: aiohttp's, and the raw one (phasescope.apis._fast, httptools) load runs use when installed
+PATHS = pytest.mark.parametrize("fast", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not __import__("phasescope.apis._fast", fromlist=["available"]).available(), reason="httptools not installed"))],
+    ids=["aiohttp", "raw"])
 
 
 FAULT_KINDS = [
@@ -42,8 +48,9 @@ FAULT_KINDS = [
 
 @pytest.mark.parametrize("flavor,api", [("vllm", "openai"), ("vllm", "chat"), ("llamacpp", "llamacpp"), ("ollama", "ollama")])
 @pytest.mark.parametrize("fault,kind,status", FAULT_KINDS)
-def test_fault_becomes_a_failed_record(flavor, api, fault, kind, status):
-    r = run(one(flavor, api, fault=fault))
+@PATHS
+def test_fault_becomes_a_failed_record(flavor, api, fault, kind, status, fast):
+    r = run(one(flavor, api, fault=fault, fast=fast))
     assert not r.ok
     assert r.error_kind == kind, r.error_message
     assert r.http_status == status
@@ -55,17 +62,19 @@ def test_fault_becomes_a_failed_record(flavor, api, fault, kind, status):
         assert r.retry_after_s == 1.0
 
 
-def test_first_token_and_between_token_timeouts():
-    r = run(one("vllm", "openai", fault="stall", fault_after=0, timeouts=Timeouts(first_token_s=0.3)))
+@PATHS
+def test_first_token_and_between_token_timeouts(fast):
+    r = run(one("vllm", "openai", fault="stall", fault_after=0, timeouts=Timeouts(first_token_s=0.3), fast=fast))
     assert r.error_kind == "first_token_timeout" and "0.3 s" in r.error_message
-    r = run(one("vllm", "chat", fault="stall", fault_after=3, timeouts=Timeouts(between_tokens_s=0.3)))
+    r = run(one("vllm", "chat", fault="stall", fault_after=3, timeouts=Timeouts(between_tokens_s=0.3), fast=fast))
     assert r.error_kind == "inter_token_timeout" and len(r.token_events()) == 3
-    r = run(one("ollama", "ollama", fault="stall", fault_after=2, timeouts=Timeouts(between_tokens_s=0.3)))
+    r = run(one("ollama", "ollama", fault="stall", fault_after=2, timeouts=Timeouts(between_tokens_s=0.3), fast=fast))
     assert r.error_kind == "inter_token_timeout"
     # keep-alive comments during the stall do not count as tokens (llama.cpp sse_ping_interval)
-    r = run(one("llamacpp", "llamacpp", fault="stall", fault_after=2, ping_s=0.05, timeouts=Timeouts(between_tokens_s=0.3)))
+    r = run(one("llamacpp", "llamacpp", fault="stall", fault_after=2, ping_s=0.05, timeouts=Timeouts(between_tokens_s=0.3),
+                fast=fast))
     assert r.error_kind == "inter_token_timeout"
-    r = run(one("vllm", "chat", fault="stall", fault_after=0, ping_s=0.05, timeouts=Timeouts(first_token_s=0.3)))
+    r = run(one("vllm", "chat", fault="stall", fault_after=0, ping_s=0.05, timeouts=Timeouts(first_token_s=0.3), fast=fast))
     assert r.error_kind == "first_token_timeout" and [e.kind for e in r.events] == ["role"]
 
 
@@ -78,7 +87,8 @@ def test_timeouts_do_not_cancel_the_callers_other_work():
     assert r.error_kind == "first_token_timeout" and other == "fine"
 
 
-def test_nothing_listening_and_connect_timeout():
+@PATHS
+def test_nothing_listening_and_connect_timeout(fast):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -86,7 +96,7 @@ def test_nothing_listening_and_connect_timeout():
 
     async def go(url, to):
         t = Target(url, api="openai", timeouts=to)
-        async with new_session() as sess:
+        async with new_session(fast=fast) as sess:
             return await get_client("openai").send(sess, t, GenRequest(prompt="x", max_tokens=2))
     r = run(go(f"http://127.0.0.1:{port}", Timeouts()))
     assert r.error_kind == "connect" and "phasescope serve" in r.error_message

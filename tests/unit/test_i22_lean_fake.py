@@ -162,6 +162,22 @@ def test_health_thresholds_one_millisecond_at_the_median() -> None:
                                         send_lag_ms_p50=0.9, send_lag_ms_p99=9.0)) == []
 
 
+def test_a_saturated_client_without_the_fast_extra_is_told_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from phasescope.load import health
+
+    busy = RunnerHealth(loop_lag_ms_p50=1.5, loop_lag_ms_p99=9.0, loop_lag_ms_max=12.0, cpu_percent=95.0)
+    monkeypatch.setattr(health, "missing_fast_parts", lambda: ["httptools"])
+    w = health_warnings(busy)
+    assert len(w) == 2 and all("--workers 2" in x.fix and "httptools" in x.fix and "phasescope[fast]" in x.fix for x in w)
+    monkeypatch.setattr(health, "missing_fast_parts", lambda: [])
+    assert all("phasescope[fast]" not in x.fix for x in health_warnings(busy))
+    # the switches count as missing parts: PHASESCOPE_HTTPTOOLS=0 means aiohttp's receive path
+    monkeypatch.undo()
+    monkeypatch.setenv("PHASESCOPE_HTTPTOOLS", "0")
+    monkeypatch.setenv("PHASESCOPE_UVLOOP", "0")
+    assert health.missing_fast_parts() == ["uvloop", "httptools"]
+
+
 def test_fast_to_dict_is_asdicts_copy() -> None:
     r = RequestRecord(id="x", api="openai", target="http://127.0.0.1:1", t_start_ns=5, ok=True,
                       events=[Event(i, n_tokens=1) for i in range(4)],

@@ -251,42 +251,13 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     dog = _Watchdog()
     rec.wall_start_ns = wall_ns()
     dog.arm_overall(request_deadline_s(to, req.max_tokens))
+    pool = getattr(session, "fast_pool", None)  # a FastSession (phasescope.apis._fast)
     try:
-        for attempt in range(MAX_STALE_RETRIES):
+        if pool is not None and pool.takes(url, proto):
             dog.arm("first_token", to.first_token_s)
-            rec.t_conn_ready_ns = None
-            rec.t_start_ns = now_ns()
-            try:
-                resp_cm = session.post(url, data=data, headers=headers, timeout=timeout, trace_request_ctx=rec)
-                resp = await resp_cm.__aenter__()
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                # a pooled keep-alive connection the server had already closed (llama-server
-                # closes some after a stream): no byte of the request was answered, so send it
-                # again, as curl and browsers do. The next pooled connection may be stale too,
-                # so retry while failures come from reused connections; a fresh one's is real.
-                if id(rec) in POOLED and attempt < MAX_STALE_RETRIES - 1:
-                    continue
-                raise
-            finally:
-                POOLED.discard(id(rec))
-            break
-        try:
-            rec.t_headers_ns = now_ns()
-            rec.http_status = resp.status
-            if resp.status >= 400:
-                body = await resp.content.read(_ERR_BODY_MAX)
-                rec.t_done_ns = now_ns()
-                raise http_error(resp.status, body, resp.headers, target, proto.path)
-            if not req.stream:
-                raw = await resp.read()
-                rec.t_done_ns = now_ns()
-                proto.on_body(_decode_json(raw, target, proto.path))
-            elif proto.framing == "ndjson":
-                await _read_ndjson(resp, proto, dog)
-            else:
-                await _read_sse(resp, proto, dog)
-        finally:
-            await resp_cm.__aexit__(None, None, None)
+            await pool.send(url, proto, data, headers, dog, _SseFramer(proto, dog), MAX_STALE_RETRIES)
+        else:
+            await _send_aiohttp(session, proto, url, data, headers, timeout, dog)
         if rec.t_done_ns is None:
             rec.t_done_ns = now_ns()
         proto.finish()
@@ -335,6 +306,47 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     finally:
         dog.close()
     return rec
+
+
+async def _send_aiohttp(session: aiohttp.ClientSession, proto: Protocol, url: str, data: bytes,
+                        headers: dict[str, str], timeout: aiohttp.ClientTimeout, dog: _Watchdog) -> None:
+    """The request over aiohttp: send (resending on a stale pooled connection), status, body or stream."""
+    target, req, rec, to = proto.target, proto.req, proto.rec, proto.target.timeouts
+    for attempt in range(MAX_STALE_RETRIES):
+        dog.arm("first_token", to.first_token_s)
+        rec.t_conn_ready_ns = None
+        rec.t_start_ns = now_ns()
+        try:
+            resp_cm = session.post(url, data=data, headers=headers, timeout=timeout, trace_request_ctx=rec)
+            resp = await resp_cm.__aenter__()
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            # a pooled keep-alive connection the server had already closed (llama-server
+            # closes some after a stream): no byte of the request was answered, so send it
+            # again, as curl and browsers do. The next pooled connection may be stale too,
+            # so retry while failures come from reused connections; a fresh one's is real.
+            if id(rec) in POOLED and attempt < MAX_STALE_RETRIES - 1:
+                continue
+            raise
+        finally:
+            POOLED.discard(id(rec))
+        break
+    try:
+        rec.t_headers_ns = now_ns()
+        rec.http_status = resp.status
+        if resp.status >= 400:
+            body = await resp.content.read(_ERR_BODY_MAX)
+            rec.t_done_ns = now_ns()
+            raise http_error(resp.status, body, resp.headers, target, proto.path)
+        if not req.stream:
+            raw = await resp.read()
+            rec.t_done_ns = now_ns()
+            proto.on_body(_decode_json(raw, target, proto.path))
+        elif proto.framing == "ndjson":
+            await _read_ndjson(resp, proto, dog)
+        else:
+            await _read_sse(resp, proto, dog)
+    finally:
+        await resp_cm.__aexit__(None, None, None)
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:
@@ -392,32 +404,36 @@ async def _ended(proto: Protocol, dog: _Watchdog, content: aiohttp.StreamReader,
     return False
 
 
-async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdog) -> None:
-    """Frame ``data:`` events out of raw reads. Comments (``:``), ``event:``/``id:`` lines ignored.
+class _SseFramer:
+    """SSE ``data:`` events out of raw chunks, pushed in by whichever transport read them.
 
-    Hot loop (runs once per read, i.e. per event at high concurrency): events are cut out of the
-    buffer by offset (no re-slicing of the remainder per event), each stamped with
+    ``feed(chunk)`` runs once per read, i.e. per event at high concurrency: events are cut out of
+    the buffer by offset (no re-slicing of the remainder per event), each stamped with
     ``perf_counter_ns`` right after its JSON is decoded, and the between-tokens deadline moves
-    with one store when the read brought a token.
+    with one store when the read brought a token. Comments (``:``), ``event:``/``id:`` lines are
+    ignored. aiohttp's reader (:func:`_read_sse`) awaits ``readany()`` and feeds it; the raw
+    transport (:mod:`phasescope.apis._fast`) feeds it from the parser's body callback.
     """
-    rec, target, path = proto.rec, proto.target, proto.path
-    between = target.timeouts.between_tokens_s
-    events = rec.events
-    on_message = proto.on_message
-    clock = now_ns
-    scan = _json_scan
-    # past this many events the tokens are counted: more than max_tokens + margin ends the read
-    cap = int(proto.req.max_tokens or 0) + overrun_margin(int(proto.req.max_tokens or 0))
-    buf = b""
-    content = resp.content
-    while True:
-        chunk = await content.readany()
-        if not chunk:
-            break
+
+    __slots__ = ("proto", "dog", "rec", "target", "path", "between", "events", "on_message", "cap", "buf")
+
+    def __init__(self, proto: Protocol, dog: _Watchdog) -> None:
+        self.proto, self.dog, self.rec = proto, dog, proto.rec
+        self.target, self.path = proto.target, proto.path
+        self.between = proto.target.timeouts.between_tokens_s
+        self.events = proto.rec.events
+        self.on_message = proto.on_message
+        # past this many events the tokens are counted: more than max_tokens + margin ends the read
+        self.cap = int(proto.req.max_tokens or 0) + overrun_margin(int(proto.req.max_tokens or 0))
+        self.buf = b""
+
+    def feed(self, chunk: bytes) -> None:
+        events = self.events
         n_before = len(events)
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buf = buf + chunk if buf else chunk
+        buf = self.buf + chunk if self.buf else chunk
+        on_message, clock, scan = self.on_message, now_ns, _json_scan
         pos = 0
         t = 0
         while True:
@@ -433,7 +449,7 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
                 if payload is None:
                     continue
             if payload == b"[DONE]":
-                proto.on_done_marker(clock())
+                self.proto.on_done_marker(clock())
                 continue
             try:
                 s = payload.decode("utf-8", "surrogatepass")
@@ -444,26 +460,44 @@ async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdo
                 else:
                     obj = _json_decode(s)
             except (ValueError, StopIteration):
-                obj = _decode_json(payload, target, path)  # whitespace, or the one-line error
+                obj = _decode_json(payload, self.target, self.path)  # whitespace, or the one-line error
             t = clock()
             on_message(obj, t)
-        buf = buf[pos:] if pos else buf
+        self.buf = buf = buf[pos:] if pos else buf
         if len(events) > n_before and _token_in(events, n_before):
-            _rearm(proto, dog, between, t)
+            _rearm(self.proto, self.dog, self.between, t)
+        if (len(events) > self.cap or len(buf) > _MAX_EVENT_BYTES) and not self.proto.done:
+            _guard(self.proto, len(events), self.cap, len(buf), "event")
+
+    def eof(self) -> None:
+        """The bytes ran out: a last event without its blank line still counts, then the
+        protocol judges a stream that never said it was done (:meth:`Protocol.on_eof`)."""
+        proto = self.proto
+        if self.buf.strip():
+            payload = _sse_data(self.buf)
+            self.buf = b""
+            if payload is not None and payload != b"[DONE]":
+                proto.on_message(_decode_json(payload, self.target, self.path), now_ns())
+        self.rec.t_done_ns = now_ns()
+        if not proto.done:
+            proto.on_eof()
+
+
+async def _read_sse(resp: aiohttp.ClientResponse, proto: Protocol, dog: _Watchdog) -> None:
+    """aiohttp's reads fed to :class:`_SseFramer` until the stream is done or its bytes run out."""
+    framer = _SseFramer(proto, dog)
+    feed = framer.feed
+    content = resp.content
+    while True:
+        chunk = await content.readany()
+        if not chunk:
+            break
+        feed(chunk)
         if proto.done:
             break
-        if len(events) > cap or len(buf) > _MAX_EVENT_BYTES:
-            _guard(proto, len(events), cap, len(buf), "event")
-    if await _ended(proto, dog, content, rec):
+    if await _ended(proto, dog, content, proto.rec):
         return
-    if buf.strip():
-        payload = _sse_data(buf)
-        if payload is not None and payload != b"[DONE]":
-            obj = _decode_json(payload, target, path)
-            proto.on_message(obj, now_ns())
-    rec.t_done_ns = now_ns()
-    if not proto.done:
-        proto.on_eof()
+    framer.eof()
 
 
 def _sse_data(block: bytes) -> bytes | None:

@@ -52,15 +52,32 @@ def trace_config() -> aiohttp.TraceConfig:
     return _TRACE
 
 
-def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0) -> aiohttp.ClientSession:
+def raw_path_enabled() -> bool:
+    """Load runs read streams on the raw path (:mod:`phasescope.apis._fast`) when httptools is
+    installed (``pip install 'phasescope[fast]'``) and ``PHASESCOPE_HTTPTOOLS`` is not ``0``."""
+    import os
+
+    from phasescope.apis._fast import available
+
+    return os.environ.get("PHASESCOPE_HTTPTOOLS", "1") != "0" and available()
+
+
+def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0, fast: bool = False) -> Any:
     """A ClientSession ready for :func:`phasescope.apis._http.exchange`: our trace hook, no connection cap by default
     (``limit=0``; aiohttp's default of 100 silently queues requests above 100 streams), no total
-    timeout (timeouts are per request), no auto-decompression surprises."""
+    timeout (timeouts are per request), no auto-decompression surprises. ``fast=True``: a
+    :class:`~phasescope.apis._fast.FastSession` (needs httptools) that reads streamed SSE generation
+    requests on the raw path and sends everything else through the aiohttp session it wraps."""
     # keepalive_timeout 4 s: llama-server and uvicorn (vLLM, SGLang) close idle keep-alive connections
     # after 5 s; aiohttp's default 15 s keeps reusing connections the server already dropped.
     conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=4.0)
-    return aiohttp.ClientSession(
+    session = aiohttp.ClientSession(
         connector=conn,
         trace_configs=[trace_config()],
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
     )
+    if fast:  # streamed SSE requests to http:// go over the raw path; the rest over this session
+        from phasescope.apis._fast import FastSession
+
+        return FastSession(session)
+    return session

@@ -13,6 +13,9 @@ from phasescope.cli._common import api_key_option, console, err_console, print_h
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 
 
+#: the Client health line's words for RunnerHealth.receive_path
+_PATH_WORDS = {"raw": "the raw path (httptools)", "aiohttp": "aiohttp"}
+
 def _fmt(v: Any, nd: int = 2) -> str:
     if v is None:
         return "-"
@@ -153,7 +156,10 @@ def _print_summary(s: dict[str, Any]) -> None:
 
     print_gpu(s.get("gpu"))
     console.print(f"Client health: event-loop lag p99 {_fmt(h.get('loop_lag_ms_p99'))} ms, CPU {_fmt(h.get('cpu_percent'), 0)} % "
-                  f"of a core, send lag p99 {_fmt(h.get('send_lag_ms_p99'))} ms", highlight=False, soft_wrap=True)
+                  f"of a core, send lag p99 {_fmt(h.get('send_lag_ms_p99'))} ms"
+                  + (f" (streams read on {_PATH_WORDS.get(h['receive_path'], h['receive_path'])}"
+                     f"{', ' + h['event_loop'] if h.get('event_loop') else ''})" if h.get("receive_path") else ""),
+                  highlight=False, soft_wrap=True)
     console.print(f"Records: {s.get('records_path')}", highlight=False, soft_wrap=True)
     from phasescope.cli._bench_scale import print_scale_out
 

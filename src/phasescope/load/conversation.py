@@ -394,6 +394,6 @@ async def run_sessions(
         if stop.is_set():
             res.interrupted = res.aborted is None
     finally:
-        await wind_down(res, tasks, monitor, send_lags, bw)
+        await wind_down(res, tasks, monitor, send_lags, bw, sess)
         await sess.close()
     return res

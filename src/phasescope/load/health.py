@@ -35,6 +35,10 @@ class RunnerHealth:
     send_lag_ms_p99: float | None = None
     send_lag_ms_max: float | None = None
     loop_samples: int = 0
+    #: how the client read its streams: ``raw`` (httptools, :mod:`phasescope.apis._fast`) or ``aiohttp``
+    receive_path: str | None = None
+    #: the event loop it ran on: ``uvloop`` or ``asyncio``
+    event_loop: str | None = None
 
     @classmethod
     def merge(cls, parts: Sequence["RunnerHealth"]) -> "RunnerHealth":
@@ -44,7 +48,9 @@ class RunnerHealth:
             return max(vals) if vals else None
         return cls(**{n: mx(n) for n in ("loop_lag_ms_p50", "loop_lag_ms_p99", "loop_lag_ms_max", "cpu_percent",
                                           "send_lag_ms_p50", "send_lag_ms_p99", "send_lag_ms_max")},
-                   loop_samples=sum(p.loop_samples for p in parts))
+                   loop_samples=sum(p.loop_samples for p in parts),
+                   receive_path=",".join(sorted({p.receive_path for p in parts if p.receive_path})) or None,
+                   event_loop=",".join(sorted({p.event_loop for p in parts if p.event_loop})) or None)
 
 
 class HealthMonitor:
@@ -84,7 +90,9 @@ class HealthMonitor:
         cpu = time.process_time() - self._cpu0
         import numpy as np
 
-        h = RunnerHealth(cpu_percent=100.0 * cpu / wall if wall > 0 else None, loop_samples=len(self.lags_ns))
+        loop_mod = type(asyncio.get_running_loop()).__module__
+        h = RunnerHealth(cpu_percent=100.0 * cpu / wall if wall > 0 else None, loop_samples=len(self.lags_ns),
+                         event_loop="uvloop" if loop_mod.startswith("uvloop") else "asyncio")
         if self.lags_ns:
             a = np.asarray(self.lags_ns, dtype=float) / 1e6
             h.loop_lag_ms_p50, h.loop_lag_ms_p99, h.loop_lag_ms_max = (
@@ -103,6 +111,21 @@ SEND_LAG_MEDIAN_MS = 1.0
 SEND_LAG_P99_MS = 10.0
 
 
+def missing_fast_parts() -> list[str]:
+    """What of the ``[fast]`` extra this client runs without: ``uvloop`` (the event loop) and
+    ``httptools`` (the raw receive path, :mod:`phasescope.apis._fast`), installed and not turned
+    off by ``PHASESCOPE_UVLOOP=0`` / ``PHASESCOPE_HTTPTOOLS=0``."""
+    import importlib.util
+    import os
+
+    out = []
+    if os.environ.get("PHASESCOPE_UVLOOP", "1") == "0" or importlib.util.find_spec("uvloop") is None:
+        out.append("uvloop")
+    if os.environ.get("PHASESCOPE_HTTPTOOLS", "1") == "0" or importlib.util.find_spec("httptools") is None:
+        out.append("httptools")
+    return out
+
+
 def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float | None = None,
                     requested_rate: float | None = None, burst: bool = False) -> list[MeasurementWarning]:
     """Hyperfine-style warnings: what happened, why it matters, what to change. ``burst``: every request
@@ -110,6 +133,10 @@ def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float |
     took to put the burst on the wire, not a schedule it missed."""
     out: list[MeasurementWarning] = []
     more = f"--workers {max(2, workers * 2)}"
+    missing = missing_fast_parts()
+    if missing:  # a saturated client without its leaner loop or receive path: say how to get them first
+        more = (f"{more} (or run with {' and '.join(missing)}: pip install 'phasescope[fast]', less client CPU "
+                f"per streamed event)")
     # The client itself adds more than 1 ms to a typical event (median loop lag: a ready event waits
     # that long for the loop) or its tail stalls past 5 ms: either way its timestamps carry its own delay.
     p50, p99 = h.loop_lag_ms_p50, h.loop_lag_ms_p99

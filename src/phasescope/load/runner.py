@@ -95,13 +95,16 @@ def make_request(item: WorkItem, sr: ScheduledRequest, *, run_id: str, ignore_eo
     )
 
 
-def new_session(limit: int = 0) -> aiohttp.ClientSession:
+def new_session(limit: int = 0) -> Any:
     """One session for the whole run (the API clients' session: pre-transfer trace hook, per-request
     timeouts). ``limit=0``: no connection-pool cap — aiohttp's default of 100 silently queues
     streams above 100 and inflates TTFT (gpustack PR #2324)."""
     from phasescope.apis import new_session as api_session
+    from phasescope.apis._session import raw_path_enabled
 
-    return api_session(limit=limit)
+    # the raw receive path when httptools is installed (issue 22: aiohttp's per-event wake-up is
+    # most of one core's CPU at 1,000+ streams); PHASESCOPE_HTTPTOOLS=0 keeps aiohttp's
+    return api_session(limit=limit, fast=raw_path_enabled())
 
 
 async def run_load(
@@ -258,7 +261,7 @@ async def run_load(
                 await _wait_or_stop(set(in_flight), asyncio.Event(), 5.0)
     finally:
         try:
-            await wind_down(res, in_flight, monitor, send_lags, bw)
+            await wind_down(res, in_flight, monitor, send_lags, bw, sess)
         finally:
             quiet_gc.stop()
         if own_session:
@@ -302,7 +305,7 @@ class ConnectionWatch:
 
 
 async def wind_down(res: RunResult, in_flight: Iterable[asyncio.Task[Any]], monitor: "HealthMonitor",
-                    send_lags: list[int], sink: ThreadedSink) -> None:
+                    send_lags: list[int], sink: ThreadedSink, session: Any = None) -> None:
     """The end of every load run, stopped or not: cancel what is still in flight (counted in
     ``res.cancelled``), stamp the end, take the runner's health, and wait until every record reached
     the sink — a write failure makes the run ``aborted`` with why (the records before it are on disk)."""
@@ -314,6 +317,8 @@ async def wind_down(res: RunResult, in_flight: Iterable[asyncio.Task[Any]], moni
         await asyncio.gather(*pending, return_exceptions=True)
     res.t_end_ns = now_ns()
     res.health = await monitor.stop(send_lags) if monitor._task is not None else RunnerHealth()
+    if session is not None:
+        res.health.receive_path = "raw" if getattr(session, "fast_pool", None) is not None else "aiohttp"
     sink.close()
     if sink.error is not None:
         res.write_error = sink.error
