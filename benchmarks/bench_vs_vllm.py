@@ -71,10 +71,11 @@ json.dump({{"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", 
 
 
 FAKE = "lean"  # set from --fake
+FAKE_LOOP = "auto"  # set from --fake-loop
 
 
 def start_fake(log: Path) -> tuple[subprocess.Popen[str], str]:
-    mod = ["phasescope.testing.lean_fake"] if FAKE == "lean" else ["phasescope.testing.fakeserver", "--flavor", "vllm"]
+    mod = ["phasescope.testing.lean_fake", "--loop", FAKE_LOOP] if FAKE == "lean" else ["phasescope.testing.fakeserver", "--flavor", "vllm"]
     p = subprocess.Popen(["taskset", "-c", "1", PY, "-m", *mod,
                           "--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--log", str(log)],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT,
@@ -262,10 +263,12 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    global FAKE
+    global FAKE, FAKE_LOOP
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vllm", default="/tmp/vllm-venv/bin/vllm")
     ap.add_argument("--fake", choices=("lean", "aiohttp"), default="lean", help="the ground-truth server")
+    ap.add_argument("--fake-loop", choices=("auto", "asyncio", "uvloop"), default="auto",
+                    help="the lean fake's event loop (auto: uvloop when installed)")
     ap.add_argument("--levels", default="64,256,512,1024", help="stream counts for the error table")
     ap.add_argument("--sustain", default="1536,2048,3072", help="ascending levels past --levels for the sustain search")
     ap.add_argument("--repeats", type=int, default=1, help="runs per tool and level (interleaved; medians reported)")
@@ -276,7 +279,7 @@ def main() -> None:
                     help="sustain test on the full TTFT error (ttft, default) or the first-token receive lag (recv)")
     ap.add_argument("--json", default=None, help="write all rows here")
     args = ap.parse_args()
-    FAKE = args.fake
+    FAKE, FAKE_LOOP = args.fake, args.fake_loop
     if not shutil.which("taskset"):
         sys.exit("taskset is needed to pin client and server to separate cores")
     have_vllm = Path(args.vllm).exists()
