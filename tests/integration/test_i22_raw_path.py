@@ -178,3 +178,84 @@ def test_bench_says_which_receive_path_read_its_streams(switch, path, tmp_path, 
     assert s["completed"] == 6 and s["failed"] == 0
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("Client health"))
     assert ("raw path (httptools)" in line) == (path == "raw") and h["event_loop"] in line
+
+
+class _CloseDelimited(asyncio.Protocol):
+    """Answers with no Content-Length and no chunking (the body ends when the connection does), as
+    HTTP/1.0-style proxies do: ``mode`` "finish" = finish_reason but no [DONE], the last event
+    without its blank line; "error" = a 500 whose JSON body ends at the close."""
+
+    mode = "finish"
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        if b"\r\n\r\n" not in data:
+            return
+        if self.mode == "error":
+            self.transport.write(b'HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n'
+                                 b'Connection: close\r\n\r\n{"error": {"message": "engine fell over"}}')
+        else:
+            ev = [b'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":" w",'
+                  b'"finish_reason":' + (b'"length"' if i == 2 else b"null") + b"}]}" for i in range(3)]
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+                                 + b"\n\n".join(ev))  # no blank line after the last one
+        self.transport.close()
+
+
+@pytest.mark.parametrize("mode", ["finish", "error"])
+def test_a_body_that_ends_with_the_connection_reads_as_aiohttp_reads_it(mode):
+    async def go():
+        _CloseDelimited.mode = mode
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_CloseDelimited, "127.0.0.1", 0)
+        t = Target(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", api="openai", model="m", timeouts=Timeouts())
+        try:
+            out = []
+            for fast in (False, True):
+                async with new_session(fast=fast) as s:
+                    out.append(await get_client("openai").send(s, t, GenRequest(prompt="x", max_tokens=3)))
+            return out
+        finally:
+            server.close()
+
+    a, b = asyncio.run(go())
+    assert shape(a) == shape(b)
+    if mode == "finish":
+        assert b.ok and len(b.token_events()) == 3, b.error_message
+    else:
+        assert b.error_kind == "http" and b.http_status == 500 and "engine fell over" in b.error_message
+
+
+def test_a_redirect_is_followed_as_aiohttp_follows_it():
+    """A 307 (a proxy moving the API) is followed on aiohttp's path, for this and later requests."""
+    async def go():
+        async with FakeServer(flavor="vllm", ttft_s=0.005, itl_s=0.002) as srv:
+            hits = []
+
+            class Mover(asyncio.Protocol):
+                def connection_made(self, transport):
+                    self.transport = transport
+
+                def data_received(self, data):
+                    if b"\r\n\r\n" in data:
+                        hits.append(1)
+                        self.transport.write(f"HTTP/1.1 307 Temporary Redirect\r\nLocation: {srv.url}/v1/completions\r\n"
+                                             f"Content-Length: 0\r\n\r\n".encode())
+
+            loop = asyncio.get_running_loop()
+            mover = await loop.create_server(Mover, "127.0.0.1", 0)
+            t = Target(f"http://127.0.0.1:{mover.sockets[0].getsockname()[1]}", api="openai", model="fake-model",
+                       timeouts=Timeouts())
+            try:
+                async with new_session(fast=True) as s:
+                    recs = [await get_client("openai").send(s, t, GenRequest(prompt="a b", max_tokens=4)) for _ in range(2)]
+                    return recs, len(hits), s.fast_pool.redirected
+            finally:
+                mover.close()
+
+    recs, hits, redirected = asyncio.run(go())
+    assert [r.ok for r in recs] == [True, True], [r.error_message for r in recs]
+    assert all(len(r.token_events()) == 4 and r.http_status == 200 for r in recs)
+    assert hits == 3 and len(redirected) == 1  # the raw try, then aiohttp's two requests (each redirected)

@@ -56,6 +56,11 @@ class _Stale(Exception):
     """A pooled connection closed before any byte of the answer: safe to send again."""
 
 
+class Redirected(Exception):
+    """The server answered 3xx: aiohttp's path follows redirects, so the request goes there
+    (:func:`phasescope.apis._http.exchange`), and so does every later request to that URL."""
+
+
 class _Conn(asyncio.Protocol):
     """One keep-alive HTTP/1.1 connection; one request at a time."""
 
@@ -74,6 +79,8 @@ class _Conn(asyncio.Protocol):
         self.err_body: bytearray | None = None
         self.error: BaseException | None = None
         self.complete = False
+        self.headers_done = False
+        self.close_delimited = False
         self.idle_since = 0.0
         self.drain: asyncio.TimerHandle | None = None
 
@@ -82,6 +89,7 @@ class _Conn(asyncio.Protocol):
         self.proto, self.framer = proto, framer
         self.got_bytes, self.status, self.headers = False, 0, []
         self.err_body, self.error, self.complete = None, None, False
+        self.headers_done = self.close_delimited = False
         self.fut = fut = asyncio.get_running_loop().create_future()
         self.transport.write(raw)
         return fut
@@ -125,6 +133,11 @@ class _Conn(asyncio.Protocol):
             fut.set_exception(_Stale())
         elif proto is not None and proto.done:
             fut.set_result(None)
+        elif self.close_delimited and self.error is None:
+            # no Content-Length, not chunked: the end of the bytes is the end of the answer, as
+            # aiohttp reads it (a last event without its blank line, then the protocol's verdict)
+            self.on_message_complete()
+            self.pool.forget(self)  # in case it was handed back: this connection is gone
         else:
             n = len(proto.rec.token_events()) if proto is not None else 0
             fut.set_exception(E.StreamBrokenError(
@@ -139,7 +152,10 @@ class _Conn(asyncio.Protocol):
         rec = self.proto.rec
         rec.t_headers_ns = now_ns()
         self.status = rec.http_status = self.parser.get_status_code()
-        if self.status >= 400:
+        self.headers_done = True
+        names = {k.lower(): v.lower() for k, v in self.headers}
+        self.close_delimited = "content-length" not in names and "chunked" not in names.get("transfer-encoding", "")
+        if self.status >= 300:  # an error's body is kept for its message; a redirect's is dropped
             self.err_body = bytearray()
 
     def on_body(self, body: bytes) -> None:
@@ -171,7 +187,10 @@ class _Conn(asyncio.Protocol):
             from phasescope.apis._errors import http_error
 
             proto.rec.t_done_ns = now_ns()
-            err = http_error(self.status, bytes(self.err_body), CIMultiDict(self.headers), proto.target, proto.path)
+            if self.status < 400:
+                err = Redirected()
+            else:
+                err = http_error(self.status, bytes(self.err_body), CIMultiDict(self.headers), proto.target, proto.path)
         elif not proto.done:
             try:
                 self.framer.eof()  # a last event without its blank line, then "ended before completion"
@@ -203,11 +222,14 @@ class FastPool:
         self.idle: dict[tuple[str, int], list[_Conn]] = {}
         self.live: set[_Conn] = set()
         self.heads: dict[str, tuple[tuple[str, int], bytes]] = {}
+        #: URLs that answered with a redirect: aiohttp's path (which follows it) sends to them
+        self.redirected: set[str] = set()
         self._reaper: asyncio.TimerHandle | None = None
 
     def takes(self, url: str, proto: "Protocol") -> bool:
         """Does this request go the raw way? Streamed SSE over plain http only."""
-        return proto.req.stream and proto.framing == "sse" and url.startswith("http://")
+        return (proto.req.stream and proto.framing == "sse" and url.startswith("http://")
+                and url not in self.redirected)
 
     def _head(self, url: str) -> tuple[tuple[str, int], bytes]:
         got = self.heads.get(url)
@@ -245,6 +267,9 @@ class FastPool:
                     continue
                 raise E.StreamBrokenError(f"{proto.target.display_url}{proto.path}: connection cut mid-response "
                                           f"(0 token events received): ServerDisconnected") from None
+            except Redirected:
+                self.redirected.add(url)
+                raise
             except BaseException:
                 if conn.fut is fut:  # still ours (a whole error answer went back to the pool)
                     conn.abort()

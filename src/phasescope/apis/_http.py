@@ -253,10 +253,17 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     dog.arm_overall(request_deadline_s(to, req.max_tokens))
     pool = getattr(session, "fast_pool", None)  # a FastSession (phasescope.apis._fast)
     try:
+        sent = False
         if pool is not None and pool.takes(url, proto):
+            from phasescope.apis._fast import Redirected
+
             dog.arm("first_token", to.first_token_s)
-            await pool.send(url, proto, data, headers, dog, _SseFramer(proto, dog), MAX_STALE_RETRIES)
-        else:
+            try:
+                await pool.send(url, proto, data, headers, dog, _SseFramer(proto, dog), MAX_STALE_RETRIES)
+                sent = True
+            except Redirected:  # 3xx: aiohttp's path follows it
+                rec.t_headers_ns = rec.t_done_ns = rec.http_status = None
+        if not sent:
             await _send_aiohttp(session, proto, url, data, headers, timeout, dog)
         if rec.t_done_ns is None:
             rec.t_done_ns = now_ns()
