@@ -14,6 +14,7 @@ import tempfile
 import pytest
 
 from phasescope.apis import get_client, new_session
+from phasescope.apis._fast import available as raw_path_available
 from phasescope.apis.base import GenRequest, Target, Timeouts
 from phasescope.measure.records import read_records
 from phasescope.probe.runner import send_with_retries
@@ -35,8 +36,7 @@ async def one(flavor: str, api: str, *, key=None, timeouts=None, model="fake-mod
 
 #: both receive paths: aiohttp's, and the raw one (phasescope.apis._fast, httptools) load runs use when installed
 PATHS = pytest.mark.parametrize("fast", [False, pytest.param(True, marks=pytest.mark.skipif(
-    not __import__("phasescope.apis._fast", fromlist=["available"]).available(), reason="httptools not installed"))],
-    ids=["aiohttp", "raw"])
+    not raw_path_available(), reason="httptools not installed"))], ids=["aiohttp", "raw"])
 
 
 FAULT_KINDS = [

@@ -163,11 +163,12 @@ def test_bench_says_which_receive_path_read_its_streams(switch, path, tmp_path, 
     """The summary's runner_health and the Client health line name the path (and loop) a run used,
     and the run's numbers come out whole on either."""
     import json
+    import os
     import subprocess
     import sys
 
     with FakeServer(flavor="vllm", ttft_s=0.005, itl_s=0.002).running() as srv:
-        env = {**__import__("os").environ, "PHASESCOPE_HTTPTOOLS": switch}
+        env = {**os.environ, "PHASESCOPE_HTTPTOOLS": switch}
         p = subprocess.run([sys.executable, "-m", "phasescope", "bench", srv.url, "-n", "6", "--max-concurrency", "3",
                             "--input-len", "8", "--output-len", "5", "--no-store", "--out", str(tmp_path / "b"),
                             "--no-server-metrics"], capture_output=True, text=True, env=env, timeout=120)

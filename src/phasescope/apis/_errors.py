@@ -17,6 +17,27 @@ from phasescope.apis.base import Target
 from phasescope.measure.records import RequestRecord
 
 
+#: body bytes kept from an HTTP error response for the message (both receive paths)
+ERR_BODY_MAX = 4096
+
+
+def connect_timeout(target: Target) -> E.ConnectTimeout:
+    return E.ConnectTimeout(f"connecting to {target.display_url} took longer than {target.timeouts.connect_s:g} s",
+                            hint="raise --connect-timeout")
+
+
+def nothing_listening(target: Target, os_error: OSError) -> E.ConnectError:
+    return E.ConnectError(f"nothing is listening at {target.display_url} ({os_error.strerror or os_error})",
+                          hint="start a server there, run the embedded one with `phasescope serve`, or omit the URL "
+                               "to let phasescope start it")
+
+
+def cut_mid_response(target: Target, path: str, rec: RequestRecord, why: str) -> E.StreamBrokenError:
+    """The connection ended before the answer did; ``why``: what the transport saw."""
+    return E.StreamBrokenError(f"{target.display_url}{path}: connection cut mid-response "
+                               f"({len(rec.token_events())} token events received): {why}")
+
+
 def _error_text(body: bytes) -> str:
     """The server's own error sentence from any of the usual shapes."""
     text = body.decode("utf-8", "replace").strip()

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from phasescope import errors as E
+from phasescope.apis._errors import ERR_BODY_MAX, connect_timeout, cut_mid_response, http_error, nothing_listening
 from phasescope.measure.clock import now_ns
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 KEEPALIVE_S = 4.0
 #: after the stream is logically done, the rest of its response (the last chunk) is waited for this long
 _DRAIN_S = 0.25
-_ERR_BODY_MAX = 4096
 
 
 def available() -> bool:
@@ -79,7 +79,6 @@ class _Conn(asyncio.Protocol):
         self.err_body: bytearray | None = None
         self.error: BaseException | None = None
         self.complete = False
-        self.headers_done = False
         self.close_delimited = False
         self.idle_since = 0.0
         self.drain: asyncio.TimerHandle | None = None
@@ -89,7 +88,7 @@ class _Conn(asyncio.Protocol):
         self.proto, self.framer = proto, framer
         self.got_bytes, self.status, self.headers = False, 0, []
         self.err_body, self.error, self.complete = None, None, False
-        self.headers_done = self.close_delimited = False
+        self.close_delimited = False
         self.fut = fut = asyncio.get_running_loop().create_future()
         self.transport.write(raw)
         return fut
@@ -139,10 +138,8 @@ class _Conn(asyncio.Protocol):
             self.on_message_complete()
             self.pool.forget(self)  # in case it was handed back: this connection is gone
         else:
-            n = len(proto.rec.token_events()) if proto is not None else 0
-            fut.set_exception(E.StreamBrokenError(
-                f"{proto.target.display_url}{proto.path}: connection cut mid-response "
-                f"({n} token events received): {type(exc).__name__ if exc else 'ServerDisconnected'}"))
+            fut.set_exception(cut_mid_response(proto.target, proto.path, proto.rec,
+                                               type(exc).__name__ if exc else "ServerDisconnected"))
 
     # -- httptools callbacks --------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -152,7 +149,6 @@ class _Conn(asyncio.Protocol):
         rec = self.proto.rec
         rec.t_headers_ns = now_ns()
         self.status = rec.http_status = self.parser.get_status_code()
-        self.headers_done = True
         names = {k.lower(): v.lower() for k, v in self.headers}
         self.close_delimited = "content-length" not in names and "chunked" not in names.get("transfer-encoding", "")
         if self.status >= 300:  # an error's body is kept for its message; a redirect's is dropped
@@ -160,8 +156,8 @@ class _Conn(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         if self.err_body is not None:
-            if len(self.err_body) < _ERR_BODY_MAX:
-                self.err_body += body[: _ERR_BODY_MAX - len(self.err_body)]
+            if len(self.err_body) < ERR_BODY_MAX:
+                self.err_body += body[: ERR_BODY_MAX - len(self.err_body)]
             return
         proto = self.proto
         if proto.done:
@@ -183,8 +179,6 @@ class _Conn(asyncio.Protocol):
         err: BaseException | None = None
         if self.err_body is not None:
             from multidict import CIMultiDict
-
-            from phasescope.apis._errors import http_error
 
             proto.rec.t_done_ns = now_ns()
             if self.status < 400:
@@ -265,8 +259,7 @@ class FastPool:
             except _Stale:
                 if reused and attempt < retries - 1:
                     continue
-                raise E.StreamBrokenError(f"{proto.target.display_url}{proto.path}: connection cut mid-response "
-                                          f"(0 token events received): ServerDisconnected") from None
+                raise cut_mid_response(proto.target, proto.path, rec, "ServerDisconnected") from None
             except Redirected:
                 self.redirected.add(url)
                 raise
@@ -285,12 +278,9 @@ class FastPool:
             coro = loop.create_connection(lambda: _Conn(self, key), key[0], key[1])
             _, conn = await (asyncio.wait_for(coro, connect_s) if connect_s else coro)
         except asyncio.TimeoutError:
-            raise E.ConnectTimeout(f"connecting to {target.display_url} took longer than {connect_s:g} s",
-                                   hint="raise --connect-timeout") from None
+            raise connect_timeout(target) from None
         except OSError as exc:
-            raise E.ConnectError(f"nothing is listening at {target.display_url} ({exc.strerror or exc})",
-                                 hint="start a server there, run the embedded one with `phasescope serve`, "
-                                      "or omit the URL to let phasescope start it") from None
+            raise nothing_listening(target, exc) from None
         self.live.add(conn)
         return conn
 

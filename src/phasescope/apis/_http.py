@@ -39,14 +39,14 @@ from typing import Any
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._errors import error_message_of, fail, http_error
+from phasescope.apis._errors import (ERR_BODY_MAX, connect_timeout, cut_mid_response, error_message_of, fail,
+                                     http_error, nothing_listening)
+from phasescope.apis._fast import Redirected
 from phasescope.apis._session import MAX_STALE_RETRIES, POOLED
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import Event, RequestRecord
 
-#: body bytes kept from an HTTP error response for the message
-_ERR_BODY_MAX = 4096
 #: a streamed event (or NDJSON line) larger than this without its end is a broken stream
 _MAX_EVENT_BYTES = 16 * 1024**2
 
@@ -255,8 +255,6 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     try:
         sent = False
         if pool is not None and pool.takes(url, proto):
-            from phasescope.apis._fast import Redirected
-
             dog.arm("first_token", to.first_token_s)
             try:
                 await pool.send(url, proto, data, headers, dog, _SseFramer(proto, dog), MAX_STALE_RETRIES)
@@ -298,15 +296,13 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
         fail(rec, exc)
     except aiohttp.ConnectionTimeoutError:
         rec.t_done_ns = now_ns()
-        fail(rec, E.ConnectTimeout(f"connecting to {target.display_url} took longer than {to.connect_s:g} s", hint="raise --connect-timeout"))
+        fail(rec, connect_timeout(target))
     except aiohttp.ClientConnectorError as exc:
         rec.t_done_ns = now_ns()
-        fail(rec, E.ConnectError(f"nothing is listening at {target.display_url} ({exc.os_error.strerror or exc.os_error})",
-                                 hint="start a server there, run the embedded one with `phasescope serve`, or omit the URL to let phasescope start it"))
+        fail(rec, nothing_listening(target, exc.os_error))
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError) as exc:
         rec.t_done_ns = now_ns()
-        fail(rec, E.StreamBrokenError(f"{target.display_url}{proto.path}: connection cut mid-response "
-                                      f"({len(rec.token_events())} token events received): {type(exc).__name__}"))
+        fail(rec, cut_mid_response(target, proto.path, rec, type(exc).__name__))
     except aiohttp.ClientError as exc:
         rec.t_done_ns = now_ns()
         fail(rec, E.TargetError(f"{target.display_url}{proto.path}: {type(exc).__name__}: {exc}"))
@@ -341,7 +337,7 @@ async def _send_aiohttp(session: aiohttp.ClientSession, proto: Protocol, url: st
         rec.t_headers_ns = now_ns()
         rec.http_status = resp.status
         if resp.status >= 400:
-            body = await resp.content.read(_ERR_BODY_MAX)
+            body = await resp.content.read(ERR_BODY_MAX)
             rec.t_done_ns = now_ns()
             raise http_error(resp.status, body, resp.headers, target, proto.path)
         if not req.stream:

@@ -16,6 +16,7 @@ from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 #: the Client health line's words for RunnerHealth.receive_path
 _PATH_WORDS = {"raw": "the raw path (httptools)", "aiohttp": "aiohttp"}
 
+
 def _fmt(v: Any, nd: int = 2) -> str:
     if v is None:
         return "-"

@@ -81,7 +81,6 @@ def rule_prefix_cache(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             ev))
 
 
-
 #: a decode change smaller than this (either way) between the shortest and longest prompt "hardly moves"
 DECODE_HARDLY_PCT = 10.0
 

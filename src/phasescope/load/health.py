@@ -114,16 +114,11 @@ SEND_LAG_P99_MS = 10.0
 def missing_fast_parts() -> list[str]:
     """What of the ``[fast]`` extra this client runs without: ``uvloop`` (the event loop) and
     ``httptools`` (the raw receive path, :mod:`phasescope.apis._fast`), installed and not turned
-    off by ``PHASESCOPE_UVLOOP=0`` / ``PHASESCOPE_HTTPTOOLS=0``."""
-    import importlib.util
-    import os
+    off by ``PHASESCOPE_UVLOOP=0`` / ``PHASESCOPE_HTTPTOOLS=0`` — the same switches the run obeys."""
+    from phasescope.apis._session import raw_path_enabled
+    from phasescope.load.loop import uvloop_enabled
 
-    out = []
-    if os.environ.get("PHASESCOPE_UVLOOP", "1") == "0" or importlib.util.find_spec("uvloop") is None:
-        out.append("uvloop")
-    if os.environ.get("PHASESCOPE_HTTPTOOLS", "1") == "0" or importlib.util.find_spec("httptools") is None:
-        out.append("httptools")
-    return out
+    return [name for name, on in (("uvloop", uvloop_enabled()), ("httptools", raw_path_enabled())) if not on]
 
 
 def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float | None = None,

@@ -45,13 +45,19 @@ class QuietGC:
         self.was_enabled = None
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """The event loop a load run uses: uvloop's when it is installed (the optional extra
-    ``pip install 'phasescope[fast]'``; imported only here) and ``PHASESCOPE_UVLOOP`` is not ``0``,
-    the stdlib's otherwise. Timestamps are the same ``perf_counter_ns`` either way."""
+def uvloop_enabled() -> bool:
+    """Do load runs use uvloop: installed (the optional extra ``pip install 'phasescope[fast]'``)
+    and ``PHASESCOPE_UVLOOP`` not ``0``? (Looked up, not imported.)"""
+    import importlib.util
     import os
 
-    if os.environ.get("PHASESCOPE_UVLOOP", "1") != "0":
+    return os.environ.get("PHASESCOPE_UVLOOP", "1") != "0" and importlib.util.find_spec("uvloop") is not None
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """The event loop a load run uses: uvloop's when :func:`uvloop_enabled` (imported only here),
+    the stdlib's otherwise. Timestamps are the same ``perf_counter_ns`` either way."""
+    if uvloop_enabled():
         try:
             import uvloop
         except ImportError:
