@@ -146,6 +146,22 @@ def test_client_saturated_fires_when_the_client_adds_a_millisecond(fake: LeanFak
     assert "--workers" in sat[0]["fix"]
 
 
+def test_an_idle_loop_reads_no_lag_from_the_selectors_millisecond_timeouts() -> None:
+    """epoll/libuv round a timer's timeout up to whole ms: an idle loop's 10 ms sleep overshoots by
+    0.5-0.9 ms at the median, which delayed nothing. It must not be reported as the client's lag
+    (it used up most of client_saturated's 1 ms median budget on an idle client)."""
+    from phasescope.load.health import HealthMonitor
+
+    async def go() -> Any:
+        m = HealthMonitor()
+        m.start()
+        await asyncio.sleep(0.6)
+        return await m.stop([])
+
+    h = asyncio.run(go())
+    assert h.loop_samples >= 20 and h.loop_lag_ms_p50 is not None and h.loop_lag_ms_p50 < 0.3, h
+
+
 def test_client_saturated_stays_quiet_on_a_small_run(fake: LeanFake, tmp_path: Path) -> None:
     s = _bench(fake.url, tmp_path / "out", n=8, c=2).summary
     assert s["completed"] == 8

@@ -53,8 +53,17 @@ class RunnerHealth:
                    event_loop=",".join(sorted({p.event_loop for p in parts if p.event_loop})) or None)
 
 
+#: the selector rounds a timer's timeout up to whole milliseconds: this much of a sleep's overshoot is not lag
+_TIMER_ROUNDING_NS = 1_000_000
+
+
+def _stamp(fut: "asyncio.Future[int]") -> None:
+    if not fut.done():
+        fut.set_result(now_ns())
+
+
 class HealthMonitor:
-    """Samples event-loop lag (a 10 ms sleep that overshoots = the loop was busy) and CPU use."""
+    """Samples event-loop lag every 10 ms (see :meth:`_run`) and CPU use."""
 
     def __init__(self, interval_s: float = 0.01, quiet_gc: QuietGC | None = None) -> None:
         self.interval_s = interval_s
@@ -65,12 +74,22 @@ class HealthMonitor:
         self._wall0 = 0
 
     async def _run(self) -> None:
+        """Each sample is the worse of two delays the loop put on work that was ready: how late the
+        10 ms sleep woke, less the selector's rounding of its timeout up to a whole millisecond
+        (epoll and libuv time out in ms, so an idle loop's sleep overshoots by up to 1 ms that
+        delays no socket event), and how long a callback queued right after waking waited to run
+        (the backlog of ready callbacks, which a token event waits behind)."""
         iv = int(self.interval_s * 1e9)
+        loop = asyncio.get_running_loop()
         valve = self.quiet_gc.valve if self.quiet_gc is not None else None
         while True:
             t = now_ns()
             await asyncio.sleep(self.interval_s)
-            self.lags_ns.append(max(0, now_ns() - t - iv))
+            woke = now_ns()
+            ran = loop.create_future()
+            loop.call_soon(_stamp, ran)
+            queued = await ran - woke
+            self.lags_ns.append(max(0, woke - t - iv - _TIMER_ROUNDING_NS, queued))
             if valve is not None:
                 valve()
 
