@@ -273,6 +273,11 @@ class TokenizePromptMaker:
         """The server's count of ``text`` sent as a prompt (a dataset's prompt), BOS included."""
         return await self.builder.count(text)
 
+    async def count_part(self, text: str) -> int | None:
+        """The server's count of ``text`` inside a longer prompt (a reply a conversation resends):
+        no BOS, which only a whole prompt's front carries."""
+        return await self.builder.count(text, first=False)
+
 
 class CalibratedPromptMaker:
     """No tokenizer endpoint (Ollama, unknown servers): :meth:`PromptBuilder.build` fits tokens =

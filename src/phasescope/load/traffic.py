@@ -103,12 +103,13 @@ def run_conversation_bench(cfg: Any, items: list[WorkItem], target: Any, out: An
 
     async def main() -> Any:
         from phasescope.apis import new_session
-        from phasescope.prompting import prompt_maker_for
+        from phasescope.prompting import TokenizePromptMaker, prompt_maker_for
 
         s = new_session()
         maker = await prompt_maker_for(s, target)
         sessions = await build_sessions(spec, maker, seed=cfg.seed, run_salt=run_salt)
-        counter = maker.count if hasattr(maker, "tokenize") else None  # the server's /tokenize, if any
+        # each reply re-counted as the history resends it, where the server has /tokenize
+        counter = maker.count_part if isinstance(maker, TokenizePromptMaker) else None
         turns = sum(len(sp.turns) for sp in sessions)
         status(f"running {len(sessions)} sessions ({turns} turns) for "
                + (f"{spec.users} users" if not spec.open_loop else f"{spec.session_rate:g} sessions/s"))

@@ -28,6 +28,8 @@ Constructor (all keyword arguments)::
         log_path=None,            # also append each request's ground truth as JSONL here
         prefix_cache=False,       # vLLM/SGLang: automatic prefix caching in 16-token blocks (usage cached_tokens,
                                   # vllm:prefix_cache_{queries,hits}_total / sglang:cached_tokens_total)
+        glue_every=None,          # every k-th output token glues onto the word before (no leading space): the
+                                  # reply re-tokenizes to fewer tokens than were generated, as real models' can
     )
 
 Use it as ``async with FakeServer(...) as srv:`` (inside a loop), ``with FakeServer(...).running()
@@ -67,7 +69,7 @@ from aiohttp import web
 
 from phasescope.testing._serve import LoopbackServer, rx_ns, serve_until_signal
 from phasescope.testing.wire import llamacpp, metrics, ollama, openai
-from phasescope.testing.wire.common import BOS_ID, FAULTS, FLAVORS, MID_STREAM, GroundTruth, fake_tokenize
+from phasescope.testing.wire.common import BOS_ID, FAULTS, FLAVORS, MID_STREAM, GroundTruth, fake_tokenize, words
 
 __all__ = ["FAULTS", "FLAVORS", "FakeServer", "GroundTruth", "fake_tokenize", "main"]
 
@@ -103,6 +105,7 @@ class FakeServer(LoopbackServer):
         max_model_len: int = 32768,
         log_path: str | None = None,
         prefix_cache: bool = False,
+        glue_every: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -128,6 +131,7 @@ class FakeServer(LoopbackServer):
         self.ping_s = ping_s
         self.load_s = load_s
         self.max_model_len = max_model_len
+        self.glue_every = glue_every
         self.log_path = log_path
         self.host = host
         self.port = port
@@ -269,6 +273,10 @@ class FakeServer(LoopbackServer):
             out.append((i, k))
             i += k
         return out
+
+    def words(self, start: int, stop: int) -> str:
+        """The text of output tokens ``start`` … ``stop − 1`` (:func:`~phasescope.testing.wire.common.words`)."""
+        return words(start, stop, self.glue_every)
 
     def _record(self, gt: GroundTruth) -> None:
         self.log.append(gt)

@@ -65,9 +65,15 @@ def chat_template_ids(messages: Any) -> list[int]:
     return ids + [1, 2, 3]
 
 
-def words(start: int, stop: int) -> str:
-    """The text of output tokens ``start`` … ``stop − 1`` (one word each)."""
-    return "".join(WORDS[j % len(WORDS)] for j in range(start, stop))
+def words(start: int, stop: int, glue_every: int | None = None) -> str:
+    """The text of output tokens ``start`` … ``stop − 1`` (one word each). With ``glue_every`` = k,
+    every k-th token (k − 1, 2k − 1, …) loses its leading space and glues onto the word before, as
+    a real model's generated ids need not be the canonical tokenization of their text: the reply
+    then re-tokenizes (:func:`fake_tokenize`) to fewer tokens than were generated."""
+    if not glue_every:
+        return "".join(WORDS[j % len(WORDS)] for j in range(start, stop))
+    return "".join(WORDS[j % len(WORDS)].lstrip() if j % glue_every == glue_every - 1 else WORDS[j % len(WORDS)]
+                   for j in range(start, stop))
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from phasescope.testing.wire.common import BOS_ID, SSE_MALFORMED, bind, fake_tokenize, words
+from phasescope.testing.wire.common import BOS_ID, SSE_MALFORMED, bind, fake_tokenize
 
 if TYPE_CHECKING:
     from phasescope.testing.fakeserver import FakeServer
@@ -109,7 +109,7 @@ async def completion(srv: FakeServer, request: web.Request) -> web.StreamRespons
         await asyncio.sleep(srv.itl_s * max(0, n_out - 1))
         gt.output_tokens = n_out
         srv._record(gt)
-        return web.json_response(final(n_out, tf, time.perf_counter(), words(0, n_out)))
+        return web.json_response(final(n_out, tf, time.perf_counter(), srv.words(0, n_out)))
 
     async with srv._stream(request, gt, {"Content-Type": "text/event-stream"}) as resp:
 
@@ -121,7 +121,7 @@ async def completion(srv: FakeServer, request: web.Request) -> web.StreamRespons
                         "tokens_evaluated": len(ids), "prompt_progress": {"total": len(ids), "cache": cached, "processed": cached, "time_ms": 0}})
 
         async def emit(i: int, k: int, sent: int) -> None:
-            await send({"index": 0, "content": words(i, i + k), "tokens": [100 + j for j in range(i, i + k)],
+            await send({"index": 0, "content": srv.words(i, i + k), "tokens": [100 + j for j in range(i, i + k)],
                         "stop": False, "id_slot": -1, "tokens_predicted": sent, "tokens_evaluated": len(ids)})
 
         done = await srv._token_events(request, resp, gt, fault=fault, t0=t0, ttft=ttft, n_out=n_out, emit=emit)

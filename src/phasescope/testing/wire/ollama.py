@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from phasescope.testing.wire import openai
-from phasescope.testing.wire.common import bind, words
+from phasescope.testing.wire.common import bind
 
 if TYPE_CHECKING:
     from phasescope.testing.fakeserver import FakeServer
@@ -126,7 +126,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         return d
 
     def piece(i: int, k: int) -> dict[str, Any]:
-        txt = words(i, i + k)
+        txt = srv.words(i, i + k)
         reasoning = i < srv.reasoning_tokens
         d: dict[str, Any] = {"model": srv.model, "created_at": created}
         if chat:
@@ -148,9 +148,9 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         srv._record(gt)
         d = final(n_out, tpe, time.perf_counter())
         if chat:
-            d["message"]["content"] = words(0, n_out)
+            d["message"]["content"] = srv.words(0, n_out)
         else:
-            d["response"] = words(0, n_out)
+            d["response"] = srv.words(0, n_out)
         return web.json_response(d)
 
     async with srv._stream(request, gt, {"Content-Type": "application/x-ndjson"}) as resp:

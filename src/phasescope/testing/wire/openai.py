@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from phasescope.testing.wire import llamacpp
-from phasescope.testing.wire.common import SSE_MALFORMED, bind, chat_template_ids, fake_tokenize, words
+from phasescope.testing.wire.common import SSE_MALFORMED, bind, chat_template_ids, fake_tokenize
 
 if TYPE_CHECKING:
     from phasescope.testing.fakeserver import FakeServer
@@ -133,7 +133,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
     if not body.get("stream"):
         await asyncio.sleep(ttft + srv.itl_s * max(0, n_out - 1))
         gt.output_tokens = n_out
-        text = words(0, n_out)
+        text = srv.words(0, n_out)
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
@@ -167,7 +167,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
             j = 0
             while True:
                 await srv._sleep_until(t0, ttft + j * srv.itl_s)
-                text = words(j, j + 1)
+                text = srv.words(j, j + 1)
                 ch = ({"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None} if chat
                       else {"index": 0, "text": text, "logprobs": None, "finish_reason": None})
                 await send(chunk(ch))
@@ -183,7 +183,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                              usage(0) if continuous else None))
 
         async def emit(i: int, k: int, sent: int) -> None:
-            text = words(i, i + k)
+            text = srv.words(i, i + k)
             if chat:
                 delta = {reasoning_key: text} if i < srv.reasoning_tokens else {"content": text}
                 ch: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
