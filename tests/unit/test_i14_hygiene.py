@@ -240,3 +240,23 @@ def test_experiment_warmups_are_counted_apart_too(tmp_path: Path) -> None:
         r.tags = {"experiment": "x", "phase": "warmup"}
     rid = _store_run(tmp_path / "store", recs, {})
     assert open_store(tmp_path / "store").get(rid).to_dict()["requests"] == {"measured": 3, "warmup": 2}
+
+
+@pytest.mark.parametrize("kw, flag", [
+    ({}, "--num-prompts"),
+    ({"duration_s": 5.0}, "--duration"),
+    ({"dataset": "conversation"}, "--sessions"),
+    ({"dataset": "mooncake", "dataset_path": "t.jsonl"}, "--trace-duration"),
+])
+def test_too_few_samples_names_the_flag_that_sends_more_of_this_workload(kw: dict, flag: str) -> None:
+    """A conversation's requests are its sessions' turns and a trace's its entries: telling such a run to
+    raise --num-prompts names a flag that sends nothing more (it only caps a trace)."""
+    from phasescope.load.bench import BenchConfig
+    from phasescope.load.hygiene import bench_warnings
+
+    cfg = BenchConfig(url="http://127.0.0.1:9", **kw)
+    w = [x for x in bench_warnings(cfg, {"completed": 6, "percentiles": [50, 99]}, [], [])
+         if x.kind == "too_few_samples"]
+    assert len(w) == 1 and flag in w[0].fix
+    others = {"--num-prompts", "--duration", "--sessions", "--trace-duration"} - {flag}
+    assert not [f for f in others if f in w[0].fix], w[0].fix

@@ -58,6 +58,21 @@ def prefix_cache_section(cfg: Any, records: Sequence[RequestRecord], server_metr
     }
 
 
+def _more_requests(cfg: Any) -> str:
+    """too_few_samples' fix: the flag that sends more requests of *this* workload — a conversation's
+    requests are its sessions' turns, a trace's its entries in the replayed window, a timed run's what
+    its rate fits in its duration; only a plain dataset counts them with --num-prompts."""
+    n = MIN_FOR_P99
+    if cfg.dataset == "conversation":
+        return f"run at least {n} turns (more --sessions, or longer --turns) before reading p99"
+    if cfg.dataset in ("mooncake", "burstgpt"):
+        cap = " (--num-prompts only caps the entries)" if cfg.num_prompts is not None else ""
+        return f"replay at least {n} trace entries (a longer --trace-duration window){cap} before reading p99"
+    if cfg.num_prompts is None and cfg.duration_s is not None:
+        return f"send at least {n} requests (a longer --duration, or a higher --request-rate) before reading p99"
+    return f"send at least {n} requests (--num-prompts) before reading p99"
+
+
 def bench_warnings(cfg: Any, summary: dict[str, Any], records: Sequence[RequestRecord],
                    warmups: Sequence[RequestRecord]) -> list[MeasurementWarning]:
     out: list[MeasurementWarning] = []
@@ -87,7 +102,7 @@ def bench_warnings(cfg: Any, summary: dict[str, Any], records: Sequence[RequestR
             f"Only {done} requests completed: a p{high[-1]:g} of {done} values is close to the maximum of a few "
             "requests, not a tail estimate.",
             {"completed": done, "percentiles": high, "min_for_p99": MIN_FOR_P99},
-            f"send at least {MIN_FOR_P99} requests (--num-prompts) before reading p99"))
+            _more_requests(cfg)))
     ok = sorted((r for r in records if r.ok), key=lambda r: r.t_start_ns)
     if not warmups and len(ok) >= 4:
         t = [derive.ttft_s(r) for r in ok]
