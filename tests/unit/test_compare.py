@@ -185,3 +185,26 @@ def test_runs_table_does_not_call_a_tune_or_a_sweep_an_empty_run():
     lines = {ln.split()[0]: ln for ln in con.export_text().splitlines() if ln.split() and ln.split()[0] in ("t1", "p1", "p2")}
     assert "3 settings" in lines["t1"] and "3 points (sim)" in lines["p1"]
     assert " 20 " in lines["p2"] and "sim" not in lines["p2"]
+
+
+def test_a_label_or_an_output_folder_is_not_a_changed_parameter() -> None:
+    """Free text (--label) and where the files went (--out, the store) change nothing that is measured:
+    a pair of runs differing in concurrency and label differs in one parameter, not two."""
+    pa = {"max_concurrency": 4, "label": "a1", "out_dir": "/tmp/x", "store": True, "percentiles": [99],
+          "timeouts": {"ttft_s": 60}}
+    pb = {"max_concurrency": 8, "label": "a2", "out_dir": None, "store": False, "percentiles": [50, 99],
+          "timeouts": {"ttft_s": 60}}
+    assert param_changes(pa, pb) == {"max_concurrency": [4, 8]}
+    a, b = info("A", params=pa), info("B", params=pb)
+    cmp = compare_runs(a, [], b, [])
+    assert not [w for w in cmp.warnings if "parameters" in w.message], [w.message for w in cmp.warnings]
+
+
+def test_an_api_asked_as_auto_compares_as_the_api_the_run_used() -> None:
+    """bench records the --api it was given ("auto"), probe the one it used: a probe and a bench that
+    both spoke /v1/completions did not change API."""
+    a = info("A", api="openai", params={"api": "openai", "max_concurrency": 1})
+    b = info("B", api="openai", params={"api": "auto", "max_concurrency": 1})
+    assert compare_runs(a, [], b, []).param_changes == {}
+    c = info("C", api="chat", params={"api": "auto", "max_concurrency": 1})
+    assert compare_runs(a, [], c, []).param_changes == {"api": ["openai", "chat"]}

@@ -195,12 +195,18 @@ def _fmt_set(s: frozenset[int]) -> str:
     return "/".join(str(x) for x in v)
 
 
+#: parameters that change nothing that is measured: free text, where the files go, which
+#: percentiles are printed (every record is kept, so any percentile can be derived later)
+NOT_MEASURED = frozenset({"label", "out_dir", "store", "percentiles"})
+
+
 def param_changes(pa: dict[str, Any], pb: dict[str, Any]) -> dict[str, list[Any]]:
     """Parameters both runs recorded whose values differ (flattened with dots), as ``{name: [a, b]}``.
     A parameter only one run recorded (e.g. added by a newer phasescope) is unknown for the other,
-    not a difference."""
+    not a difference; neither is one of :data:`NOT_MEASURED`."""
     fa, fb = _flatten(pa or {}), _flatten(pb or {})
-    return {k: [fa[k], fb[k]] for k in sorted(set(fa) & set(fb)) if fa[k] != fb[k]}
+    return {k: [fa[k], fb[k]] for k in sorted(set(fa) & set(fb))
+            if fa[k] != fb[k] and k.split(".", 1)[0] not in NOT_MEASURED}
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

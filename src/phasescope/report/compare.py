@@ -110,6 +110,14 @@ class Comparison:
         }
 
 
+def _used_api(run: RunInfo) -> dict[str, Any]:
+    """The run's parameters with ``api: auto`` (bench's default) read as the API it used."""
+    p = dict(run.params or {})
+    if p.get("api") == "auto" and run.api:
+        p["api"] = run.api
+    return p
+
+
 def compare_runs(
     a: RunInfo,
     records_a: list[RequestRecord],
@@ -123,7 +131,7 @@ def compare_runs(
 ) -> Comparison:
     """Compare run B against run A (A is the reference)."""
     warnings: list[MeasurementWarning] = environment_warnings(a, records_a, b, records_b)
-    changes = param_changes(a.params, b.params)
+    changes = param_changes(_used_api(a), _used_api(b))
     if len(changes) > 1:
         warnings.append(nc_warning(
             f"the runs differ in {len(changes)} parameters ({', '.join(sorted(changes))}); "
