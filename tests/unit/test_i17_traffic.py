@@ -203,3 +203,22 @@ def test_expected_share_counts_a_shared_system_prompt_once_sent() -> None:
     for r, key in ((a, "u0"), (b, "u1")):  # per-user system prompts: nothing to share
         r.tags["system_key"] = key
     assert expected_cache_share([a, b]) == 0.0
+
+
+def test_num_prompts_is_refused_for_a_conversation_before_anything_starts(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A conversation sends --sessions × --turns turns: a --num-prompts it silently ignored (the run
+    stored num_prompts 10 and sent 6) is one clear line and exit 2, before a server is even looked for."""
+    code, out, err = run(["bench", "http://127.0.0.1:9", "--dataset", "conversation", "--users", "2", "--turns", "3",
+                          "-n", "10", "--no-store"], capsys, monkeypatch)
+    assert code == 2 and "--num-prompts" in err and "--sessions" in err and "Traceback" not in err + out, (out, err)
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_tune_sends_its_conversation_workload_without_num_prompts() -> None:
+    from phasescope.load.traffic import check_workload
+    from phasescope.tune.run import bench_config
+
+    cfg = bench_config({"dataset": "conversation", "users": 2, "turns": "3"}, "http://127.0.0.1:9")
+    assert cfg.num_prompts is None
+    check_workload(cfg)  # no InputError
+    assert bench_config({}, "http://127.0.0.1:9").num_prompts == 12  # the random workload keeps its count

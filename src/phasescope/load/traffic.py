@@ -51,6 +51,9 @@ def check_workload(cfg: Any) -> None:
                              "drop --workers, --ray and --target")
         if cfg.shape != "poisson" or cfg.trace_path:
             raise InputError("--dataset conversation sets its own arrivals (--users, --session-rate); drop --load-shape/--trace")
+        if cfg.num_prompts is not None:
+            raise InputError("--dataset conversation sends --sessions × --turns turns, not --num-prompts requests; "
+                             "drop --num-prompts (or set --sessions)")
         return
     if cfg.trace_path:
         raise InputError(f"--dataset {cfg.dataset} reads its trace from --dataset-path; drop --trace")

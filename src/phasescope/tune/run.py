@@ -79,7 +79,8 @@ def bench_config(a: dict[str, Any], url: str | None, *, label: str | None = None
 
     a = {**DEFAULT_WORKLOAD_ARGS["bench"], **a}
     rate = float(a["request_rate"])
-    cfg = BenchConfig(url=url, num_prompts=int(a["num_prompts"]), request_rate=math.inf if math.isinf(rate) else rate,
+    conversation = a.get("dataset") == "conversation"  # its sessions × turns bound it, never a count
+    cfg = BenchConfig(url=url, num_prompts=None if conversation else int(a["num_prompts"]), request_rate=math.inf if math.isinf(rate) else rate,
                       max_concurrency=a.get("max_concurrency"), input_len=int(a["input_len"]),
                       output_len=int(a["output_len"]), store=True, label=label,
                       duration_s=a.get("duration_s"), burstiness=float(a.get("burstiness", 1.0)),
