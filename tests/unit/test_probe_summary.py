@@ -134,3 +134,62 @@ def test_one_minute_sentence_has_no_minus_zero_percent():
         t = " ".join(verdict(sizes)["text"])
         assert "-0%" not in t and "+0%" not in t, t
         assert "independent of prompt length" in t, t
+
+
+def _two(ttft_lo: float, ttft_hi: float, d_lo: float = 80.0, d_hi: float = 80.0, **extra) -> list[dict]:
+    lo = {"prompt_tokens": 200, "ttft_s": ttft_lo, "decode_tok_s": d_lo}
+    hi = {"prompt_tokens": 2000, "ttft_s": ttft_hi, "decode_tok_s": d_hi}
+    lo.update(extra.get("lo", {}))
+    hi.update(extra.get("hi", {}))
+    return [lo, hi]
+
+
+def test_verdict_text_says_separate_phases_only_when_the_flag_does():
+    # a flat TTFT with a flat decode used to print "decode is a separate phase" beside phases_separate false:
+    # the flag needs both halves of the test (TTFT tracks the prompt, decode does not), and so does the text
+    seen = set()
+    for ttft_hi in (0.27, 0.26, 0.6, 2.7, 3.5):      # flat, a fall, fixed overhead, scaling, steeper
+        for d_hi in (80.0, 79.0, 72.0, 88.0, 60.0, 100.0):
+            v = verdict(_two(0.27, ttft_hi, d_hi=d_hi))
+            t = " ".join(v["text"])
+            says = "separate phase" in t
+            assert says == v["phases_separate"], (ttft_hi, d_hi, v["phases_separate"], t)
+            if not v["phases_separate"] and v["decode_change_pct"] is not None and abs(v["decode_change_pct"]) <= 5:
+                assert "independent of prompt length" in t, t  # the decode half still says what it saw
+            seen.add(v["phases_separate"])
+    assert seen == {True, False}
+
+
+def test_marginal_prefill_rate_is_null_when_ttft_did_not_clearly_grow():
+    dp = 2000 - 200
+    # within a few percent, or lower: noise, not a rate
+    for ttft_hi in (0.1, 0.1003, 0.101, 0.09):
+        v = verdict(_two(0.1, ttft_hi))
+        assert v["marginal_prefill_tok_s"] is None, (ttft_hi, v["marginal_prefill_tok_s"])
+    # clearly above noise: Δprompt ÷ ΔTTFT
+    for ttft_hi in (0.2, 1.0):
+        assert verdict(_two(0.1, ttft_hi))["marginal_prefill_tok_s"] == pytest.approx(dp / (ttft_hi - 0.1))
+    # a growth well past the relative band but inside the measured spread (median − best TTFT) is noise too
+    spread = {"lo": {"ttft_min_s": 0.05}}
+    assert verdict(_two(0.1, 0.13, **spread))["marginal_prefill_tok_s"] is None
+    assert verdict(_two(0.1, 0.13))["marginal_prefill_tok_s"] == pytest.approx(dp / 0.03)
+    assert verdict(_two(0.1, 0.4, **spread))["marginal_prefill_tok_s"] == pytest.approx(dp / 0.3)
+
+
+@pytest.mark.parametrize("prefill_tok_s", [None, 20000.0])
+def test_probe_verdict_on_a_fake(prefill_tok_s, tmp_path, monkeypatch):
+    from phasescope.probe import probe
+    from phasescope.testing import FakeServer
+
+    monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path / "cfg"))
+    with FakeServer(flavor="vllm", ttft_s=0.03, itl_s=0.003, prefill_tok_s=prefill_tok_s).running() as srv:
+        res = probe(srv.url, api="openai", sizes=[100, 400], max_tokens=8, repeat=3, warmup=True, save=False,
+                    out_dir=tmp_path / "out")
+    v = res["verdict"]
+    t = " ".join(v["text"])
+    assert ("separate phase" in t) == v["phases_separate"], t
+    if prefill_tok_s is None:  # TTFT does not grow with the prompt: no rate to report
+        assert v["marginal_prefill_tok_s"] is None and v["phases_separate"] is False
+        assert "barely grew" in t
+    else:  # +300 tokens at 20,000 tok/s = +15 ms, well above noise: the rate is the fake's
+        assert v["marginal_prefill_tok_s"] == pytest.approx(prefill_tok_s, rel=0.35)

@@ -232,6 +232,9 @@ def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str
     from phasescope.diagnose.settings import parse_server_flags
 
     parse_server_flags(server_flags)  # a bad value is one clear line before anything starts
+    from phasescope.theory.inputs import check_ceiling_inputs
+
+    check_ceiling_inputs(model_spec, device)  # so is an unknown --model-spec or --device
     return asyncio.run(_run_explain(url, budget_s=budget_s, names=list(names), api=api, model=model,
                                     model_spec=model_spec, device=device, api_key=api_key, progress=progress,
                                     save=save, timeouts=timeouts, store_path=store_path,

@@ -54,6 +54,9 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
         raise E.InputError("--repeat must be at least 1")
     if retries < 0:
         raise E.InputError("--retries must be ≥ 0")
+    from phasescope.theory.inputs import check_ceiling_inputs
+
+    check_ceiling_inputs(model_spec, device)  # an unknown id is refused before the first request
     plan = ProbePlan(sizes=sizes, max_tokens=max_tokens, repeat=repeat, warmup=warmup, retries=retries)
     say = progress or (lambda s: None)
     if url is None:

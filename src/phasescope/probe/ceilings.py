@@ -76,7 +76,10 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
                 return M.from_ollama_show(shown, model=target.model), None
     except (E.PhasescopeError, aiohttp.ClientError, ValueError, OSError) as exc:
         return None, f"model shape not discoverable ({exc})"
-    return None, "model unknown: pass --model-spec (catalog id, config.json or .gguf)"
+    if target.model:  # why --model did not help: it names the request, and this name is no catalog id
+        return None, (f"model shape unknown: {target.model!r} is not a catalog id and the server does not describe "
+                      "its file: pass --model-spec (catalog id, config.json or .gguf)")
+    return None, "model shape unknown: pass --model-spec (catalog id, config.json or .gguf)"
 
 
 def is_loopback(url: str) -> bool:

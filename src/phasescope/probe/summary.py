@@ -21,7 +21,9 @@ Per prompt size, every aggregate through :mod:`phasescope.measure.aggregate` (th
 
 The one-minute test (seed article): between the smallest and the largest prompt, TTFT should grow
 about as the prompt does (prefill is compute-bound, ∝ tokens) while the decode rate barely moves
-(decode is bandwidth-bound, reading the same weights per token).
+(decode is bandwidth-bound, reading the same weights per token). :func:`verdict` says so in words
+and sets ``phases_separate`` only when the run shows both halves; its sentences call decode "a separate
+phase" only then.
 """
 
 from __future__ import annotations
@@ -82,10 +84,30 @@ def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
 
 #: a decode change within this many percent between the prompt sizes reads as "independent of prompt length"
 SAME_DECODE_PCT = 5.0
+#: the most decode may move between the sizes for the run to show the phases apart (``phases_separate``)
+SEPARATE_DECODE_PCT = 15.0
+#: TTFT at least this share of the prompt's growth (``ttft_scaling``): prefill is the TTFT
+PREFILL_SCALING = 0.5
+#: a TTFT growth within this share of the smaller prompt's TTFT is noise, not prefill (no marginal rate)
+TTFT_NOISE_REL = 0.05
+
+
+def ttft_noise_s(lo: dict[str, Any], hi: dict[str, Any]) -> float:
+    """The TTFT difference between two sizes that is still noise: :data:`TTFT_NOISE_REL` of the smaller
+    TTFT, or the wider measured spread of either size (median − best TTFT), whichever is larger."""
+    spreads = [s["ttft_s"] - s["ttft_min_s"] for s in (lo, hi)
+               if isinstance(s.get("ttft_min_s"), (int, float)) and s["ttft_s"] >= s["ttft_min_s"]]
+    return max([TTFT_NOISE_REL * min(lo["ttft_s"], hi["ttft_s"]), *spreads])
 
 
 def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The one-minute test between the smallest and the largest prompt size."""
+    """The one-minute test between the smallest and the largest prompt size.
+
+    ``phases_separate``: the run shows prefill and decode as two phases — TTFT grew at least
+    :data:`PREFILL_SCALING` as fast as the prompt (prefill is the TTFT) while decode moved at most
+    :data:`SEPARATE_DECODE_PCT`; the text calls decode "a separate phase" exactly then.
+    ``marginal_prefill_tok_s``: Δprompt ÷ ΔTTFT (fixed overhead removed), ``None`` unless ΔTTFT is
+    above :func:`ttft_noise_s`."""
     usable = [s for s in sizes if s.get("ttft_s") and (s.get("prompt_tokens") or s.get("prompt_tokens_target"))]
     if len(usable) < 2:
         return None
@@ -101,10 +123,12 @@ def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
     decode_change = (d_hi / d_lo - 1.0) * 100.0 if (d_lo and d_hi) else None
     # marginal prefill rate: the extra tokens over the extra time removes fixed overhead
     dt = hi["ttft_s"] - lo["ttft_s"]
-    marginal = (p_hi - p_lo) / dt if dt > 0 else None
+    marginal = (p_hi - p_lo) / dt if dt > ttft_noise_s(lo, hi) else None  # noise is no rate
     scaling = ttft_ratio / prompt_ratio
+    separate = bool(scaling >= PREFILL_SCALING and decode_change is not None
+                    and abs(decode_change) <= SEPARATE_DECODE_PCT)
     lines = []
-    if scaling >= 0.5:
+    if scaling >= PREFILL_SCALING:
         lines.append(f"TTFT grew ×{ttft_ratio:.1f} for a ×{prompt_ratio:.1f} longer prompt: prefill is the TTFT and it scales with prompt length")
     elif ttft_ratio >= 1.5:
         lines.append(f"TTFT grew ×{ttft_ratio:.1f} for a ×{prompt_ratio:.1f} longer prompt: part of TTFT is fixed overhead (queueing, network, scheduling)")
@@ -117,24 +141,31 @@ def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
             # a change that rounds to 0 printed as "-0%" reads as a measured fall: say it did not change
             moved = (f"decode rate changed {decode_change:+.0f}%" if round(decode_change) != 0
                      else "decode rate did not change (within 1%)")
-            lines.append(f"{moved}: decode is a separate phase, independent of prompt length")
-        elif -15 <= decode_change < 0:
+            lines.append(f"{moved}: decode is a separate phase, independent of prompt length" if separate
+                         else f"{moved}: decode is independent of prompt length")
+        elif -SEPARATE_DECODE_PCT <= decode_change < 0:
             lines.append(f"decode rate fell {-decode_change:.0f}% while TTFT grew ×{ttft_ratio:.1f}: decode is a separate phase; "
-                         "only the longer KV cache it reads each step slows it a little")
-        elif 0 < decode_change <= 15:
+                         "only the longer KV cache it reads each step slows it a little" if separate
+                         else f"decode rate fell {-decode_change:.0f}%: only the longer KV cache it reads each step slows it a little")
+        elif 0 < decode_change <= SEPARATE_DECODE_PCT:
             lines.append(f"decode rate changed {decode_change:+.0f}%: decode is a separate phase; a longer prompt cannot speed "
-                         "it up, so the difference is noise")
+                         "it up, so the difference is noise" if separate
+                         else f"decode rate changed {decode_change:+.0f}%: a longer prompt cannot speed decode up, so the "
+                         "difference is noise")
         elif decode_change < 0:
             lines.append(f"decode rate fell {-decode_change:.0f}% with the longer context: attention/KV reads are a visible part of each step")
         else:
             lines.append(f"decode rate rose {decode_change:.0f}% with the longer prompt: noise or contention; repeat with --repeat 5")
+        if not separate and scaling < PREFILL_SCALING and abs(decode_change) <= SEPARATE_DECODE_PCT:
+            # decode held still, but with a TTFT that does not track the prompt this run has no prefill phase to show
+            lines.append("this run does not show the two phases apart: TTFT did not grow with the prompt")
     return {
         "prompt_ratio": prompt_ratio,
         "ttft_ratio": ttft_ratio,
         "ttft_scaling": scaling,
         "decode_change_pct": decode_change,
         "marginal_prefill_tok_s": marginal,
-        "phases_separate": bool(scaling >= 0.5 and decode_change is not None and abs(decode_change) <= 15),
+        "phases_separate": separate,
         "text": lines,
     }
 

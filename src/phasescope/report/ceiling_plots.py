@@ -144,7 +144,9 @@ def plot_ceilings(runs: list[Run]) -> Plot | str:
     per_run = [(k, info, roofline_rows(info, recs)) for k, (info, recs) in enumerate(runs)]
     per_run = [x for x in per_run if x[2]]
     if not per_run:
-        return "no ceilings in the runs' summaries (probe adds them when model and device are known: --model, --device)"
+        from phasescope.theory.inputs import CEILING_FLAGS
+
+        return f"no ceilings in the runs' summaries (probe adds them when it knows the model shape and the device: {CEILING_FLAGS})"
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.16,
                         subplot_titles=("decode tok/s, one stream (memory-bandwidth roof)", "prefill tok/s (compute roof)"))
     several = len(per_run) > 1

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from phasescope.jsonutil import to_jsonable
 from phasescope.report.figure import Run, colour, esc
 from phasescope.report.plots import endpoint_rows
+from phasescope.theory.inputs import CEILING_FLAGS
 
 
 # --- formatting -------------------------------------------------------------------------------------
@@ -140,7 +141,7 @@ def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) ->
                  ("decode efficiency", [fmt_pct(c.get("decode_efficiency")) for c in cr]),
                  ("binding roof", [esc(c.get("decode_binding") or "—") for c in cr])]
     else:
-        rows.append(("ceilings", ["— (unknown model or device: probe --model, --device)"] + [""] * (len(sizes) - 1)))
+        rows.append(("ceilings", [f"— (unknown model shape or device: probe {CEILING_FLAGS})"] + [""] * (len(sizes) - 1)))
     return _card_table(head, rows)
 
 
@@ -159,7 +160,7 @@ def _bench_card(s: dict[str, Any]) -> str:
         ("output tok/s (all requests)", [fmt_rate(s.get("output_throughput"))]),
         ("requests/s", [f"{_f(s.get('request_throughput')):.2f}" if _f(s.get("request_throughput")) is not None else "—"]),
         ("completed / failed", [f"{s.get('completed', '—')} / {s.get('failed', '—')}"]),
-        ("ceilings", ["— (bench stores none: `phasescope probe --device` sets each phase against its ceiling)"]),
+        ("ceilings", [f"— (bench stores none: `phasescope probe` with {CEILING_FLAGS} sets each phase against its ceiling)"]),
     ]
     return _card_table(["", "this run"], rows)
 

@@ -203,6 +203,10 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
     tell = say or (lambda _m: None)
     if spec.workload not in WORKLOADS:
         raise InputError(f"--workload {spec.workload!r}: choose one of {', '.join(WORKLOADS)}")
+    from phasescope.theory.inputs import check_ceiling_inputs
+
+    # the probe workload's ceiling inputs: refused before the first server starts, not after its probe
+    check_ceiling_inputs(spec.workload_args.get("model_spec"), spec.workload_args.get("device"))
     settings = spec.settings()
     tid = tune_id(spec)
     store = open_store(None)
