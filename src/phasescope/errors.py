@@ -77,6 +77,18 @@ class OverloadedError(TargetError):
         self.retry_after_s = retry_after_s
 
 
+def overloaded_hint(retried: int | None, levers: tuple[str, ...] = ("--max-concurrency", "--request-rate")) -> str:
+    """What to do about a 429/503, in the terms of the command that prints it (the record of the
+    refused request keeps only what the server said). ``retried``: how many retries that command
+    already made, or ``None`` for a load run, which has no ``--retries``: there the load it sends is
+    what to change, through ``levers`` (the flags that set it in that run's mode)."""
+    if retried is None:
+        return f"retry later or lower the load: {', '.join(levers)}"
+    if retried == 0:
+        return "retry later or pass --retries N"
+    return f"still overloaded after {retried} retr{'y' if retried == 1 else 'ies'}; retry later or raise --retries"
+
+
 class HttpError(TargetError):
     """Any other HTTP error status, with the server's own error text."""
 

@@ -97,7 +97,7 @@ def test_dead_server_aborts_with_reason() -> None:
     send = FakeSend(fail_kind="connect")
     sched = build_schedule(100, rate=1000.0)
     res = run(run_load(sched, ITEMS, TARGET, send=send, session=object(), abort_after_errors=5))  # type: ignore[arg-type]
-    assert res.aborted is not None and "stopped answering" in res.aborted
+    assert res.aborted is not None and "failed 5 requests in a row (connect: refused)" in res.aborted
     assert res.partial and len(res.records) < 100
 
 

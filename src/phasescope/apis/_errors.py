@@ -104,7 +104,7 @@ def http_error(status: int, body: bytes, headers: Any, target: Target, path: str
     if status in (429, 503):
         ra = parse_retry_after(headers.get("Retry-After") if headers is not None else None)
         extra = f"; Retry-After {ra:g} s" if ra is not None else ""
-        return E.OverloadedError(f"{where}: server overloaded ({status}): {msg}{extra}", retry_after_s=ra, hint="retry later or pass --retries N")
+        return E.OverloadedError(f"{where}: server overloaded ({status}): {msg}{extra}", retry_after_s=ra)  # the hint is the caller's: E.overloaded_hint
     return E.HttpError(f"{where}: HTTP {status}: {msg}", status=status)
 
 

@@ -401,15 +401,31 @@ def bench(
         raise typer.Exit(130 if result.run.interrupted else 3)
 
 
+def _load_levers(s: dict[str, Any]) -> tuple[str, ...]:
+    """The flags that set how hard this run's mode loads the server (each accepted in that mode)."""
+    if s.get("dataset") == "conversation":
+        return ("--users", "--session-rate")
+    if s.get("load_shape") == "trace" or s.get("dataset") in ("mooncake", "burstgpt"):
+        return ("--trace-speed", "--max-concurrency")
+    return ("--max-concurrency", "--request-rate")
+
+
 def _fail_if_nothing_succeeded(s: dict[str, Any]) -> None:
     """A run in which no request succeeded is a failed run: exit 3, the error kinds counted."""
     if s.get("status") != "failed":
         return
     from phasescope.errors import NoSuccessError
 
-    kinds = ", ".join(f"{k} {v}" for k, v in (s.get("errors_by_kind") or {}).items()) or "none sent"
+    from phasescope.errors import overloaded_hint
+
+    by_kind = s.get("errors_by_kind") or {}
+    kinds = ", ".join(f"{k} {v}" for k, v in by_kind.items()) or "none sent"
+    hint = s.get("first_error") or None
+    if "overloaded" in by_kind:  # bench has no --retries: what it can change is the load it sends
+        more = overloaded_hint(None, _load_levers(s))
+        hint = f"{hint} ({more})" if hint else more
     raise NoSuccessError(f"no request succeeded ({s.get('failed', 0)} failed: {kinds}); "
-                         f"records in {s.get('records_path')}", hint=s.get("first_error") or None)
+                         f"records in {s.get('records_path')}", hint=hint)
 
 
 def register(app: typer.Typer) -> None:

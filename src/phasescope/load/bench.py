@@ -521,7 +521,8 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
                                            requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None,
                                            burst=(math.isinf(cfg.request_rate) and cfg.max_concurrency is None
                                                   and cfg.shape in ("poisson", "constant")
-                                                  and cfg.dataset in ("random", "sharegpt", "jsonl"))))
+                                                  and cfg.dataset in ("random", "sharegpt", "jsonl")),
+                                           completed=s.get("completed")))
     warn += list(s.get("count_warnings", []))
     if server is not None:
         head["server_metrics"] = server.to_dict()

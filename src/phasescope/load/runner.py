@@ -284,8 +284,9 @@ async def send_recorded(send: Any, session: aiohttp.ClientSession, target: Targe
 
 
 class ConnectionWatch:
-    """Gives up on a server that stopped answering: ``limit`` measured requests in a row failing to
-    connect (``CONNECTION_ERRORS``) set ``res.aborted`` with the last one's error; a success resets it."""
+    """Gives up on a server that keeps failing: ``limit`` measured requests in a row failing to
+    connect or cut mid-stream (``CONNECTION_ERRORS``) set ``res.aborted`` with the last one's error;
+    a success resets it."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -296,7 +297,9 @@ class ConnectionWatch:
         if not rec.ok and rec.error_kind in CONNECTION_ERRORS:
             self.in_a_row += 1
             if self.in_a_row >= self.limit and res.aborted is None:
-                res.aborted = (f"the server stopped answering: {self.in_a_row} requests in a row failed "
+                # what failed is the evidence: refused connections, timeouts, or streams cut after
+                # tokens came back (that server did answer), so the sentence claims no more than that
+                res.aborted = (f"the server failed {self.in_a_row} requests in a row "
                                f"({rec.error_kind}: {rec.error_message or 'no detail'})")
                 return True
         elif rec.ok:

@@ -38,8 +38,9 @@ _KIND_TO_ERROR: dict[str, type[E.TargetError]] = {
 def error_from_record(rec: RequestRecord) -> E.TargetError:
     """The exception a failed record stands for (its message is already user-facing)."""
     msg = rec.error_message or f"request failed ({rec.error_kind})"
-    if rec.error_kind == "overloaded":
-        return E.OverloadedError(msg, retry_after_s=rec.retry_after_s)
+    if rec.error_kind == "overloaded":  # the last attempt: its tag counts the retries made before it
+        return E.OverloadedError(msg, retry_after_s=rec.retry_after_s,
+                                 hint=E.overloaded_hint(int(rec.tags.get("attempt") or 0)))
     if rec.error_kind == "http":
         return E.HttpError(msg, status=rec.http_status or 0)
     return _KIND_TO_ERROR.get(rec.error_kind or "", E.TargetError)(msg)
