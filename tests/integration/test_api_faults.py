@@ -88,6 +88,44 @@ def test_timeouts_do_not_cancel_the_callers_other_work():
 
 
 @PATHS
+def test_a_host_that_does_not_resolve_is_named_as_such_not_as_a_closed_port(fast, monkeypatch):
+    """A typo in the host name is a name-resolution failure: "nothing is listening" would send the user
+    looking for a server that was never asked. (The resolver is stubbed: no lookup leaves this machine.)"""
+    real = socket.getaddrinfo
+
+    def resolve(host, *a, **kw):  # type: ignore[no-untyped-def]
+        if host == "no-such-host.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *a, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+
+    async def go():
+        t = Target("http://no-such-host.invalid:8000", api="openai", timeouts=Timeouts())
+        async with new_session(fast=fast) as sess:
+            return await get_client("openai").send(sess, t, GenRequest(prompt="x", max_tokens=2))
+    r = run(go())
+    assert r.error_kind == "connect"
+    assert "cannot resolve host 'no-such-host.invalid'" in r.error_message and "listening" not in r.error_message
+    if not fast:  # server detection and the metrics scrape say the same (they run on aiohttp only)
+        from phasescope.apis.detect import detect
+        from phasescope.errors import ConnectError
+        from phasescope.metrics.scrape import Scraper
+
+        async def detect_it():
+            async with new_session() as sess:
+                return await detect(sess, "http://no-such-host.invalid:8000")
+        with pytest.raises(ConnectError, match="cannot resolve host 'no-such-host.invalid'"):
+            run(detect_it())
+
+        async def scrape_it():
+            async with Scraper("http://no-such-host.invalid:8000") as sc:
+                return await sc.scrape()
+        with pytest.raises(ConnectError, match="cannot resolve host 'no-such-host.invalid'"):
+            run(scrape_it())
+
+
+@PATHS
 def test_nothing_listening_and_connect_timeout(fast):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 from phasescope import errors as E
 from phasescope.apis.base import Target
@@ -26,10 +28,20 @@ def connect_timeout(target: Target) -> E.ConnectTimeout:
                             hint="raise --connect-timeout")
 
 
-def nothing_listening(target: Target, os_error: OSError) -> E.ConnectError:
-    return E.ConnectError(f"nothing is listening at {target.display_url} ({os_error.strerror or os_error})",
-                          hint="start a server there, run the embedded one with `phasescope serve`, or omit the URL "
-                               "to let phasescope start it")
+#: what to do when nothing answers at the URL (a server to start, or the embedded engine)
+NOT_LISTENING_HINT = ("start a server there, run the embedded one with `phasescope serve`, or omit the URL "
+                      "to let phasescope start it")
+
+
+def nothing_listening(shown: str, os_error: OSError, hint: str | None = NOT_LISTENING_HINT) -> E.ConnectError:
+    """A connection to ``shown`` (a redacted URL) that could not be made: a host name that does not
+    resolve (a typo, no DNS) is said as such, anything else is a port with nothing behind it.
+    Every caller's sentence (requests on both receive paths, detection, metrics scrapes)."""
+    if isinstance(os_error, socket.gaierror):
+        host = urlsplit(shown).hostname or shown
+        return E.ConnectError(f"cannot resolve host {host!r} of {shown} ({os_error.strerror or os_error})",
+                              hint="check the host name in the URL (127.0.0.1 or localhost for a server on this machine)")
+    return E.ConnectError(f"nothing is listening at {shown} ({os_error.strerror or os_error})", hint=hint)
 
 
 def cut_mid_response(target: Target, path: str, rec: RequestRecord, why: str) -> E.StreamBrokenError:

@@ -280,7 +280,7 @@ class FastPool:
         except asyncio.TimeoutError:
             raise connect_timeout(target) from None
         except OSError as exc:
-            raise nothing_listening(target, exc) from None
+            raise nothing_listening(target.display_url, exc) from None
         self.live.add(conn)
         return conn
 

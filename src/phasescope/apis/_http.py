@@ -299,7 +299,7 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
         fail(rec, connect_timeout(target))
     except aiohttp.ClientConnectorError as exc:
         rec.t_done_ns = now_ns()
-        fail(rec, nothing_listening(target, exc.os_error))
+        fail(rec, nothing_listening(target.display_url, exc.os_error))
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError) as exc:
         rec.t_done_ns = now_ns()
         fail(rec, cut_mid_response(target, proto.path, rec, type(exc).__name__))

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._errors import error_message_of
+from phasescope.apis._errors import NOT_LISTENING_HINT, error_message_of, nothing_listening
 from phasescope.apis._json import auth_headers, fetch_json
 from phasescope.apis.base import Target, redact_url
 
@@ -43,7 +43,6 @@ class Detected:
     has_tokenize: bool = False
 
 
-_NOT_LISTENING_HINT = "start a server there, run the embedded one with `phasescope serve`, or omit the URL to let phasescope start it"
 
 
 def engine_from_metrics(text: str) -> str | None:
@@ -72,11 +71,11 @@ async def detect(session: aiohttp.ClientSession, base_url: str, *, api_key: str 
     try:
         st, obj, _ = await get("/api/version")
     except aiohttp.ClientConnectorError as exc:
-        raise E.ConnectError(f"nothing is listening at {shown} ({exc.os_error.strerror or exc.os_error})", hint=_NOT_LISTENING_HINT) from None
+        raise nothing_listening(shown, exc.os_error) from None
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
         raise E.ConnectTimeout(f"{shown} did not answer within {t:g} s", hint="check the URL and raise --connect-timeout") from None
     except aiohttp.ClientError as exc:
-        raise E.ConnectError(f"cannot talk HTTP to {shown}: {type(exc).__name__}: {exc}", hint=_NOT_LISTENING_HINT) from None
+        raise E.ConnectError(f"cannot talk HTTP to {shown}: {type(exc).__name__}: {exc}", hint=NOT_LISTENING_HINT) from None
     if st == 200 and isinstance(obj, dict) and "version" in obj:
         models: list[str] = []
         try:

@@ -14,8 +14,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from phasescope.apis._errors import nothing_listening
 from phasescope.apis.base import redact_url
-from phasescope.errors import ConnectError, HttpError, InputError, TargetError
+from phasescope.errors import HttpError, InputError, TargetError
 from phasescope.measure.clock import now_ns
 from phasescope.metrics.engines import engine_aliases
 from phasescope.metrics.parse import Snapshot, build_snapshot, parse_text
@@ -66,7 +67,7 @@ async def fetch_text(
                 raise HttpError(f"{shown} answered HTTP {resp.status}: {_error_text(body) or 'no detail'}", status=resp.status)
             return body, resp.headers.get("Content-Type", ""), t
     except aiohttp.ClientConnectorError as exc:
-        raise ConnectError(f"nothing is listening at {shown} ({exc.os_error or exc})") from None
+        raise nothing_listening(shown, exc.os_error, hint=None) from None
     except asyncio.TimeoutError:
         raise TargetError(f"{shown} did not answer the metrics scrape within {timeout_s:g} s") from None
     except aiohttp.ClientError as exc:
