@@ -25,7 +25,7 @@ def runs(
     kind: Optional[str] = typer.Option(None, "--kind", help="Only runs of this kind (probe, bench, explain, ...)."),
     target: Optional[str] = typer.Option(None, "--target", help="Only runs whose target URL contains this."),
     model: Optional[str] = typer.Option(None, "--model", help="Only runs whose model name contains this."),
-    status: Optional[str] = typer.Option(None, "--status", help="Only complete, partial or running runs."),
+    status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status: running, complete, partial or failed (no request succeeded)."),
     limit: int = typer.Option(50, "--limit", "-n", help="At most this many runs, newest first (0 = all)."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON on stdout."),
@@ -107,6 +107,9 @@ def compare(
         else:
             err_console.print(pair.message or "")
         return
+    if pair.a.id == pair.b.id:
+        raise InputError(f"run A and run B are the same run ({pair.a.id}): a run is no evidence about itself; "
+                         "name two runs (see `phasescope runs`)")
     cmp = compare_runs(pair.a, st.load_records(pair.a.id), pair.b, st.load_records(pair.b.id),
                        confidence=confidence, min_change=min_change)
     worse = gate(cmp, chosen)
