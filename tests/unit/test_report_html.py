@@ -270,3 +270,18 @@ def test_itl_legend_prints_the_runs_itl_percentiles_as_show_does() -> None:
     shown = {r["metric"]: r for r in metric_table(recs)}
     p50, p99 = shown["itl_p50_s"]["value"] * 1e3, shown["itl_p99_s"]["value"] * 1e3
     assert f"p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={shown['itl_p50_s']['n']} tokens" in trace.name
+
+
+def test_runs_table_counts_the_warm_ups_apart_as_the_card_and_runs_do() -> None:
+    """The report's runs table said ok/requests 21/21 where the phase card said 20 completed: the
+    warm-up is no measured request, so it gets its own column (as in `phasescope runs`)."""
+    from phasescope.report.sections import runs_table_html
+
+    recs = sequential_run(20, seed=1, warmup=1, errors=2)
+    info = RunInfo(id="w1", kind="bench", status="complete", started_at=1e9, model="m", summary={}, params={})
+    html = runs_table_html([(info, recs)])
+    cells = re.findall(r"<td>([^<]*)</td>", html)
+    n_warm = sum(1 for r in recs if (r.tags or {}).get("warmup"))
+    meas = [r for r in recs if not (r.tags or {}).get("warmup")]
+    assert n_warm == 1 and f"{sum(r.ok for r in meas)}/{len(meas)}" in cells and cells[-1] == str(n_warm)
+    assert "warm-up" in html

@@ -246,9 +246,12 @@ def card_html(runs: list[Run]) -> str:
 
 # --- runs, parameters, findings, endpoints ------------------------------------------------------------
 def runs_table_html(runs: list[Run]) -> str:
+    from phasescope.measure.aggregate import measured
+
     rows = []
     for k, (i, recs) in enumerate(runs):
-        ok = sum(1 for r in recs if r.ok)
+        meas = measured(recs)  # the warm-ups are counted apart, as in the phase card and `phasescope runs`
+        ok = sum(1 for r in meas if r.ok)
         eng = " ".join(x for x in (i.engine, i.engine_version) if x)
         status = i.status + (f" ({i.error})" if i.error else "")
         dur = f"{i.duration_s:.1f} s" if i.duration_s is not None else "—"
@@ -256,9 +259,9 @@ def runs_table_html(runs: list[Run]) -> str:
             f'<tr><td><span class=swatch style="background:{colour(k)}"></span>{esc(i.id)}</td>'
             f"<td>{esc(i.kind)}</td><td>{esc(status)}</td><td>{esc(i.started_iso)}</td><td>{esc(dur)}</td>"
             f"<td>{esc(i.model)}</td><td>{esc(i.target)}</td><td>{esc(eng)}</td><td>{esc(i.device)}</td>"
-            f"<td>{ok}/{len(recs)}</td></tr>")
+            f"<td>{ok}/{len(meas)}</td><td>{len(recs) - len(meas)}</td></tr>")
     head = "".join(f"<th>{h}</th>" for h in ("run", "kind", "status", "started (UTC)", "duration", "model", "target",
-                                             "engine", "device", "ok/requests"))
+                                             "engine", "device", "ok/requests", "warm-up"))
     return f"<table class=runs><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
