@@ -86,6 +86,7 @@ def test_runs_show_compare_report(tmp_path: Path) -> None:
     ],
 )
 def test_errors_are_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    open_store(tmp_path / "s")  # an (empty) store: the error under test, not "no run store at"
     res = subprocess.run([sys.executable, "-m", "phasescope", *args, "--store", str(tmp_path / "s")],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stderr

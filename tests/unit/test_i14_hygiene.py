@@ -275,3 +275,22 @@ def test_compare_refuses_a_run_against_itself_and_runs_help_lists_every_status(t
 
     helptext = " ".join(runner.invoke(app, ["runs", "--help"]).output.split())
     assert all(s in helptext for s in RUN_STATUSES), helptext
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["show", "r1"], ["compare", "r1", "r2"], ["report", "r1"]])
+def test_a_reading_command_on_a_store_path_that_does_not_exist_says_so_and_creates_nothing(
+        argv: list, tmp_path: Path) -> None:
+    """`runs --store /typo/x.db` created an empty store and said "no runs": a typo in --store would
+    leave a fresh database behind and hide the real runs."""
+    from phasescope.errors import InputError
+
+    st = tmp_path / "nostore" / "x.db"
+    extra = ["-o", str(tmp_path / "r.html")] if argv[0] == "report" else []
+    res = runner.invoke(app, [*argv, "--store", str(st), *extra])
+    if argv[0] == "runs":  # a listing stays an empty list for scripts (exit 0), and says why
+        assert res.exit_code == 0 and "no run store at" in res.output, res.output
+        js = runner.invoke(app, ["runs", "--store", str(st), "--json"])
+        assert js.exit_code == 0 and json.loads(js.stdout)["runs"] == []
+    else:
+        assert isinstance(res.exception, InputError) and "no run store at" in str(res.exception), res.output
+    assert not (tmp_path / "nostore").exists()

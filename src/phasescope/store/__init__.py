@@ -83,6 +83,7 @@ from phasescope.store.scrub import secrets_of as _secrets_of
 
 __all__ = [
     "RUN_STATUSES",
+    "store_db_path",
     "SCHEMA_VERSION",
     "Recording",
     "RunInfo",
@@ -150,9 +151,14 @@ def _db_path(p: Path) -> Path:
     return p
 
 
+def store_db_path(path: str | os.PathLike[str]) -> Path:
+    """The database file a ``--store`` path names (a folder holds ``runs.db``)."""
+    return _db_path(Path(path).expanduser())
+
+
 def open_store(path: str | os.PathLike[str] | None = None) -> "RunStore":
     """Open (creating and migrating as needed) the store at ``path`` or the default location."""
-    p = _db_path(Path(path).expanduser()) if path else default_store_path()
+    p = store_db_path(path) if path else default_store_path()
     return RunStore(p)
 
 
