@@ -30,6 +30,12 @@ def _one_clear_line(code: int, out: str, err: str, msg: str) -> None:
         next(ln for ln in err.splitlines() if msg in ln)]
 
 
+@pytest.fixture(autouse=True)
+def _own_store(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A store of this test's own: the session's scratch store holds the runs of every test before it."""
+    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "own-store"))
+
+
 def _stored_runs() -> list:
     return list(open_store(None).list_runs())
 
