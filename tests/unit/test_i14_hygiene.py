@@ -262,15 +262,13 @@ def test_too_few_samples_names_the_flag_that_sends_more_of_this_workload(kw: dic
     assert not [f for f in others if f in w[0].fix], w[0].fix
 
 
-def test_compare_refuses_a_run_against_itself_and_runs_help_lists_every_status(tmp_path: Path) -> None:
-    """compare X X printed a table of 'within noise' verdicts with ±33 tok/s intervals: a run is no
-    evidence about itself. And --status accepts every stored status, so its help names them all."""
+def test_compare_says_a_run_against_itself_and_runs_help_lists_every_status(tmp_path: Path) -> None:
+    """compare X X printed a table of 'within noise' verdicts with ±33 tok/s intervals and no word that
+    a run is no evidence about itself (it stays allowed: it shows A's own numbers). And --status accepts every stored status, so its help names them all."""
     st = str(tmp_path / "store")
     a = _store_run(tmp_path / "store", sequential_run(25, seed=1), {})
     same = runner.invoke(app, ["compare", a, a, "--store", st])
-    from phasescope.errors import InputError
-
-    assert isinstance(same.exception, InputError) and "same run" in str(same.exception), same.output
+    assert same.exit_code == 0 and "same run" in same.output, same.output
     from phasescope.store import RUN_STATUSES
 
     helptext = " ".join(runner.invoke(app, ["runs", "--help"]).output.split())

@@ -124,9 +124,9 @@ def compare(
         else:
             err_console.print(pair.message or "")
         return
-    if pair.a.id == pair.b.id:
-        raise InputError(f"run A and run B are the same run ({pair.a.id}): a run is no evidence about itself; "
-                         "name two runs (see `phasescope runs`)")
+    if pair.a.id == pair.b.id:  # allowed (it shows A's numbers, #16's one-number check), but said
+        err_console.print(f"note: run A and run B are the same run ({pair.a.id}): the verdicts say nothing about a change",
+                          highlight=False)
     cmp = compare_runs(pair.a, st.load_records(pair.a.id), pair.b, st.load_records(pair.b.id),
                        confidence=confidence, min_change=min_change)
     worse = gate(cmp, chosen)
