@@ -43,8 +43,6 @@ class Detected:
     has_tokenize: bool = False
 
 
-
-
 def engine_from_metrics(text: str) -> str | None:
     """The engine a ``/metrics`` exposition comes from, by the one Prometheus-prefix table
     (:func:`phasescope.metrics.engines.detect_engine`: the prefix most sample names carry)."""

@@ -414,9 +414,7 @@ def _fail_if_nothing_succeeded(s: dict[str, Any]) -> None:
     """A run in which no request succeeded is a failed run: exit 3, the error kinds counted."""
     if s.get("status") != "failed":
         return
-    from phasescope.errors import NoSuccessError
-
-    from phasescope.errors import overloaded_hint
+    from phasescope.errors import NoSuccessError, overloaded_hint
 
     by_kind = s.get("errors_by_kind") or {}
     kinds = ", ".join(f"{k} {v}" for k, v in by_kind.items()) or "none sent"

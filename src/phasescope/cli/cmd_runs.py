@@ -15,19 +15,13 @@ if TYPE_CHECKING:
 STORE_HELP = "Run store (SQLite file or its folder); default $PHASESCOPE_STORE or ~/.local/share/phasescope/runs.db."
 
 
-def _store_db(path: Path) -> Path:
-    from phasescope.store import store_db_path
-
-    return store_db_path(path)
-
-
 def _store(path: Optional[Path]) -> "RunStore":
     """The store these reading commands read: a --store that names no store is a typo to report,
     not a new empty database to create (the default location may not exist yet: no runs so far)."""
     from phasescope.errors import InputError
-    from phasescope.store import open_store
+    from phasescope.store import open_store, store_db_path
 
-    if path is not None and not _store_db(path).exists():
+    if path is not None and not store_db_path(path).exists():
         raise InputError(f"no run store at {path} (probe, bench, explain and tune create one with --store)")
     return open_store(path)
 
@@ -48,12 +42,16 @@ def runs(
 
     if status is not None and status not in RUN_STATUSES:
         raise InputError(f"--status must be one of {', '.join(RUN_STATUSES)}")
-    if store is not None and not _store_db(store).exists():  # listing creates nothing: an empty list, said so
-        if json_out:
-            print_json({"store": str(_store_db(store)), "runs": []})
-        else:
-            err_console.print(f"no run store at {store} yet (probe, bench, explain and tune create one with --store)")
-        return
+    if store is not None:  # listing creates nothing: at a path that holds no store, an empty list, said so
+        from phasescope.store import store_db_path
+
+        db = store_db_path(store)
+        if not db.exists():
+            if json_out:
+                print_json({"store": str(db), "runs": []})
+            else:
+                err_console.print(f"no run store at {store} yet (probe, bench, explain and tune create one with --store)")
+            return
     st = _store(store)
     found = st.list_runs(kind=kind, target=target, model=model, status=status, limit=limit or None)
     bases = st.baselines()
