@@ -260,3 +260,57 @@ def test_a_redirect_is_followed_as_aiohttp_follows_it():
     assert [r.ok for r in recs] == [True, True], [r.error_message for r in recs]
     assert all(len(r.token_events()) == 4 and r.http_status == 200 for r in recs)
     assert hits == 3 and len(redirected) == 1  # the raw try, then aiohttp's two requests (each redirected)
+
+
+class _CountingServer(asyncio.Protocol):
+    """Counts accepted connections; answers every POST with a 3-token SSE stream (keep-alive)."""
+    accepted = 0
+
+    def connection_made(self, transport):
+        type(self).accepted += 1
+        self.transport, self.buf = transport, b""
+
+    def data_received(self, data):
+        self.buf += data
+        while b"\r\n\r\n" in self.buf:
+            head, rest = self.buf.split(b"\r\n\r\n", 1)
+            n = next((int(ln.split(b":", 1)[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")), 0)
+            if len(rest) < n:
+                return
+            self.buf = rest[n:]
+            body = b"".join(b'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":" w",'
+                            b'"finish_reason":' + (b'"length"' if i == 2 else b"null") + b"}]}\n\n" for i in range(3))
+            body += b"data: [DONE]\n\n"
+            self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: "
+                                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_warm_up_opens_the_connections_the_streams_then_use(fast):
+    """Before t0, a load run opens its first wave's connections (runner.prewarm). On the raw path
+    they must be the raw pool's: warming only aiohttp's pool left every first-wave stream to open its
+    own connection inside its TTFT (measured at 1,024 streams: starts spread over 370 ms, up to 15 ms
+    of connect in one TTFT)."""
+    from phasescope.apis import warm_up
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_CountingServer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        t = Target(f"http://127.0.0.1:{port}", api="openai", model="m", timeouts=Timeouts())
+        try:
+            async with new_session(fast=fast) as s:
+                warmed = await warm_up(s, t, 6)
+                before = _CountingServer.accepted
+                recs = await asyncio.gather(*(get_client("openai").send(s, t, GenRequest(prompt="x", max_tokens=3))
+                                              for _ in range(6)))
+                return warmed, before, _CountingServer.accepted, recs
+        finally:
+            server.close()
+
+    _CountingServer.accepted = 0
+    warmed, before, after, recs = asyncio.run(go())
+    assert all(r.ok for r in recs), [r.error_message for r in recs]
+    assert before == 6, before
+    if fast:  # six concurrent streams, six warmed connections: none opened inside a TTFT
+        assert warmed == 6 and after == 6, (warmed, after)

@@ -43,14 +43,23 @@ def get_client(api: str) -> ModuleType:
 #: the cheap GET per API that opens pooled connections: ``GET /v1/models`` (OpenAI-compatible),
 #: ``GET /api/version`` (Ollama), ``GET /health`` (llama.cpp native)
 WARM_PATHS = {"openai": "/v1/models", "chat": "/v1/models", "ollama": "/api/version", "llamacpp": "/health"}
+#: APIs whose streams are NDJSON (aiohttp's path), not SSE (the raw path when httptools is installed)
+NDJSON_APIS = frozenset({"ollama"})
 
 
 async def warm_up(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
     """Open ``n`` keep-alive connections with concurrent cheap GETs (:data:`WARM_PATHS`); how many
-    answered. Failures are ignored: a warm-up that fails only leaves the connects in the run."""
+    answered. On a :class:`~phasescope.apis._fast.FastSession` whose streams take the raw path, the
+    raw pool's connections are opened instead (TCP connects, no request). Failures are ignored: a
+    warm-up that fails only leaves the connects in the run."""
     from phasescope.apis._json import try_json
 
     url = target.base_url + WARM_PATHS.get(target.api, "/v1/models")
+    pool = getattr(session, "fast_pool", None)  # a FastSession: its streams read on the raw path
+    if pool is not None and target.api not in NDJSON_APIS and url.startswith("http://"):
+        # the connections the streams will take are the raw pool's, not aiohttp's (issue 22: warming
+        # aiohttp's left a 1,024-stream first wave connecting inside its TTFTs)
+        return await pool.warm(url, n, timeout_s)
     headers = target.headers()
 
     async def one() -> bool:

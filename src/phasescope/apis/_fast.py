@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 KEEPALIVE_S = 4.0
 #: after the stream is logically done, the rest of its response (the last chunk) is waited for this long
 _DRAIN_S = 0.25
+#: connects in flight at once while :meth:`FastPool.warm` opens a run's connections
+WARM_PARALLEL = 64
 
 
 def available() -> bool:
@@ -283,6 +285,28 @@ class FastPool:
             raise nothing_listening(target.display_url, exc) from None
         self.live.add(conn)
         return conn
+
+    async def warm(self, url: str, n: int, timeout_s: float = 10.0) -> int:
+        """Open ``n`` keep-alive connections to ``url``'s host and port and leave them idle in the
+        pool (a load run's warm-up before t0, so no first-wave stream connects inside its TTFT);
+        at most :data:`WARM_PARALLEL` connects at once (a burst of thousands of SYNs overflows a
+        listen backlog of 100, and a dropped SYN is retried only after a second). How many opened."""
+        key, _ = self._head(url)
+        loop = asyncio.get_running_loop()
+        gate = asyncio.Semaphore(WARM_PARALLEL)
+
+        async def one() -> bool:
+            async with gate:
+                try:
+                    _, conn = await asyncio.wait_for(
+                        loop.create_connection(lambda: _Conn(self, key), key[0], key[1]), timeout_s)
+                except (OSError, asyncio.TimeoutError):
+                    return False
+            self.live.add(conn)
+            self.release(conn)
+            return True
+
+        return sum(await asyncio.gather(*(one() for _ in range(n))))
 
     def _take(self, key: tuple[str, int]) -> _Conn | None:
         stack = self.idle.get(key)
