@@ -302,3 +302,34 @@ def test_the_truth_log_is_serialised_only_when_no_event_is_due_soon(tmp_path: Pa
         assert srv.write_lag()["events"] == 2 and srv.write_lag()["max_ms"] == 2e-6
     finally:
         srv._logfh.close()
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "CMSG_SPACE") or __import__("sys").platform != "linux",
+                    reason="kernel receive timestamps (SO_TIMESTAMPNS) are Linux's")
+def test_the_truth_starts_when_the_request_reached_the_socket_not_when_the_fake_read_it() -> None:
+    """A fake whose own loop is late to read a request (a burst of 1,024 arriving at once, a vCPU
+    waking up) must not charge that wait to the client: ``t_arrived_ns`` is the kernel's receive
+    timestamp of the request's bytes, before the fake's loop got to them. Here the fake's loop is
+    blocked for 60 ms just as the request is sent: the arrival stays at the send, the read does not."""
+    import socket
+    import threading
+
+    with LeanFake(ttft_s=0.001, itl_s=0.001).running() as srv:
+        assert srv._loop is not None
+        blocked = threading.Event()
+        srv._loop.call_soon_threadsafe(lambda: (blocked.set(), time.sleep(0.06)))
+        assert blocked.wait(5)
+        body = json.dumps({"model": "fake-model", "prompt": "a b", "max_tokens": 2, "stream": True}).encode()
+        with socket.create_connection((srv.host, srv.port)) as s:
+            t_send = time.perf_counter_ns()
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: arrive-1\r\nContent-Length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body)
+            got = b""
+            while b"[DONE]" not in got:
+                got += s.recv(65536)
+    g = next((x for x in srv.log if x["id"] == "arrive-1"), None)  # the fake has stopped: its log is whole
+    assert g is not None, [x["id"] for x in srv.log]
+    assert g["t_arrived_ns"] is not None
+    assert t_send <= g["t_arrived_ns"] <= g["t_rx_ns"] <= g["t_recv_ns"]
+    assert g["t_rx_ns"] - t_send >= 40_000_000  # the fake's loop read it late (it was asleep) ...
+    assert g["t_arrived_ns"] - t_send < g["t_rx_ns"] - t_send - 30_000_000  # ... the kernel had it at once

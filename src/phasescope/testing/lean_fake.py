@@ -20,8 +20,12 @@ format the benchmarks use, byte for byte as :mod:`phasescope.testing.wire.openai
 Ground truth, per generation request (a dict with the keys of
 :class:`~phasescope.testing.wire.common.GroundTruth` plus ``t_due_ns``), all on
 ``time.perf_counter_ns`` — CLOCK_MONOTONIC, the clock phasescope's clients stamp with:
+``t_arrived_ns`` when the request's bytes reached the socket (the kernel's receive timestamp,
+``SO_TIMESTAMPNS``, of the read that completed it, moved onto the monotonic clock; Linux with the
+stdlib loop, else None): the benchmarks' TTFT truth starts here, so a request that waited in the
+socket while this fake's loop was busy is the instrument's wait, not the client's;
 ``t_rx_ns`` when the request's first bytes were read (before any parsing), ``t_recv_ns`` when its
-head was parsed (the TTFT truth starts here), ``t_events_ns`` just after each token event's write
+head was parsed (the fake's clock for its answer starts here), ``t_events_ns`` just after each token event's write
 returned, ``t_due_ns`` when each was due (``t_recv_ns + ttft + k·itl``, absolute, no drift). Their
 difference is the fake's own **write lag**, which the benchmarks print beside every figure so a
 saturated instrument is visible (:meth:`LeanFake.write_lag`). The truth goes to ``srv.log`` (a list),
@@ -57,6 +61,7 @@ import contextlib
 import heapq
 import json
 import socket
+import struct
 import sys
 import time
 import uuid
@@ -96,6 +101,58 @@ def _err(status: int, message: str, etype: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": etype, "param": None, "code": status}}
 
 
+#: Linux's SO_TIMESTAMPNS (the kernel's receive time of each read's bytes, CLOCK_REALTIME)
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
+_ANC = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
+_TIMESPEC = struct.Struct("qq")
+
+
+def _stamp_reads(tr: Any, conn: "_Conn") -> bool:
+    """Read this connection with ``recvmsg`` and keep each read's kernel receive timestamp in
+    ``conn.t_kernel`` (on the monotonic clock), so the truth can start when a request's bytes reached
+    the socket, not when this fake's loop got round to them (a burst of 1,024 requests queues behind
+    the fake's own parsing; a vCPU wakes up late). The stdlib selector transport's read callback is
+    replaced by the same code reading with ``recvmsg``; where that transport is not there (uvloop,
+    not Linux) nothing changes and ``t_arrived_ns`` is None. False when not stamping."""
+    sock = getattr(tr, "_sock", None)
+    if _SO_TIMESTAMPNS is None or not _ANC or sock is None or not hasattr(tr, "_read_ready_cb"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    recvmsg, size, unpack = sock.recvmsg, tr.max_size, _TIMESPEC.unpack_from
+
+    def read() -> None:  # asyncio's _SelectorSocketTransport._read_ready__data_received, with recvmsg
+        if tr._conn_lost:
+            return
+        try:
+            data, anc, _, _ = recvmsg(size, _ANC)
+        except (BlockingIOError, InterruptedError):
+            return
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # noqa: BLE001  (as asyncio's own read callback)
+            tr._fatal_error(exc, "Fatal read error on socket transport")
+            return
+        if not data:
+            tr._read_ready__on_eof()
+            return
+        for lvl, typ, cd in anc:
+            if typ == _SO_TIMESTAMPNS and lvl == socket.SOL_SOCKET and len(cd) >= 16:
+                sec, ns = unpack(cd)
+                conn.t_kernel = sec * 1_000_000_000 + ns - (time.time_ns() - _now())
+        try:
+            conn.data_received(data)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            tr._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
+
+    tr._read_ready_cb = read
+    return True
+
+
 class _Stream:
     """One streamed answer: what its next event is and when it is due."""
 
@@ -119,6 +176,8 @@ class _Conn(asyncio.Protocol):
         self.tr: asyncio.Transport | None = None
         self.buf = b""
         self.t_rx = 0
+        self.t_kernel = 0  # the last read's kernel receive time (0: not stamped)
+        self.t_arrived = 0  # ... of the read that completed the request being handled
         self.busy: _Stream | None = None
         self.close_after = False
 
@@ -128,6 +187,7 @@ class _Conn(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _stamp_reads(transport, self)
         self.srv._conns.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -182,6 +242,7 @@ class _Conn(asyncio.Protocol):
             t_rx = self.t_rx
             self.t_rx = _now() if self.buf else 0
             self.close_after = headers.get("connection", "").lower() == "close"
+            self.t_arrived = self.t_kernel
             self.srv._handle(self, method, target.split("?", 1)[0], headers, body, t_rx, _now())
 
     def _reply(self, status: int, obj: Any, rid: str, ctype: str = "application/json") -> None:
@@ -245,6 +306,10 @@ class LeanFake:
         self._server = await self._loop.create_server(lambda: _Conn(self), self.host, self.port, backlog=4096,
                                                       reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
+        if _SO_TIMESTAMPNS is not None:  # now, so bytes that arrive before a connection is accepted carry it too
+            for ls in self._server.sockets:
+                with contextlib.suppress(OSError):
+                    ls.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         if self.log_path:
             self._logfh = open(self.log_path, "a", encoding="utf-8")
             self._flusher = self._loop.call_later(0.1, self._flush_tick)
@@ -389,6 +454,7 @@ class LeanFake:
 
     def _generate(self, c: _Conn, path: str, rid: str, raw: bytes, t_rx: int, t_recv: int) -> None:
         gt: dict[str, Any] = {"id": rid or uuid.uuid4().hex[:16], "path": path, "t_recv_ns": t_recv, "t_rx_ns": t_rx,
+                              "t_arrived_ns": c.t_arrived or None,
                               "t_body_ns": t_recv, "t_headers_ns": None, "t_events_ns": [], "tokens_per_event": [],
                               "prompt_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "status": 200,
                               "fault": None, "t_due_ns": []}
