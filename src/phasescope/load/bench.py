@@ -285,7 +285,9 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
         async with new_session() as s:
             return await build_items(cfg, target, s, n_items, lengths, run_salt=run_salt)
 
-    items = asyncio.run(_items())
+    from phasescope.load.loop import run_boxed
+
+    items = run_boxed(_items())  # a list of every prompt: kept out of the main task's repr
 
     from phasescope.lifecycle import run_output
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from phasescope.errors import InputError
+from phasescope.load.loop import run_boxed
 from phasescope.load.schedule import Schedule, build_schedule
 from phasescope.load.workload import WorkItem, random_workload
 
@@ -148,7 +149,7 @@ def run_conversation_bench(cfg: Any, items: list[WorkItem], target: Any, out: An
             await s.close()
 
     with on_sigint(stop.set):  # the watcher turns it into the loop's stop
-        res = asyncio.run(main())
+        res = run_boxed(main())
     cfg.implied_hit_rate = expected_cache_share(res.records)
     return res
 
