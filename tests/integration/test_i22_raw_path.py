@@ -181,6 +181,24 @@ def test_bench_says_which_receive_path_read_its_streams(switch, path, tmp_path, 
     assert ("raw path (httptools)" in line) == (path == "raw") and h["event_loop"] in line
 
 
+def test_ollamas_ndjson_streams_are_not_said_to_be_read_on_the_raw_path(tmp_path):
+    """Ollama's NDJSON streams stay on aiohttp even when httptools is installed: the Client health
+    line and runner_health say the path the streams took, not the session's kind (they said "raw")."""
+    import json
+    import subprocess
+    import sys
+
+    with FakeServer(flavor="ollama", ttft_s=0.005, itl_s=0.002).running() as srv:
+        p = subprocess.run([sys.executable, "-m", "phasescope", "bench", srv.url, "-n", "4", "--max-concurrency", "2",
+                            "--input-len", "8", "--output-len", "4", "--no-store", "--out", str(tmp_path / "b"),
+                            "--no-server-metrics"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    s = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert s["completed"] == 4 and s["runner_health"]["receive_path"] == "aiohttp"
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("Client health"))
+    assert "raw path" not in line, line
+
+
 class _CloseDelimited(asyncio.Protocol):
     """Answers with no Content-Length and no chunking (the body ends when the connection does), as
     HTTP/1.0-style proxies do: ``mode`` "finish" = finish_reason but no [DONE], the last event

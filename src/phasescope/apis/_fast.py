@@ -220,6 +220,8 @@ class FastPool:
         self.heads: dict[str, tuple[tuple[str, int], bytes]] = {}
         #: URLs that answered with a redirect: aiohttp's path (which follows it) sends to them
         self.redirected: set[str] = set()
+        #: requests sent this way (what a run's ``receive_path`` reports)
+        self.streams = 0
         self._reaper: asyncio.TimerHandle | None = None
 
     def takes(self, url: str, proto: "Protocol") -> bool:
@@ -246,6 +248,7 @@ class FastPool:
             f"Content-Length: {len(data)}\r\n\r\n".encode() + data
         rec, to = proto.rec, proto.target.timeouts
         loop = asyncio.get_running_loop()
+        self.streams += 1
         for attempt in range(retries):
             rec.t_conn_ready_ns = None
             rec.t_start_ns = now_ns()

@@ -321,7 +321,8 @@ async def wind_down(res: RunResult, in_flight: Iterable[asyncio.Task[Any]], moni
     res.t_end_ns = now_ns()
     res.health = await monitor.stop(send_lags) if monitor._task is not None else RunnerHealth()
     if session is not None:
-        res.health.receive_path = "raw" if getattr(session, "fast_pool", None) is not None else "aiohttp"
+        pool = getattr(session, "fast_pool", None)  # the path the streams took (Ollama's NDJSON: aiohttp's)
+        res.health.receive_path = "raw" if pool is not None and pool.streams else "aiohttp"
     sink.close()
     if sink.error is not None:
         res.write_error = sink.error
