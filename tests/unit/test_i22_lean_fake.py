@@ -333,3 +333,19 @@ def test_the_truth_starts_when_the_request_reached_the_socket_not_when_the_fake_
     assert t_send <= g["t_arrived_ns"] <= g["t_rx_ns"] <= g["t_recv_ns"]
     assert g["t_rx_ns"] - t_send >= 40_000_000  # the fake's loop read it late (it was asleep) ...
     assert g["t_arrived_ns"] - t_send < g["t_rx_ns"] - t_send - 30_000_000  # ... the kernel had it at once
+
+
+def test_without_the_stdlib_transport_the_fake_serves_unstamped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the read callback cannot be replaced (uvloop, another Python's transport), the fake
+    serves as before and says it has no arrival stamp (None: the benchmarks fall back to its parse)."""
+    import phasescope.testing.lean_fake as LF
+
+    monkeypatch.setattr(LF, "_TRANSPORT_PARTS", ("_read_ready_cb", "_no_such_part"))
+    with LeanFake(ttft_s=0.001, itl_s=0.001).running() as srv:
+        body = json.dumps({"model": "fake-model", "prompt": "a b", "max_tokens": 3, "stream": True}).encode()
+        req = urllib.request.Request(srv.url + "/v1/completions", data=body, headers={"X-Request-Id": "plain-1"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            got = r.read()
+    assert got.count(b"data: {") == 3 and b"[DONE]" in got
+    g = next(x for x in srv.log if x["id"] == "plain-1")
+    assert g["t_arrived_ns"] is None and g["t_rx_ns"] <= g["t_recv_ns"]

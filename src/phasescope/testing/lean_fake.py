@@ -105,6 +105,8 @@ def _err(status: int, message: str, etype: str) -> dict[str, Any]:
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35) if sys.platform == "linux" else None
 _ANC = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0
 _TIMESPEC = struct.Struct("qq")
+#: what the replaced read callback uses of asyncio's selector transport (3.11-3.13)
+_TRANSPORT_PARTS = ("_read_ready_cb", "_conn_lost", "_fatal_error", "_read_ready__on_eof", "max_size")
 
 
 def _stamp_reads(tr: Any, conn: "_Conn") -> bool:
@@ -115,8 +117,9 @@ def _stamp_reads(tr: Any, conn: "_Conn") -> bool:
     replaced by the same code reading with ``recvmsg``; where that transport is not there (uvloop,
     not Linux) nothing changes and ``t_arrived_ns`` is None. False when not stamping."""
     sock = getattr(tr, "_sock", None)
-    if _SO_TIMESTAMPNS is None or not _ANC or sock is None or not hasattr(tr, "_read_ready_cb"):
-        return False
+    if (_SO_TIMESTAMPNS is None or not _ANC or sock is None
+            or not all(hasattr(tr, a) for a in _TRANSPORT_PARTS) or not hasattr(sock, "recvmsg")):
+        return False  # another loop, or a Python whose selector transport has changed shape
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
     except OSError:
