@@ -80,6 +80,13 @@ def test_ndjson_and_unstreamed_requests_stay_on_aiohttp():
     assert b.ok and b.output_tokens == 5 and n2 == 0
 
 
+def _three_token_stream() -> bytes:
+    """A vLLM-style /v1/completions SSE body: three one-word tokens (the last with its finish), then [DONE]."""
+    body = b"".join(b'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":" w",'
+                    b'"finish_reason":' + (b'"length"' if i == 2 else b"null") + b"}]}\n\n" for i in range(3))
+    return body + b"data: [DONE]\n\n"
+
+
 class _OneAnswerThenDrop(asyncio.Protocol):
     """An SSE server that answers the first request on a connection with keep-alive, then drops
     the connection when the next request arrives on it, without a byte: a stale pooled connection."""
@@ -97,9 +104,7 @@ class _OneAnswerThenDrop(asyncio.Protocol):
             self.transport.close()
             return
         type(self).served += 1
-        body = b"".join(b'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":" w",'
-                        b'"finish_reason":' + (b'"length"' if i == 2 else b"null") + b"}]}\n\n" for i in range(3))
-        body += b"data: [DONE]\n\n"
+        body = _three_token_stream()
         chunk = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
         self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
                              + chunk)
@@ -296,9 +301,7 @@ class _CountingServer(asyncio.Protocol):
             if len(rest) < n:
                 return
             self.buf = rest[n:]
-            body = b"".join(b'data: {"id":"c","object":"text_completion","model":"m","choices":[{"index":0,"text":" w",'
-                            b'"finish_reason":' + (b'"length"' if i == 2 else b"null") + b"}]}\n\n" for i in range(3))
-            body += b"data: [DONE]\n\n"
+            body = _three_token_stream()
             self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: "
                                  + str(len(body)).encode() + b"\r\n\r\n" + body)
 

@@ -139,11 +139,11 @@ def test_the_end_of_a_run_never_formats_its_result() -> None:
     100,000-request run). ``run_async`` keeps the result out of the task."""
     import signal
 
+    import pytest
+
     from phasescope.load.loop import run_async
 
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        import pytest
-
         pytest.skip("the runner installs its SIGINT handler only over Python's default one")
     calls = []
 
@@ -162,8 +162,6 @@ def test_the_end_of_a_run_never_formats_its_result() -> None:
 
     async def fails() -> None:
         raise ValueError("boom")
-
-    import pytest
 
     with pytest.raises(ValueError, match="boom"):
         run_async(fails())

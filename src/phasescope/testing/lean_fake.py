@@ -109,21 +109,21 @@ _TIMESPEC = struct.Struct("qq")
 _TRANSPORT_PARTS = ("_read_ready_cb", "_conn_lost", "_fatal_error", "_read_ready__on_eof", "max_size")
 
 
-def _stamp_reads(tr: Any, conn: "_Conn") -> bool:
+def _stamp_reads(tr: Any, conn: "_Conn") -> None:
     """Read this connection with ``recvmsg`` and keep each read's kernel receive timestamp in
     ``conn.t_kernel`` (on the monotonic clock), so the truth can start when a request's bytes reached
     the socket, not when this fake's loop got round to them (a burst of 1,024 requests queues behind
     the fake's own parsing; a vCPU wakes up late). The stdlib selector transport's read callback is
     replaced by the same code reading with ``recvmsg``; where that transport is not there (uvloop,
-    not Linux) nothing changes and ``t_arrived_ns`` is None. False when not stamping."""
+    not Linux) nothing changes and ``t_arrived_ns`` is None."""
     sock = getattr(tr, "_sock", None)
     if (_SO_TIMESTAMPNS is None or not _ANC or sock is None
             or not all(hasattr(tr, a) for a in _TRANSPORT_PARTS) or not hasattr(sock, "recvmsg")):
-        return False  # another loop, or a Python whose selector transport has changed shape
+        return  # another loop, or a Python whose selector transport has changed shape
     try:
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
     except OSError:
-        return False
+        return
     recvmsg, size, unpack = sock.recvmsg, tr.max_size, _TIMESPEC.unpack_from
 
     def read() -> None:  # asyncio's _SelectorSocketTransport._read_ready__data_received, with recvmsg
@@ -153,7 +153,6 @@ def _stamp_reads(tr: Any, conn: "_Conn") -> bool:
             tr._fatal_error(exc, "Fatal error: protocol.data_received() call failed.")
 
     tr._read_ready_cb = read
-    return True
 
 
 class _Stream:
