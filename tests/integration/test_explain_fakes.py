@@ -201,3 +201,49 @@ def test_experiment_json_keys_and_bad_name():
     bad = subprocess.run([sys.executable, "-m", "phasescope", "experiment", "warp-drive", "http://127.0.0.1:9"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "unknown experiment" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# -- host noise must not become a finding ------------------------------------------------------------------
+def _stall_loop_after_injection(delay_s: float, block_s: float):
+    """A body that runs prefill-interference and blocks the whole event loop (client and in-process
+    fake alike, as a GC pause or a descheduled process does) ``delay_s`` after the injection is sent."""
+    import time
+
+    async def body(ctx: RunContext) -> Any:
+        send = ctx.send
+
+        async def send_and_stall(req, experiment, **tags):
+            if tags.get("phase") == "inject":
+                asyncio.get_running_loop().call_later(delay_s, time.sleep, block_s)
+            return await send(req, experiment, **tags)
+
+        ctx.send = send_and_stall  # type: ignore[method-assign]
+        return await prefill_interference.run(ctx, 10, streams=3, inject_tokens=1500)
+
+    return body
+
+
+def test_a_client_stall_during_a_chunked_prefill_is_not_a_spike():
+    b = Behaviour(slots=4, chunked_prefill_tokens=8, **{**FAST, "prefill_s_per_token": 1e-4})
+    r = run_on(b, _stall_loop_after_injection(0.05, 0.08))
+    assert r.client_stall_s is not None and r.client_stall_s >= 0.06  # the client saw its own 80 ms stall
+    assert r.interference is not True, r.reason
+    assert r.spike_x < 3, r.reason  # the 80 ms the client did not read is not the server's gap
+    assert any("client" in n for n in r.notes), r.notes
+
+
+def test_a_client_stall_does_not_hide_a_real_stall():
+    b = Behaviour(slots=4, **{**FAST, "prefill_s_per_token": 2e-4})
+    r = run_on(b, _stall_loop_after_injection(0.05, 0.08))
+    assert r.interference is True, r.reason
+    assert r.chunked_prefill_likely is False and r.stall_s > 0.2
+
+
+def test_one_request_slowed_by_the_host_is_no_context_slowdown():
+    # flat decode, but the one request at the longest context decodes 1.6x slower, as when a burst of
+    # host load lands on it: one repetition alone would call that a 37 % slowdown
+    b = Behaviour(**{**FAST, "slow_first_prompt_over": 3000, "slow_factor": 1.6})
+    flat = run_on(b, lambda ctx: context_fill.run(ctx, 10, l_max=4000, steps=4, reps=1, output_tokens=24))
+    assert flat.slows is not True, flat.reason
+    assert flat.points[-1].n >= 2  # the end point was measured again before any verdict
+    assert "long-context-decode-penalty" not in diagnose({"context-fill": flat}).ids()

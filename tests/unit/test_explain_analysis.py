@@ -9,9 +9,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from phasescope.experiments import batching, context_fill, prefill_interference, prefix_cache, prompt_scaling, queue
+from phasescope.experiments.common import RESUME_SLACK_NS, ExperimentInfo, read_late_ns
 from phasescope.experiments.queue import QueueSample
-from explain_synth import rec  # noqa: E402
+from explain_synth import S, rec  # noqa: E402
 
 PS, PC, CF, BT, PI, Q = (prompt_scaling.NAME, prefix_cache.NAME, context_fill.NAME, batching.NAME,
                          prefill_interference.NAME, queue.NAME)
@@ -251,6 +255,57 @@ def test_interference_chunked_spread_and_none():
     short = prefill_interference.analyze(_pi(stall=0.0, inject_ttft=0.03))
     assert short.interference is None and "too short" in short.reason
     assert prefill_interference.analyze([]).interference is None
+
+
+def _pi_client_stall():
+    """Streams that decode steadily through the injected prefill (chunked, no stall), but whose client
+    stalled 70 ms at 1.2 s: every stream shows one 80 ms gap whose token was read as it resumed."""
+    rs, gap = [], 0.02
+    for i in range(3):
+        gaps, t = [], 0.05
+        while t < 1.2:
+            gaps.append(gap)
+            t += gap
+        rs.append(rec(PI, "stream", ttft=0.05, gaps=gaps + [0.08] + [gap] * 40, prompt=32, stream=i))
+    rs.append(rec(PI, "inject", t0=1.0, ttft=0.5, n_out=4, prompt=2000))
+    b = rs[0].token_events()[len(gaps) + 1].t_ns  # the read right after the stall
+    return rs, [(b - int(0.07 * S), b)]
+
+
+def test_interference_a_client_stall_is_no_server_stall():
+    rs, stalls = _pi_client_stall()
+    blind = prefill_interference.analyze(rs)  # without the client's own stalls the 80 ms gap is a spike
+    assert blind.interference is True and blind.spike_x == pytest.approx(4, rel=1e-2)
+    r = prefill_interference.analyze(rs, client_stalls_ns=stalls)
+    assert r.interference is False, r.reason
+    assert r.spike_x == pytest.approx(1.0, rel=1e-2)  # 80 − 70 ms: known only to be ≥ 10 ms, under the usual 20
+    assert r.client_stall_s == pytest.approx(0.07, abs=1e-6) and "stalled 70 ms" in " ".join(r.notes)
+    info = ExperimentInfo(name=PI, params={"client_stalls_ns": [list(x) for x in stalls]})
+    again = prefill_interference.analyze(rs, info)  # a saved result re-analyses the same
+    assert again.interference is False and again.spike_x == r.spike_x
+
+
+def test_interference_a_stall_the_client_was_ready_after_counts_in_full():
+    # the same 70 ms stall, but over before the 500 ms freeze ended: the client was waiting when the
+    # token came, so the whole gap is the server's
+    rs = _pi(stall=0.5, inject_ttft=0.55)
+    t_inj = int(1.0 * S)
+    r = prefill_interference.analyze(rs, client_stalls_ns=[(t_inj + int(0.1 * S), t_inj + int(0.17 * S))])
+    assert r.interference is True and r.itl_max_during_s == pytest.approx(0.52, rel=1e-3)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(a=st.integers(0, 10**9), d=st.integers(1, 10**9),
+       stalls=st.lists(st.tuples(st.integers(0, 2 * 10**9), st.integers(1, 10**8)), max_size=4))
+def test_read_late_is_within_the_gap_and_only_from_a_stall_it_came_out_of(a, d, stalls):
+    b = a + d
+    iv = [(s, s + w) for s, w in stalls]
+    late = read_late_ns(a, b, iv)
+    assert 0 <= late <= b - a
+    if all(not (s < b <= e + RESUME_SLACK_NS) for s, e in iv):
+        assert late == 0  # a stall the client was ready after, or one after the read, costs nothing
+    else:
+        assert late >= min(b - max(a, s) for s, e in iv if s < b <= e + RESUME_SLACK_NS)
 
 
 # -- queue ----------------------------------------------------------------------------------------------

@@ -114,3 +114,70 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 def round_or_none(x: float | None, nd: int = 6) -> float | None:
     return None if x is None else round(float(x), nd)
+
+
+class ClientStalls:
+    """The intervals in which this client's own event loop could not run (a GC pause, the process or
+    the whole VM descheduled, the loop blocked): a token that arrived then was read late, so a gap
+    between two token stamps that spans such an interval is partly the client's, not the server's.
+
+    A task sleeps ``period_s`` at a time; a wake-up later than ``threshold_s`` past its due time
+    (beyond the selector's rounding of timeouts up to a whole millisecond) records the interval
+    (due + 1 ms, woke) on the records' clock. ``async with ClientStalls() as s: ...; s.intervals_ns``."""
+
+    ROUNDING_NS = 1_000_000
+
+    def __init__(self, period_s: float = 0.002, threshold_s: float = 0.003) -> None:
+        self.period_s = period_s
+        self.threshold_ns = int(threshold_s * 1e9)
+        self.intervals_ns: list[tuple[int, int]] = []
+        self._task: Any = None
+
+    async def _run(self) -> None:
+        import asyncio
+
+        from phasescope.measure.clock import now_ns
+
+        iv = int(self.period_s * 1e9)
+        while True:
+            t = now_ns()
+            await asyncio.sleep(self.period_s)
+            woke = now_ns()
+            due = t + iv + self.ROUNDING_NS
+            if woke - due > self.threshold_ns:
+                self.intervals_ns.append((due, woke))
+
+    async def __aenter__(self) -> "ClientStalls":
+        import asyncio
+
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        import asyncio
+
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+
+#: how soon after a stall ends the client has read what arrived during it (one loop iteration or two)
+RESUME_SLACK_NS = 3_000_000
+
+
+def read_late_ns(a: int, b: int, stalls: Sequence[Sequence[int]], slack_ns: int = RESUME_SLACK_NS) -> int:
+    """How much of the gap between two reads at ``a`` and ``b`` (ns) may be the client's own stall
+    (see :class:`ClientStalls`). Only a stall the read at ``b`` came out of counts: a token read as the
+    client resumed may have arrived at any time in the stall, so the server's gap is only known to be
+    at least ``max(a, s) − a``. A stall followed by ready time before the token came cost nothing: the
+    client was waiting when it arrived, so that whole gap is the server's."""
+    late = 0
+    for s, e in stalls:
+        s, e = int(s), int(e)
+        if s < b <= e + slack_ns:
+            late = max(late, b - max(a, s))
+    return late

@@ -22,6 +22,11 @@ From the streams' token timestamps (per event gap, first gap excluded):
   ``stall_share`` = itl_max_during / injected_prefill.
 * ``tokens_during_prefill`` — tokens each stream received in [first token − injected_prefill,
   first token] (median over streams): ≈ 0 when the prefill ran as one step.
+* ``client_stall_s`` — how long the client's own event loop could not run while the streams did
+  (:class:`~phasescope.experiments.common.ClientStalls`: a GC pause, a descheduled process or VM).
+  A token read as the client came out of a stall may have arrived at any time in it, so such a gap
+  (and the injected TTFT, when its first token was read so) counts only up to the stall's start: a
+  stalled client must not read as a stalled server, nor hide a server that was silent anyway.
 
 ``interference`` is ``True`` (not chunked) when the longest gap covers ≥ half the prefill, is
 ≥ 3× the usual gap and ≥ 30 ms (a few tokens at the window's edges do not matter: the prefill
@@ -39,7 +44,7 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from phasescope.experiments.common import ExperimentInfo, med, ok, prompt_tokens_of, select
+from phasescope.experiments.common import ClientStalls, ExperimentInfo, med, ok, prompt_tokens_of, select, read_late_ns
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 
@@ -80,6 +85,9 @@ class InterferenceResult:
     injected_prefill_s: float | None = None
     itl_quiet_max_s: float | None = None
     tokens_during_prefill: float | None = None
+    #: the client's own stalls while the streams ran (s in all, and the longest; see read_late_ns)
+    client_stall_s: float | None = None
+    client_stall_max_s: float | None = None
     interference: bool | None = None
     chunked_prefill_likely: bool | None = None
     reason: str = ""
@@ -98,11 +106,19 @@ def _streams(records: Sequence[RequestRecord]) -> list[RequestRecord]:
 
 
 def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None,
-            overhead_s: float = 0.0, waiting_seen: float | None = None) -> InterferenceResult:
+            overhead_s: float = 0.0, waiting_seen: float | None = None,
+            client_stalls_ns: Sequence[Sequence[int]] | None = None) -> InterferenceResult:
     """``overhead_s``: the calibrated fixed TTFT overhead (taken off the injected TTFT);
-    ``waiting_seen``: requests /metrics showed waiting right after the injection (None: not read)."""
+    ``waiting_seen``: requests /metrics showed waiting right after the injection (None: not read);
+    ``client_stalls_ns``: the client's stalled intervals (default: ``info.params["client_stalls_ns"]``,
+    where :func:`run` keeps them, so a saved result re-analyses the same)."""
     info = info or ExperimentInfo(name=NAME)
     res = InterferenceResult(info=info)
+    stalls = list(client_stalls_ns if client_stalls_ns is not None else (info.params.get("client_stalls_ns") or []))
+
+    def dur(a: int, b: int) -> float:
+        """A gap in s, net of the time its last token may have waited for the stalled client."""
+        return (b - a - read_late_ns(a, b, stalls)) / 1e9
     streams = _streams(records)
     injs = ok(select(records, NAME, phase="inject"))
     res.n_streams = len(streams)
@@ -118,14 +134,14 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     t0 = inj.t_start_ns
     t_first = derive.first_token_ns(inj) or inj.t_done_ns or t0
     if res.injected_ttft_s is not None:
-        res.injected_prefill_s = max(1e-4, res.injected_ttft_s - max(0.0, overhead_s))
+        res.injected_prefill_s = max(1e-4, dur(t0, t_first) - max(0.0, overhead_s))
     pre_s = res.injected_prefill_s or 0.0
     baselines, maxes, quiet, during, extras = [], [], [], [], []
     per_stream: list[tuple[float, list[tuple[int, int]], float]] = []
     ended_early = 0
     for r in streams:
         g = _gaps(r)
-        pre = [(b - a) / 1e9 for a, b in g if b <= t0]
+        pre = [dur(a, b) for a, b in g if b <= t0]
         if len(pre) < 3:
             continue
         base = float(med(pre))  # type: ignore[arg-type]
@@ -139,8 +155,8 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         during.append(sum(1 for t in ts if t_first - int(pre_s * 1e9) <= t < t_first))
         baselines.append(base)
         quiet.append(max(pre))
-        maxes.append(max((b - a) / 1e9 for a, b in win))
-        extras.append(sum(max(0.0, (b - a) / 1e9 - base) for a, b in win))
+        maxes.append(max(dur(a, b) for a, b in win))
+        extras.append(sum(max(0.0, dur(a, b) - base) for a, b in win))
         per_stream.append((maxes[-1], win, base))
     if not baselines:
         res.reason = (f"the streams had too few tokens before the injection to measure (need {PRE_TOKENS}; "
@@ -148,6 +164,15 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         return res
     if ended_early:
         res.notes.append(f"{ended_early} stream(s) ended before the injected prefill finished; the stall is a lower bound")
+    s0 = min(r.t_start_ns for r in streams)
+    s1 = max([derive.last_token_ns(r) or r.t_start_ns for r in streams] + [t_first])
+    spans = [min(s1, int(e)) - max(s0, int(b)) for b, e in stalls if min(s1, int(e)) > max(s0, int(b))]
+    res.client_stall_s = sum(spans) / 1e9
+    res.client_stall_max_s = max(spans) / 1e9 if spans else 0.0
+    if spans:
+        res.notes.append(f"the client's own event loop stalled {res.client_stall_s * 1e3:.0f} ms in all while the streams "
+                         f"ran (longest {res.client_stall_max_s * 1e3:.0f} ms): a gap whose token was read as the client "
+                         f"resumed counts only up to the stall's start")
     res.itl_baseline_s = med(baselines)
     res.itl_quiet_max_s = max(quiet)
     res.itl_max_during_s = max(maxes)
@@ -157,7 +182,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     res.spike_x = res.itl_max_during_s / base if base > 0 else None
     res.stall_s = res.itl_max_during_s - base
     mx, win, b = max(per_stream, key=lambda x: x[0])
-    hi = [(a, e) for a, e in win if (e - a) / 1e9 > 2 * b]
+    hi = [(a, e) for a, e in win if dur(a, e) > 2 * b]
     res.spike_duration_s = (hi[-1][1] - hi[0][0]) / 1e9 if hi else 0.0
     if res.injected_prefill_s:
         res.stall_share = res.itl_max_during_s / res.injected_prefill_s
@@ -170,8 +195,13 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
                       f"slot for it next to {len(streams)} streams")
         return res
     if last_stream_token and last_stream_token < t_first:
-        res.reason = ("every stream had ended before the injected request's first token: it probably waited for a "
-                      "slot, so its prefill never overlapped the streams")
+        if (res.tokens_during_prefill or 0) >= KEPT_GOING_TOKENS:
+            res.reason = (f"the streams kept receiving tokens ({res.tokens_during_prefill:.0f} each) but all of them "
+                          f"ended before the injected request's first token, {res.injected_ttft_s * 1e3:.0f} ms after it "
+                          f"was sent: the prefill outlasted them, so whether it stalled them at its end is not seen")
+        else:
+            res.reason = ("every stream had ended before the injected request's first token: it probably waited for a "
+                          "slot, so its prefill never overlapped the streams")
         return res
     visible = base > 0 and pre_s >= VISIBLE_PREFILL_GAPS * base
     kept_going = (res.tokens_during_prefill or 0) >= KEPT_GOING_TOKENS
@@ -230,8 +260,10 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
     inject_tokens = max(64, min(inject_tokens, ctx.ctx_limit() - 16, 8192))
     t_inj = inject_tokens / c.prefill_tok_s
     # the streams are stopped once the measurement is done; their length only has to outlast it
-    # even if a chunked prefill takes several times the one-step estimate
-    need = PRE_TOKENS + POST_GAPS + 4 * t_inj / gap + 16
+    # even if a chunked prefill takes many times the one-step estimate (small chunks beside running
+    # decodes: 5 prompt tokens a step next to 3 streams made it 9x in a test), up to the 10x the
+    # wait for the injected first token allows
+    need = PRE_TOKENS + POST_GAPS + 10 * t_inj / gap + 16
     m = int(min(max(64, need * 1.5), ctx.ctx_limit() - stream_prompt_tokens - 8,
                 max(64, PRE_TOKENS + POST_GAPS + 2 * t_inj / gap + 16, 0.9 * budget_s / gap)))
     ctx.say(f"{NAME}: {k} streams of up to {m} tokens; a {inject_tokens}-token prompt (≈{t_inj * 1e3:.0f} ms of "
@@ -244,91 +276,96 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
         rq = p.request(m)
         rq.id = ids[i]
         reqs.append(rq)
-    tasks = {ids[i]: asyncio.create_task(ctx.send(reqs[i], NAME, phase="stream", stream=i)) for i in range(k)}
-    poll = max(0.002, min(0.05, gap / 4))
-    t_go = time.monotonic()
-    need_s = c.overhead_s + k * stream_prompt_tokens / c.prefill_tok_s + PRE_TOKENS * gap
-    wait_max = max(3 * need_s + 1.0, min(0.6 * budget_s, 10 * need_s + 2.0))
-    notes: list[str] = []
-    stopped: set[str] = set()
+    watch = ClientStalls()
+    await watch.__aenter__()  # the client's own stalls, from the streams' start to the last stop
+    try:
+        tasks = {ids[i]: asyncio.create_task(ctx.send(reqs[i], NAME, phase="stream", stream=i)) for i in range(k)}
+        poll = max(0.002, min(0.05, gap / 4))
+        t_go = time.monotonic()
+        need_s = c.overhead_s + k * stream_prompt_tokens / c.prefill_tok_s + PRE_TOKENS * gap
+        wait_max = max(3 * need_s + 1.0, min(0.6 * budget_s, 10 * need_s + 2.0))
+        notes: list[str] = []
+        stopped: set[str] = set()
 
-    held: dict[str, RequestRecord] = {}
+        held: dict[str, RequestRecord] = {}
 
-    async def stop(rid: str) -> None:
-        t = tasks[rid]
-        if t.done():
-            return
-        rec = LIVE.get(rid)
-        if rec is not None:
-            held[rid] = rec  # a strong reference: the cancelled send drops its own
-        t.cancel()
-        try:
-            await t
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopped on purpose
-            pass
-        stopped.add(rid)
+        async def stop(rid: str) -> None:
+            t = tasks[rid]
+            if t.done():
+                return
+            rec = LIVE.get(rid)
+            if rec is not None:
+                held[rid] = rec  # a strong reference: the cancelled send drops its own
+            t.cancel()
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopped on purpose
+                pass
+            stopped.add(rid)
 
-    # 1. every stream decoding, by the client's own count of the tokens received; the wait counts
-    # from the streams' first token (a loaded server can take seconds to start them)
-    t_seen: float | None = None
-    start_max = max(wait_max, 0.5 * budget_s + 10.0)
-    while True:
-        now_t = time.monotonic()
-        if t_seen is None and any(live_tokens(r) for r in ids):
-            t_seen = now_t
-        if (t_seen is None and now_t - t_go >= start_max) or (t_seen is not None and now_t - t_seen >= wait_max):
-            break
-        counts = [live_tokens(r) for r in ids if r not in stopped]
-        if counts and min(counts) >= PRE_TOKENS:
-            break
-        if counts and min(counts) == 0 and max(counts) >= PRE_TOKENS + 6:
-            break  # some streams decode while others have not started: the server queued them
-        if any(tasks[r].done() for r in ids):
-            break
-        await asyncio.sleep(poll)
-    counts = {r: live_tokens(r) for r in ids}
-    running = [r for r in ids if counts[r] >= PRE_TOKENS and not tasks[r].done()]
-    queued = [r for r in ids if counts[r] == 0 and not tasks[r].done()]
-    waiting_seen: float | None = None
-    inj_task = None
-    skip = None
-    if queued and running:
-        # the server runs fewer requests at once than we sent: drop the queued ones, and one more
-        # so the injected request finds a free slot
-        for r in queued:
-            await stop(r)
-        notes.append(f"the server ran {len(running)} of {k} streams at once; the others were withdrawn")
-        if len(running) >= 2:
-            await stop(running.pop())
-            notes.append("one running stream was withdrawn to leave a slot for the injected request")
-            await asyncio.sleep(4 * gap + 0.02)  # the server frees the slot at its next step
-        else:
-            skip = (f"the server ran one request at a time ({len(queued)} of {k} streams waited): an injected "
-                    f"request would queue, not interfere")
-    elif not running:
-        skip = (f"no stream reached {PRE_TOKENS} tokens within {wait_max:.0f} s of its first token (the calibration said "
-                f"{c.decode_tok_s:.0f} tok/s): a longer --budget or a less loaded server would let it")
-    if skip is None:
-        t_inj0 = time.monotonic()
-        irq = ip.request(4, cache_prompt=False)
-        irq.id = ctx.next_id(NAME)
-        inj_task = asyncio.create_task(ctx.send(irq, NAME, phase="inject"))
-        if ctx.facts.metrics:
-            await asyncio.sleep(min(max(3 * gap, 0.02), 0.5 * t_inj + c.overhead_s + 0.02))
-            waiting_seen = await _waiting_now(ctx)
-        # 2. the injected request's first token, then POST_GAPS more gaps of the streams
-        limit = max(10 * (t_inj + c.overhead_s) + 2.0, 0.5 * budget_s)
-        while not inj_task.done() and live_tokens(irq.id) == 0 and time.monotonic() - t_inj0 < limit:
-            if all(tasks[r].done() for r in ids):
+        # 1. every stream decoding, by the client's own count of the tokens received; the wait counts
+        # from the streams' first token (a loaded server can take seconds to start them)
+        t_seen: float | None = None
+        start_max = max(wait_max, 0.5 * budget_s + 10.0)
+        while True:
+            now_t = time.monotonic()
+            if t_seen is None and any(live_tokens(r) for r in ids):
+                t_seen = now_t
+            if (t_seen is None and now_t - t_go >= start_max) or (t_seen is not None and now_t - t_seen >= wait_max):
+                break
+            counts = [live_tokens(r) for r in ids if r not in stopped]
+            if counts and min(counts) >= PRE_TOKENS:
+                break
+            if counts and min(counts) == 0 and max(counts) >= PRE_TOKENS + 6:
+                break  # some streams decode while others have not started: the server queued them
+            if any(tasks[r].done() for r in ids):
                 break
             await asyncio.sleep(poll)
-        t_after = time.monotonic() + POST_GAPS * gap * 1.5
-        while time.monotonic() < t_after and not all(tasks[r].done() for r in ids):
-            await asyncio.sleep(poll)
-    for r in ids:
-        await stop(r)
-    if inj_task is not None:
-        await inj_task
+        counts = {r: live_tokens(r) for r in ids}
+        running = [r for r in ids if counts[r] >= PRE_TOKENS and not tasks[r].done()]
+        queued = [r for r in ids if counts[r] == 0 and not tasks[r].done()]
+        waiting_seen: float | None = None
+        inj_task = None
+        skip = None
+        if queued and running:
+            # the server runs fewer requests at once than we sent: drop the queued ones, and one more
+            # so the injected request finds a free slot
+            for r in queued:
+                await stop(r)
+            notes.append(f"the server ran {len(running)} of {k} streams at once; the others were withdrawn")
+            if len(running) >= 2:
+                await stop(running.pop())
+                notes.append("one running stream was withdrawn to leave a slot for the injected request")
+                await asyncio.sleep(4 * gap + 0.02)  # the server frees the slot at its next step
+            else:
+                skip = (f"the server ran one request at a time ({len(queued)} of {k} streams waited): an injected "
+                        f"request would queue, not interfere")
+        elif not running:
+            skip = (f"no stream reached {PRE_TOKENS} tokens within {wait_max:.0f} s of its first token (the calibration said "
+                    f"{c.decode_tok_s:.0f} tok/s): a longer --budget or a less loaded server would let it")
+        if skip is None:
+            t_inj0 = time.monotonic()
+            irq = ip.request(4, cache_prompt=False)
+            irq.id = ctx.next_id(NAME)
+            inj_task = asyncio.create_task(ctx.send(irq, NAME, phase="inject"))
+            if ctx.facts.metrics:
+                await asyncio.sleep(min(max(3 * gap, 0.02), 0.5 * t_inj + c.overhead_s + 0.02))
+                waiting_seen = await _waiting_now(ctx)
+            # 2. the injected request's first token, then POST_GAPS more gaps of the streams
+            limit = max(10 * (t_inj + c.overhead_s) + 2.0, 0.5 * budget_s)
+            while not inj_task.done() and live_tokens(irq.id) == 0 and time.monotonic() - t_inj0 < limit:
+                if all(tasks[r].done() for r in ids):
+                    break
+                await asyncio.sleep(poll)
+            t_after = time.monotonic() + POST_GAPS * gap * 1.5
+            while time.monotonic() < t_after and not all(tasks[r].done() for r in ids):
+                await asyncio.sleep(poll)
+        for r in ids:
+            await stop(r)
+        if inj_task is not None:
+            await inj_task
+    finally:
+        await watch.__aexit__(None, None, None)
     for r in ids:
         if r in stopped:
             rec = held.get(r)
@@ -339,7 +376,8 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
                 rec.tags = {**(rec.tags or {}), **reqs[ids.index(r)].tags}
                 ctx.keep(rec)
     params = {"streams": k, "stream_tokens": m, "inject_tokens": inject_tokens, "inject_after_tokens": PRE_TOKENS,
-              "budget_s": budget_s, "waiting_after_injection": waiting_seen}
+              "budget_s": budget_s, "waiting_after_injection": waiting_seen,
+              "client_stalls_ns": [list(x) for x in watch.intervals_ns]}
     info = ctx.info(NAME, started, params)
     info.skipped = skip
     res = analyze(ctx.records, info, overhead_s=c.overhead_s, waiting_seen=waiting_seen)

@@ -60,6 +60,10 @@ class Behaviour:
     report_cached_tokens: bool = True
     #: a slow network: every HTTP answer (generation, /metrics, /v1/models, …) starts this late
     network_rtt_s: float = 0.0
+    #: fault injection, a burst of host load landing on one request: the first request whose prompt holds
+    #: at least this many tokens decodes ``slow_factor`` times slower (every step it runs in)
+    slow_first_prompt_over: int | None = None
+    slow_factor: float = 1.0
 
 
 @dataclass
@@ -75,6 +79,7 @@ class _Seq:
     t_prefill_end: float | None = None
     t_last: float | None = None
     cancelled: bool = False
+    slowed: bool = False
 
 
 @dataclass
@@ -108,6 +113,7 @@ class _Engine:
         self.c = FakeCounters()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._slowed_one = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -122,6 +128,9 @@ class _Engine:
 
     def submit(self, seq: _Seq) -> None:
         seq.t_arrival = time.perf_counter()
+        over = self.b.slow_first_prompt_over
+        if over is not None and not self._slowed_one and len(seq.tokens) >= over:
+            seq.slowed, self._slowed_one = True, True
         self.waiting.append(seq)
         self.c.max_waiting = max(self.c.max_waiting, len(self.waiting))
         self._wake.set()
@@ -158,7 +167,8 @@ class _Engine:
             return 0.0
         b = self.b
         ctx = sum(len(s.tokens) + s.generated for s in seqs)
-        return b.decode_step_s + b.decode_s_per_seq * (len(seqs) - 1) + b.decode_s_per_ctx_token * ctx
+        t = b.decode_step_s + b.decode_s_per_seq * (len(seqs) - 1) + b.decode_s_per_ctx_token * ctx
+        return t * b.slow_factor if any(s.slowed for s in seqs) else t
 
     def kv_usage(self) -> float:
         used = sum(len(s.tokens) + s.generated for s in self.running)
