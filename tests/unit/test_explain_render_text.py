@@ -76,3 +76,11 @@ def test_budget_skip_reason_never_says_negative_seconds_left() -> None:
 
     assert "-" not in budget_skip_reason(-15.2) and "15 s over" in budget_skip_reason(-15.2)
     assert budget_skip_reason(4.0).startswith("budget exhausted (4 s left")
+
+
+def test_interference_table_says_when_the_client_itself_stalled() -> None:
+    e = {"n_streams": 3, "itl_baseline_s": 0.02, "itl_max_during_s": 0.021, "spike_x": 1.05, "reason": "r"}
+    quiet = _out(render.render_experiments, {"prefill-interference": {**e, "client_stall_s": 0.0}})
+    assert "own stalls" not in quiet
+    out = _out(render.render_experiments, {"prefill-interference": {**e, "client_stall_s": 0.08, "client_stall_max_s": 0.07}})
+    assert "this client's own stalls ms (longest)" in out and "80 (70)" in out, out

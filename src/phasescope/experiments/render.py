@@ -143,6 +143,9 @@ def _pi(e: dict[str, Any]) -> Table:
     t.add_row("spike ×", _f(e.get("spike_x"), "{:.1f}"))
     t.add_row("spike duration s", _f(e.get("spike_duration_s")))
     t.add_row("tokens per stream during the prefill", _f(e.get("tokens_during_prefill"), "{:.0f}"))
+    if e.get("client_stall_s"):  # the gaps above are already net of it; say that it happened
+        t.add_row("this client's own stalls ms (longest)",
+                  f"{_f(e.get('client_stall_s'), '{:.0f}', 1e3)} ({_f(e.get('client_stall_max_s'), '{:.0f}', 1e3)})")
     t.caption = e.get("reason", "")
     return t
 
