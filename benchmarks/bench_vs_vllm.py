@@ -28,6 +28,10 @@ sustains" means one client core. Closed loop: ``--max-concurrency N`` with 2·N 
 matched, and the fake's own write lag ≤ 0.5 ms at p99 (else the cell says the instrument saturated).
 A level where the client was within the limits but the fake's write lag was not proves nothing either
 way: the search goes on past it and names it; the first level the client itself misses ends it.
+A second line gives the same search with every token's gap held too (abs ITL error mean and p99
+within the same limits), and names the sustained levels where ``client_saturated`` fired: in a closed
+loop a whole wave finishes within milliseconds, and the client's work for those requests can delay
+the other streams' tokens while every first token is still on time.
 
 Without vLLM (``--vllm`` not found), only phasescope's figures are measured and printed, and the
 script says that vLLM's column was not re-measured.
@@ -336,7 +340,15 @@ def main() -> None:
     def sustains(t: str, n: int) -> bool:
         return client_ok(t, n) and fake_ok(cache[(t, n)])
 
+    def itl_ok(t: str, n: int) -> bool:
+        r = cache[(t, n)]
+        return r["itl_abs_err_mean_ms"] <= args.limit_ms and r["itl_abs_err_p99_ms"] <= args.limit_p99_ms
+
     sustained: dict[str, int | None] = {t: None for t in tools}
+    #: the same search, every token's gap held too (abs ITL error mean / p99 within the same limits):
+    #: a level can hold TTFT while a whole wave finishing at once delays the other streams' tokens
+    sustained_itl: dict[str, int | None] = {t: None for t in tools}
+    failed_itl: set[str] = set()
     inconclusive: dict[str, list[int]] = {t: [] for t in tools}
     failed: set[str] = set()
     for n in sustain_levels:
@@ -348,6 +360,10 @@ def main() -> None:
                 continue
             if sustains(t, n):
                 sustained[t] = n
+                if t not in failed_itl and itl_ok(t, n):
+                    sustained_itl[t] = n
+                else:
+                    failed_itl.add(t)
             elif not fake_ok(cache[(t, n)]) and client_ok(t, n):
                 inconclusive[t].append(n)  # the client was within the limits but the instrument lagged
             else:
@@ -379,11 +395,18 @@ def main() -> None:
               + (f"; the client was within the limits but the fake's write lag was not at: "
                  f"{','.join(map(str, inconclusive[t]))}, so those levels prove nothing either way" if inconclusive[t] else "")
               + ")")
+    for t, n in sustained_itl.items():
+        sat = [x for x in sustain_levels if (t, x) in cache and cache[(t, x)].get("client_saturated")
+               and sustained[t] is not None and x <= sustained[t]]
+        print(f"{t}: the same with every token's gap held too (abs ITL error mean <= {args.limit_ms:g} ms, p99 <= "
+              f"{args.limit_p99_ms:g} ms): {n if n is not None else f'< {sustain_levels[0]}'}"
+              + (f"; client_saturated fired at {','.join(map(str, sat))} (loop lag: its events were read late)"
+                 if sat else ""))
     if not have_vllm:
         print("vllm: not installed here, its column was not re-measured")
     if args.json:
         Path(args.json).write_text(json.dumps({"cells": [dict(v) for v in cache.values()], "raw": raw,
-                                               "sustained": sustained}, indent=2))
+                                               "sustained": sustained, "sustained_itl": sustained_itl}, indent=2))
 
 
 if __name__ == "__main__":

@@ -107,3 +107,40 @@ def test_live_progress_imports_nothing_per_record(monkeypatch: Any) -> None:
     live.add(rec)
     monkeypatch.setattr(builtins, "__import__", real)
     assert not [m for m in imports if m.startswith("phasescope")] and live.ok == 1 and live.p50_ttft_ms == pytest.approx(1.0)
+
+
+def _rec_with(i: int, ok: bool, gap_ms: float) -> RequestRecord:
+    ev = [Event(int(1e6 * (1 + i % 7)) + int(k * gap_ms * 1e6), n_tokens=1) for k in range(4)]
+    return RequestRecord(id=f"r{i}", api="openai", target="t", t_start_ns=0, ok=ok, events=ev if ok else [],
+                         error_kind=None if ok else "http_500")
+
+
+def test_live_progress_derives_nothing_on_the_loop_and_reads_the_same_medians() -> None:
+    import statistics
+
+    from phasescope.load.progress import LiveStats
+    from phasescope.load.workers import progress_of
+
+    live = LiveStats(1000, window=50)
+    calls = [0]
+
+    def counted(rec: RequestRecord) -> Any:
+        calls[0] += 1
+        return progress_of(rec)
+
+    live._progress_of = counted  # type: ignore[method-assign]
+    recs = [_rec_with(i, ok=i % 9 != 0, gap_ms=1 + (i * 37 % 11)) for i in range(1000)]
+    eager_t: list[float] = []
+    eager_i: list[float] = []
+    for j, r in enumerate(recs):
+        live.add(r)  # what the loop that reads events pays: a count and an append
+        ok, t, itl, _ = progress_of(r)
+        if ok:
+            eager_t.append(t)
+            eager_i.append(itl)
+        if j in (10, 400, 999):
+            assert calls[0] <= 2 * 50 * 3  # derived only when read, the newest window at most
+            assert live.p50_ttft_ms == pytest.approx(statistics.median(eager_t[-50:]) * 1000)
+            assert live.p50_itl_ms == pytest.approx(statistics.median(eager_i[-50:]) * 1000)
+    assert live.done == 1000 and live.failed == 112 and live.errors["http_500"] == 112
+    assert calls[0] < 400  # the old add derived all 888 successful records, one by one, on the loop
