@@ -10,12 +10,24 @@ takes the raw path whenever httptools is installed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
 from phasescope.apis import _fast, get_client, new_session
 from phasescope.apis.base import GenRequest, Target, Timeouts
 from phasescope.testing import FakeServer
+
+
+@contextlib.asynccontextmanager
+async def _serving(protocol: type[asyncio.Protocol]):
+    """A raw asyncio server of ``protocol`` on 127.0.0.1, and an OpenAI target pointing at it."""
+    server = await asyncio.get_running_loop().create_server(protocol, "127.0.0.1", 0)
+    try:
+        yield Target(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", api="openai", model="m",
+                     timeouts=Timeouts())
+    finally:
+        server.close()
 
 pytestmark = pytest.mark.skipif(not _fast.available(), reason="httptools not installed")
 
@@ -112,15 +124,8 @@ class _OneAnswerThenDrop(asyncio.Protocol):
 
 def test_a_stale_pooled_connection_is_resent_on_a_fresh_one():
     async def go():
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(_OneAnswerThenDrop, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        t = Target(f"http://127.0.0.1:{port}", api="openai", model="m", timeouts=Timeouts())
-        try:
-            async with new_session(fast=True) as s:
-                return [await get_client("openai").send(s, t, GenRequest(prompt="x", max_tokens=3)) for _ in range(3)]
-        finally:
-            server.close()
+        async with _serving(_OneAnswerThenDrop) as t, new_session(fast=True) as s:
+            return [await get_client("openai").send(s, t, GenRequest(prompt="x", max_tokens=3)) for _ in range(3)]
 
     _OneAnswerThenDrop.served = 0
     recs = asyncio.run(go())
@@ -232,17 +237,12 @@ class _CloseDelimited(asyncio.Protocol):
 def test_a_body_that_ends_with_the_connection_reads_as_aiohttp_reads_it(mode):
     async def go():
         _CloseDelimited.mode = mode
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(_CloseDelimited, "127.0.0.1", 0)
-        t = Target(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", api="openai", model="m", timeouts=Timeouts())
-        try:
+        async with _serving(_CloseDelimited) as t:
             out = []
             for fast in (False, True):
                 async with new_session(fast=fast) as s:
                     out.append(await get_client("openai").send(s, t, GenRequest(prompt="x", max_tokens=3)))
             return out
-        finally:
-            server.close()
 
     a, b = asyncio.run(go())
     assert shape(a) == shape(b)
@@ -315,19 +315,12 @@ def test_the_warm_up_opens_the_connections_the_streams_then_use(fast):
     from phasescope.apis import warm_up
 
     async def go():
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(_CountingServer, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        t = Target(f"http://127.0.0.1:{port}", api="openai", model="m", timeouts=Timeouts())
-        try:
-            async with new_session(fast=fast) as s:
-                warmed = await warm_up(s, t, 6)
-                before = _CountingServer.accepted
-                recs = await asyncio.gather(*(get_client("openai").send(s, t, GenRequest(prompt="x", max_tokens=3))
-                                              for _ in range(6)))
-                return warmed, before, _CountingServer.accepted, recs
-        finally:
-            server.close()
+        async with _serving(_CountingServer) as t, new_session(fast=fast) as s:
+            warmed = await warm_up(s, t, 6)
+            before = _CountingServer.accepted
+            recs = await asyncio.gather(*(get_client("openai").send(s, t, GenRequest(prompt="x", max_tokens=3))
+                                          for _ in range(6)))
+            return warmed, before, _CountingServer.accepted, recs
 
     _CountingServer.accepted = 0
     warmed, before, after, recs = asyncio.run(go())

@@ -125,8 +125,6 @@ class ClientStalls:
     (beyond the selector's rounding of timeouts up to a whole millisecond) records the interval
     (due + 1 ms, woke) on the records' clock. ``async with ClientStalls() as s: ...; s.intervals_ns``."""
 
-    ROUNDING_NS = 1_000_000
-
     def __init__(self, period_s: float = 0.002, threshold_s: float = 0.003) -> None:
         self.period_s = period_s
         self.threshold_ns = int(threshold_s * 1e9)
@@ -136,6 +134,7 @@ class ClientStalls:
     async def _run(self) -> None:
         import asyncio
 
+        from phasescope.load.health import TIMER_ROUNDING_NS
         from phasescope.measure.clock import now_ns
 
         iv = int(self.period_s * 1e9)
@@ -143,7 +142,7 @@ class ClientStalls:
             t = now_ns()
             await asyncio.sleep(self.period_s)
             woke = now_ns()
-            due = t + iv + self.ROUNDING_NS
+            due = t + iv + TIMER_ROUNDING_NS
             if woke - due > self.threshold_ns:
                 self.intervals_ns.append((due, woke))
 

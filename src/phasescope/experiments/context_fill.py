@@ -246,8 +246,12 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 32, step
             req.max_tokens = output_tokens
             await ctx.send(req, NAME, phase="measure", context_target=n, rep=rep)
     params = {"grid": grid, "reps": reps, "output_tokens": output_tokens, "budget_s": budget_s}
-    res = analyze(ctx.records, ctx.info(NAME, started, params), weight_bytes=weight_bytes,
-                  kv_bytes_per_token=kv_bytes_per_token, model_source=model_source)
+
+    def result() -> ContextFillResult:
+        return analyze(ctx.records, ctx.info(NAME, started, params), weight_bytes=weight_bytes,
+                       kv_bytes_per_token=kv_bytes_per_token, model_source=model_source)
+
+    res = result()
     if res.slows is True and reps == 1:
         # one request per point: a burst of host load on the longest one reads as a slowdown. Load only
         # slows decode and each point keeps its best repetition, so measuring both ends once more (the
@@ -259,7 +263,6 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 32, step
             req.max_tokens = output_tokens
             await ctx.send(req, NAME, phase="measure", context_target=n, rep=1)
         params["confirmed_ends"] = True
-        res = analyze(ctx.records, ctx.info(NAME, started, params), weight_bytes=weight_bytes,
-                      kv_bytes_per_token=kv_bytes_per_token, model_source=model_source)
+        res = result()
     return res
 

@@ -276,9 +276,7 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
         rq = p.request(m)
         rq.id = ids[i]
         reqs.append(rq)
-    watch = ClientStalls()
-    await watch.__aenter__()  # the client's own stalls, from the streams' start to the last stop
-    try:
+    async with ClientStalls() as watch:  # the client's own stalls, from the streams' start to the last stop
         tasks = {ids[i]: asyncio.create_task(ctx.send(reqs[i], NAME, phase="stream", stream=i)) for i in range(k)}
         poll = max(0.002, min(0.05, gap / 4))
         t_go = time.monotonic()
@@ -364,8 +362,6 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
             await stop(r)
         if inj_task is not None:
             await inj_task
-    finally:
-        await watch.__aexit__(None, None, None)
     for r in ids:
         if r in stopped:
             rec = held.get(r)

@@ -57,7 +57,7 @@ class RunnerHealth:
 
 
 #: the selector rounds a timer's timeout up to whole milliseconds: this much of a sleep's overshoot is not lag
-_TIMER_ROUNDING_NS = 1_000_000
+TIMER_ROUNDING_NS = 1_000_000
 
 
 def _stamp(fut: "asyncio.Future[int]") -> None:
@@ -92,7 +92,7 @@ class HealthMonitor:
             ran = loop.create_future()
             loop.call_soon(_stamp, ran)
             queued = await ran - woke
-            self.lags_ns.append(max(0, woke - t - iv - _TIMER_ROUNDING_NS, queued))
+            self.lags_ns.append(max(0, woke - t - iv - TIMER_ROUNDING_NS, queued))
             if valve is not None:
                 valve()
 
