@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 KINDS: dict[str, str] = {
     "host_busy": "other work on this machine took CPU time while the run measured",
     "high_variance": "repeated measurements of one point spread more than the effect being measured",
+    "unstable": "a figure's repeats still disagree after the most repeats allowed: its interval is wider than ±10 %",
     "prefix_cache_hits": "the server answered from its prefix cache on a workload that should have none",
     "client_saturated": "the client itself added latency (event-loop lag, send lag)",
     "token_count_mismatch": "the server counted a different number of tokens than was asked for",
