@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from phasescope.errors import InputError
+from phasescope.errors import InputError, UnknownModelError
 from phasescope.theory.models.catalog import list_models
 from phasescope.theory.models.spec import ModelSpec
 
@@ -208,7 +208,7 @@ def no_shape_error(name: str) -> InputError:
     """``no shape for X: pass --model-spec config.json|.gguf|catalog-id``, with near misses."""
     near = near_misses(name)
     hint = ("did you mean " + ", ".join(near) + "?") if near else "see `phasescope models` for the catalog ids"
-    return InputError(f"no shape for {name}: pass --model-spec config.json|.gguf|catalog-id", hint=hint)
+    return UnknownModelError(f"no shape for {name}: pass --model-spec config.json|.gguf|catalog-id", hint=hint)
 
 
 # --- the Hugging Face hub cache on this machine ------------------------------------------------------
