@@ -54,3 +54,22 @@ def _isolated_run_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
             os.environ.pop("PHASESCOPE_STORE", None)
         else:
             os.environ["PHASESCOPE_STORE"] = old
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Model shapes may come from the local Hugging Face cache (``theory.models.names``): tests read an
+    empty scratch one, never the machine's, unless a test sets ``HF_HOME`` itself."""
+    keys = ("HF_HOME", "HF_HUB_CACHE", "XDG_CACHE_HOME")
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf-home"))
+    os.environ.pop("HF_HUB_CACHE", None)
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

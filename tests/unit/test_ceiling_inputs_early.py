@@ -17,7 +17,7 @@ DEAD_URL = "http://127.0.0.1:9"
 
 BAD = [
     (["--device", "nosuchdev", "--model-spec", "llama-3.1-8b"], "unknown device 'nosuchdev'"),
-    (["--device", "h100-sxm", "--model-spec", "nosuchmodel"], "unknown model 'nosuchmodel'"),
+    (["--device", "h100-sxm", "--model-spec", "nosuchmodel"], "no shape for nosuchmodel: pass --model-spec"),
     (["--device", "local", "--model-spec", "llama-3.1-8b"], "no local device measured yet"),
 ]
 

@@ -130,7 +130,7 @@ BAD = [
     (["ceiling", "--gguf", "/nonexistent/m.gguf"], "not found"),
     (["ceiling", "--weights-gb", "16", "-d", "h900"], "unknown device"),
     (["ceiling", "--weights-gb", "16", "--quant", "q9_x"], "unknown quantization"),
-    (["ceiling", "-m", "no-such-model"], "unknown model"),
+    (["ceiling", "-m", "no-such-model"], "no shape for no-such-model"),
     (["ceiling"], "no model given"),
     (["ceiling", "-m", "llama-3.1-8b", "--weights-gb", "3"], "only one of"),
     (["ceiling", "--weights-gb", "-1"], "must be > 0"),

@@ -64,7 +64,10 @@ def _model_line(m: dict[str, Any]) -> str:
     if bits:
         parts.append(f"{bits:.2f} bits/weight")
     parts.append(f"{_bytes(m.get('weight_bytes'))} stored, {_bytes(m.get('weight_bytes_read_batch1'))} read per token")
-    return " · ".join(parts)
+    line = " · ".join(parts)
+    if m.get("chosen_by"):
+        line += f"\n[dim]model shape: {escape(str(m['chosen_by']))}[/dim]"
+    return line
 
 
 def _ridge(r: dict[str, Any]) -> str:

@@ -83,6 +83,8 @@ def render(result: dict[str, Any]) -> Panel:
         m = ce.get("model_spec") or {}
         notes.append(f"ceilings for model {m.get('id')} ({m.get('origin')}) on {d.get('name') or d.get('id')} "
                      f"({d.get('mem_bandwidth_gb_s')} GB/s).")
+        if m.get("chosen_by"):
+            notes.append(f"model shape: {m['chosen_by']}.")
     elif result.get("ceilings_note"):
         notes.append(f"[dim]no ceilings: {result['ceilings_note']}[/dim]")
     if result.get("records_path"):

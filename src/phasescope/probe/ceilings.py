@@ -61,7 +61,10 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
         try:
             if M.get_catalog_ids_match(target.model):
                 return M.load_model_spec(target.model), None
-        except (E.PhasescopeError, AttributeError):
+            named = M.spec_for_served_name(target.model)  # its cached config.json, or a normalised name
+            if named is not None:
+                return named, None
+        except (E.PhasescopeError, AttributeError, OSError, ValueError):
             pass
     try:
         if props:
@@ -77,8 +80,9 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
     except (E.PhasescopeError, aiohttp.ClientError, ValueError, OSError) as exc:
         return None, f"model shape not discoverable ({exc})"
     if target.model:  # why --model did not help: it names the request, and this name is no catalog id
-        return None, (f"model shape unknown: {target.model!r} is not a catalog id and the server does not describe "
-                      "its file: pass --model-spec (catalog id, config.json or .gguf)")
+        near = M.near_misses(target.model)
+        return None, (f"no shape for {target.model}: pass --model-spec config.json|.gguf|catalog-id"
+                      + (f" (near: {', '.join(near)})" if near else ""))
     return None, "model shape unknown: pass --model-spec (catalog id, config.json or .gguf)"
 
 
@@ -135,7 +139,8 @@ def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, A
             row["prefill_note"] = str(exc)
         rows.append(row)
     return {
-        "model_spec": {"id": getattr(spec, "id", None), "origin": getattr(spec, "origin", None), "source": getattr(spec, "source", None)},
+        "model_spec": {"id": getattr(spec, "id", None), "origin": getattr(spec, "origin", None),
+                       "source": getattr(spec, "source", None), "chosen_by": getattr(spec, "chosen_by", None)},
         "device": {"id": getattr(device, "id", None), "name": getattr(device, "name", None),
                    "mem_bandwidth_gb_s": getattr(device, "mem_bandwidth_gb_s", None),
                    "dense_bf16_tflops": getattr(device, "dense_bf16_tflops", None)},

@@ -135,6 +135,7 @@ def model_summary(spec: ModelSpec, quant: str | None = None) -> dict[str, Any]:
         "n_sliding_layers": spec.n_sliding_layers,
         "kv_lora_rank": spec.kv_lora_rank,
         "notes": list(spec.notes),
+        "chosen_by": spec.chosen_by,
     }
 
 

@@ -27,6 +27,8 @@ from __future__ import annotations
 from phasescope.theory.models.catalog import get_catalog_ids_match, get_catalog_model, list_models, load_model_spec
 from phasescope.theory.models.gguf import spec_from_gguf
 from phasescope.theory.models.hf_config import spec_from_config, spec_from_config_file
+from phasescope.theory.models.names import (find_cached_config, near_misses, resolve_served_name,
+                                            spec_for_served_name)
 from phasescope.theory.models.params import estimate_params
 from phasescope.theory.models.servers import from_llamacpp_meta, from_llamacpp_props, from_ollama_show
 from phasescope.theory.models.spec import ModelSpec, spec_from_weights
@@ -45,4 +47,8 @@ __all__ = [
     "from_llamacpp_meta",
     "from_llamacpp_props",
     "estimate_params",
+    "resolve_served_name",
+    "spec_for_served_name",
+    "find_cached_config",
+    "near_misses",
 ]

@@ -109,11 +109,17 @@ def _load_model_spec(s: str, p: Path) -> ModelSpec:
         if magic == b"GGUF":
             return spec_from_gguf(p)
         return spec_from_config_file(p)
-    if "/" in s and not get_catalog_ids_match(s):
-        # looks like a path that does not exist (or an HF repo id we do not have)
-        if s.startswith((".", "/", "~")) or Path(s).suffix:
-            raise InputError(f"file not found: {s}")
-    return get_catalog_model(s)
+    if s.startswith((".", "/", "~")) or s.lower().endswith((".json", ".gguf")):
+        raise InputError(f"file not found: {s}")  # a path that does not exist
+    if get_catalog_ids_match(s):
+        return get_catalog_model(s)
+    # a name as a server reports it: its cached config.json, else the catalog shape it normalises to
+    from phasescope.theory.models import names
+
+    spec = names.spec_for_served_name(s)
+    if spec is not None:
+        return spec
+    raise names.no_shape_error(s)
 
 
 def get_catalog_ids_match(s: str) -> bool:

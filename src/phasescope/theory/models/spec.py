@@ -63,6 +63,8 @@ class ModelSpec:
     file_read_bytes_batch1: float | None = None
     file_routed_expert_bytes: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: how this spec was chosen for a served name, when it was not named exactly (for the card)
+    chosen_by: str | None = None
 
     # --- derived views -----------------------------------------------------------------------------
     @property
