@@ -299,7 +299,7 @@ def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
         if not separate and bounded and not bad_d and d_lo.known and d_hi.known and ttft_claim in ("flat",
                                                                                                   "fixed_overhead"):
             # decode held still, but with a TTFT that does not track the prompt this run has no prefill phase to show
-            lines.append("this run does not show the two phases apart: TTFT did not grow with the prompt")
+            lines.append("this run does not show the two phases apart: TTFT did not grow as the prompt did")
     return {
         "prompt_ratio": prompt_ratio,
         "ttft_ratio": ttft_ratio,
