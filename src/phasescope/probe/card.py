@@ -26,28 +26,50 @@ def _pct(x: float | None) -> str:
     return f"{x * 100:.1f}%" if x < 0.1 else f"{x * 100:.0f}%"
 
 
+def _range_ms(lo: float, hi: float) -> str:
+    """A compact range of seconds in one unit: ``330–1,269 ms``, ``5.48–7.04 s``, ``4.1–9.8 ms``."""
+    if hi >= 1:
+        return f"{lo:.2f}–{hi:.2f} s"
+    if hi < 0.01:
+        return f"{lo * 1000:.1f}–{hi * 1000:.1f} ms"
+    return f"{lo * 1000:,.0f}–{hi * 1000:,.0f} ms"
+
+
+def _range_rate(lo: float, hi: float) -> str:
+    return f"{lo:,.0f}–{hi:,.0f}" if hi >= 100 else f"{lo:.1f}–{hi:.1f}"
+
+
+def _wide(row: dict[str, Any], key: str) -> tuple[float, float, int] | None:
+    """(lowest, highest repeat, n) of a figure whose 95 % interval is wider than ±10 %; None where tight
+    or where the spread is unknown (one repeat: the too_few_samples warning says so)."""
+    if row.get(key) is None:
+        return None
+    iv = size_interval(row, key)
+    if iv is None or not iv.known or iv.tight():
+        return None
+    return (iv.min if iv.min is not None else iv.low), (iv.max if iv.max is not None else iv.high), iv.n
+
+
 def _cell(row: dict[str, Any], key: str, fmt: Any) -> str:
-    """The figure, plain where its interval is tight (or its spread unknown), else with the range of its
-    repeats on a second line: ``953.0 ms`` / ``(248.0 ms–3.41 s, 3 runs)``."""
+    """The figure, plain where its interval is tight, else with the range of its repeats on a second
+    line: ``953.0 ms`` / ``(248–3,414 ms, 3 runs)``."""
     v = row.get(key)
     if v is None:
         return "—"
-    iv = size_interval(row, key)
-    if iv is None or not iv.known or iv.tight():
+    w = _wide(row, key)
+    if w is None:
         return fmt(v)
-    return iv.fmt(fmt).replace(" (", "\n(", 1)
+    rng = _range_rate(w[0], w[1]) if fmt is _rate else _range_ms(w[0], w[1])
+    return f"{fmt(v)}\n({rng}, {w[2]} runs)"
 
 
 def _itl(row: dict[str, Any]) -> str:
     text = f"{_ms(row.get('itl_p50_s'))} / {_ms(row.get('itl_p99_s'))}"
-    wide = []
     for key, word in (("itl_p50_s", "p50"), ("itl_p99_s", "p99")):
-        iv = size_interval(row, key)
-        if row.get(key) is not None and iv is not None and iv.known and not iv.tight():
-            lo = iv.min if iv.min is not None else iv.low
-            hi = iv.max if iv.max is not None else iv.high
-            wide.append(f"{word} {_ms(lo)}–{_ms(hi)}")
-    return text + (f"\n({', '.join(wide)})" if wide else "")
+        w = _wide(row, key)
+        if w is not None:
+            text += f"\n({word} {_range_ms(w[0], w[1])}, {w[2]} runs)"
+    return text
 
 
 def _any_wide(sizes: list[dict[str, Any]]) -> bool:
