@@ -293,3 +293,15 @@ def test_bad_repeat_flags_are_one_line_before_any_request(args: list[str]) -> No
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert lines[0].startswith("phasescope: error: ") and ("--repeat" in lines[0] or "--max-repeat" in lines[0])
     assert "Traceback" not in p.stderr
+
+
+def test_the_report_card_shows_the_spread_the_console_card_shows() -> None:
+    from phasescope.report.sections import _probe_card
+
+    html = _probe_card(_sizes([3414, 248, 953], [2860, 2870, 2850]), {})
+    assert "953.0 ms (248.0 ms–3.41 s, 3 runs)" in html, html
+    assert "2.86 s<" in html  # tight: the plain value
+    quiet = _probe_card(_sizes([450, 452, 448], [4500, 4520, 4490]), {})
+    assert "runs)" not in quiet
+    # a run stored before intervals prints as it did
+    assert "450.0 ms" in _probe_card([{"prompt_tokens": 200, "ttft_s": 0.45}], {})
