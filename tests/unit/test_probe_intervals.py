@@ -305,3 +305,18 @@ def test_the_report_card_shows_the_spread_the_console_card_shows() -> None:
     assert "runs)" not in quiet
     # a run stored before intervals prints as it did
     assert "450.0 ms" in _probe_card([{"prompt_tokens": 200, "ttft_s": 0.45}], {})
+
+
+def test_the_ceilings_efficiencies_carry_the_measured_figures_intervals() -> None:
+    from phasescope.probe import ceilings as C
+    from phasescope.theory.devices import get_device
+    from phasescope.theory.models import get_catalog_model
+
+    sizes = _sizes([450, 452, 448], [4500, 4520, 4490], [19, 20, 21], [20, 20, 20])
+    ce = C.ceilings(get_catalog_model("llama-3.1-8b"), get_device("h100-sxm"), sizes)
+    row = ce["sizes"][0]
+    lo, hi = row["decode_efficiency_ci"]
+    assert lo < row["decode_efficiency"] < hi  # 19–21 ms a token: decode 47.6–52.6 tok/s over one exact roof
+    assert lo == pytest.approx(sizes[0]["decode_tok_s_ci"][0] / row["decode_ceiling_tok_s"])
+    plo, phi = row["prefill_efficiency_ci"]
+    assert plo <= row["prefill_efficiency"] <= phi

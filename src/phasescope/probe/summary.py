@@ -114,7 +114,8 @@ def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
             "cache_n": _med([(r.server or {}).get("cache_n") for r in srv_recs]),
             "load_s": _med([(r.server or {}).get("load_s") for r in srv_recs]),
         }
-        s_ivs = {"ttft_s": I.median_interval(s_ttft), "prefill_tok_s": I.median_interval(s_pre),
+        s_ivs = {"ttft_s": I.median_interval(s_ttft), "prefill_s": I.median_interval(
+            [(r.server or {}).get("prefill_s") for r in srv_recs]), "prefill_tok_s": I.median_interval(s_pre),
                  "decode_tok_s": I.median_interval(s_dec)}
         for k, iv in s_ivs.items():
             server[f"{k}_ci"] = I.to_ci(iv)

@@ -157,7 +157,8 @@ def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, An
                    "source": "probe ceilings (bandwidth roof, batch 1)", **roof_facts(summary.get("ceilings"))}
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "ok",
             "run_id": info.id, "reason": None, "resumed": resumed, "metrics": metrics, "samples": samples,
-            "metrics_ci": {k: to_ci(iv) for k, iv in ivs.items()}, "intervals": {k: iv.to_json() for k, iv in ivs.items()},
+            "metrics_ci": {k: to_ci(iv) for k, iv in ivs.items()},
+            "intervals": {k: iv.to_json() for k, iv in ivs.items()},
             "unstable": unstable_metrics(summary),
             "ceiling": ceiling, "ceiling_ratio": None, "bytes_ratio": None, "vs_baseline": None,
             "summary": summary}
