@@ -155,7 +155,7 @@ def test_card_shows_the_spread_where_not_tight_and_plain_values_where_tight() ->
 
 
 # --- property: no sentence claims what the intervals do not show ---------------------------------------
-_DIFF_TTFT = ("prefill is the TTFT", "fixed overhead", "TTFT grew ×")
+_DIFF_TTFT = ("prefill is the TTFT", "part of TTFT is fixed overhead", "TTFT grew ×")
 _DIFF_DECODE = ("decode rate fell", "decode rate rose")
 
 

@@ -68,7 +68,7 @@ def _itl(row: dict[str, Any]) -> str:
     for key, word in (("itl_p50_s", "p50"), ("itl_p99_s", "p99")):
         w = _wide(row, key)
         if w is not None:
-            text += f"\n({word} {_range_ms(w[0], w[1])}, {w[2]} runs)"
+            text += f"\n({word} {_range_ms(w[0], w[1])}, n={w[2]})"  # n=: fits a column of an 80-col card
     return text
 
 
@@ -123,7 +123,7 @@ def render(result: dict[str, Any]) -> Panel:
     reps = [s.get("repeats") for s in sizes if s.get("repeats") is not None]
     plan = result.get("plan") or {}
     if _any_wide(sizes):
-        notes.append("[dim](a–b, n runs): the range of a figure's repeats, shown where the 95% interval of its "
+        notes.append("[dim](a–b, n runs): the range of a figure's repeats (n of them), shown where the 95% interval of its "
                      "median is wider than ±10%; plain figures are within it.[/dim]")
     if reps and plan.get("repeat") == "auto":
         notes.append(f"[dim]repeats per size: {' / '.join(map(str, reps))} (--repeat auto: until TTFT and decode "
