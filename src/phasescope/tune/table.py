@@ -340,19 +340,41 @@ def roof_sentence(rows: list[dict[str, Any]]) -> str | None:
     reach = (f"decode reaches {_span(100 * min(effs), 100 * max(effs))} % of it, attaining "
              f"{_span(min(gbs), max(gbs))} GB/s (bytes per token × decode) of the device's {dev:.0f} GB/s")
     steps = [r["ceiling"]["step_bytes"] for r in ok]
-    if max(steps) / min(steps) >= BYTES_SPREAD:
-        if max(gbs) / min(gbs) <= ATTAINED_SPREAD:
-            verdict = ("every setting attains about the same GB/s while its bytes differ, so decode follows the bytes "
-                       "read per token: bandwidth-bound, at the bandwidth this engine's kernels attain here")
-        else:
-            verdict = ("the GB/s attained differ from setting to setting, so each type's kernel (its dequantization "
-                       "work) binds as much as its bytes: a type with more bytes but a cheaper kernel loses less "
-                       "decode than its bytes say, and one with fewer bytes but a costlier kernel gains less")
-    elif min(effs) >= BW_BOUND:
-        verdict = "close to the roof: bandwidth-bound, so decode follows the bytes read per token"
+    # the claims rest on each setting's decode interval, not its median alone
+    ivs = [_intervals_of(r).get("decode_tok_s") for r in ok]
+    shaky = [r["label"] for r, iv in zip(ok, ivs) if iv is None or not iv.known
+             or "decode_tok_s" in (r.get("unstable") or [])]
+    if shaky:
+        verdict = (f"cannot tell which binds: the decode rate of {', '.join(shaky)} has no known spread or repeats "
+                   "that disagree")
     else:
-        verdict = ("far below the roof, and these settings read about the same bytes, so they do not tell whether "
-                   "the bytes (at the bandwidth the kernels attain) or the kernels' work bind; vary the quant type to see")
+        lo_gbs = [iv.low * r["ceiling"]["step_bytes"] / 1e9 for r, iv in zip(ok, ivs)]
+        hi_gbs = [iv.high * r["ceiling"]["step_bytes"] / 1e9 for r, iv in zip(ok, ivs)]
+        lo_eff = [iv.low / r["ceiling"]["bandwidth_tok_s"] for r, iv in zip(ok, ivs)]
+        hi_eff = [iv.high / r["ceiling"]["bandwidth_tok_s"] for r, iv in zip(ok, ivs)]
+        if max(steps) / min(steps) >= BYTES_SPREAD:
+            if max(hi_gbs) / min(lo_gbs) <= ATTAINED_SPREAD:
+                verdict = ("every setting attains about the same GB/s while its bytes differ, so decode follows the "
+                           "bytes read per token: bandwidth-bound, at the bandwidth this engine's kernels attain here")
+            elif max(lo_gbs) / min(hi_gbs) > ATTAINED_SPREAD:
+                verdict = ("the GB/s attained differ from setting to setting, so each type's kernel (its "
+                           "dequantization work) binds as much as its bytes: a type with more bytes but a cheaper "
+                           "kernel loses less decode than its bytes say, and one with fewer bytes but a costlier "
+                           "kernel gains less")
+            else:
+                verdict = (f"cannot tell whether decode follows the bytes: within the decode rates' intervals the GB/s "
+                           f"attained span {min(lo_gbs):.0f}–{max(hi_gbs):.0f}, on both sides of a "
+                           f"{ATTAINED_SPREAD:.2f}× spread")
+        elif min(lo_eff) >= BW_BOUND:
+            verdict = "close to the roof: bandwidth-bound, so decode follows the bytes read per token"
+        elif max(hi_eff) < BW_BOUND:
+            verdict = ("far below the roof, and these settings read about the same bytes, so they do not tell whether "
+                       "the bytes (at the bandwidth the kernels attain) or the kernels' work bind; vary the quant type "
+                       "to see")
+        else:
+            verdict = (f"cannot tell whether decode is bandwidth-bound: its interval reaches "
+                       f"{100 * min(lo_eff):.0f}–{100 * max(hi_eff):.0f} % of the roof, on both sides of "
+                       f"{100 * BW_BOUND:.0f} %")
     out = c0.get("output_layer")
     tail = ""
     if out and out.get("tied") and out["bytes"] > 0.3 * c0["step_bytes"]:
