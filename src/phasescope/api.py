@@ -54,7 +54,9 @@ def probe(url: str | None = None, *, model: str | None = None, api: str = "auto"
 
     Returns the ``probe --json`` document: ``sizes`` (one entry per prompt size with ``ttft_s``,
     ``prefill_tok_s``, ``decode_tok_s``, ``itl_p50_s``, ``itl_p99_s``, each with its ``*_ci`` interval,
-    ``repeats``, the server's own timings), ``verdict``, ``ceilings``, ``warnings``, ``host``, ``run_id``, ``records_path``."""
+    ``repeats``, the server's own timings), ``verdict``, ``ceilings``, ``warnings``, ``host``, ``run_id``,
+    ``records_path``. ``repeat``: ``"auto"`` (until TTFT and decode are within ±10 %, at most ``max_repeat``)
+    or a fixed count."""
     from phasescope.probe import probe as _probe
 
     return _probe(url, api=api, model=model, api_key=api_key,

@@ -114,7 +114,8 @@ def test_probe_repeat_auto_json_contract_on_engine(engine, tmp_path):
             if not tight:
                 assert s["repeats"] == 4  # auto stops early only when tight
                 flagged.add((s["prompt_tokens"], k))
-    named = {(w["evidence"]["prompt_tokens"], w["evidence"]["figure"]) for w in res["warnings"] if w["kind"] == "unstable"}
+    named = {(w["evidence"]["prompt_tokens"], w["evidence"]["figure"]) for w in res["warnings"]
+             if w["kind"] == "unstable"}
     assert named == flagged
     lines = (tmp_path / "out" / "records.jsonl").read_text().splitlines()
     assert len(lines) == 1 + sum(s["repeats"] for s in res["sizes"])  # the warm-up and every repeat

@@ -145,7 +145,8 @@ def _two(ttft_lo: float, ttft_hi: float, d_lo: float = 80.0, d_hi: float = 80.0,
 def _size(p: int, ttft: float, decode: float, rel: float = 0.02, n: int = 3) -> dict:
     """A size row as probe stores it, with a tight (±2 %) interval of 3 repeats around each figure."""
     return {"prompt_tokens": p, "ttft_s": ttft, "decode_tok_s": decode, "n": n,
-            "ttft_s_ci": [ttft * (1 - rel), ttft * (1 + rel)], "decode_tok_s_ci": [decode * (1 - rel), decode * (1 + rel)]}
+            "ttft_s_ci": [ttft * (1 - rel), ttft * (1 + rel)],
+            "decode_tok_s_ci": [decode * (1 - rel), decode * (1 + rel)]}
 
 
 def test_verdict_text_says_separate_phases_only_when_the_flag_does():

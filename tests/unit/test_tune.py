@@ -232,7 +232,8 @@ def test_finding_example_sentence():
     (line,) = finding(rows)
     assert line.startswith("quant=Q4_0 vs quant=Q8_0: raised decode 1.61× (41 tok/s → 66 tok/s)")
     # TTFT's repeats spread ±5 %: no claim, and the spread it rests on is shown
-    assert "TTFT: cannot tell, within the repeat spread (210 ms [200 ms–220 ms, n=3] → 210 ms [205 ms–230 ms, n=3])" in line
+    assert ("TTFT: cannot tell, within the repeat spread (210 ms [200 ms–220 ms, n=3] → 210 ms [205 ms–230 ms, "
+            "n=3])") in line
 
 
 def test_failed_rows_are_said_and_a_failed_baseline_compares_nothing():
@@ -278,7 +279,8 @@ def test_a_figure_its_run_flagged_unstable_carries_no_finding_and_the_table_mark
     rows = [base, other]
     with_ratios(rows)
     (line,) = finding(rows)
-    assert "decode: cannot tell, the repeats of ub=512 disagree (40 tok/s → 30 tok/s [20 tok/s–60 tok/s, n=3])" in line
+    assert ("decode: cannot tell, the repeats of ub=512 disagree (40 tok/s → 30 tok/s [20 tok/s–60 tok/s, "
+            "n=3])") in line
     assert "lowered TTFT 0.50×" in line  # TTFT's intervals are tight and far apart
     for r in rows:
         ivs = row_intervals(r["metrics"], r["samples"])

@@ -61,7 +61,8 @@ def probe(
     timeouts = Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout)
     progress = None if json_out else (lambda s: err_console.print(f"[dim]· {s}[/dim]"))
     result = run_probe(url, api=api, model=model, api_key=api_key or None, timeouts=timeouts, sizes=sizes,
-                       max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat, warmup=warmup, retries=retries, out_dir=out,
+                       max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat, warmup=warmup, retries=retries,
+                       out_dir=out,
                        model_spec=model_spec, device=device, save=save, progress=progress,
                        gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml)
     if json_out:

@@ -15,7 +15,8 @@ the fallback folder; Ctrl-C or a dead server keeps the partial run), and returns
 Every figure ``X`` of a size carries ``X_ci`` (its 95 % interval, ``[low, high]``) and, in
 ``intervals``, the :class:`~phasescope.measure.interval.Interval` it came from; ``repeat`` is
 ``"auto"`` by default (repeat each size until TTFT and decode are within ±10 %, at most
-``max_repeat`` rounds) or a fixed count. ``warnings`` the run's :class:`~phasescope.measure.warnings.MeasurementWarning` list as dicts.
+``max_repeat`` rounds) or a fixed count. ``warnings`` the run's
+:class:`~phasescope.measure.warnings.MeasurementWarning` list as dicts.
 """
 
 from __future__ import annotations

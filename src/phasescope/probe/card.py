@@ -123,8 +123,8 @@ def render(result: dict[str, Any]) -> Panel:
     reps = [s.get("repeats") for s in sizes if s.get("repeats") is not None]
     plan = result.get("plan") or {}
     if _any_wide(sizes):
-        notes.append("[dim](a–b, n runs): the range of a figure's repeats (n of them), shown where the 95% interval of its "
-                     "median is wider than ±10%; plain figures are within it.[/dim]")
+        notes.append("[dim](a–b, n runs): the range of a figure's repeats (n of them), shown where the 95% "
+                     "interval of its median is wider than ±10%; plain figures are within it.[/dim]")
     if reps and plan.get("repeat") == "auto":
         notes.append(f"[dim]repeats per size: {' / '.join(map(str, reps))} (--repeat auto: until TTFT and decode "
                      f"are within ±10%, at most {plan.get('max_repeat')}).[/dim]")

@@ -118,18 +118,13 @@ def _card_table(head: list[str], rows: list[tuple[str, list[str]]]) -> str:
 
 
 def _spread(row: dict[str, Any], key: str, fmt: Any) -> str:
-    """A probe figure as the card prints it: plain where its stored 95 % interval is tight (or a run stored
-    before intervals), else with the range of its repeats — ``953.0 ms (248.0 ms–3.41 s, 3 runs)``."""
+    """A probe figure as the card prints it: plain where its stored interval is tight (or absent), else with
+    the range of its repeats — ``953.0 ms (248.0 ms–3.41 s, 3 runs)``."""
     from phasescope.measure.interval import Interval
 
-    d = (row.get("intervals") or {}).get(key) if isinstance(row.get("intervals"), dict) else None
-    if row.get(key) is None or not isinstance(d, dict):
-        return fmt(row.get(key))
-    try:
-        iv = Interval.from_json(d)
-    except (KeyError, TypeError, ValueError):
-        return fmt(row.get(key))
-    return fmt(row.get(key)) if not iv.known or iv.tight() else iv.fmt(fmt)
+    d = (row.get("intervals") or {}).get(key)
+    iv = Interval.from_json(d) if isinstance(d, dict) and "value" in d and row.get(key) is not None else None
+    return fmt(row.get(key)) if iv is None or not iv.known or iv.tight() else iv.fmt(fmt)
 
 
 def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) -> str:

@@ -74,7 +74,8 @@ def plan_knobs(params: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
 def _workloads(workload: str, a: dict[str, Any]) -> list[dict[str, Any]]:
     """plan workload options, one dict per simulation (probe: one per prompt size)."""
     if workload == "probe":
-        return [{"concurrency": 1, "rate": None, "num_requests": max(3 if a["repeat"] == "auto" else int(a["repeat"]), 3), "input_len": int(n),
+        reps = 3 if a["repeat"] == "auto" else int(a["repeat"])
+        return [{"concurrency": 1, "rate": None, "num_requests": max(reps, 3), "input_len": int(n),
                  "output_len": int(a["max_tokens"])} for n in a["prompt_tokens"]]
     if workload == "bench":
         if a.get("dataset", "random") != "random" or a.get("prefix_len"):

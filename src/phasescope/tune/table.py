@@ -342,11 +342,13 @@ def roof_sentence(rows: list[dict[str, Any]]) -> str | None:
     steps = [r["ceiling"]["step_bytes"] for r in ok]
     # the claims rest on each setting's decode interval, not its median alone
     ivs = [_intervals_of(r).get("decode_tok_s") for r in ok]
-    shaky = [r["label"] for r, iv in zip(ok, ivs) if iv is None or not iv.known
-             or "decode_tok_s" in (r.get("unstable") or [])]
-    if shaky:
-        verdict = (f"cannot tell which binds: the decode rate of {', '.join(shaky)} has no known spread or repeats "
-                   "that disagree")
+    unknown = [r["label"] for r, iv in zip(ok, ivs) if iv is None or not iv.known]
+    shaky = [r["label"] for r, iv in zip(ok, ivs) if r["label"] not in unknown
+             and "decode_tok_s" in (r.get("unstable") or [])]
+    if unknown or shaky:
+        why = ([f"the decode repeats of {', '.join(shaky)} disagree"] if shaky else []) + (
+            [f"{', '.join(unknown)} has one decode sample (no spread)"] if unknown else [])
+        verdict = f"cannot tell which binds: {'; '.join(why)}"
     else:
         lo_gbs = [iv.low * r["ceiling"]["step_bytes"] / 1e9 for r, iv in zip(ok, ivs)]
         hi_gbs = [iv.high * r["ceiling"]["step_bytes"] / 1e9 for r, iv in zip(ok, ivs)]
