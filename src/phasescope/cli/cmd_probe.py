@@ -36,7 +36,7 @@ def probe(
     api_key: Optional[str] = api_key_option(),
     prompt_tokens: List[str] = typer.Option(["200,2000"], "--prompt-tokens", "-p", help="Prompt sizes in tokens, comma-separated or repeated."),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", help="Output tokens per request (fixed length where the server allows)."),
-    repeat: str = typer.Option("auto", "--repeat", "-r", help=(
+    repeat: str = typer.Option("auto", "--repeat", "-r", metavar="auto|N", help=(
         "Requests per prompt size: auto (repeat until the 95 % interval of the median TTFT and decode rate is "
         "within ±10 %, at most --max-repeat) or a fixed N. Medians are reported.")),
     max_repeat: int = typer.Option(8, "--max-repeat", help="--repeat auto: the most requests per size."),

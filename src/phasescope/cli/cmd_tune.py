@@ -66,7 +66,7 @@ def tune(
     fresh: bool = typer.Option(False, "--fresh", help="Start a new tune even if the same one is in the store (default: continue it)."),
     prompt_tokens: List[str] = typer.Option(["128"], "--prompt-tokens", "-p", help="probe: prompt sizes in tokens."),
     max_tokens: int = typer.Option(32, "--max-tokens", "-n", help="probe: output tokens per request."),
-    repeat: str = typer.Option("3", "--repeat", "-r", help=(
+    repeat: str = typer.Option("3", "--repeat", "-r", metavar="N|auto", help=(
         "probe: requests per size, or auto (until TTFT and decode are within ±10 %, at most 8); the intervals of "
         "the repeats are the noise rule.")),
     num_prompts: int = typer.Option(12, "--num-prompts", help="bench: requests."),
