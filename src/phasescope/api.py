@@ -44,8 +44,8 @@ def _timeouts(connect_s: float | None, first_token_s: float | None, between_toke
 
 
 def probe(url: str | None = None, *, model: str | None = None, api: str = "auto", api_key: str | None = None,
-          prompt_tokens: Sequence[int] = (200, 2000), max_tokens: int = 128, repeat: int = 3,
-          warmup: bool = True, retries: int = 0, out: str | os.PathLike[str] | None = None,
+          prompt_tokens: Sequence[int] = (200, 2000), max_tokens: int = 128, repeat: int | str = "auto",
+          max_repeat: int = 8, warmup: bool = True, retries: int = 0, out: str | os.PathLike[str] | None = None,
           model_spec: str | None = None, device: str | None = None, save: bool = True,
           connect_timeout_s: float | None = 10.0, first_token_timeout_s: float | None = 300.0,
           between_tokens_timeout_s: float | None = 60.0, gpu_metrics: Sequence[str] = (), nvml: bool = True,
@@ -53,14 +53,16 @@ def probe(url: str | None = None, *, model: str | None = None, api: str = "auto"
     """``phasescope probe``: TTFT, prefill and decode speed per prompt size, next to the ceilings.
 
     Returns the ``probe --json`` document: ``sizes`` (one entry per prompt size with ``ttft_s``,
-    ``prefill_tok_s``, ``decode_tok_s``, ``itl_p50_s``, ``itl_p99_s``, the server's own timings),
-    ``verdict``, ``ceilings``, ``warnings``, ``host``, ``run_id``, ``records_path``."""
+    ``prefill_tok_s``, ``decode_tok_s``, ``itl_p50_s``, ``itl_p99_s``, each with its ``*_ci`` interval,
+    ``repeats``, the server's own timings), ``verdict``, ``ceilings``, ``warnings``, ``host``, ``run_id``,
+    ``records_path``. ``repeat``: ``"auto"`` (until TTFT and decode are within ±10 %, at most ``max_repeat``)
+    or a fixed count."""
     from phasescope.probe import probe as _probe
 
     return _probe(url, api=api, model=model, api_key=api_key,
                   timeouts=_timeouts(connect_timeout_s, first_token_timeout_s, between_tokens_timeout_s),
-                  sizes=list(prompt_tokens), max_tokens=max_tokens, repeat=repeat, warmup=warmup,
-                  retries=retries, out_dir=out, model_spec=model_spec, device=device, save=save,
+                  sizes=list(prompt_tokens), max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat,
+                  warmup=warmup, retries=retries, out_dir=out, model_spec=model_spec, device=device, save=save,
                   progress=progress, gpu_metrics=list(gpu_metrics) or None, nvml=nvml)
 
 

@@ -11,7 +11,8 @@ from phasescope.errors import InputError
 from phasescope.tune import launch
 from phasescope.tune.run import plan_resume, stored_settings
 from phasescope.tune.spec import TuneSpec, check_template, expand, parse_param, setting_key, tune_id
-from phasescope.tune.table import Verdict, compare_samples, finding, with_ratios
+from phasescope.measure import interval as I
+from phasescope.tune.table import Verdict, compare_metric, finding, row_intervals, with_ratios
 
 # --- expansion ------------------------------------------------------------------------------------
 _values = st.lists(st.integers(1, 9999).map(str), min_size=1, max_size=4, unique=True)
@@ -173,12 +174,23 @@ def test_stored_settings_are_complete_runs_tagged_with_this_tune(tmp_path, monke
 
 
 # --- the noise rule and the finding ----------------------------------------------------------------------
-def test_compare_samples():
-    assert compare_samples([1.0, 1.1, 1.2], [1.5, 1.6]) == Verdict.CHANGED
-    assert compare_samples([1.0, 1.1, 1.2], [0.5, 0.9]) == Verdict.CHANGED
-    assert compare_samples([1.0, 1.1, 1.2], [1.15, 1.6]) == Verdict.NOISE
-    assert compare_samples([1.0], [5.0, 6.0]) == Verdict.UNKNOWN
-    assert compare_samples([], []) == Verdict.UNKNOWN
+def _r(key: str, xs: list[float], unstable: tuple[str, ...] = ()) -> dict:
+    return {"metrics": {key: sorted(xs)[len(xs) // 2] if xs else None}, "samples": {key: xs},
+            "unstable": list(unstable)}
+
+
+def test_compare_metric_needs_non_overlapping_intervals_not_only_ranges():
+    k = "decode_tok_s"
+    assert compare_metric(_r(k, [1.0, 1.01, 1.02]), _r(k, [1.5, 1.52, 1.51]), k) == Verdict.CHANGED
+    assert compare_metric(_r(k, [1.0, 1.01, 1.02]), _r(k, [0.5, 0.51, 0.52]), k) == Verdict.CHANGED
+    # the ranges do not overlap (every repeat of one above every repeat of the other), but 3 and 2 samples
+    # this spread give 95 % intervals that do: the old range rule called it a change
+    assert compare_metric(_r(k, [1.0, 1.1, 1.2]), _r(k, [1.5, 1.6]), k) == Verdict.NOISE
+    assert compare_metric(_r(k, [1.0, 1.1, 1.2]), _r(k, [1.15, 1.6]), k) == Verdict.NOISE
+    assert compare_metric(_r(k, [1.0]), _r(k, [5.0, 6.0]), k) == Verdict.UNKNOWN
+    assert compare_metric(_r(k, []), _r(k, []), k) == Verdict.UNKNOWN
+    # a figure the setting's run flagged unstable carries no claim, however far apart
+    assert compare_metric(_r(k, [1.0, 1.01, 1.02]), _r(k, [5.0, 5.1, 5.2], ("decode_tok_s",)), k) == Verdict.UNSTABLE
 
 
 def _row(i, label, decode, ttft):
@@ -197,15 +209,19 @@ def test_the_finding_never_claims_more_than_the_spread(d0, d1, t0, t1):
     rows = [_row(0, "q=a", d0, t0), _row(1, "q=b", d1, t1)]
     with_ratios(rows)
     (line,) = finding(rows)
+    iv = [row_intervals(r["metrics"], r["samples"]) for r in rows]
     decode_claim = ("raised decode" in line) or ("lowered decode" in line)
-    assert decode_claim == (compare_samples(d0, d1) == Verdict.CHANGED)
+    # a claim exactly where both intervals are known and do not overlap
+    assert decode_claim == (I.compare(iv[0]["decode_tok_s"], iv[1]["decode_tok_s"]) != I.CANNOT_TELL)
     ttft_claim = ("raised TTFT" in line) or ("lowered TTFT" in line)
-    assert ttft_claim == (compare_samples(t0, t1) == Verdict.CHANGED)
+    assert ttft_claim == (I.compare(iv[0]["ttft_p50_s"], iv[1]["ttft_p50_s"]) != I.CANNOT_TELL)
     if decode_claim:  # the direction and the ratio are the table's
         a, b = rows[0]["metrics"]["decode_tok_s"], rows[1]["metrics"]["decode_tok_s"]
         assert ("raised decode" in line) == (b > a)
         assert f"{b / a:.2f}×" in line
         assert f"{rows[1]['vs_baseline']['decode_tok_s']:.2f}×" in line
+        lo, hi = rows[1]["vs_baseline_ci"]["decode_tok_s"]
+        assert lo <= rows[1]["vs_baseline"]["decode_tok_s"] <= hi
     assert "ITL p99: not measured" in line
 
 
@@ -215,7 +231,9 @@ def test_finding_example_sentence():
     with_ratios(rows)
     (line,) = finding(rows)
     assert line.startswith("quant=Q4_0 vs quant=Q8_0: raised decode 1.61× (41 tok/s → 66 tok/s)")
-    assert "TTFT: cannot tell, within the repeat spread (210 ms → 210 ms)" in line
+    # TTFT's repeats spread ±5 %: no claim, and the spread it rests on is shown
+    assert ("TTFT: cannot tell, within the repeat spread (210 ms [200 ms–220 ms, n=3] → 210 ms [205 ms–230 ms, "
+            "n=3])") in line
 
 
 def test_failed_rows_are_said_and_a_failed_baseline_compares_nothing():
@@ -243,3 +261,33 @@ def test_recommend_picks_the_highest_throughput_within_the_slo():
     assert recommend(rows, {"ttft": 500.0, "itl": 15.0})["index"] == 0
     none = recommend(rows, {"ttft": 50.0})
     assert none["index"] is None and "none of the 3 measured settings" in none["reason"]
+
+
+def test_a_figure_its_run_flagged_unstable_carries_no_finding_and_the_table_marks_it():
+    from rich.console import Console
+
+    from phasescope.tune.render import render
+    from phasescope.tune.table import unstable_metrics
+
+    # the setting's stored probe run: its 128-token decode rate's repeats still disagreed
+    summary = {"sizes": [{"prompt_tokens": 128, "unstable": ["decode_tok_s"]}],
+               "warnings": [{"kind": "unstable", "evidence": {"figure": "decode_tok_s"}}]}
+    assert unstable_metrics(summary) == ["decode_tok_s"] and unstable_metrics(None) == []
+    base = _row(0, "ub=32", [40.0, 40.2, 40.1], [0.20, 0.201, 0.2])
+    other = _row(1, "ub=512", [20.0, 60.0, 30.0], [0.10, 0.101, 0.1])
+    other["unstable"] = unstable_metrics(summary)
+    rows = [base, other]
+    with_ratios(rows)
+    (line,) = finding(rows)
+    assert ("decode: cannot tell, the repeats of ub=512 disagree (40 tok/s → 30 tok/s [20 tok/s–60 tok/s, "
+            "n=3])") in line
+    assert "lowered TTFT 0.50×" in line  # TTFT's intervals are tight and far apart
+    for r in rows:
+        ivs = row_intervals(r["metrics"], r["samples"])
+        r["intervals"] = {k: iv.to_json() for k, iv in ivs.items()}
+        r.update(params={}, run_id=None)
+    c = Console(width=100, record=True, color_system=None)
+    c.print(render({"tune_id": "t", "workload": "probe", "mode": "grid", "settings": rows, "finding": [line]}))
+    out = c.export_text()
+    assert "!" in out and "flagged the figure unstable" in out, out
+    assert "±" in out and "the 95 % interval of a figure wider than ±10 %" in out, out

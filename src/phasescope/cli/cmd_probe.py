@@ -36,7 +36,10 @@ def probe(
     api_key: Optional[str] = api_key_option(),
     prompt_tokens: List[str] = typer.Option(["200,2000"], "--prompt-tokens", "-p", help="Prompt sizes in tokens, comma-separated or repeated."),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", help="Output tokens per request (fixed length where the server allows)."),
-    repeat: int = typer.Option(3, "--repeat", "-r", help="Requests per prompt size (medians are reported)."),
+    repeat: str = typer.Option("auto", "--repeat", "-r", metavar="auto|N", help=(
+        "Requests per prompt size: auto (repeat until the 95 % interval of the median TTFT and decode rate is "
+        "within ±10 %, at most --max-repeat) or a fixed N. Medians are reported.")),
+    max_repeat: int = typer.Option(8, "--max-repeat", help="--repeat auto: the most requests per size."),
     warmup: bool = typer.Option(True, "--warmup/--no-warmup", help="Send one discarded warm-up request first."),
     retries: int = typer.Option(0, "--retries", help="Retry 429/503 up to N times, honouring Retry-After (default: fail at once)."),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
@@ -58,7 +61,8 @@ def probe(
     timeouts = Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout)
     progress = None if json_out else (lambda s: err_console.print(f"[dim]· {s}[/dim]"))
     result = run_probe(url, api=api, model=model, api_key=api_key or None, timeouts=timeouts, sizes=sizes,
-                       max_tokens=max_tokens, repeat=repeat, warmup=warmup, retries=retries, out_dir=out,
+                       max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat, warmup=warmup, retries=retries,
+                       out_dir=out,
                        model_spec=model_spec, device=device, save=save, progress=progress,
                        gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml)
     if json_out:

@@ -66,7 +66,9 @@ def tune(
     fresh: bool = typer.Option(False, "--fresh", help="Start a new tune even if the same one is in the store (default: continue it)."),
     prompt_tokens: List[str] = typer.Option(["128"], "--prompt-tokens", "-p", help="probe: prompt sizes in tokens."),
     max_tokens: int = typer.Option(32, "--max-tokens", "-n", help="probe: output tokens per request."),
-    repeat: int = typer.Option(3, "--repeat", "-r", help="probe: requests per size (the repeat spread is the noise rule)."),
+    repeat: str = typer.Option("3", "--repeat", "-r", metavar="N|auto", help=(
+        "probe: requests per size, or auto (until TTFT and decode are within ±10 %, at most 8); the intervals of "
+        "the repeats are the noise rule.")),
     num_prompts: int = typer.Option(12, "--num-prompts", help="bench: requests."),
     request_rate: float = typer.Option(float("inf"), "--request-rate", help="bench: requests/s (inf = all at once)."),
     max_concurrency: Optional[int] = typer.Option(4, "--max-concurrency", help="bench: requests in flight at most."),
@@ -124,9 +126,13 @@ def tune(
             check_template(serve, [n for n, _ in parsed])
         args: dict[str, Any]
         if workload == "probe":
-            if max_tokens < 2 or repeat < 1:
-                raise InputError("--max-tokens must be ≥ 2 and --repeat ≥ 1")
-            args = {"prompt_tokens": _sizes(prompt_tokens), "max_tokens": max_tokens, "repeat": repeat}
+            from phasescope.probe import parse_repeat
+
+            if max_tokens < 2:
+                raise InputError("--max-tokens must be ≥ 2")
+            auto, n_repeat = parse_repeat(repeat)  # a fixed count stays an int: the tune id of a spec is unchanged
+            args = {"prompt_tokens": _sizes(prompt_tokens), "max_tokens": max_tokens,
+                    "repeat": "auto" if auto else n_repeat}
             if model_spec:
                 args["model_spec"] = model_spec
             if device:

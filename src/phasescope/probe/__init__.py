@@ -6,12 +6,17 @@ record as it completes (:func:`phasescope.lifecycle.run_output`: the run store a
 the fallback folder; Ctrl-C or a dead server keeps the partial run), and returns the result object that ``probe --json`` prints::
 
     {"target", "api", "engine", "engine_version", "model",
-     "sizes": [{"prompt_tokens", "ttft_s", "ttft_net_s", "prefill_tok_s", "decode_tok_s",
-                "itl_p50_s", "itl_p99_s", "server", ...}],
+     "sizes": [{"prompt_tokens", "repeats", "n", "ttft_s", "ttft_s_ci", "ttft_net_s", "prefill_tok_s",
+                "decode_tok_s", "decode_tok_s_ci", "itl_p50_s", "itl_p99_s", "intervals", "unstable",
+                "server", ...}],
      "verdict", "warmup", "ceilings", "ceilings_note", "plan", "host", "warnings", "run_id", "records_path"}
 
 ``host`` is the machine's CPU contention during the run (:mod:`phasescope.measure.host`);
-``warnings`` the run's :class:`~phasescope.measure.warnings.MeasurementWarning` list as dicts.
+Every figure ``X`` of a size carries ``X_ci`` (its 95 % interval, ``[low, high]``) and, in
+``intervals``, the :class:`~phasescope.measure.interval.Interval` it came from; ``repeat`` is
+``"auto"`` by default (repeat each size until TTFT and decode are within ±10 %, at most
+``max_repeat`` rounds) or a fixed count. ``warnings`` the run's
+:class:`~phasescope.measure.warnings.MeasurementWarning` list as dicts.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from phasescope.probe import ceilings as C
 from phasescope.probe.runner import ProbePlan, run_probe
 from phasescope.probe.summary import size_summary, verdict, warmup_summary
 
-__all__ = ["ProbePlan", "probe", "summarize_run"]
+__all__ = ["ProbePlan", "parse_repeat", "probe", "summarize_run"]
 
 
 def summarize_run(run: Any) -> dict[str, Any]:
@@ -39,8 +44,24 @@ def summarize_run(run: Any) -> dict[str, Any]:
     return {"sizes": sizes, "verdict": verdict(sizes), "warmup": warmup_summary(run.warmup, sizes)}
 
 
+def parse_repeat(repeat: int | str, max_repeat: int = 8) -> tuple[bool, int]:
+    """``--repeat auto|N`` and ``--max-repeat``: (auto, rounds) — rounds is the fixed count, or auto's most."""
+    if isinstance(repeat, str) and repeat.strip().lower() == "auto":
+        if isinstance(max_repeat, bool) or not isinstance(max_repeat, int) or max_repeat < 2:
+            raise E.InputError(f"--max-repeat must be an integer ≥ 2 (got {max_repeat!r})")
+        return True, max_repeat
+    try:
+        n = int(str(repeat).strip()) if not isinstance(repeat, bool) else -1
+    except ValueError:
+        raise E.InputError(f"--repeat: {repeat!r} is neither 'auto' nor an integer") from None
+    if n < 1:
+        raise E.InputError("--repeat must be 'auto' or at least 1")
+    return False, n
+
+
 def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_key: str | None = None,
-          timeouts: Timeouts | None = None, sizes: list[int] | None = None, max_tokens: int = 128, repeat: int = 3,
+          timeouts: Timeouts | None = None, sizes: list[int] | None = None, max_tokens: int = 128,
+          repeat: int | str = "auto", max_repeat: int = 8,
           warmup: bool = True, retries: int = 0, out_dir: str | os.PathLike[str] | None = None,
           model_spec: str | None = None, device: str | None = None, save: bool = True,
           progress: Callable[[str], None] | None = None, gpu_metrics: list[str] | None = None,
@@ -50,14 +71,13 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
         raise E.InputError("--prompt-tokens must be positive integers")
     if max_tokens < 2:
         raise E.InputError("--max-tokens must be at least 2 (decode needs two tokens to time)")
-    if repeat < 1:
-        raise E.InputError("--repeat must be at least 1")
+    auto, repeat_n = parse_repeat(repeat, max_repeat)
     if retries < 0:
         raise E.InputError("--retries must be ≥ 0")
     from phasescope.theory.inputs import check_ceiling_inputs
 
     check_ceiling_inputs(model_spec, device)  # an unknown id is refused before the first request
-    plan = ProbePlan(sizes=sizes, max_tokens=max_tokens, repeat=repeat, warmup=warmup, retries=retries)
+    plan = ProbePlan(sizes=sizes, max_tokens=max_tokens, repeat=repeat_n, warmup=warmup, retries=retries, auto=auto)
     say = progress or (lambda s: None)
     if url is None:
         say("starting the embedded engine (llama.cpp llama-server + Gemma 3 270M)")
@@ -78,7 +98,8 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                      engine_kwargs={"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))})
     async with ot as target:
         say(f"target {target.display_url}: {target.engine} {target.engine_version or ''}, api {target.api}, model {target.model}")
-        params = {"sizes": plan.sizes, "max_tokens": plan.max_tokens, "repeat": plan.repeat, "warmup": plan.warmup,
+        params = {"sizes": plan.sizes, "max_tokens": plan.max_tokens, "repeat": "auto" if plan.auto else plan.repeat,
+                  "max_repeat": plan.repeat if plan.auto else None, "warmup": plan.warmup,
                   "retries": plan.retries, "api": target.api}
         from phasescope.lifecycle import run_output
 

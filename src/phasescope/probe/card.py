@@ -9,6 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from phasescope.probe.summary import size_interval
+
 
 def _ms(x: float | None) -> str:
     return "—" if x is None else (f"{x * 1000:.1f} ms" if x < 10 else f"{x:.2f} s")
@@ -24,6 +26,62 @@ def _pct(x: float | None) -> str:
     return f"{x * 100:.1f}%" if x < 0.1 else f"{x * 100:.0f}%"
 
 
+def _range_ms(lo: float, hi: float) -> str:
+    """A compact range of seconds in one unit: ``330–1,269 ms``, ``5.48–7.04 s``, ``4.1–9.8 ms``."""
+    if hi >= 1:
+        return f"{lo:.2f}–{hi:.2f} s"
+    if hi < 0.01:
+        return f"{lo * 1000:.1f}–{hi * 1000:.1f} ms"
+    return f"{lo * 1000:,.0f}–{hi * 1000:,.0f} ms"
+
+
+def _range_rate(lo: float, hi: float) -> str:
+    return f"{lo:,.0f}–{hi:,.0f}" if hi >= 100 else f"{lo:.1f}–{hi:.1f}"
+
+
+def _wide(row: dict[str, Any], key: str) -> tuple[float, float, int] | None:
+    """(lowest, highest repeat, n) of a figure whose 95 % interval is wider than ±10 %; None where tight
+    or where the spread is unknown (one repeat: the too_few_samples warning says so)."""
+    if row.get(key) is None:
+        return None
+    iv = size_interval(row, key)
+    if iv is None or not iv.known or iv.tight():
+        return None
+    return (iv.min if iv.min is not None else iv.low), (iv.max if iv.max is not None else iv.high), iv.n
+
+
+def _cell(row: dict[str, Any], key: str, fmt: Any) -> str:
+    """The figure, plain where its interval is tight, else with the range of its repeats on a second
+    line: ``953.0 ms`` / ``(248–3,414 ms, 3 runs)``."""
+    v = row.get(key)
+    if v is None:
+        return "—"
+    w = _wide(row, key)
+    if w is None:
+        return fmt(v)
+    rng = _range_rate(w[0], w[1]) if fmt is _rate else _range_ms(w[0], w[1])
+    return f"{fmt(v)}\n({rng}, {w[2]} runs)"
+
+
+def _itl(row: dict[str, Any]) -> str:
+    text = f"{_ms(row.get('itl_p50_s'))} / {_ms(row.get('itl_p99_s'))}"
+    for key, word in (("itl_p50_s", "p50"), ("itl_p99_s", "p99")):
+        w = _wide(row, key)
+        if w is not None:
+            text += f"\n({word} {_range_ms(w[0], w[1])}, n={w[2]})"  # n=: fits a column of an 80-col card
+    return text
+
+
+def _any_wide(sizes: list[dict[str, Any]]) -> bool:
+    for s in sizes:
+        for row in (s, s.get("server") or {}):
+            for key in (row.get("intervals") or {}):
+                iv = size_interval(row, key)
+                if iv is not None and iv.known and not iv.tight():
+                    return True
+    return False
+
+
 def render(result: dict[str, Any]) -> Panel:
     sizes = result.get("sizes") or []
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
@@ -36,18 +94,18 @@ def render(result: dict[str, Any]) -> Panel:
 
     srv = [s.get("server") or {} for s in sizes]
     t.add_row(Text("PREFILL", style="bold cyan"), *["" for _ in sizes])
-    row("  TTFT (client)", [_ms(s.get("ttft_s")) for s in sizes])
-    row("  TTFT net of connection", [_ms(s.get("ttft_net_s")) for s in sizes])
+    row("  TTFT (client)", [_cell(s, "ttft_s", _ms) for s in sizes])
+    row("  TTFT net of connection", [_cell(s, "ttft_net_s", _ms) for s in sizes])
     if any(x.get("ttft_s") is not None for x in srv):
-        row("  TTFT server-side", [_ms(x.get("ttft_s")) for x in srv])
-    row("  prefill tok/s (client)", [_rate(s.get("prefill_tok_s")) for s in sizes])
+        row("  TTFT server-side", [_cell(x, "ttft_s", _ms) for x in srv])
+    row("  prefill tok/s (client)", [_cell(s, "prefill_tok_s", _rate) for s in sizes])
     if any(x.get("prefill_tok_s") is not None for x in srv):
-        row("  prefill tok/s (server)", [_rate(x.get("prefill_tok_s")) for x in srv])
+        row("  prefill tok/s (server)", [_cell(x, "prefill_tok_s", _rate) for x in srv])
     t.add_row(Text("DECODE", style="bold magenta"), *["" for _ in sizes])
-    row("  decode tok/s (client)", [_rate(s.get("decode_tok_s")) for s in sizes])
+    row("  decode tok/s (client)", [_cell(s, "decode_tok_s", _rate) for s in sizes])
     if any(x.get("decode_tok_s") is not None for x in srv):
-        row("  decode tok/s (server)", [_rate(x.get("decode_tok_s")) for x in srv])
-    row("  ITL p50 / p99 per token", [f"{_ms(s.get('itl_p50_s'))} / {_ms(s.get('itl_p99_s'))}" for s in sizes])
+        row("  decode tok/s (server)", [_cell(x, "decode_tok_s", _rate) for x in srv])
+    row("  ITL p50 / p99 per token", [_itl(s) for s in sizes])
     ce = result.get("ceilings")
     if ce:
         crow = {r.get("prompt_tokens"): r for r in ce.get("sizes", [])}
@@ -62,6 +120,14 @@ def render(result: dict[str, Any]) -> Panel:
     v = result.get("verdict")
     if v:
         notes.append("[bold]One-minute test:[/bold] " + "; ".join(v["text"]) + ".")
+    reps = [s.get("repeats") for s in sizes if s.get("repeats") is not None]
+    plan = result.get("plan") or {}
+    if _any_wide(sizes):
+        notes.append("[dim](a–b, n runs): the range of a figure's repeats (n of them), shown where the 95% "
+                     "interval of its median is wider than ±10%; plain figures are within it.[/dim]")
+    if reps and plan.get("repeat") == "auto":
+        notes.append(f"[dim]repeats per size: {' / '.join(map(str, reps))} (--repeat auto: until TTFT and decode "
+                     f"are within ±10%, at most {plan.get('max_repeat')}).[/dim]")
     w = result.get("warmup")
     if w and w.get("ttft_s") is not None:
         s = f"warm-up TTFT {_ms(w['ttft_s'])}"

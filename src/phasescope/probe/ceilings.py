@@ -111,6 +111,10 @@ def get_device(device: str | None, *, same_machine: bool = True) -> tuple[Any, s
         return None, "device unknown: pass --device ID or run `phasescope hw` once to measure this machine"
 
 
+def _pair(ci: Any) -> bool:
+    return isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(x, (int, float)) for x in ci)
+
+
 def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, Any]:
     from phasescope.theory import roofline as R
 
@@ -126,14 +130,21 @@ def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, A
             srv = (s.get("server") or {}).get("decode_tok_s")
             row["decode_efficiency"] = (d / roofs.ceiling_tok_s) if d and roofs.ceiling_tok_s else None
             row["server_decode_efficiency"] = (srv / roofs.ceiling_tok_s) if srv and roofs.ceiling_tok_s else None
+            ci = s.get("decode_tok_s_ci")  # the measured rate's 95 % interval over the same exact ceiling
+            row["decode_efficiency_ci"] = ([x / roofs.ceiling_tok_s for x in ci] if row["decode_efficiency"] is not None
+                                           and _pair(ci) else None)
         except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError) as exc:
             row["decode_ceiling_tok_s"] = None
             row["decode_note"] = str(exc)
         try:
             floor = R.prefill_floor_s(spec, device, int(n or 0))
             row["prefill_floor_s"] = floor
-            measured = (s.get("server") or {}).get("prefill_s") or s.get("ttft_s")
+            srv_pre = (s.get("server") or {}).get("prefill_s")
+            measured = srv_pre or s.get("ttft_s")
             row["prefill_efficiency"] = (floor / measured) if (floor and measured) else None
+            ci = (s.get("server") or {}).get("prefill_s_ci") if srv_pre else s.get("ttft_s_ci")
+            row["prefill_efficiency_ci"] = ([floor / ci[1], floor / ci[0]] if row["prefill_efficiency"] is not None
+                                            and _pair(ci) and ci[0] > 0 else None)
         except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError) as exc:
             row["prefill_floor_s"] = None
             row["prefill_note"] = str(exc)

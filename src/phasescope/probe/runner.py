@@ -1,5 +1,11 @@
-"""Run the probe: one discarded warm-up, then ``repeat`` rounds over the prompt sizes, one request
-at a time (sizes interleaved within a round so drift hits every size alike).
+"""Run the probe: one discarded warm-up, then rounds over the prompt sizes, one request at a time
+(sizes interleaved within a round so drift hits every size alike).
+
+``repeat`` fixed (``--repeat N``): N rounds of every size. ``auto`` (``--repeat auto``, the default):
+after each round from the second on, a size whose TTFT and decode rate both have a 95 % interval of
+the median within ±10 % (:func:`phasescope.probe.summary.is_stable`) is done; the rounds go on over
+the sizes still unsettled until none is left or each has had ``repeat`` (``--max-repeat``) rounds. A
+size still unsettled then is what the ``unstable`` warning names.
 
 Every request leaves a :class:`RequestRecord` written as it completes (``on_record``), failed ones
 and the warm-up included (tagged ``warmup``/``attempt``). A failed request stops the probe with
@@ -50,10 +56,16 @@ def error_from_record(rec: RequestRecord) -> E.TargetError:
 class ProbePlan:
     sizes: list[int]
     max_tokens: int = 128
+    #: the rounds per size: exactly this many, or (``auto``) at most this many
     repeat: int = 3
     warmup: bool = True
     retries: int = 0
     warmup_max_tokens: int = 16
+    #: repeat each size until its figures are stable (``--repeat auto``), ``repeat`` being the most rounds
+    auto: bool = False
+    #: the fewest rounds ``auto`` stops after (two samples can already show a ±10 % interval, if they agree
+    #: within about 1.5 %; the log-t interval of two samples is that wide)
+    min_repeat: int = 2
 
 
 @dataclass
@@ -94,8 +106,8 @@ async def run_probe(target: Target, plan: ProbePlan, *, on_record: Callable[[Req
     try:
         pb = PromptBuilder(sess, target, seed=seed)
         say(f"building prompts of {', '.join(map(str, plan.sizes))} tokens")
-        n_each = plan.repeat
-        for n in plan.sizes:
+        n_each = min(plan.repeat, max(plan.min_repeat, 1)) if plan.auto else plan.repeat
+        for n in plan.sizes:  # built before the warm-up; auto builds more between rounds as it needs them
             run.prompts[n] = [await pb.build(n) for _ in range(n_each)]
         if plan.warmup:
             wp = await pb.build(plan.sizes[0])
@@ -105,15 +117,30 @@ async def run_probe(target: Target, plan: ProbePlan, *, on_record: Callable[[Req
             run.warmup = rec
             if not rec.ok:
                 raise error_from_record(rec)
-        for r in range(plan.repeat):
-            for n in plan.sizes:
+        todo = list(plan.sizes)
+        r = 0
+        while todo and r < plan.repeat:
+            for n in todo:
+                if r >= len(run.prompts[n]):
+                    run.prompts[n].append(await pb.build(n))
                 p = run.prompts[n][r]
-                say(f"round {r + 1}/{plan.repeat}: {n}-token prompt → {plan.max_tokens} tokens")
+                of = f"{r + 1}/{plan.repeat}" if not plan.auto else f"{r + 1} (auto, at most {plan.repeat})"
+                say(f"round {of}: {n}-token prompt → {plan.max_tokens} tokens")
                 req = p.request(plan.max_tokens, tags={"round": r, "prompt_tokens_target": n})
                 rec = await send_with_retries(sess, target, req, plan.retries, on_record)
                 if not rec.ok:
                     raise error_from_record(rec)
                 run.records.append(rec)
+            r += 1
+            if plan.auto and r >= plan.min_repeat:
+                from phasescope.probe.summary import is_stable
+
+                settled = [n for n in todo if is_stable([x for x in run.records
+                                                         if x.tags.get("prompt_tokens_target") == n])]
+                if settled and r < plan.repeat:
+                    say(f"stable after {r} rounds: {', '.join(f'{n}-token' for n in settled)} "
+                        "(TTFT and decode within ±10 %)")
+                todo = [n for n in todo if n not in settled]
     finally:
         if own:
             await sess.close()

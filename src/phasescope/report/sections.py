@@ -117,23 +117,33 @@ def _card_table(head: list[str], rows: list[tuple[str, list[str]]]) -> str:
     return f"<table class=cardtab><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _spread(row: dict[str, Any], key: str, fmt: Any) -> str:
+    """A probe figure as the card prints it: plain where its stored interval is tight (or absent), else with
+    the range of its repeats — ``953.0 ms (248.0 ms–3.41 s, 3 runs)``."""
+    from phasescope.measure.interval import Interval
+
+    d = (row.get("intervals") or {}).get(key)
+    iv = Interval.from_json(d) if isinstance(d, dict) and "value" in d and row.get(key) is not None else None
+    return fmt(row.get(key)) if iv is None or not iv.known or iv.tight() else iv.fmt(fmt)
+
+
 def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) -> str:
     head = [""] + [f"{s.get('prompt_tokens') or s.get('prompt_tokens_target')}-token prompt" for s in sizes]
     cr = [crow.get(s.get("prompt_tokens") or s.get("prompt_tokens_target")) or {} for s in sizes]
     srv = [s.get("server") or {} for s in sizes]
     rows: list[tuple[str, list[str]]] = [
         ("PREFILL", []),
-        ("TTFT", [fmt_ms(s.get("ttft_s")) for s in sizes]),
-        ("prefill tok/s", [fmt_rate(s.get("prefill_tok_s")) for s in sizes]),
+        ("TTFT", [_spread(s, "ttft_s", fmt_ms) for s in sizes]),
+        ("prefill tok/s", [_spread(s, "prefill_tok_s", fmt_rate) for s in sizes]),
     ]
     if any(x.get("prefill_tok_s") is not None for x in srv):
-        rows.append(("prefill tok/s (server)", [fmt_rate(x.get("prefill_tok_s")) for x in srv]))
+        rows.append(("prefill tok/s (server)", [_spread(x, "prefill_tok_s", fmt_rate) for x in srv]))
     if any(c.get("prefill_floor_s") is not None for c in cr):
         rows += [("prefill floor (ceiling)", [fmt_ms(c.get("prefill_floor_s")) for c in cr]),
                  ("prefill efficiency", [fmt_pct(c.get("prefill_efficiency")) for c in cr])]
     rows += [
         ("DECODE", []),
-        ("decode tok/s (one stream)", [fmt_rate(s.get("decode_tok_s")) for s in sizes]),
+        ("decode tok/s (one stream)", [_spread(s, "decode_tok_s", fmt_rate) for s in sizes]),
         ("ITL p50 / p99", [f"{fmt_ms(s.get('itl_p50_s'))} / {fmt_ms(s.get('itl_p99_s'))}" for s in sizes]),
     ]
     if any(c.get("decode_ceiling_tok_s") is not None for c in cr):

@@ -74,7 +74,8 @@ def plan_knobs(params: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
 def _workloads(workload: str, a: dict[str, Any]) -> list[dict[str, Any]]:
     """plan workload options, one dict per simulation (probe: one per prompt size)."""
     if workload == "probe":
-        return [{"concurrency": 1, "rate": None, "num_requests": max(int(a["repeat"]), 3), "input_len": int(n),
+        reps = 3 if a["repeat"] == "auto" else int(a["repeat"])
+        return [{"concurrency": 1, "rate": None, "num_requests": max(reps, 3), "input_len": int(n),
                  "output_len": int(a["max_tokens"])} for n in a["prompt_tokens"]]
     if workload == "bench":
         if a.get("dataset", "random") != "random" or a.get("prefix_len"):
@@ -210,6 +211,7 @@ def prediction_sentence(row: dict[str, Any]) -> str | None:
     if not row.get("predicted_vs_baseline"):
         return f"{row['label']}: {row.get('prediction_reason') or 'no prediction'}"
     meas = row.get("vs_baseline") or {}
+    meas_ci = row.get("vs_baseline_ci") or {}
     parts = []
     for key, word in PREDICTED_KEYS:
         p, m = row["predicted_vs_baseline"].get(key), meas.get(key)
@@ -217,5 +219,8 @@ def prediction_sentence(row: dict[str, Any]) -> str | None:
             continue
         ps = "—" if p is None else f"{p:.2f}×"
         ms = "not measured" if m is None else f"{m:.2f}×"
+        ci = meas_ci.get(key)
+        if m is not None and ci and None not in ci and (ci[1] - ci[0]) > 0.2 * m:  # a wide ratio: its interval
+            ms += f" ({ci[0]:.2f}–{ci[1]:.2f}×)"
         parts.append(f"{word} {ps}, measured {ms}")
     return f"{row['label']}: plan predicted " + "; ".join(parts) if parts else None

@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from phasescope.measure.interval import Interval
 from phasescope.tune.table import METRIC_KEYS, OPTIONAL_KEYS
 
 __all__ = ["render"]
@@ -44,6 +45,7 @@ def render(result: dict[str, Any]) -> Group:
     for key, _, unit, _ in keys:
         t.add_column(_SHORT[key], justify="right", min_width=5)
     has_roof = False  # the roof goes on a line of its own below (80 columns)
+    wide = flagged = False
     notes: list[Text] = []
     roofs: list[str] = []
     for r in result["settings"]:
@@ -56,10 +58,19 @@ def render(result: dict[str, Any]) -> Group:
                 notes += [Text("    " + ln, style="dim") for ln in r["log_tail"][-3:]]
             continue
         cells = []
+        ivs = r.get("intervals") or {}
         for key, _, unit, _ in keys:
             v = r["metrics"].get(key)
             ratio = (r.get("vs_baseline") or {}).get(key)
-            cells.append(_num(v, unit) + (f"\n{_ratio(ratio)}" if ratio is not None and r["index"] != 0 else ""))
+            cell = _num(v, unit) + (f"\n{_ratio(ratio)}" if ratio is not None and r["index"] != 0 else "")
+            iv = Interval.from_json(ivs[key]) if isinstance(ivs.get(key), dict) else None
+            if v is not None and iv is not None and iv.known and not iv.tight():
+                cell += f"\n±{min(99, round(100 * iv.rel_halfwidth))}%"  # the 95 % interval is wider than ±10 %
+                wide = True
+            if key in (r.get("unstable") or []):
+                cell += " !"
+                flagged = True
+            cells.append(cell)
         c = r.get("ceiling") or {}
         if c.get("decode_tok_s"):
             eff = c.get("decode_efficiency")
@@ -68,6 +79,12 @@ def render(result: dict[str, Any]) -> Group:
         t.add_row(f"{r['index'] + 1} {label}", *cells)
     if roofs:
         notes.append(Text("decode bandwidth roof (batch 1): " + "; ".join(roofs)))
+    if wide:
+        notes.append(Text("±N%: the 95 % interval of a figure wider than ±10 % (its repeats spread); the finding "
+                          "claims a change only where the intervals do not overlap", style="dim"))
+    if flagged:
+        notes.append(Text("!: the setting's run flagged the figure unstable (its repeats still disagreed); no "
+                          "finding rests on it", style="dim"))
     if len(keys) > len(METRIC_KEYS) - len(OPTIONAL_KEYS):
         notes.append(Text("TTFT long: TTFT p50 of the long prompts (≥ half the longest prompt)", style="dim"))
     runs = ", ".join(f"#{r['index'] + 1} {r['run_id']}" for r in result["settings"] if r.get("run_id"))

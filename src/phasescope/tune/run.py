@@ -116,7 +116,7 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
     if spec.workload == "probe":
         from phasescope.probe import probe
 
-        res = probe(url, sizes=list(a["prompt_tokens"]), max_tokens=int(a["max_tokens"]), repeat=int(a["repeat"]),
+        res = probe(url, sizes=list(a["prompt_tokens"]), max_tokens=int(a["max_tokens"]), repeat=a["repeat"],
                     warmup=True, save=True, progress=say, model_spec=a.get("model_spec"), device=a.get("device"))
         sizes = res.get("sizes") or []
         ok = any(s.get("ok") for s in sizes)
@@ -140,10 +140,12 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
 
 
 def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, Any]:
-    from phasescope.tune.table import roof_facts, row_metrics
+    from phasescope.measure.interval import to_ci
+    from phasescope.tune.table import roof_facts, row_intervals, row_metrics, unstable_metrics
 
     records = store.load_records(info.id)
     metrics, samples = row_metrics(records)
+    ivs = row_intervals(metrics, samples)
     summary = info.summary if isinstance(info.summary, dict) else {}
     ceiling = None
     sizes = ((summary.get("ceilings") or {}).get("sizes") or []) if isinstance(summary.get("ceilings"), dict) else []
@@ -155,6 +157,9 @@ def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, An
                    "source": "probe ceilings (bandwidth roof, batch 1)", **roof_facts(summary.get("ceilings"))}
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "ok",
             "run_id": info.id, "reason": None, "resumed": resumed, "metrics": metrics, "samples": samples,
+            "metrics_ci": {k: to_ci(iv) for k, iv in ivs.items()},
+            "intervals": {k: iv.to_json() for k, iv in ivs.items()},
+            "unstable": unstable_metrics(summary),
             "ceiling": ceiling, "ceiling_ratio": None, "bytes_ratio": None, "vs_baseline": None,
             "summary": summary}
 
@@ -162,7 +167,9 @@ def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, An
 def _failed_row(setting: Setting, reason: str, *, run_id: str | None = None, log_path: Any = None,
                 tail: Sequence[str] = ()) -> dict[str, Any]:
     return {"index": setting.index, "params": dict(setting.params), "label": setting.label(), "status": "failed",
-            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "ceiling": None, "ceiling_ratio": None, "bytes_ratio": None, "vs_baseline": None,
+            "run_id": run_id, "reason": reason, "resumed": False, "metrics": None, "samples": {}, "metrics_ci": None,
+            "intervals": None, "unstable": [], "ceiling": None, "ceiling_ratio": None, "bytes_ratio": None,
+            "vs_baseline": None,
             "summary": None, "log_path": str(log_path) if log_path else None, "log_tail": list(tail)}
 
 

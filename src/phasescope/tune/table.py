@@ -8,11 +8,16 @@ print one number for one run. Row keys (``metrics``): ``ttft_p50_s``, ``ttft_p99
 pause), ``throughput_tok_s``, ``n_ok``, ``n_err``; ``vs_baseline`` holds each metric's ratio to
 setting 0; ``ceiling`` the decode bandwidth roof the probe set beside it (None without one).
 
-The noise rule (:func:`compare_samples`): a metric *changed* only when both settings have at
-least two samples (per-request values: TTFT, prefill and decode rate; per-request ITL p50/p99 for
-ITL) and their ranges do not overlap — every repeat of one is above every repeat of the other.
-Otherwise the finding says "cannot tell" and gives both numbers, so a sentence never claims
-what the table's own repeat spread does not show.
+Every metric carries its 95 % interval (:func:`row_intervals`; ``metrics_ci`` ``{key: [low, high]}``
+and ``intervals`` in the row): the interval of the median of its per-request samples (TTFT, prefill
+and decode rate; per-request ITL p50/p99 and longest pause for ITL; per-window rates for
+throughput), widened to hold the reported value, by :func:`phasescope.measure.interval.median_interval`.
+
+The noise rule (:func:`compare_metric`): a metric *changed* only when both settings have at least
+two samples and their intervals do not overlap (:func:`phasescope.measure.interval.compare`), and
+neither setting's run flagged the figure ``unstable`` (its repeats still disagreed: row
+``unstable``). Otherwise the finding says "cannot tell" and gives both numbers with their spread,
+so a sentence never claims what the table's own repeats do not show.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from typing import Any, Sequence
 
 from phasescope.measure import aggregate as A
 from phasescope.measure import derive
+from phasescope.measure import interval as I
 
-__all__ = ["METRIC_KEYS", "Verdict", "compare_samples", "finding", "row_metrics", "with_ratios"]
+__all__ = ["METRIC_KEYS", "Verdict", "compare_metric", "finding", "row_intervals", "row_metrics", "with_ratios"]
 
 #: the row's metrics in table order: (key, header, unit, higher is better)
 METRIC_KEYS: tuple[tuple[str, str, str, bool], ...] = (
@@ -138,11 +144,16 @@ def with_ratios(rows: list[dict[str, Any]]) -> None:
     base = rows[0] if rows and rows[0].get("status") == "ok" else None
     for r in rows:
         if r.get("status") != "ok" or base is None:
-            r["vs_baseline"] = None
+            r["vs_baseline"] = r["vs_baseline_ci"] = None
             continue
         r["vs_baseline"] = {k: (r["metrics"][k] / base["metrics"][k]
                                 if r["metrics"].get(k) is not None and base["metrics"].get(k) else None)
                             for k, *_ in METRIC_KEYS}
+        # each ratio's interval (ends divided crosswise), where both rows have one from ≥ 2 samples
+        ia, ib = _intervals_of(base), _intervals_of(r)
+        r["vs_baseline_ci"] = {k: (I.to_ci(I.ratio(ib[k], ia[k])) if k in ia and k in ib and ia[k].known
+                                   and ib[k].known and ia[k].low > 0 and ib[k].low >= 0 else None)
+                               for k, *_ in METRIC_KEYS}
         bc, rc = (base.get("ceiling") or {}).get("decode_tok_s"), (r.get("ceiling") or {}).get("decode_tok_s")
         r["ceiling_ratio"] = rc / bc if rc and bc else None
         bb, rb = (base.get("ceiling") or {}).get("step_bytes"), (r.get("ceiling") or {}).get("step_bytes")
@@ -153,16 +164,63 @@ class Verdict:
     CHANGED = "changed"
     NOISE = "within_noise"
     UNKNOWN = "cannot_tell"
+    UNSTABLE = "unstable"
 
 
-def compare_samples(base: Sequence[float], other: Sequence[float]) -> str:
-    """:data:`Verdict.CHANGED` when both have ≥ 2 samples and their ranges do not overlap;
-    :data:`Verdict.NOISE` when they overlap; :data:`Verdict.UNKNOWN` with fewer than 2 samples."""
-    if len(base) < 2 or len(other) < 2:
+def row_intervals(metrics: dict[str, Any], samples: dict[str, list[float]]) -> dict[str, I.Interval]:
+    """Each metric's 95 % interval: that of the median of its per-request samples, widened to hold the
+    reported value (a pooled percentile or the run rate need not be the samples' median)."""
+    out: dict[str, I.Interval] = {}
+    for key, *_ in METRIC_KEYS:
+        v = metrics.get(key)
+        if v is None:
+            continue
+        iv = I.median_interval(samples.get(key) or [])
+        if iv is None:
+            out[key] = I.single(v)
+        else:
+            out[key] = I.Interval(float(v), min(iv.low, v), max(iv.high, v), iv.n, iv.method, iv.confidence,
+                                  iv.min, iv.max)
+    return out
+
+
+def _intervals_of(row: dict[str, Any]) -> dict[str, I.Interval]:
+    stored = row.get("intervals")
+    if isinstance(stored, dict) and stored:
+        return {k: I.Interval.from_json(d) for k, d in stored.items() if isinstance(d, dict)}
+    return row_intervals(row.get("metrics") or {}, row.get("samples") or {})
+
+
+def compare_metric(base: dict[str, Any], other: dict[str, Any], key: str) -> str:
+    """:data:`Verdict.CHANGED` when both rows have an interval of ``key`` from ≥ 2 samples, neither
+    flags it ``unstable``, and the intervals do not overlap; :data:`Verdict.UNSTABLE` when a row's run
+    flagged it; :data:`Verdict.NOISE` when they overlap; :data:`Verdict.UNKNOWN` with fewer than 2 samples."""
+    if key in (base.get("unstable") or []) or key in (other.get("unstable") or []):
+        return Verdict.UNSTABLE
+    a, b = _intervals_of(base).get(key), _intervals_of(other).get(key)
+    if a is None or b is None or not (a.known and b.known):
         return Verdict.UNKNOWN
-    if min(other) > max(base) or max(other) < min(base):
-        return Verdict.CHANGED
-    return Verdict.NOISE
+    return Verdict.NOISE if I.compare(a, b) == I.CANNOT_TELL else Verdict.CHANGED
+
+
+#: the probe figures whose ``unstable`` flag (sizes[].unstable) stands for a row metric
+UNSTABLE_TO_METRIC = {"ttft_s": "ttft_p50_s", "decode_tok_s": "decode_tok_s"}
+
+
+def unstable_metrics(summary: dict[str, Any] | None) -> list[str]:
+    """The row metrics a setting's stored run flagged ``unstable`` (a probe's sizes whose repeats still
+    disagreed), so no finding rests on them."""
+    s = summary if isinstance(summary, dict) else {}
+    out: set[str] = set()
+    for size in s.get("sizes") or []:
+        if isinstance(size, dict):
+            out |= {UNSTABLE_TO_METRIC[f] for f in size.get("unstable") or [] if f in UNSTABLE_TO_METRIC}
+    for w in s.get("warnings") or []:
+        if isinstance(w, dict) and w.get("kind") == "unstable":
+            f = (w.get("evidence") or {}).get("figure")
+            if f in UNSTABLE_TO_METRIC:
+                out.add(UNSTABLE_TO_METRIC[f])
+    return sorted(out)
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -190,6 +248,7 @@ def finding(rows: list[dict[str, Any]]) -> list[str]:
             out.append(f"{r['label']}: failed ({r.get('reason') or 'no reason recorded'})")
             continue
         parts = []
+        ivs_a, ivs_b = _intervals_of(base), _intervals_of(r)
         for key, word in FINDING_METRICS:
             a, b = base["metrics"].get(key), r["metrics"].get(key)
             if key in OPTIONAL_KEYS and a is None and b is None:
@@ -197,13 +256,18 @@ def finding(rows: list[dict[str, Any]]) -> list[str]:
             if a is None or b is None:
                 parts.append(f"{word}: not measured")
                 continue
-            v = compare_samples(base["samples"].get(key) or [], r["samples"].get(key) or [])
+            v = compare_metric(base, r, key)
             nums = f"{_fmt(a, units[key])} → {_fmt(b, units[key])}"
             if v == Verdict.CHANGED:
                 verb = "raised" if b > a else "lowered"
                 parts.append(f"{verb} {word} {b / a:.2f}× ({nums})")
+            elif v == Verdict.UNSTABLE:
+                who = [x["label"] for x in (base, r) if key in (x.get("unstable") or [])]
+                parts.append(f"{word}: cannot tell, the repeats of {' and '.join(who)} disagree "
+                             f"({_spread(ivs_a.get(key), a, units[key])} → {_spread(ivs_b.get(key), b, units[key])})")
             elif v == Verdict.NOISE:
-                parts.append(f"{word}: cannot tell, within the repeat spread ({nums})")
+                parts.append(f"{word}: cannot tell, within the repeat spread "
+                             f"({_spread(ivs_a.get(key), a, units[key])} → {_spread(ivs_b.get(key), b, units[key])})")
             else:
                 parts.append(f"{word}: cannot tell, fewer than 2 samples ({nums})")
         pred = r.get("ceiling_ratio")
@@ -216,6 +280,15 @@ def finding(rows: list[dict[str, Any]]) -> list[str]:
         out.append(f"{r['label']} vs {base['label']}: " + "; ".join(parts))
     roofs = roof_sentence(rows)
     return out + ([roofs] if roofs else [])
+
+
+def _spread(iv: I.Interval | None, v: float, unit: str) -> str:
+    """The value, with the range of its samples where its interval is wider than ±10 %."""
+    if iv is None or not iv.known or iv.tight():
+        return _fmt(v, unit)
+    lo = iv.min if iv.min is not None else iv.low
+    hi = iv.max if iv.max is not None else iv.high
+    return f"{_fmt(v, unit)} [{_fmt(lo, unit)}–{_fmt(hi, unit)}, n={iv.n}]"
 
 
 def _mb(b: float) -> str:
@@ -267,19 +340,43 @@ def roof_sentence(rows: list[dict[str, Any]]) -> str | None:
     reach = (f"decode reaches {_span(100 * min(effs), 100 * max(effs))} % of it, attaining "
              f"{_span(min(gbs), max(gbs))} GB/s (bytes per token × decode) of the device's {dev:.0f} GB/s")
     steps = [r["ceiling"]["step_bytes"] for r in ok]
-    if max(steps) / min(steps) >= BYTES_SPREAD:
-        if max(gbs) / min(gbs) <= ATTAINED_SPREAD:
-            verdict = ("every setting attains about the same GB/s while its bytes differ, so decode follows the bytes "
-                       "read per token: bandwidth-bound, at the bandwidth this engine's kernels attain here")
-        else:
-            verdict = ("the GB/s attained differ from setting to setting, so each type's kernel (its dequantization "
-                       "work) binds as much as its bytes: a type with more bytes but a cheaper kernel loses less "
-                       "decode than its bytes say, and one with fewer bytes but a costlier kernel gains less")
-    elif min(effs) >= BW_BOUND:
-        verdict = "close to the roof: bandwidth-bound, so decode follows the bytes read per token"
+    # the claims rest on each setting's decode interval, not its median alone
+    ivs = [_intervals_of(r).get("decode_tok_s") for r in ok]
+    unknown = [r["label"] for r, iv in zip(ok, ivs) if iv is None or not iv.known]
+    shaky = [r["label"] for r, iv in zip(ok, ivs) if r["label"] not in unknown
+             and "decode_tok_s" in (r.get("unstable") or [])]
+    if unknown or shaky:
+        why = ([f"the decode repeats of {', '.join(shaky)} disagree"] if shaky else []) + (
+            [f"{', '.join(unknown)} has one decode sample (no spread)"] if unknown else [])
+        verdict = f"cannot tell which binds: {'; '.join(why)}"
     else:
-        verdict = ("far below the roof, and these settings read about the same bytes, so they do not tell whether "
-                   "the bytes (at the bandwidth the kernels attain) or the kernels' work bind; vary the quant type to see")
+        lo_gbs = [iv.low * r["ceiling"]["step_bytes"] / 1e9 for r, iv in zip(ok, ivs)]
+        hi_gbs = [iv.high * r["ceiling"]["step_bytes"] / 1e9 for r, iv in zip(ok, ivs)]
+        lo_eff = [iv.low / r["ceiling"]["bandwidth_tok_s"] for r, iv in zip(ok, ivs)]
+        hi_eff = [iv.high / r["ceiling"]["bandwidth_tok_s"] for r, iv in zip(ok, ivs)]
+        if max(steps) / min(steps) >= BYTES_SPREAD:
+            if max(hi_gbs) / min(lo_gbs) <= ATTAINED_SPREAD:
+                verdict = ("every setting attains about the same GB/s while its bytes differ, so decode follows the "
+                           "bytes read per token: bandwidth-bound, at the bandwidth this engine's kernels attain here")
+            elif max(lo_gbs) / min(hi_gbs) > ATTAINED_SPREAD:
+                verdict = ("the GB/s attained differ from setting to setting, so each type's kernel (its "
+                           "dequantization work) binds as much as its bytes: a type with more bytes but a cheaper "
+                           "kernel loses less decode than its bytes say, and one with fewer bytes but a costlier "
+                           "kernel gains less")
+            else:
+                verdict = (f"cannot tell whether decode follows the bytes: within the decode rates' intervals the GB/s "
+                           f"attained span {min(lo_gbs):.0f}–{max(hi_gbs):.0f}, on both sides of a "
+                           f"{ATTAINED_SPREAD:.2f}× spread")
+        elif min(lo_eff) >= BW_BOUND:
+            verdict = "close to the roof: bandwidth-bound, so decode follows the bytes read per token"
+        elif max(hi_eff) < BW_BOUND:
+            verdict = ("far below the roof, and these settings read about the same bytes, so they do not tell whether "
+                       "the bytes (at the bandwidth the kernels attain) or the kernels' work bind; vary the quant type "
+                       "to see")
+        else:
+            verdict = (f"cannot tell whether decode is bandwidth-bound: its interval reaches "
+                       f"{100 * min(lo_eff):.0f}–{100 * max(hi_eff):.0f} % of the roof, on both sides of "
+                       f"{100 * BW_BOUND:.0f} %")
     out = c0.get("output_layer")
     tail = ""
     if out and out.get("tied") and out["bytes"] > 0.3 * c0["step_bytes"]:
