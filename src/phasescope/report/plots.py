@@ -89,6 +89,7 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
 
     fig = go.Figure()
     seen: list[float] = []
+    drew_fit = drew_median = drew_server = False
     for k, (info, recs) in enumerate(runs):
         fit = stored_ttft_fit(info.summary)
         ok = ok_records(recs)
@@ -108,11 +109,13 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
         srv = [(float(r.prompt_tokens or r.prompt_tokens_requested or 0), (r.server or {}).get("prefill_s")) for r in ok]
         srv = [(x, float(y)) for x, y in srv if x and isinstance(y, (int, float))]
         if srv:
+            drew_server = True
             sx, sy = zip(*srv)
             fig.add_trace(go.Scatter(x=sx, y=[y * 1e3 for y in sy], mode="markers", name=label(info) + " · server prefill",
                                      legendgroup=g, marker={"color": c, "symbol": "x", "size": 7, "opacity": 0.6},
                                      hovertemplate="prompt %{x} tok<br>server prefill %{y:.2f} ms<extra></extra>"))
         if fit is not None:
+            drew_fit = True
             a, b, cc = fit["a"], fit["b"], fit["c"]
             gx = np.linspace(0, max(xs) * 1.05, 120)
             r2 = f" (R² {fit['r2']:.3f})" if fit["r2"] is not None else ""
@@ -134,6 +137,7 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
             for x, y in pts:
                 by.setdefault(x, []).append(y)
             med = [(x, median(by[x])) for x in sorted(by)]  # type: ignore[misc]
+        drew_median = True
         fig.add_trace(go.Scatter(x=[x for x, _ in med], y=[y * 1e3 for _, y in med], mode="lines+markers",
                                  line={"color": c}, marker={"color": c, "symbol": "diamond", "size": 9}, legendgroup=g,
                                  name=label(info) + " · median TTFT per prompt length",
@@ -145,9 +149,16 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
                 "see the TTFT distribution (probe or explain vary the prompt)")
     layout(fig, "TTFT vs prompt length (prefill)", "prompt tokens", "TTFT (ms)")
     fig.update_yaxes(rangemode="tozero")
-    return Plot("ttft_vs_prompt", "TTFT vs prompt length", fig,
-                "dashed: explain's own fit TTFT ≈ a + b·n + c·n² over its best TTFT per length, as it stored it; "
-                "solid: the median per prompt length")
+    # the caption names only the lines drawn: a probe stores no fit, so it gets no "dashed" line to look for
+    notes = ["dots: one request each (TTFT at the client)"]
+    if drew_server:
+        notes.append("crosses: the server's own prompt time for the same request")
+    if drew_fit:
+        notes.append("dashed: explain's own fit TTFT ≈ a + b·n + c·n² over its best TTFT per length, as it stored "
+                     "it (diamonds: the points it fitted)")
+    if drew_median:
+        notes.append("solid: the median TTFT per prompt length (the probe's stored median per size where it has one)")
+    return Plot("ttft_vs_prompt", "TTFT vs prompt length", fig, "; ".join(notes))
 
 
 def _cdf(values: list[float], n: int = 800) -> tuple[list[float], list[float]]:
@@ -155,70 +166,212 @@ def _cdf(values: list[float], n: int = 800) -> tuple[list[float], list[float]]:
     return np.quantile(np.asarray(values), qs).tolist(), qs.tolist()
 
 
+#: at most this many TTFT populations get a histogram row; the rest are named in the note
+MAX_TTFT_PANELS = 8
+#: a population's prompt lengths that vary over more than this many distinct values are cut into ranges
+MAX_SIZE_BINS = 4
+#: record tags that name a request's nominal prompt size, first found wins
+SIZE_TAGS = ("prompt_tokens_target", "prompt_tokens", "size", "context_target", "context_tokens")
+#: record tags that name the load a request ran under
+LOAD_TAGS = (("concurrency", "c={}"), ("request_rate", "rate={}/s"), ("rate", "rate={}/s"))
+
+
+def _nominal_size(r: RequestRecord) -> float | None:
+    for k in SIZE_TAGS:
+        if is_num(r.tags.get(k)):
+            return float(r.tags[k])
+    n = r.prompt_tokens_requested or r.prompt_tokens
+    return float(n) if n else None
+
+
+def _num_or_str(v: Any) -> tuple[int, Any]:
+    return (0, float(v)) if is_num(v) else (1, str(v))
+
+
+def _size_bins(sizes: list[float], max_bins: int = MAX_SIZE_BINS) -> list[tuple[float, float]]:
+    """At most ``max_bins`` contiguous ranges of the distinct sizes, about equal in count."""
+    d = sorted(set(sizes))
+    if len(d) <= max_bins:
+        return [(x, x) for x in d]
+    cuts = [d[round(i * (len(d) - 1) / max_bins)] for i in range(max_bins + 1)]
+    bins, lo = [], d[0]
+    for c in cuts[1:]:
+        top = max(x for x in d if x <= c)
+        if top >= lo:
+            bins.append((lo, top))
+            nxt = [x for x in d if x > top]
+            lo = nxt[0] if nxt else top
+    return bins
+
+
+def ttft_populations(recs: list[RequestRecord]) -> list[tuple[tuple[Any, ...], str, list[float]]]:
+    """The run's successful measured requests cut into populations whose TTFTs belong in one
+    histogram: apart by experiment (``tags.experiment``), by load (``concurrency`` / ``request_rate``
+    tags) and by nominal prompt size (:data:`SIZE_TAGS`, else the requested length) where the sizes
+    differ by ≥ 10 % (:func:`has_spread`); more than :data:`MAX_SIZE_BINS` distinct sizes are cut
+    into that many ranges. Each: (sort key, label, TTFTs in ms), in order of experiment, load and size.
+    A 200-token and a 2,000-token prompt's TTFTs are never one histogram (they differ ~10×)."""
+    rows = [(r, t * 1e3) for r in ok_records(recs) if r.tags.get("warmup") is not True
+            and r.tags.get("phase") != "warmup" and (t := derive.ttft_s(r)) is not None]
+    exps = list(dict.fromkeys(r.tags.get("experiment") for r, _ in rows))
+    split_exp = len(exps) > 1
+    loads = [(k, fmt) for k, fmt in LOAD_TAGS if len({r.tags.get(k) for r, _ in rows if r.tags.get(k) is not None}) > 1]
+    pops: dict[tuple[Any, ...], list[tuple[RequestRecord, float]]] = {}
+    for r, t in rows:
+        key = (exps.index(r.tags.get("experiment")) if split_exp else 0, tuple(
+            _num_or_str(r.tags.get(k)) if r.tags.get(k) is not None else (2, "") for k, _ in loads))
+        pops.setdefault(key, []).append((r, t))
+    out = []
+    for key, members in pops.items():
+        head = []
+        if split_exp:
+            head.append(str(exps[key[0]] or "other requests"))
+        for (k, fmt), v in zip(loads, key[1]):
+            if v[1] != "":
+                head.append(fmt.format(f"{v[1]:g}" if isinstance(v[1], float) else v[1]))
+        sizes = [_nominal_size(r) for r, _ in members]
+        known = [x for x in sizes if x is not None]
+        if has_spread(known):
+            for lo, hi in _size_bins(known):
+                ts = [t for (r, t), n in zip(members, sizes) if n is not None and lo <= n <= hi]
+                what = f"{lo:g}-token prompt" if lo == hi else f"{lo:g}–{hi:g}-token prompts"
+                out.append((key + (lo,), " · ".join(head + [what]), ts))
+        else:
+            what = [f"{known[0]:g}-token prompt"] if known and len(set(known)) == 1 and not head else []
+            out.append((key + (known[0] if known else 0.0,), " · ".join(head + what) or "all requests",
+                        [t for _, t in members]))
+    return sorted(out, key=lambda p: p[0])
+
+
 def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
-    """Histogram (% of requests) and CDF of TTFT, one colour per run."""
+    """Histogram (% of requests) and CDF of TTFT, one row per population (:func:`ttft_populations`:
+    experiment, load level, prompt size), each with its own TTFT axis; the runs overlaid in each row,
+    one colour per run."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("histogram", "CDF"), horizontal_spacing=0.1)
+    panels: dict[str, list[tuple[int, RunInfo, list[float]]]] = {}
+    order: dict[str, tuple[Any, ...]] = {}
+    single: list[str] = []
     for k, (info, recs) in enumerate(runs):
-        ttft = [t * 1e3 for t in (derive.ttft_s(r) for r in ok_records(recs)) if t is not None]
-        if len(set(ttft)) < 2:
-            continue
-        c = colour(k)
-        p50, p99 = percentile(ttft, 50), percentile(ttft, 99)
-        name = f"{label(info)} (p50 {p50:.1f} ms, p99 {p99:.1f} ms, n={len(ttft)})"
-        fig.add_trace(go.Histogram(x=ttft, histnorm="percent", name=name, legendgroup=info.id, opacity=0.55,
-                                   marker={"color": c}, nbinsx=min(40, max(8, len(ttft) // 3)),
-                                   hovertemplate="TTFT %{x} ms<br>%{y:.1f} % of requests<extra></extra>"), row=1, col=1)
-        xs, qs = _cdf(ttft)
-        fig.add_trace(go.Scatter(x=xs, y=qs, mode="lines", line={"color": c, "width": 2}, name=name, legendgroup=info.id,
-                                 showlegend=False, hovertemplate="TTFT %{x:.2f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"),
-                      row=1, col=2)
-    if not fig.data:
+        for key, name, ttft in ttft_populations(recs):
+            if len(set(ttft)) < 2:
+                single.append(name)
+                continue
+            panels.setdefault(name, []).append((k, info, ttft))
+            order.setdefault(name, key)
+    if not panels:
+        if single:
+            return ("one request (or one distinct TTFT) per prompt size or experiment: no distribution to draw "
+                    "(see TTFT vs prompt length)")
         return "fewer than two distinct TTFTs (no successful streamed requests)"
-    layout(fig, "Time to first token, per request (prefill + wait)", "TTFT (ms)", "% of requests", barmode="overlay")
-    fig.update_xaxes(title_text="TTFT (ms)", row=1, col=2)
-    fig.update_yaxes(title_text="fraction of requests ≤ x", range=[0, 1.02], row=1, col=2)
-    return Plot("ttft_distribution", "TTFT distribution", fig)
+    names = sorted(panels, key=lambda n: order[n])
+    left_out = names[MAX_TTFT_PANELS:]
+    names = names[:MAX_TTFT_PANELS]
+    n = len(names)
+    titles = [t for name in names for t in (f"{esc(name)} · histogram", f"{esc(name)} · CDF")]
+    fig = make_subplots(rows=n, cols=2, subplot_titles=titles, horizontal_spacing=0.1,
+                        vertical_spacing=min(0.12, 0.5 / n) if n > 1 else 0.1)
+    for row, name in enumerate(names, start=1):
+        for k, info, ttft in panels[name]:
+            c = colour(k)
+            p50, p99 = percentile(ttft, 50), percentile(ttft, 99)
+            legend = f"{label(info)} · {esc(name)} (p50 {p50:.1f} ms, p99 {p99:.1f} ms, n={len(ttft)})"
+            fig.add_trace(go.Histogram(x=ttft, histnorm="percent", name=legend, legendgroup=info.id, opacity=0.55,
+                                       marker={"color": c}, nbinsx=min(40, max(8, len(ttft) // 3)),
+                                       hovertemplate="TTFT %{x} ms<br>%{y:.1f} % of requests<extra></extra>"),
+                          row=row, col=1)
+            xs, qs = _cdf(ttft)
+            fig.add_trace(go.Scatter(x=xs, y=qs, mode="lines", line={"color": c, "width": 2}, name=legend,
+                                     legendgroup=info.id, showlegend=False,
+                                     hovertemplate="TTFT %{x:.2f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"),
+                          row=row, col=2)
+        fig.update_yaxes(title_text="% of requests", row=row, col=1)
+        fig.update_yaxes(title_text="fraction ≤ x", range=[0, 1.02], row=row, col=2)
+    layout(fig, "Time to first token, per request (prefill + wait)", "", "", barmode="overlay")
+    fig.update_xaxes(title_text="TTFT (ms)", row=n, col=1)
+    fig.update_xaxes(title_text="TTFT (ms)", row=n, col=2)
+    fig.update_layout(height=260 + 240 * n, legend={"orientation": "h", "y": -0.4 / n - 0.04, "yanchor": "top"})
+    notes = ["one row per experiment, load level and prompt size (their TTFTs differ by design and are never "
+             "pooled), each with its own TTFT axis"]
+    if left_out:
+        notes.append(f"not drawn ({len(left_out)} more): {', '.join(left_out)}")
+    if single:
+        notes.append(f"one request or one distinct TTFT only: {', '.join(dict.fromkeys(single))}")
+    return Plot("ttft_distribution", "TTFT distribution", fig, "; ".join(notes))
 
 
 # --- decode -------------------------------------------------------------------------------------
+#: at most this many median points on the decode-vs-context line (more nominal contexts are binned)
+MAX_CONTEXT_POINTS = 12
+
+
 def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
+    """Per-request decode tok/s vs the mean context during decode (prompt + (output − 1)/2 tokens).
+    The line is the median per nominal context (the size the request was sent at, :data:`SIZE_TAGS`;
+    at most :data:`MAX_CONTEXT_POINTS` ranges), joined in order of context — one vertex per context,
+    not one per request. Requests that shared the server with others (``tags.concurrency`` > 1) are
+    drawn apart as markers and never joined into the single-stream line: their per-request rate is the
+    batch's share, not the speed at that context."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     seen: list[float] = []
     for k, (info, recs) in enumerate(runs):
-        pts = []
+        single: list[tuple[float, float, float | None]] = []
+        shared: dict[Any, list[tuple[float, float]]] = {}
         for r in ok_records(recs):
             v = derive.decode_tok_s(r)
             p = r.prompt_tokens or r.prompt_tokens_requested
             n = derive._output_tokens(r)
             if v is None or not p or not n:
                 continue
-            pts.append((p + (n - 1) / 2, v))
-        seen.extend(x for x, _ in pts)
-        if not has_spread([x for x, _ in pts]):
+            x = p + (n - 1) / 2
+            c = r.tags.get("concurrency")
+            if is_num(c) and float(c) > 1:
+                shared.setdefault(c, []).append((x, v))
+            else:
+                single.append((x, v, _nominal_size(r)))
+        xs_all = [x for x, _, _ in single] + [x for pts in shared.values() for x, _ in pts]
+        seen.extend(xs_all)
+        if not has_spread(xs_all):
             continue
-        xs, ys = zip(*sorted(pts))
         c = colour(k)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=label(info), legendgroup=info.id,
-                                 marker={"color": c, "size": 7, "opacity": 0.7},
-                                 hovertemplate="context %{x:.0f} tok<br>%{y:.1f} tok/s<extra></extra>"))
-        by: dict[int, list[float]] = {}
-        for x, y in pts:
-            by.setdefault(round(x), []).append(y)
-        mx = sorted(by)
-        fig.add_trace(go.Scatter(x=mx, y=[median(by[x]) for x in mx], mode="lines", line={"color": c}, legendgroup=info.id,
-                                 name=label(info) + " · median", hoverinfo="skip"))
+        if single:
+            pts = sorted(single)
+            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name=label(info),
+                                     legendgroup=info.id, marker={"color": c, "size": 7, "opacity": 0.7},
+                                     hovertemplate="context %{x:.0f} tok<br>%{y:.1f} tok/s<extra></extra>"))
+            nominal = [p[2] if p[2] is not None else p[0] for p in pts]
+            groups = []
+            for lo, hi in _size_bins(nominal, MAX_CONTEXT_POINTS):
+                g = [(x, y) for (x, y, _), nm in zip(pts, nominal) if lo <= nm <= hi]
+                if g:
+                    groups.append((median([x for x, _ in g]), median([y for _, y in g]), len(g)))
+            groups.sort()
+            if len(groups) >= 2:
+                fig.add_trace(go.Scatter(
+                    x=[g[0] for g in groups], y=[g[1] for g in groups], mode="lines+markers", line={"color": c},
+                    marker={"color": c, "symbol": "diamond", "size": 9}, legendgroup=info.id,
+                    text=[f"{g[2]} requests" for g in groups], name=label(info) + " · median per context",
+                    hovertemplate="context %{x:.0f} tok<br>median %{y:.1f} tok/s (%{text})<extra></extra>"))
+        for j, (cc, pts) in enumerate(sorted(shared.items(), key=lambda kv: float(kv[0]))):
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", legendgroup=info.id,
+                name=f"{label(info)} · concurrent requests (c={cc:g})" if isinstance(cc, float) else
+                f"{label(info)} · concurrent requests (c={cc})",
+                marker={"color": c, "symbol": ("x", "cross", "triangle-up", "square-open")[j % 4], "size": 7,
+                        "opacity": 0.5},
+                hovertemplate="context %{x:.0f} tok<br>%{y:.1f} tok/s per request, shared<extra></extra>"))
     if not fig.data:
         if not seen:
             return "no decode rates (needs streamed requests of two or more tokens)"
         return f"one context length ({range_text([round(x) for x in seen], 'tokens')}): nothing to scale against"
     layout(fig, "Decode tok/s vs context length (decode)", "mean context during decode (tokens)", "decode tok/s per request")
     fig.update_yaxes(rangemode="tozero")
-    return Plot("decode_vs_context", "decode tok/s vs context length", fig)
+    return Plot("decode_vs_context", "decode tok/s vs context length", fig,
+                "dots: one request each; line: the median per context the requests were sent at, in order of "
+                "context; crosses: requests that shared the server with others (a batch's share, not joined)")
 
 
 def plot_itl_cdf(runs: list[Run]) -> Plot | str:
@@ -350,23 +503,30 @@ def endpoint_rows(runs: list[Run]) -> list[dict[str, Any]]:
 
 
 def plot_per_endpoint(runs: list[Run]) -> Plot | str:
-    """Grouped bars: p50/p99 TTFT and p50/p99 ITL (ms) for each endpoint of each multi-endpoint run."""
+    """Grouped bars per endpoint of each multi-endpoint run: p50/p99 TTFT (left) and p50/p99 ITL
+    (right), each on its own linear axis — a bar's length is its value (TTFT and ITL differ by orders
+    of magnitude, which one log axis hid by shortening the long bars)."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     rows = endpoint_rows(runs)
     if not rows:
         return "no run sent requests to more than one endpoint"
     several = len({r["run"] for r in rows}) > 1
     xs = [esc(f"{r['run']} · {r['endpoint']}" if several else r["endpoint"]) for r in rows]
-    fig = go.Figure()
-    for k, (key, name) in enumerate((("median_ttft_ms", "p50 TTFT"), ("p99_ttft_ms", "p99 TTFT"),
-                                     ("median_itl_ms", "p50 ITL"), ("p99_itl_ms", "p99 ITL"))):
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT per endpoint", "ITL per endpoint (per token)"),
+                        horizontal_spacing=0.1)
+    for k, (key, name, col) in enumerate((("median_ttft_ms", "p50 TTFT", 1), ("p99_ttft_ms", "p99 TTFT", 1),
+                                          ("median_itl_ms", "p50 ITL", 2), ("p99_itl_ms", "p99 ITL", 2))):
         fig.add_trace(go.Bar(x=xs, y=[r[key] for r in rows], name=name, marker={"color": colour(k)},
-                             hovertemplate="%{x}<br>" + name + " %{y:.2f} ms<extra></extra>"))
-    layout(fig, "Latency per endpoint", "endpoint", "ms (log)", barmode="group")
-    fig.update_yaxes(type="log")
+                             hovertemplate="%{x}<br>" + name + " %{y:.2f} ms<extra></extra>"), row=1, col=col)
+    layout(fig, "Latency per endpoint", "endpoint", "TTFT (ms)", barmode="group")
+    fig.update_xaxes(title_text="endpoint", row=1, col=2)
+    fig.update_yaxes(title_text="ITL (ms)", row=1, col=2)
+    fig.update_yaxes(rangemode="tozero")
     return Plot("per_endpoint", "latency per endpoint", fig,
-                note="Each endpoint's requests alone (records tagged with their endpoint); ITL per token.")
+                note="Each endpoint's requests alone (records tagged with their endpoint); ITL per token; "
+                     "linear axes (a bar's length is its value).")
 
 
 PLOTS: tuple[tuple[str, str, Callable[[list[Run]], Plot | str]], ...] = (
