@@ -114,8 +114,8 @@ def test_ttft_histograms_do_not_pool_prompt_sizes() -> None:
 
 
 def _explain() -> tuple[RunInfo, list]:  # type: ignore[type-arg]
-    """An explain run: prompt-scaling at two sizes, a queue experiment whose TTFT is mostly waiting
-    and a batching experiment at concurrency 1 and 4."""
+    """An explain run: prompt-scaling at two sizes, a queue experiment whose TTFT is mostly waiting,
+    a batching experiment at concurrency 1 and 4, and prefix-cache's cold and repeat requests."""
     rng = random.Random(7)
     recs = []
     t = 10 * NS
@@ -135,6 +135,8 @@ def _explain() -> tuple[RunInfo, list]:  # type: ignore[type-arg]
     add("queue", 6, 2.0, 256)
     add("batching", 4, 0.08, 256, concurrency=1)
     add("batching", 4, 0.30, 256, concurrency=4)
+    add("prefix-cache", 3, 0.90, 535, phase="cold")
+    add("prefix-cache", 4, 0.08, 535, phase="repeat")
     return RunInfo(id="r-expl", kind="explain", status="complete", started_at=1e9, model="m", summary={}), recs
 
 
@@ -142,17 +144,18 @@ def test_ttft_histograms_do_not_pool_every_explain_experiment() -> None:
     info, recs = _explain()
     fig = _figs([(info, recs)])["ttft_distribution"]
     hists = [t for t in fig["data"] if t["type"] == "histogram"]
-    # prompt-scaling × 2 sizes, queue, batching × 2 levels: five populations, none pooled
-    assert len(hists) == 5
+    # prompt-scaling × 2 sizes, queue, batching × 2 levels, prefix-cache cold and repeat: seven populations
+    assert len(hists) == 7
     from phasescope.measure import derive
 
     pops = {}
     for r in recs:
-        key = (r.tags["experiment"], r.tags.get("prompt_tokens_target"), r.tags.get("concurrency"))
+        key = (r.tags["experiment"], r.tags["phase"], r.tags.get("prompt_tokens_target"), r.tags.get("concurrency"))
         pops.setdefault(key, []).append(derive.ttft_s(r) * 1e3)
     assert sorted(sorted(t["x"]) for t in hists) == sorted(sorted(v) for v in pops.values())
     titles = " ".join(a.get("text", "") for a in fig["layout"].get("annotations") or [])
     assert "queue" in titles and "batching" in titles and "prompt-scaling" in titles
+    assert "prefix-cache · cold" in titles and "prefix-cache · repeat" in titles
 
 
 def test_two_runs_of_the_same_sizes_share_each_size_panel() -> None:
@@ -168,7 +171,8 @@ def test_two_runs_of_the_same_sizes_share_each_size_panel() -> None:
 def _decode_run() -> tuple[RunInfo, list]:  # type: ignore[type-arg]
     """Context-fill-like requests at 4 nominal contexts, 3 repeats each, whose tokenised prompt
     lengths scatter by a few tokens, interleaved in time; plus concurrent batching requests whose
-    per-request decode rate is far lower at the same context (not a single-stream point)."""
+    per-request decode rate is far lower at the same context (not a single-stream point), and
+    untagged conversation sessions that decoded at the same time (found by their overlap)."""
     rng = random.Random(3)
     recs = []
     i = 0
@@ -184,6 +188,12 @@ def _decode_run() -> tuple[RunInfo, list]:  # type: ignore[type-arg]
     for k in range(4):
         r = make_record(i, rng, t_start_ns=t + k * 1000, prompt_tokens=600, output_tokens=33, itl_s=0.08,
                         tags={"experiment": "batching", "concurrency": 4})
+        recs.append(r)
+        i += 1
+    t = max(r.t_done_ns or 0 for r in recs) + NS
+    for k in range(3):  # sessions of a conversation at once, untagged: they overlap in time
+        r = make_record(i, rng, t_start_ns=t + k * NS // 10, prompt_tokens=1024, output_tokens=33, itl_s=0.06,
+                        tags={"experiment": "conversation", "context_target": 1024})
         recs.append(r)
         i += 1
     return RunInfo(id="r-ctx", kind="explain", status="complete", started_at=1e9, model="m", summary={}), recs
@@ -353,3 +363,43 @@ def test_the_ttft_caption_describes_only_lines_that_are_drawn() -> None:
     else:
         assert not dashed
     assert "median" in p.note
+
+
+def test_a_cdf_of_a_few_requests_is_a_step_per_request() -> None:
+    # three repeats joined by straight lines read as a smooth distribution
+    info, recs = _probe()
+    fig = _figs([(info, recs)])["ttft_distribution"]
+    cdfs = [t for t in fig["data"] if t["type"] == "scatter"]
+    assert len(cdfs) == 2
+    for t in cdfs:
+        assert (t.get("line") or {}).get("shape") == "hv"
+        assert list(t["y"]) == [0.0, 1 / 3, 2 / 3, 1.0]
+        assert list(t["x"]) == sorted(t["x"])
+
+
+def test_the_first_panel_of_a_subplot_figure_keeps_its_axis_title() -> None:
+    # the common layout set yaxis_title="" after the panels were titled: the top panel read unlabelled
+    info, recs = _llamacpp_bench(kv=True)
+    tl = _figs([(info, recs)])["server_timeline"]["layout"]
+    assert (tl["yaxis"].get("title") or {}).get("text") == "requests"
+    td = _figs([_probe()])["ttft_distribution"]["layout"]
+    assert (td["yaxis"].get("title") or {}).get("text") == "% of requests"
+
+
+def test_sizes_apart_by_design_are_never_binned_together_and_lone_requests_get_no_histogram() -> None:
+    # explain's prompt-scaling sends one or two requests per size: no histogram of two unlike requests
+    rng = random.Random(2)
+    recs = []
+    t = 10 * NS
+    for i, n in enumerate((32, 74, 32, 74, 32, 74, 150, 390)):
+        r = make_record(i, rng, t_start_ns=t, prompt_tokens=n, ttft_s=0.01 + n * 1e-4)
+        recs.append(r)
+        t = (r.t_done_ns or t) + NS // 100
+    p = _plots([(RunInfo(id="r-s", kind="probe", status="complete", started_at=1e9, model="m"), recs)])["ttft_distribution"]
+    fig = p.figure.to_plotly_json()
+    hists = [sorted(t["x"]) for t in fig["data"] if t["type"] == "histogram"]
+    from phasescope.measure import derive
+
+    want = {n: sorted(derive.ttft_s(r) * 1e3 for r in recs if r.prompt_tokens_requested == n) for n in (32, 74)}
+    assert sorted(hists) == sorted(want.values())  # 32 and 74 apart; 150 and 390 (one each) not drawn
+    assert "150-token prompt" in p.note and "390-token prompt" in p.note

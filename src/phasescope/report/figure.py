@@ -85,10 +85,13 @@ def label(info: RunInfo) -> str:
 
 
 def layout(fig: Any, title: str, x: str, y: str, **kw: Any) -> None:
+    """The report's common layout. An empty ``x`` / ``y`` leaves the axis titles as they are (a
+    subplot figure titles each panel's axes itself; setting "" here blanked the first panel's)."""
+    titles = {k: v for k, v in (("xaxis_title", x), ("yaxis_title", y)) if v}
     fig.update_layout(
-        title={"text": title, "x": 0.01}, xaxis_title=x, yaxis_title=y, template="plotly_white", showlegend=True,
+        title={"text": title, "x": 0.01}, template="plotly_white", showlegend=True,
         legend={"orientation": "h", "y": -0.2, "yanchor": "top"}, margin={"l": 70, "r": 30, "t": 60, "b": 90},
-        height=460, **kw,
+        height=460, **titles, **kw,
     )
 
 

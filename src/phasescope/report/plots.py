@@ -162,14 +162,23 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
 
 
 def _cdf(values: list[float], n: int = 800) -> tuple[list[float], list[float]]:
-    qs = np.linspace(0, 1, min(len(values), n))
-    return np.quantile(np.asarray(values), qs).tolist(), qs.tolist()
+    """The empirical CDF as a step line (drawn with ``shape="hv"``): with up to ``n`` values each
+    one's step, from (min, 0) to (max, 1); more values are sampled at ``n`` quantiles. (Joining three
+    quantiles with straight lines drew three requests as a smooth distribution.)"""
+    v = sorted(values)
+    if len(v) <= n:
+        return [v[0], *v], [0.0, *((i + 1) / len(v) for i in range(len(v)))]
+    qs = np.linspace(0, 1, n)
+    return np.quantile(np.asarray(v), qs).tolist(), qs.tolist()
 
 
-#: at most this many TTFT populations get a histogram row; the rest are named in the note
+#: at most this many TTFT populations get a histogram row (the largest); the rest are named in the note
 MAX_TTFT_PANELS = 8
-#: a population's prompt lengths that vary over more than this many distinct values are cut into ranges
-MAX_SIZE_BINS = 4
+#: a population of fewer requests gets no histogram (its TTFTs are in "TTFT vs prompt length")
+MIN_HIST_REQUESTS = 3
+#: nominal sizes within this factor of the smallest of their cluster are one size (256 / 258 tokens
+#: of one requested length; 128 and 150 of a range-ratio mix), farther apart they are drawn apart
+SIZE_FACTOR = 1.25
 #: record tags that name a request's nominal prompt size, first found wins
 SIZE_TAGS = ("prompt_tokens_target", "prompt_tokens", "size", "context_target", "context_tokens")
 #: record tags that name the load a request ran under
@@ -188,37 +197,41 @@ def _num_or_str(v: Any) -> tuple[int, Any]:
     return (0, float(v)) if is_num(v) else (1, str(v))
 
 
-def _size_bins(sizes: list[float], max_bins: int = MAX_SIZE_BINS) -> list[tuple[float, float]]:
-    """At most ``max_bins`` contiguous ranges of the distinct sizes, about equal in count."""
-    d = sorted(set(sizes))
-    if len(d) <= max_bins:
-        return [(x, x) for x in d]
-    cuts = [d[round(i * (len(d) - 1) / max_bins)] for i in range(max_bins + 1)]
-    bins, lo = [], d[0]
-    for c in cuts[1:]:
-        top = max(x for x in d if x <= c)
-        if top >= lo:
-            bins.append((lo, top))
-            nxt = [x for x in d if x > top]
-            lo = nxt[0] if nxt else top
-    return bins
+def size_clusters(sizes: list[float], factor: float = SIZE_FACTOR) -> list[tuple[float, float]]:
+    """The distinct sizes cut into contiguous ranges, each no wider than ``factor`` × its smallest
+    size (greedy from the smallest): sizes that differ by tokenisation are one, sizes that differ by
+    design (32 and 74 tokens) are never pooled."""
+    out: list[tuple[float, float]] = []
+    for x in sorted(set(sizes)):
+        if out and x <= out[-1][0] * factor:
+            out[-1] = (out[-1][0], x)
+        else:
+            out.append((x, x))
+    return out
+
+
+def _size_text(lo: float, hi: float) -> str:
+    return f"{lo:g}-token prompt" if lo == hi else f"{lo:g}–{hi:g}-token prompts"
 
 
 def ttft_populations(recs: list[RequestRecord]) -> list[tuple[tuple[Any, ...], str, list[float]]]:
     """The run's successful measured requests cut into populations whose TTFTs belong in one
-    histogram: apart by experiment (``tags.experiment``), by load (``concurrency`` / ``request_rate``
-    tags) and by nominal prompt size (:data:`SIZE_TAGS`, else the requested length) where the sizes
-    differ by ≥ 10 % (:func:`has_spread`); more than :data:`MAX_SIZE_BINS` distinct sizes are cut
-    into that many ranges. Each: (sort key, label, TTFTs in ms), in order of experiment, load and size.
-    A 200-token and a 2,000-token prompt's TTFTs are never one histogram (they differ ~10×)."""
+    histogram: apart by experiment (``tags.experiment``) and its phase (``tags.phase``: prefix-cache's
+    cold and repeat requests), by load (``concurrency`` / ``request_rate`` tags) and by nominal prompt size (:data:`SIZE_TAGS`, else the requested length, clustered by
+    :func:`size_clusters`). Each: (sort key, label, TTFTs in ms), in order of experiment, load and
+    size. A 200-token and a 2,000-token prompt's TTFTs are never one histogram (they differ ~10×)."""
     rows = [(r, t * 1e3) for r in ok_records(recs) if r.tags.get("warmup") is not True
             and r.tags.get("phase") != "warmup" and (t := derive.ttft_s(r)) is not None]
     exps = list(dict.fromkeys(r.tags.get("experiment") for r, _ in rows))
     split_exp = len(exps) > 1
+    # an experiment's phases are populations of their own (prefix-cache's cold and repeat requests)
+    phases = list(dict.fromkeys(str(r.tags.get("phase")) for r, _ in rows))
+    split_phase = len(phases) > 1
     loads = [(k, fmt) for k, fmt in LOAD_TAGS if len({r.tags.get(k) for r, _ in rows if r.tags.get(k) is not None}) > 1]
     pops: dict[tuple[Any, ...], list[tuple[RequestRecord, float]]] = {}
     for r, t in rows:
-        key = (exps.index(r.tags.get("experiment")) if split_exp else 0, tuple(
+        key = (exps.index(r.tags.get("experiment")) if split_exp else 0,
+               phases.index(str(r.tags.get("phase"))) if split_phase else 0, tuple(
             _num_or_str(r.tags.get(k)) if r.tags.get(k) is not None else (2, "") for k, _ in loads))
         pops.setdefault(key, []).append((r, t))
     out = []
@@ -226,19 +239,21 @@ def ttft_populations(recs: list[RequestRecord]) -> list[tuple[tuple[Any, ...], s
         head = []
         if split_exp:
             head.append(str(exps[key[0]] or "other requests"))
-        for (k, fmt), v in zip(loads, key[1]):
+        if split_phase and phases[key[1]] not in ("measure", "None"):
+            head.append(phases[key[1]])
+        for (k, fmt), v in zip(loads, key[2]):
             if v[1] != "":
                 head.append(fmt.format(f"{v[1]:g}" if isinstance(v[1], float) else v[1]))
         sizes = [_nominal_size(r) for r, _ in members]
         known = [x for x in sizes if x is not None]
-        if has_spread(known):
-            for lo, hi in _size_bins(known):
+        clusters = size_clusters(known)
+        if len(clusters) > 1:
+            for lo, hi in clusters:
                 ts = [t for (r, t), n in zip(members, sizes) if n is not None and lo <= n <= hi]
-                what = f"{lo:g}-token prompt" if lo == hi else f"{lo:g}–{hi:g}-token prompts"
-                out.append((key + (lo,), " · ".join(head + [what]), ts))
+                out.append((key + (lo,), " · ".join(head + [_size_text(lo, hi)]), ts))
         else:
-            what = [f"{known[0]:g}-token prompt"] if known and len(set(known)) == 1 and not head else []
-            out.append((key + (known[0] if known else 0.0,), " · ".join(head + what) or "all requests",
+            what = [_size_text(*clusters[0])] if clusters and not head else []
+            out.append((key + (clusters[0][0] if clusters else 0.0,), " · ".join(head + what) or "all requests",
                         [t for _, t in members]))
     return sorted(out, key=lambda p: p[0])
 
@@ -255,19 +270,20 @@ def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
     single: list[str] = []
     for k, (info, recs) in enumerate(runs):
         for key, name, ttft in ttft_populations(recs):
-            if len(set(ttft)) < 2:
+            if len(ttft) < MIN_HIST_REQUESTS or len(set(ttft)) < 2:
                 single.append(name)
                 continue
             panels.setdefault(name, []).append((k, info, ttft))
             order.setdefault(name, key)
     if not panels:
         if single:
-            return ("one request (or one distinct TTFT) per prompt size or experiment: no distribution to draw "
-                    "(see TTFT vs prompt length)")
+            return (f"fewer than {MIN_HIST_REQUESTS} requests (or one distinct TTFT) per prompt size or experiment: "
+                    "no distribution to draw (see TTFT vs prompt length)")
         return "fewer than two distinct TTFTs (no successful streamed requests)"
-    names = sorted(panels, key=lambda n: order[n])
-    left_out = names[MAX_TTFT_PANELS:]
-    names = names[:MAX_TTFT_PANELS]
+    # the most-sampled populations get the rows, drawn in order of experiment, load and size
+    biggest = sorted(panels, key=lambda n: (-max(len(t) for _, _, t in panels[n]), order[n]))
+    left_out = sorted(biggest[MAX_TTFT_PANELS:], key=lambda n: order[n])
+    names = sorted(biggest[:MAX_TTFT_PANELS], key=lambda n: order[n])
     n = len(names)
     titles = [t for name in names for t in (f"{esc(name)} · histogram", f"{esc(name)} · CDF")]
     fig = make_subplots(rows=n, cols=2, subplot_titles=titles, horizontal_spacing=0.1,
@@ -282,7 +298,7 @@ def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
                                        hovertemplate="TTFT %{x} ms<br>%{y:.1f} % of requests<extra></extra>"),
                           row=row, col=1)
             xs, qs = _cdf(ttft)
-            fig.add_trace(go.Scatter(x=xs, y=qs, mode="lines", line={"color": c, "width": 2}, name=legend,
+            fig.add_trace(go.Scatter(x=xs, y=qs, mode="lines", line={"color": c, "width": 2, "shape": "hv"}, name=legend,
                                      legendgroup=info.id, showlegend=False,
                                      hovertemplate="TTFT %{x:.2f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"),
                           row=row, col=2)
@@ -292,27 +308,54 @@ def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
     fig.update_xaxes(title_text="TTFT (ms)", row=n, col=1)
     fig.update_xaxes(title_text="TTFT (ms)", row=n, col=2)
     fig.update_layout(height=260 + 240 * n, legend={"orientation": "h", "y": -0.4 / n - 0.04, "yanchor": "top"})
-    notes = ["one row per experiment, load level and prompt size (their TTFTs differ by design and are never "
-             "pooled), each with its own TTFT axis"]
+    notes = [f"one row per experiment, load level and prompt size (sizes within {SIZE_FACTOR:g}× of each other "
+             "are one; their TTFTs differ by design and are never pooled), each with its own TTFT axis"]
     if left_out:
-        notes.append(f"not drawn ({len(left_out)} more): {', '.join(left_out)}")
+        notes.append(f"not drawn ({len(left_out)} more, fewer requests): {', '.join(left_out)}")
     if single:
-        notes.append(f"one request or one distinct TTFT only: {', '.join(dict.fromkeys(single))}")
+        few = list(dict.fromkeys(single))
+        notes.append(f"fewer than {MIN_HIST_REQUESTS} requests each, no histogram ({len(few)}): "
+                     + ", ".join(few[:12]) + (" …" if len(few) > 12 else ""))
     return Plot("ttft_distribution", "TTFT distribution", fig, "; ".join(notes))
 
 
 # --- decode -------------------------------------------------------------------------------------
-#: at most this many median points on the decode-vs-context line (more nominal contexts are binned)
-MAX_CONTEXT_POINTS = 12
+def decoding_alone(recs: list[RequestRecord]) -> set[int]:
+    """``id()`` of each record that decoded alone: no other request of the run was in flight (sent,
+    not yet done) at any moment between its first and last token. Only those measure the speed of
+    one stream at their context; the others' rate is their share of a batch."""
+    import bisect
+
+    spans = sorted((r.t_start_ns, r.t_done_ns or derive.last_token_ns(r) or r.t_start_ns) for r in recs)
+    ev = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+    times, counts, n = [], [], 0
+    for t, d in ev:
+        n += d
+        if times and times[-1] == t:
+            counts[-1] = n
+        else:
+            times.append(t)
+            counts.append(n)
+    out = set()
+    for r in recs:
+        ft, lt = derive.first_token_ns(r), derive.last_token_ns(r)
+        if ft is None or lt is None:
+            continue
+        i = max(0, bisect.bisect_right(times, ft) - 1)
+        j = bisect.bisect_left(times, lt)
+        if max(counts[i:max(j, i + 1)], default=1) <= 1:
+            out.add(id(r))
+    return out
 
 
 def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
     """Per-request decode tok/s vs the mean context during decode (prompt + (output − 1)/2 tokens).
-    The line is the median per nominal context (the size the request was sent at, :data:`SIZE_TAGS`;
-    at most :data:`MAX_CONTEXT_POINTS` ranges), joined in order of context — one vertex per context,
-    not one per request. Requests that shared the server with others (``tags.concurrency`` > 1) are
-    drawn apart as markers and never joined into the single-stream line: their per-request rate is the
-    batch's share, not the speed at that context."""
+    The line is the median per nominal context (the size the request was sent at, :data:`SIZE_TAGS`,
+    clustered by :func:`size_clusters`), joined in order of context — one vertex per context,
+    not one per request. Requests that shared the server with others (:func:`decoding_alone`: another
+    request in flight while they decoded, or ``tags.concurrency`` > 1) are drawn apart as markers and
+    never joined into the single-stream line: their per-request rate is the batch's share, not the
+    speed at that context."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -320,7 +363,9 @@ def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
     for k, (info, recs) in enumerate(runs):
         single: list[tuple[float, float, float | None]] = []
         shared: dict[Any, list[tuple[float, float]]] = {}
-        for r in ok_records(recs):
+        ok = ok_records(recs)
+        alone = decoding_alone(ok)
+        for r in ok:
             v = derive.decode_tok_s(r)
             p = r.prompt_tokens or r.prompt_tokens_requested
             n = derive._output_tokens(r)
@@ -328,10 +373,10 @@ def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
                 continue
             x = p + (n - 1) / 2
             c = r.tags.get("concurrency")
-            if is_num(c) and float(c) > 1:
-                shared.setdefault(c, []).append((x, v))
-            else:
+            if id(r) in alone and not (is_num(c) and float(c) > 1):
                 single.append((x, v, _nominal_size(r)))
+            else:
+                shared.setdefault(float(c) if is_num(c) else None, []).append((x, v))
         xs_all = [x for x, _, _ in single] + [x for pts in shared.values() for x, _ in pts]
         seen.extend(xs_all)
         if not has_spread(xs_all):
@@ -344,7 +389,7 @@ def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
                                      hovertemplate="context %{x:.0f} tok<br>%{y:.1f} tok/s<extra></extra>"))
             nominal = [p[2] if p[2] is not None else p[0] for p in pts]
             groups = []
-            for lo, hi in _size_bins(nominal, MAX_CONTEXT_POINTS):
+            for lo, hi in size_clusters(nominal):
                 g = [(x, y) for (x, y, _), nm in zip(pts, nominal) if lo <= nm <= hi]
                 if g:
                     groups.append((median([x for x, _ in g]), median([y for _, y in g]), len(g)))
@@ -355,11 +400,11 @@ def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
                     marker={"color": c, "symbol": "diamond", "size": 9}, legendgroup=info.id,
                     text=[f"{g[2]} requests" for g in groups], name=label(info) + " · median per context",
                     hovertemplate="context %{x:.0f} tok<br>median %{y:.1f} tok/s (%{text})<extra></extra>"))
-        for j, (cc, pts) in enumerate(sorted(shared.items(), key=lambda kv: float(kv[0]))):
+        for j, (cc, pts) in enumerate(sorted(shared.items(), key=lambda kv: -1.0 if kv[0] is None else kv[0])):
             fig.add_trace(go.Scatter(
                 x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", legendgroup=info.id,
-                name=f"{label(info)} · concurrent requests (c={cc:g})" if isinstance(cc, float) else
-                f"{label(info)} · concurrent requests (c={cc})",
+                name=f"{label(info)} · concurrent requests (c={cc:g})" if cc is not None else
+                f"{label(info)} · concurrent requests (decoded while others were in flight)",
                 marker={"color": c, "symbol": ("x", "cross", "triangle-up", "square-open")[j % 4], "size": 7,
                         "opacity": 0.5},
                 hovertemplate="context %{x:.0f} tok<br>%{y:.1f} tok/s per request, shared<extra></extra>"))
@@ -370,8 +415,9 @@ def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
     layout(fig, "Decode tok/s vs context length (decode)", "mean context during decode (tokens)", "decode tok/s per request")
     fig.update_yaxes(rangemode="tozero")
     return Plot("decode_vs_context", "decode tok/s vs context length", fig,
-                "dots: one request each; line: the median per context the requests were sent at, in order of "
-                "context; crosses: requests that shared the server with others (a batch's share, not joined)")
+                "dots: one request each that decoded alone; line: their median per context the requests were sent "
+                "at, in order of context; crosses: requests that decoded while others were in flight (a batch's "
+                "share, not joined)")
 
 
 def plot_itl_cdf(runs: list[Run]) -> Plot | str:
@@ -387,7 +433,7 @@ def plot_itl_cdf(runs: list[Run]) -> Plot | str:
         # the legend's percentiles are the run's (show's ITL p50/p99), zero gaps included
         p50, p99 = (point_value(s, METRIC_BY_KEY[k2]) * 1e3 for k2 in ("itl_p50_s", "itl_p99_s"))  # type: ignore[operator]
         fig.add_trace(go.Scatter(
-            x=xs, y=qs, mode="lines", line={"color": colour(k), "width": 2}, legendgroup=info.id,
+            x=xs, y=qs, mode="lines", line={"color": colour(k), "width": 2, "shape": "hv"}, legendgroup=info.id,
             name=f"{label(info)} (p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={len(s.pooled_itl())} tokens)",
             hovertemplate="ITL %{x:.3f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"))
     if not fig.data:
@@ -546,9 +592,16 @@ def build_plots(runs: list[Run]) -> tuple[list[Plot], dict[str, str]]:
     ``per_endpoint`` when a run went to more than one endpoint (never listed as skipped)."""
     plots: list[Plot] = []
     skipped: dict[str, str] = {}
+    # a tune run has no requests of its own: its settings' runs do (say that, not "no successful request")
+    tune_only = bool(runs) and all(i.kind == "tune" and not recs for i, recs in runs)
     for name, _, fn in PLOTS:
         res = fn(runs)
         if isinstance(res, str):
+            if tune_only:
+                ids = [str(r.get("run_id")) for i, _ in runs for r in ((i.summary or {}).get("settings") or [])
+                       if isinstance(r, dict) and r.get("run_id")]
+                res = ("a tune run stores no requests of its own; each setting's run does"
+                       + (f" (phasescope report {' '.join(ids[:4])}{' …' if len(ids) > 4 else ''})" if ids else ""))
             skipped[name] = res
         else:
             plots.append(res)

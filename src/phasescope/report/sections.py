@@ -75,7 +75,9 @@ def field_text(key: str, v: Any) -> str:
         if all(isinstance(x, dict) for x in v):
             if all(("comm" in x or "name" in x) for x in v):
                 return ", ".join(_proc_text(x) for x in v)
-            return "; ".join(", ".join(f"{k}: {value_text(x2)}" for k, x2 in x.items()) for x in v)
+            return "; ".join(", ".join(f"{k}: {field_text(str(k), x2)}" for k, x2 in x.items()) for x in v)
+        if all(isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], str) for x in v):
+            return "; ".join(f"{x[0]}: {field_text(x[0], x[1])}" for x in v)  # [[name, values], …]
     if isinstance(v, dict):
         return ", ".join(f"{k}: {field_text(k, x)}" for k, x in v.items()) or "none"
     return value_text(v)
@@ -343,7 +345,7 @@ def params_html(runs: list[Run]) -> str:
         return ""
     rows = []
     for j in range(0, len(shown), PARAM_PAIRS_PER_ROW):
-        cells = "".join(f"<td>{esc(k)}</td><td>{esc(value_text(v))}</td>" for k, v in shown[j:j + PARAM_PAIRS_PER_ROW])
+        cells = "".join(f"<td>{esc(k)}</td><td>{esc(field_text(k, v))}</td>" for k, v in shown[j:j + PARAM_PAIRS_PER_ROW])
         rows.append(f"<tr>{cells}</tr>")
     th = "<th>parameter</th><th>value</th>" * min(PARAM_PAIRS_PER_ROW, max(1, len(shown)))
     more = f"<p class=note>not set: {esc(', '.join(unset))}</p>" if unset else ""

@@ -221,6 +221,10 @@ def rate_window_s(t: list[Any], recs: list[RequestRecord]) -> float:
     return max(WINDOW_SCRAPES * step, WINDOW_REQUESTS * (e2e or 0.0))
 
 
+def zero_hits_any(found: list[Any]) -> bool:
+    return any(any(_num(v) for v in tl.get("prefix_cache_hit_rate") or []) for *_, tl in found)
+
+
 #: the sentence for a panel no run has a value for
 _NO_PANEL = {
     "requests": "no running / waiting requests: the server's /metrics does not export them",
@@ -246,7 +250,14 @@ def plot_server_timeline(runs: list[Run]) -> Plot | str:
     def has(tl: dict[str, list[Any]], name: str) -> bool:
         return any(_num(v) for v in tl.get(name) or [])
 
-    used = [p for p in panels if any(has(tl, s) for *_, tl in found for s in p[1])]
+    def shows(tl: dict[str, list[Any]], name: str) -> bool:
+        """A series worth a line: any value, except prefix-cache hits that are 0 at every scrape (a line
+        on the axis reads as an empty panel: the note says it instead)."""
+        if name == "prefix_cache_hit_rate":
+            return any(_num(v) and v > 0 for v in tl.get(name) or [])
+        return has(tl, name)
+
+    used = [p for p in panels if any(shows(tl, s) for *_, tl in found for s in p[1])]
     if not used:
         return "no server metrics timeline in the runs' summaries (bench records one when the server exposes /metrics)"
     notes = ["solid / dashed / dotted: one metric each (see the legend); one colour per run"]
@@ -255,9 +266,13 @@ def plot_server_timeline(runs: list[Run]) -> Plot | str:
             continue
         why = _NO_PANEL[key]
         if key == "percent" and any(timeline_engine(i.summary, i) == "llamacpp" for _, i, _, _ in found):
-            why = ("no KV cache / prefix-cache panel: llama.cpp (builds since 2025-05) does not export KV cache "
-                   "usage on /metrics, and its prefix-cache hits were not recorded in this run")
+            why = ("no KV cache panel: llama.cpp (builds since 2025-05) does not export KV cache usage on /metrics"
+                   + ("" if zero_hits_any(found) else ", and no prefix-cache hit rate was recorded"))
         notes.append(why)
+    zero_hits = [i.id for _, i, _, tl in found if has(tl, "prefix_cache_hit_rate") and not shows(tl, "prefix_cache_hit_rate")]
+    if zero_hits:
+        notes.append(f"prefix-cache hits 0 % at every scrape ({', '.join(zero_hits)}): no prompt reused a cached "
+                     "prefix (unique prompts)")
     if any(p[0] == "percent" for p in used):
         missing_kv = [i.id for _, i, _, tl in found if not (has(tl, "kv_usage") or has(tl, "kv_cache_usage"))]
         if missing_kv:
@@ -273,7 +288,7 @@ def plot_server_timeline(runs: list[Run]) -> Plot | str:
             w = rate_window_s(tl["t_s"], recs) if bursty and key == "rates" else None
             for name in series:
                 vals = tl.get(name)
-                if not vals or not any(_num(v) for v in vals):
+                if not vals or not shows(tl, name):
                     continue
                 drawn.append(name)
                 if w is not None:

@@ -174,6 +174,9 @@ def tune_plots(runs: list[Run]) -> list[Plot]:
             if base_band is not None:
                 fig.add_hrect(y0=base_band[0] / bv, y1=base_band[1] / bv, fillcolor="rgba(120,120,120,0.16)",
                               line_width=0, layer="below")
+                fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="the baseline's repeat range",
+                                         marker={"symbol": "square", "size": 14, "color": "rgba(120,120,120,0.3)"},
+                                         hoverinfo="skip"))
             meas_trace: dict[str, Any] = {
                 "x": xs, "y": meas, "mode": "markers", "name": "measured ÷ baseline",
                 "marker": {"color": colour(0), "size": 10}, "line": {"color": colour(0)},
