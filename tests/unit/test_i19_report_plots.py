@@ -120,7 +120,8 @@ def test_percent_axes_hold_percent_values() -> None:
         row["prefix_cache_hit_rate"] = 0.0
     p = next(p for p in build_plots([(info, recs)])[0] if p.name == "server_timeline")
     flat = p.figure.to_plotly_json()["layout"]
-    assert not [k for k, v in flat.items() if k.startswith("yaxis") and "(%)" in str(((v or {}).get("title") or {}).get("text", ""))]
+    assert not [k for k, v in flat.items()
+                if k.startswith("yaxis") and "(%)" in str(((v or {}).get("title") or {}).get("text", ""))]
     assert "prefix-cache hits 0 % at every scrape" in p.note
     for k, v in lay.items():  # no axis claims % while its data are fractions
         if k.startswith("yaxis") and "(%)" not in str(((v or {}).get("title") or {}).get("text", "")):

@@ -38,7 +38,13 @@ def _axis_of(trace: dict[str, Any], letter: str) -> str:
     return f"{letter}axis{ref[1:]}"
 
 
-def _probe(sizes: tuple[int, ...] = (200, 2000), *, efficiency: float = 0.18) -> tuple[RunInfo, list]:  # type: ignore[type-arg]
+def _y_titles(fig: dict[str, Any]) -> list[str]:
+    axes = [v for k, v in fig["layout"].items() if k.startswith("yaxis")]
+    return [str(((v or {}).get("title") or {}).get("text", "")) for v in axes]
+
+
+def _probe(sizes: tuple[int, ...] = (200, 2000), *,
+           efficiency: float = 0.18) -> tuple[RunInfo, list]:  # type: ignore[type-arg]
     """A probe of two prompt sizes whose TTFTs differ ~10× (200- and 2,000-token prompts), with
     ceilings: the prefill roof is 1 / efficiency × the attained rate."""
     recs = sequential_run(3, seed=4, sizes=sizes, ttft_s=0.02, ttft_per_token_s=2e-3)
@@ -262,12 +268,12 @@ def test_an_empty_kv_panel_is_replaced_by_a_sentence() -> None:
     p = _plots([(info, recs)])["server_timeline"]
     fig = p.figure.to_plotly_json()
     # no KV series has a value: no "(%)" panel drawn empty, but a sentence saying why
-    titles = [str(((v or {}).get("title") or {}).get("text", "")) for k, v in fig["layout"].items() if k.startswith("yaxis")]
+    titles = _y_titles(fig)
     assert not any("KV" in t for t in titles)
     assert "KV cache" in p.note and "does not export" in p.note
     info, recs = _llamacpp_bench(kv=True)
     fig = _figs([(info, recs)])["server_timeline"]
-    titles = [str(((v or {}).get("title") or {}).get("text", "")) for k, v in fig["layout"].items() if k.startswith("yaxis")]
+    titles = _y_titles(fig)
     assert any("KV" in t for t in titles)
 
 
@@ -282,7 +288,8 @@ def _tune_store(tmp_path: Path, decode_means: tuple[float, ...] = (60.0, 62.0), 
     rows = []
     for k, d in enumerate(decode_means):
         recs = sequential_run(4, seed=10 + k, itl_s=1 / d, jitter=jitter, output_tokens=24)
-        with st.recording("probe", "http://127.0.0.1:9", {"sizes": [256]}, model="gemma-3-270m", engine="llamacpp") as run:
+        with st.recording("probe", "http://127.0.0.1:9", {"sizes": [256]}, model="gemma-3-270m",
+                          engine="llamacpp") as run:
             for r in recs:
                 run.add(r)
             run.finish({"sizes": []})
@@ -395,7 +402,8 @@ def test_sizes_apart_by_design_are_never_binned_together_and_lone_requests_get_n
         r = make_record(i, rng, t_start_ns=t, prompt_tokens=n, ttft_s=0.01 + n * 1e-4)
         recs.append(r)
         t = (r.t_done_ns or t) + NS // 100
-    p = _plots([(RunInfo(id="r-s", kind="probe", status="complete", started_at=1e9, model="m"), recs)])["ttft_distribution"]
+    info = RunInfo(id="r-s", kind="probe", status="complete", started_at=1e9, model="m")
+    p = _plots([(info, recs)])["ttft_distribution"]
     fig = p.figure.to_plotly_json()
     hists = [sorted(t["x"]) for t in fig["data"] if t["type"] == "histogram"]
     from phasescope.measure import derive

@@ -10,16 +10,22 @@ load level gets no throughput/latency "curve" but the per-request timeline. Each
 * ``ttft_vs_prompt`` — TTFT per request vs prompt tokens (prompt lengths that differ by ≥ 10 %),
   with the line the run stored: explain's own fit TTFT ≈ a + b·n + c·n² (never refitted here),
   else the median TTFT per prompt length.
-* ``ttft_distribution`` — histogram (% of requests) and CDF of TTFT, per run.
+* ``ttft_distribution`` — histogram (% of requests) and step CDF of TTFT, one row per population.
 * ``decode_vs_context`` — per-request decode tok/s vs mean context during decode
-  (prompt + (output − 1)/2 tokens), when contexts differ by ≥ 10 %.
+  (prompt + (output − 1)/2 tokens), when contexts differ by ≥ 10 %; the line joins the median per
+  nominal context of the requests that decoded alone, in order of context.
 * ``itl_cdf`` — empirical CDF of per-token inter-token latency (:func:`~phasescope.measure.derive.itl_s`).
 * ``throughput_vs_itl`` — output throughput vs p99 ITL, one point per load level (records tagged
   ``concurrency``, or bench runs of one model and target), drawn with two or more levels.
 * ``request_timeline`` and ``server_timeline`` — :mod:`phasescope.report.timeline_plots` (and the GPU
   timeline under them, :mod:`phasescope.report.gpu_plots`),
 * ``ceilings`` — the roofline view, :mod:`phasescope.report.ceiling_plots`,
-* ``per_endpoint`` (only when a run's records went to more than one endpoint, ``bench --target``).
+* ``per_endpoint`` (only when a run's records went to more than one endpoint, ``bench --target``),
+  :mod:`phasescope.report.endpoint_plots`.
+
+Which requests one histogram or one median line may hold — by experiment, phase, load and prompt size,
+and which decoded alone — is :mod:`phasescope.report.populations`' (never 200- and 2,000-token
+prompts in one histogram, never a batch's share joined into a single-stream line).
 
 Colours, dashes, the layout and HTML escaping are :mod:`phasescope.report.figure`'s; :data:`PLOTS` and
 :func:`build_plots` put every figure of the report in its order.
@@ -50,7 +56,15 @@ from phasescope.report.figure import (
 )
 from phasescope.store import RunInfo
 from phasescope.report.ceiling_plots import plot_ceilings, stored_sizes
+from phasescope.report.endpoint_plots import endpoint_groups, endpoint_rows, plot_per_endpoint  # noqa: F401
 from phasescope.report.gpu_plots import gpu_timeline_plots
+from phasescope.report.populations import (  # noqa: F401  (ttft_populations, size_clusters: re-exported)
+    SIZE_FACTOR,
+    decoding_alone,
+    nominal_size,
+    size_clusters,
+    ttft_populations,
+)
 from phasescope.report.timeline_plots import plot_request_timeline, plot_server_timeline
 
 
@@ -176,86 +190,6 @@ def _cdf(values: list[float], n: int = 800) -> tuple[list[float], list[float]]:
 MAX_TTFT_PANELS = 8
 #: a population of fewer requests gets no histogram (its TTFTs are in "TTFT vs prompt length")
 MIN_HIST_REQUESTS = 3
-#: nominal sizes within this factor of the smallest of their cluster are one size (256 / 258 tokens
-#: of one requested length; 128 and 150 of a range-ratio mix), farther apart they are drawn apart
-SIZE_FACTOR = 1.25
-#: record tags that name a request's nominal prompt size, first found wins
-SIZE_TAGS = ("prompt_tokens_target", "prompt_tokens", "size", "context_target", "context_tokens")
-#: record tags that name the load a request ran under
-LOAD_TAGS = (("concurrency", "c={}"), ("request_rate", "rate={}/s"), ("rate", "rate={}/s"))
-
-
-def _nominal_size(r: RequestRecord) -> float | None:
-    for k in SIZE_TAGS:
-        if is_num(r.tags.get(k)):
-            return float(r.tags[k])
-    n = r.prompt_tokens_requested or r.prompt_tokens
-    return float(n) if n else None
-
-
-def _num_or_str(v: Any) -> tuple[int, Any]:
-    return (0, float(v)) if is_num(v) else (1, str(v))
-
-
-def size_clusters(sizes: list[float], factor: float = SIZE_FACTOR) -> list[tuple[float, float]]:
-    """The distinct sizes cut into contiguous ranges, each no wider than ``factor`` × its smallest
-    size (greedy from the smallest): sizes that differ by tokenisation are one, sizes that differ by
-    design (32 and 74 tokens) are never pooled."""
-    out: list[tuple[float, float]] = []
-    for x in sorted(set(sizes)):
-        if out and x <= out[-1][0] * factor:
-            out[-1] = (out[-1][0], x)
-        else:
-            out.append((x, x))
-    return out
-
-
-def _size_text(lo: float, hi: float) -> str:
-    return f"{lo:g}-token prompt" if lo == hi else f"{lo:g}–{hi:g}-token prompts"
-
-
-def ttft_populations(recs: list[RequestRecord]) -> list[tuple[tuple[Any, ...], str, list[float]]]:
-    """The run's successful measured requests cut into populations whose TTFTs belong in one
-    histogram: apart by experiment (``tags.experiment``) and its phase (``tags.phase``: prefix-cache's
-    cold and repeat requests), by load (``concurrency`` / ``request_rate`` tags) and by nominal prompt size (:data:`SIZE_TAGS`, else the requested length, clustered by
-    :func:`size_clusters`). Each: (sort key, label, TTFTs in ms), in order of experiment, load and
-    size. A 200-token and a 2,000-token prompt's TTFTs are never one histogram (they differ ~10×)."""
-    rows = [(r, t * 1e3) for r in ok_records(recs) if r.tags.get("warmup") is not True
-            and r.tags.get("phase") != "warmup" and (t := derive.ttft_s(r)) is not None]
-    exps = list(dict.fromkeys(r.tags.get("experiment") for r, _ in rows))
-    split_exp = len(exps) > 1
-    # an experiment's phases are populations of their own (prefix-cache's cold and repeat requests)
-    phases = list(dict.fromkeys(str(r.tags.get("phase")) for r, _ in rows))
-    split_phase = len(phases) > 1
-    loads = [(k, fmt) for k, fmt in LOAD_TAGS if len({r.tags.get(k) for r, _ in rows if r.tags.get(k) is not None}) > 1]
-    pops: dict[tuple[Any, ...], list[tuple[RequestRecord, float]]] = {}
-    for r, t in rows:
-        key = (exps.index(r.tags.get("experiment")) if split_exp else 0,
-               phases.index(str(r.tags.get("phase"))) if split_phase else 0, tuple(
-            _num_or_str(r.tags.get(k)) if r.tags.get(k) is not None else (2, "") for k, _ in loads))
-        pops.setdefault(key, []).append((r, t))
-    out = []
-    for key, members in pops.items():
-        head = []
-        if split_exp:
-            head.append(str(exps[key[0]] or "other requests"))
-        if split_phase and phases[key[1]] not in ("measure", "None"):
-            head.append(phases[key[1]])
-        for (k, fmt), v in zip(loads, key[2]):
-            if v[1] != "":
-                head.append(fmt.format(f"{v[1]:g}" if isinstance(v[1], float) else v[1]))
-        sizes = [_nominal_size(r) for r, _ in members]
-        known = [x for x in sizes if x is not None]
-        clusters = size_clusters(known)
-        if len(clusters) > 1:
-            for lo, hi in clusters:
-                ts = [t for (r, t), n in zip(members, sizes) if n is not None and lo <= n <= hi]
-                out.append((key + (lo,), " · ".join(head + [_size_text(lo, hi)]), ts))
-        else:
-            what = [_size_text(*clusters[0])] if clusters and not head else []
-            out.append((key + (clusters[0][0] if clusters else 0.0,), " · ".join(head + what) or "all requests",
-                        [t for _, t in members]))
-    return sorted(out, key=lambda p: p[0])
 
 
 def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
@@ -298,7 +232,8 @@ def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
                                        hovertemplate="TTFT %{x} ms<br>%{y:.1f} % of requests<extra></extra>"),
                           row=row, col=1)
             xs, qs = _cdf(ttft)
-            fig.add_trace(go.Scatter(x=xs, y=qs, mode="lines", line={"color": c, "width": 2, "shape": "hv"}, name=legend,
+            fig.add_trace(go.Scatter(x=xs, y=qs, mode="lines", line={"color": c, "width": 2, "shape": "hv"},
+                                     name=legend,
                                      legendgroup=info.id, showlegend=False,
                                      hovertemplate="TTFT %{x:.2f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"),
                           row=row, col=2)
@@ -320,37 +255,10 @@ def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
 
 
 # --- decode -------------------------------------------------------------------------------------
-def decoding_alone(recs: list[RequestRecord]) -> set[int]:
-    """``id()`` of each record that decoded alone: no other request of the run was in flight (sent,
-    not yet done) at any moment between its first and last token. Only those measure the speed of
-    one stream at their context; the others' rate is their share of a batch."""
-    import bisect
-
-    spans = sorted((r.t_start_ns, r.t_done_ns or derive.last_token_ns(r) or r.t_start_ns) for r in recs)
-    ev = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
-    times, counts, n = [], [], 0
-    for t, d in ev:
-        n += d
-        if times and times[-1] == t:
-            counts[-1] = n
-        else:
-            times.append(t)
-            counts.append(n)
-    out = set()
-    for r in recs:
-        ft, lt = derive.first_token_ns(r), derive.last_token_ns(r)
-        if ft is None or lt is None:
-            continue
-        i = max(0, bisect.bisect_right(times, ft) - 1)
-        j = bisect.bisect_left(times, lt)
-        if max(counts[i:max(j, i + 1)], default=1) <= 1:
-            out.add(id(r))
-    return out
-
-
 def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
     """Per-request decode tok/s vs the mean context during decode (prompt + (output − 1)/2 tokens).
-    The line is the median per nominal context (the size the request was sent at, :data:`SIZE_TAGS`,
+    The line is the median per nominal context (the size the request was sent at,
+    :func:`~phasescope.report.populations.nominal_size`,
     clustered by :func:`size_clusters`), joined in order of context — one vertex per context,
     not one per request. Requests that shared the server with others (:func:`decoding_alone`: another
     request in flight while they decoded, or ``tags.concurrency`` > 1) are drawn apart as markers and
@@ -374,7 +282,7 @@ def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
             x = p + (n - 1) / 2
             c = r.tags.get("concurrency")
             if id(r) in alone and not (is_num(c) and float(c) > 1):
-                single.append((x, v, _nominal_size(r)))
+                single.append((x, v, nominal_size(r)))
             else:
                 shared.setdefault(float(c) if is_num(c) else None, []).append((x, v))
         xs_all = [x for x, _, _ in single] + [x for pts in shared.values() for x, _ in pts]
@@ -503,76 +411,6 @@ def plot_throughput_vs_itl(runs: list[Run]) -> Plot | str:
     layout(fig, "Throughput vs p99 ITL across load levels", "p99 inter-token latency (ms)", "output throughput (tok/s)")
     fig.update_yaxes(rangemode="tozero")
     return Plot("throughput_vs_itl", "throughput vs p99 ITL", fig)
-
-
-# --- several endpoints (bench --target, issue 10) -----------------------------------------------
-def endpoint_groups(recs: list[RequestRecord]) -> dict[str, list[RequestRecord]]:
-    """A run's measured records by endpoint (``tags.endpoint``, as :mod:`phasescope.load.routing`
-    tags them), in first-seen order. Records without the tag are left out."""
-    out: dict[str, list[RequestRecord]] = {}
-    for r in measured(recs):
-        ep = r.tags.get("endpoint")
-        if ep:
-            out.setdefault(str(ep), []).append(r)
-    return out
-
-
-def endpoint_rows(runs: list[Run]) -> list[dict[str, Any]]:
-    """One row per (run, endpoint) for every run whose records went to more than one endpoint:
-    ``run``, ``endpoint``, ``requests``, ``share`` (fraction of the run's tagged requests),
-    ``completed``, ``failed``, ``request_throughput`` (req/s), ``output_throughput`` (tok/s),
-    ``{median,p99}_{ttft,itl}_ms`` — :func:`phasescope.load.summary.summarize` over that
-    endpoint's records alone (the same numbers ``bench`` prints per endpoint) — and
-    ``server_metrics`` (that endpoint's /metrics summary from the stored bench summary, or None)."""
-    from phasescope.load.summary import summarize
-
-    rows: list[dict[str, Any]] = []
-    for info, recs in runs:
-        groups = endpoint_groups(recs)
-        if len(groups) < 2:
-            continue
-        total = sum(len(g) for g in groups.values())
-        stored = {}
-        summ = info.summary if isinstance(info.summary, dict) else {}
-        for e in summ.get("endpoints") or []:
-            if isinstance(e, dict) and e.get("endpoint"):
-                stored[str(e["endpoint"])] = e.get("server_metrics")
-        for ep, group in groups.items():
-            s = summarize(group, percentiles=(50.0, 99.0))
-            rows.append({"run": info.id, "endpoint": ep, "requests": len(group), "share": len(group) / total,
-                         "completed": s.get("completed"), "failed": s.get("failed"),
-                         "request_throughput": s.get("request_throughput"),
-                         "output_throughput": s.get("output_throughput"),
-                         **{k: s.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms")},
-                         "server_metrics": stored.get(ep)})
-    return rows
-
-
-def plot_per_endpoint(runs: list[Run]) -> Plot | str:
-    """Grouped bars per endpoint of each multi-endpoint run: p50/p99 TTFT (left) and p50/p99 ITL
-    (right), each on its own linear axis — a bar's length is its value (TTFT and ITL differ by orders
-    of magnitude, which one log axis hid by shortening the long bars)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    rows = endpoint_rows(runs)
-    if not rows:
-        return "no run sent requests to more than one endpoint"
-    several = len({r["run"] for r in rows}) > 1
-    xs = [esc(f"{r['run']} · {r['endpoint']}" if several else r["endpoint"]) for r in rows]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("TTFT per endpoint", "ITL per endpoint (per token)"),
-                        horizontal_spacing=0.1)
-    for k, (key, name, col) in enumerate((("median_ttft_ms", "p50 TTFT", 1), ("p99_ttft_ms", "p99 TTFT", 1),
-                                          ("median_itl_ms", "p50 ITL", 2), ("p99_itl_ms", "p99 ITL", 2))):
-        fig.add_trace(go.Bar(x=xs, y=[r[key] for r in rows], name=name, marker={"color": colour(k)},
-                             hovertemplate="%{x}<br>" + name + " %{y:.2f} ms<extra></extra>"), row=1, col=col)
-    layout(fig, "Latency per endpoint", "endpoint", "TTFT (ms)", barmode="group")
-    fig.update_xaxes(title_text="endpoint", row=1, col=2)
-    fig.update_yaxes(title_text="ITL (ms)", row=1, col=2)
-    fig.update_yaxes(rangemode="tozero")
-    return Plot("per_endpoint", "latency per endpoint", fig,
-                note="Each endpoint's requests alone (records tagged with their endpoint); ITL per token; "
-                     "linear axes (a bar's length is its value).")
 
 
 PLOTS: tuple[tuple[str, str, Callable[[list[Run]], Plot | str]], ...] = (

@@ -6,6 +6,10 @@ Every number shown comes from a stored summary (probe ``sizes`` / ``ceilings.siz
 (verdicts), from the run's own fields, or — for a run with no probe-shaped summary —
 from :mod:`phasescope.measure.aggregate` over its records, the numbers ``show`` prints
 (:mod:`phasescope.report.data`, embedded in the page as JSON). Nothing is re-derived here. Every string is escaped.
+
+One job: the page's text around the plots — every section is a table or list of stored values, written
+with the same formatters (:func:`fmt_ms`, :func:`field_text`…), so a number reads the same in the card,
+the tables and the comparison view.
 """
 
 from __future__ import annotations
@@ -345,7 +349,8 @@ def params_html(runs: list[Run]) -> str:
         return ""
     rows = []
     for j in range(0, len(shown), PARAM_PAIRS_PER_ROW):
-        cells = "".join(f"<td>{esc(k)}</td><td>{esc(field_text(k, v))}</td>" for k, v in shown[j:j + PARAM_PAIRS_PER_ROW])
+        cells = "".join(f"<td>{esc(k)}</td><td>{esc(field_text(k, v))}</td>"
+                        for k, v in shown[j:j + PARAM_PAIRS_PER_ROW])
         rows.append(f"<tr>{cells}</tr>")
     th = "<th>parameter</th><th>value</th>" * min(PARAM_PAIRS_PER_ROW, max(1, len(shown)))
     more = f"<p class=note>not set: {esc(', '.join(unset))}</p>" if unset else ""

@@ -269,7 +269,8 @@ def plot_server_timeline(runs: list[Run]) -> Plot | str:
             why = ("no KV cache panel: llama.cpp (builds since 2025-05) does not export KV cache usage on /metrics"
                    + ("" if zero_hits_any(found) else ", and no prefix-cache hit rate was recorded"))
         notes.append(why)
-    zero_hits = [i.id for _, i, _, tl in found if has(tl, "prefix_cache_hit_rate") and not shows(tl, "prefix_cache_hit_rate")]
+    zero_hits = [i.id for _, i, _, tl in found
+                 if has(tl, "prefix_cache_hit_rate") and not shows(tl, "prefix_cache_hit_rate")]
     if zero_hits:
         notes.append(f"prefix-cache hits 0 % at every scrape ({', '.join(zero_hits)}): no prompt reused a cached "
                      "prefix (unique prompts)")
