@@ -51,8 +51,12 @@ def _probe(sizes: tuple[int, ...] = (200, 2000), *,
     for r in recs:  # probe tags each request with its target size
         r.tags["prompt_tokens_target"] = r.prompt_tokens_requested
     rate = {n: 1 / 2e-3 for n in sizes}
+    from phasescope.measure import derive
+    from phasescope.measure.aggregate import median
+
+    dec = {n: median([derive.decode_tok_s(r) for r in recs if r.prompt_tokens_requested == n]) for n in sizes}
     summary = {
-        "sizes": [{"prompt_tokens_target": n, "prompt_tokens": n, "ttft_s": 0.02 + 2e-3 * n, "decode_tok_s": 60.0,
+        "sizes": [{"prompt_tokens_target": n, "prompt_tokens": n, "ttft_s": 0.02 + 2e-3 * n, "decode_tok_s": dec[n],
                    "prefill_tok_s": rate[n], "ok": 3, "requests": 3} for n in sizes],
         "ceilings": {"sizes": [{"prompt_tokens": n, "decode_ceiling_tok_s": 300.0, "decode_efficiency": 0.2,
                                 "decode_binding": "bandwidth", "prefill_floor_s": n * efficiency / rate[n],
@@ -411,3 +415,23 @@ def test_sizes_apart_by_design_are_never_binned_together_and_lone_requests_get_n
     want = {n: sorted(derive.ttft_s(r) * 1e3 for r in recs if r.prompt_tokens_requested == n) for n in (32, 74)}
     assert sorted(hists) == sorted(want.values())  # 32 and 74 apart; 150 and 390 (one each) not drawn
     assert "150-token prompt" in p.note and "390-token prompt" in p.note
+
+
+def test_medians_and_attained_rates_carry_their_interval() -> None:
+    # every number with its interval: the median TTFT per size (the stored ttft_s_ci) and the
+    # attained decode rate (from the repeats where no interval is stored) get error bars
+    info, recs = _probe()
+    for s in info.summary["sizes"]:
+        s["ttft_s_ci"] = [s["ttft_s"] * 0.8, s["ttft_s"] * 1.5]
+    f = _figs([(info, recs)])
+    med = next(t for t in f["ttft_vs_prompt"]["data"] if "median" in (t.get("name") or ""))
+    err = med["error_y"]
+    for y, plus, minus in zip(med["y"], err["array"], err["arrayminus"]):
+        assert plus == pytest.approx(0.5 * y) and minus == pytest.approx(0.2 * y)
+    from phasescope.measure import derive
+    from phasescope.measure.interval import median_interval
+
+    att = next(t for t in f["ceilings"]["data"] if t["meta"]["metric"] == "attained" and t.get("xaxis") in (None, "x"))
+    iv = median_interval([derive.decode_tok_s(r) for r in recs if r.prompt_tokens_requested == 200])
+    assert att["error_x"]["array"][0] == pytest.approx(iv.high - att["x"][0])
+    assert att["error_x"]["arrayminus"][0] == pytest.approx(att["x"][0] - iv.low)

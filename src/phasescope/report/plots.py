@@ -46,6 +46,7 @@ from phasescope.report.figure import (
     Plot,
     Run,
     colour,
+    error_bars,
     esc,
     has_spread,
     is_num,
@@ -53,6 +54,7 @@ from phasescope.report.figure import (
     layout,
     ok_records,
     range_text,
+    sample_ci,
 )
 from phasescope.store import RunInfo
 from phasescope.report.ceiling_plots import plot_ceilings, stored_sizes
@@ -103,7 +105,7 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
 
     fig = go.Figure()
     seen: list[float] = []
-    drew_fit = drew_median = drew_server = False
+    drew_fit = drew_median = drew_server = drew_ci = False
     for k, (info, recs) in enumerate(runs):
         fit = stored_ttft_fit(info.summary)
         ok = ok_records(recs)
@@ -146,14 +148,24 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
                                          hovertemplate="prompt %{x} tok<br>best TTFT %{y:.2f} ms<extra></extra>"))
             continue
         med = _stored_size_medians(info.summary)
+        by: dict[float, list[float]] = {}
+        for r in ok:  # each size's TTFTs, by the size it was sent at (and by its counted length)
+            t = derive.ttft_s(r)
+            n = nominal_size(r)
+            if t is not None and n is not None:
+                by.setdefault(n, []).append(t)
         if not med:
-            by: dict[float, list[float]] = {}
+            by = {}
             for x, y in pts:
                 by.setdefault(x, []).append(y)
             med = [(x, median(by[x])) for x in sorted(by)]  # type: ignore[misc]
+        stored = stored_sizes(info.summary)
+        cis = [sample_ci((stored.get(x) or {}).get("ttft_s_ci"), by.get(x) or []) for x, _ in med]
         drew_median = True
+        drew_ci = drew_ci or any(ci is not None for ci in cis)
         fig.add_trace(go.Scatter(x=[x for x, _ in med], y=[y * 1e3 for _, y in med], mode="lines+markers",
                                  line={"color": c}, marker={"color": c, "symbol": "diamond", "size": 9}, legendgroup=g,
+                                 error_y=error_bars([y for _, y in med], cis, 1e3),
                                  name=label(info) + " · median TTFT per prompt length",
                                  hovertemplate="prompt %{x} tok<br>median TTFT %{y:.2f} ms<extra></extra>"))
     if not fig.data:
@@ -171,7 +183,9 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
         notes.append("dashed: explain's own fit TTFT ≈ a + b·n + c·n² over its best TTFT per length, as it stored "
                      "it (diamonds: the points it fitted)")
     if drew_median:
-        notes.append("solid: the median TTFT per prompt length (the probe's stored median per size where it has one)")
+        notes.append("solid: the median TTFT per prompt length (the probe's stored median per size where it has one)"
+                     + ("; its bars: the 95 % interval of that median (the stored one, else from the repeats)"
+                        if drew_ci else ""))
     return Plot("ttft_vs_prompt", "TTFT vs prompt length", fig, "; ".join(notes))
 
 
@@ -243,7 +257,7 @@ def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
     fig.update_xaxes(title_text="TTFT (ms)", row=n, col=1)
     fig.update_xaxes(title_text="TTFT (ms)", row=n, col=2)
     fig.update_layout(height=260 + 240 * n, legend={"orientation": "h", "y": -0.4 / n - 0.04, "yanchor": "top"})
-    notes = [f"one row per experiment, load level and prompt size (sizes within {SIZE_FACTOR:g}× of each other "
+    notes = [f"one row per experiment, phase, load level and prompt size (sizes within {SIZE_FACTOR:g}× of each other "
              "are one; their TTFTs differ by design and are never pooled), each with its own TTFT axis"]
     if left_out:
         notes.append(f"not drawn ({len(left_out)} more, fewer requests): {', '.join(left_out)}")

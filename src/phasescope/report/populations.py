@@ -60,7 +60,8 @@ def _size_text(lo: float, hi: float) -> str:
 def ttft_populations(recs: list[RequestRecord]) -> list[tuple[tuple[Any, ...], str, list[float]]]:
     """The run's successful measured requests cut into populations whose TTFTs belong in one
     histogram: apart by experiment (``tags.experiment``) and its phase (``tags.phase``: prefix-cache's
-    cold and repeat requests), by load (``concurrency`` / ``request_rate`` tags) and by nominal prompt size (:data:`SIZE_TAGS`, else the requested length, clustered by
+    cold and repeat requests), by load (``concurrency`` / ``request_rate`` tags) and by nominal prompt
+    size (:data:`SIZE_TAGS`, else the requested length, clustered by
     :func:`size_clusters`). Each: (sort key, label, TTFTs in ms), in order of experiment, load and
     size. A 200-token and a 2,000-token prompt's TTFTs are never one histogram (they differ ~10×)."""
     rows = [(r, t * 1e3) for r in ok_records(recs) if r.tags.get("warmup") is not True
