@@ -329,6 +329,9 @@ def test_tune_plots_draw_the_repeat_spread_the_finding_speaks_of(tmp_path: Path)
     lo_2 = meas["y"][1] - err["arrayminus"][1]
     assert lo_2 < hi_base
     assert "spread" in p.note or "range" in p.note
+    # the settings are categories on the x axis, in the tune's order (a numeric guess hid every point)
+    assert fig["layout"]["xaxis"].get("type") == "category"
+    assert list(fig["layout"]["xaxis"]["categoryarray"]) == list(meas["x"])
 
 
 def test_tune_plots_are_not_zoomed_into_a_sliver(tmp_path: Path) -> None:

@@ -204,12 +204,18 @@ def tune_plots(runs: list[Run]) -> list[Plot]:
             layout(fig, f"tune {esc(s.get('tune_id') or rid)}: {title} across settings", "setting",
                    f"{title} ÷ baseline ({better})")
             fig.update_yaxes(range=[max(0.0, lo - pad), hi + pad])
+            # the settings are categories: the band's legend-only trace (x None) made plotly guess a numeric
+            # axis, and the settings' points vanished from it
+            fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs)
             name = f"tune_{key}" + (f"_{n + 1}" if len(tunes) > 1 else "")
             notes = []
             if drawn_spread:
                 notes.append("bars: the range (min–max) of each setting's repeats ÷ the baseline's value — the "
                              "spread tune's noise rule compares; grey band: the baseline's own range. A setting "
                              "whose bar reaches into the band is one the finding calls \"cannot tell\"")
+            elif samples:
+                notes.append(f"no spread drawn: fewer than 2 samples of {title} per setting (no range to compare; "
+                             "tune's finding cannot tell a change from noise on it either)")
             else:
                 notes.append("no spread drawn: the setting runs' records are not in this store (tune's finding "
                              "compares each setting's repeat range)")
