@@ -107,13 +107,22 @@ def test_percent_axes_hold_percent_values() -> None:
     assert max(vals) > 1.5 and max(vals) <= 100  # 0.25…0.88 as fractions must read 25…88 %
     # llama.cpp: no KV usage, prefix-cache hits all 0 — plotly's own range for all-zero data is
     # 0…0.95, which under a "(%)" title reads as fractions (the issue's screenshot): the % axis
-    # spans 0–100 whatever the data
+    # spans 0–100 whatever the data; and (issue 30) hits at 0 % at every scrape with no KV usage are
+    # no panel at all (a line on the axis read as an empty panel) but a sentence in the note
     info, recs = one_bench()[0]
     for row in info.summary["server_metrics"]["timeline"]:
-        row["kv_usage"], row["prefix_cache_hit_rate"] = None, 0.0
+        row["kv_usage"] = None
+        row["prefix_cache_hit_rate"] = 0.0 if row["t_s"] else 0.02
     flat = figs([(info, recs)])["server_timeline"]["layout"]
     pct = [v for k, v in flat.items() if k.startswith("yaxis") and "(%)" in str(((v or {}).get("title") or {}).get("text", ""))]
     assert pct and all(list(v.get("range") or []) == [0, 100] for v in pct)
+    for row in info.summary["server_metrics"]["timeline"]:
+        row["prefix_cache_hit_rate"] = 0.0
+    p = next(p for p in build_plots([(info, recs)])[0] if p.name == "server_timeline")
+    flat = p.figure.to_plotly_json()["layout"]
+    assert not [k for k, v in flat.items()
+                if k.startswith("yaxis") and "(%)" in str(((v or {}).get("title") or {}).get("text", ""))]
+    assert "prefix-cache hits 0 % at every scrape" in p.note
     for k, v in lay.items():  # no axis claims % while its data are fractions
         if k.startswith("yaxis") and "(%)" not in str(((v or {}).get("title") or {}).get("text", "")):
             ax = k.replace("axis", "")

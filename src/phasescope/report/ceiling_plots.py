@@ -10,7 +10,7 @@ from typing import Any
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.aggregate import median
-from phasescope.report.figure import Plot, Run, colour, esc, is_num, label, layout, ok_records
+from phasescope.report.figure import Plot, Run, colour, error_bars, esc, is_num, label, layout, ok_records, sample_ci
 from phasescope.store import RunInfo
 
 
@@ -109,16 +109,25 @@ def roofline_rows(info: RunInfo, recs: list[RequestRecord]) -> list[dict[str, An
                 continue
             s = stored.get(n) if n is not None else None
             srv = (s or {}).get("server") or {}
+            recs_n = by.get(n, []) if n is not None else []
             if phase == "decode":
                 att = (s or {}).get("decode_tok_s")
-                if att is None and n in by:
-                    att = median([derive.decode_tok_s(r) for r in by[n]])
+                if att is None and recs_n:
+                    att = median([derive.decode_tok_s(r) for r in recs_n])
+                ci = sample_ci((s or {}).get("decode_tok_s_ci"), [derive.decode_tok_s(r) for r in recs_n])
             else:
+                from_server = srv.get("prefill_tok_s") is not None
                 att = srv.get("prefill_tok_s") or (s or {}).get("prefill_tok_s")
-                if att is None and n in by:
-                    att = _prefill_rate(by[n])
+                if att is None and recs_n:
+                    att = _prefill_rate(recs_n)
+                rates = [(derive.server_prefill_tok_s(r) if from_server or (s is None and any(
+                    derive.server_prefill_tok_s(x) is not None for x in recs_n)) else derive.prefill_tok_s(r))
+                         for r in recs_n]
+                ci = sample_ci(srv.get("prefill_tok_s_ci") if from_server else (s or {}).get("prefill_tok_s_ci"),
+                               rates)
             cr = crow.get(n) or crow.get(None) or {}
-            out.append({"phase": phase, "prompt_tokens": n, "attained_tok_s": att, "ceiling_tok_s": c[key],
+            out.append({"phase": phase, "prompt_tokens": n, "attained_tok_s": att, "attained_ci": ci,
+                        "ceiling_tok_s": c[key],
                         "efficiency": cr.get(f"{phase}_efficiency"),
                         "binding": cr.get("decode_binding") if phase == "decode" else "compute"})
     return out
@@ -167,6 +176,7 @@ def plot_ceilings(runs: list[Run]) -> Plot | str:
                                  textposition="inside", insidetextanchor="end",
                                  hovertemplate="%{y}<br>ceiling %{x:,.0f} tok/s (%{text})<extra></extra>"), row=1, col=col)
             fig.add_trace(go.Bar(x=[r["attained_tok_s"] for r in rs], y=ys, orientation="h", name=f"{label(info)} · attained",
+                                 error_x=error_bars([r["attained_tok_s"] for r in rs], [r["attained_ci"] for r in rs]),
                                  legendgroup=info.id, showlegend=col == 1, marker={"color": c}, meta={"metric": "attained"},
                                  text=[f"{_pct_text(r['efficiency'])} of ceiling" if is_num(r["efficiency"]) else "" for r in rs],
                                  textposition="outside", cliponaxis=False, textfont={"color": "#222"},
@@ -174,10 +184,14 @@ def plot_ceilings(runs: list[Run]) -> Plot | str:
     layout(fig, "Attained vs physical ceiling per phase (roofline)", "tok/s", "", barmode="overlay", bargap=0.35)
     fig.update_layout(height=max(380, 240 + 55 * n_rows), margin={"l": 130, "r": 30, "t": 70, "b": 130},
                       legend={"orientation": "h", "y": -0.32, "yanchor": "top"})
+    # linear axes: a bar's length is its value, so an attained bar at 18 % of its ceiling is drawn 18 % as
+    # long (on a log axis it read ~45 %); a ceiling far above the attained rate leaves a short bar, and the
+    # label says the share
     fig.update_xaxes(title_text="decode tok/s", rangemode="tozero", row=1, col=1)
-    fig.update_xaxes(title_text="prefill tok/s (log scale)", type="log", row=1, col=2)
+    fig.update_xaxes(title_text="prefill tok/s", rangemode="tozero", row=1, col=2)
     fig.update_yaxes(autorange="reversed")
     return Plot("ceilings", "attained vs ceiling (roofline)", fig,
                 "pale bar: the physical ceiling of that phase (its binding roof named inside); solid bar: attained, "
-                "labelled with the stored efficiency. decode: single-stream rate; prefill: server-side rate where "
-                "reported, else prompt ÷ TTFT")
+                "labelled with the stored efficiency, its whisker the 95 % interval of the attained rate (stored, "
+                "else from the repeats); both axes linear, so a bar's length is its share of the ceiling. decode: "
+                "single-stream rate; prefill: server-side rate where reported, else prompt ÷ TTFT")

@@ -1,7 +1,8 @@
 """What every figure of the report shares: the :class:`Plot` it returns, the colours (one per run,
 :data:`PALETTE`, the same in every plot and the runs table), dashes (one per metric, :data:`DASH`), the
 request timeline's phase colours, the layout, HTML escaping of every string from a server or a user
-(plotly renders a small HTML subset), and the test that an axis has spread enough to draw.
+(plotly renders a small HTML subset), the test that an axis has spread enough to draw, and the error
+bars a value's 95 % interval draws (:func:`sample_ci`, :func:`error_bars`).
 """
 
 from __future__ import annotations
@@ -85,10 +86,13 @@ def label(info: RunInfo) -> str:
 
 
 def layout(fig: Any, title: str, x: str, y: str, **kw: Any) -> None:
+    """The report's common layout. An empty ``x`` / ``y`` leaves the axis titles as they are (a
+    subplot figure titles each panel's axes itself; setting "" here blanked the first panel's)."""
+    titles = {k: v for k, v in (("xaxis_title", x), ("yaxis_title", y)) if v}
     fig.update_layout(
-        title={"text": title, "x": 0.01}, xaxis_title=x, yaxis_title=y, template="plotly_white", showlegend=True,
+        title={"text": title, "x": 0.01}, template="plotly_white", showlegend=True,
         legend={"orientation": "h", "y": -0.2, "yanchor": "top"}, margin={"l": 70, "r": 30, "t": 60, "b": 90},
-        height=460, **kw,
+        height=460, **titles, **kw,
     )
 
 
@@ -101,3 +105,27 @@ def is_num(v: Any) -> bool:
 
 def ok_records(recs: list[RequestRecord]) -> list[RequestRecord]:
     return successful(recs)
+
+
+def error_bars(values: list[Any], cis: list[Any], scale: float = 1.0) -> dict[str, Any] | None:
+    """Plotly ``error_x`` / ``error_y`` from each value's interval ``[low, high]`` (None where it has
+    none: a zero-length bar), or None when no value has one."""
+    if not any(ci is not None for ci in cis):
+        return None
+    plus, minus = [], []
+    for v, ci in zip(values, cis):
+        ok = ci is not None and is_num(v) and all(is_num(x) for x in ci)
+        plus.append(max(0.0, (float(ci[1]) - float(v)) * scale) if ok else 0.0)
+        minus.append(max(0.0, (float(v) - float(ci[0])) * scale) if ok else 0.0)
+    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus, "thickness": 1.5, "width": 5}
+
+
+def sample_ci(stored: Any, samples: list[Any]) -> list[float] | None:
+    """A value's 95 % interval: the stored one (``*_ci`` as probe writes it) where there is one, else
+    :func:`phasescope.measure.interval.median_interval` over its samples (two or more)."""
+    from phasescope.measure.interval import median_interval
+
+    if isinstance(stored, (list, tuple)) and len(stored) == 2 and all(is_num(x) for x in stored):
+        return [float(stored[0]), float(stored[1])]
+    iv = median_interval([x for x in samples if is_num(x)])
+    return None if iv is None or iv.n < 2 else [iv.low, iv.high]

@@ -10,16 +10,22 @@ load level gets no throughput/latency "curve" but the per-request timeline. Each
 * ``ttft_vs_prompt`` — TTFT per request vs prompt tokens (prompt lengths that differ by ≥ 10 %),
   with the line the run stored: explain's own fit TTFT ≈ a + b·n + c·n² (never refitted here),
   else the median TTFT per prompt length.
-* ``ttft_distribution`` — histogram (% of requests) and CDF of TTFT, per run.
+* ``ttft_distribution`` — histogram (% of requests) and step CDF of TTFT, one row per population.
 * ``decode_vs_context`` — per-request decode tok/s vs mean context during decode
-  (prompt + (output − 1)/2 tokens), when contexts differ by ≥ 10 %.
+  (prompt + (output − 1)/2 tokens), when contexts differ by ≥ 10 %; the line joins the median per
+  nominal context of the requests that decoded alone, in order of context.
 * ``itl_cdf`` — empirical CDF of per-token inter-token latency (:func:`~phasescope.measure.derive.itl_s`).
 * ``throughput_vs_itl`` — output throughput vs p99 ITL, one point per load level (records tagged
   ``concurrency``, or bench runs of one model and target), drawn with two or more levels.
 * ``request_timeline`` and ``server_timeline`` — :mod:`phasescope.report.timeline_plots` (and the GPU
   timeline under them, :mod:`phasescope.report.gpu_plots`),
 * ``ceilings`` — the roofline view, :mod:`phasescope.report.ceiling_plots`,
-* ``per_endpoint`` (only when a run's records went to more than one endpoint, ``bench --target``).
+* ``per_endpoint`` (only when a run's records went to more than one endpoint, ``bench --target``),
+  :mod:`phasescope.report.endpoint_plots`.
+
+Which requests one histogram or one median line may hold — by experiment, phase, load and prompt size,
+and which decoded alone — is :mod:`phasescope.report.populations`' (never 200- and 2,000-token
+prompts in one histogram, never a batch's share joined into a single-stream line).
 
 Colours, dashes, the layout and HTML escaping are :mod:`phasescope.report.figure`'s; :data:`PLOTS` and
 :func:`build_plots` put every figure of the report in its order.
@@ -40,6 +46,7 @@ from phasescope.report.figure import (
     Plot,
     Run,
     colour,
+    error_bars,
     esc,
     has_spread,
     is_num,
@@ -47,10 +54,19 @@ from phasescope.report.figure import (
     layout,
     ok_records,
     range_text,
+    sample_ci,
 )
 from phasescope.store import RunInfo
 from phasescope.report.ceiling_plots import plot_ceilings, stored_sizes
+from phasescope.report.endpoint_plots import endpoint_groups, endpoint_rows, plot_per_endpoint  # noqa: F401
 from phasescope.report.gpu_plots import gpu_timeline_plots
+from phasescope.report.populations import (  # noqa: F401  (ttft_populations, size_clusters: re-exported)
+    SIZE_FACTOR,
+    decoding_alone,
+    nominal_size,
+    size_clusters,
+    ttft_populations,
+)
 from phasescope.report.timeline_plots import plot_request_timeline, plot_server_timeline
 
 
@@ -89,6 +105,7 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
 
     fig = go.Figure()
     seen: list[float] = []
+    drew_fit = drew_median = drew_server = drew_ci = False
     for k, (info, recs) in enumerate(runs):
         fit = stored_ttft_fit(info.summary)
         ok = ok_records(recs)
@@ -108,11 +125,13 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
         srv = [(float(r.prompt_tokens or r.prompt_tokens_requested or 0), (r.server or {}).get("prefill_s")) for r in ok]
         srv = [(x, float(y)) for x, y in srv if x and isinstance(y, (int, float))]
         if srv:
+            drew_server = True
             sx, sy = zip(*srv)
             fig.add_trace(go.Scatter(x=sx, y=[y * 1e3 for y in sy], mode="markers", name=label(info) + " · server prefill",
                                      legendgroup=g, marker={"color": c, "symbol": "x", "size": 7, "opacity": 0.6},
                                      hovertemplate="prompt %{x} tok<br>server prefill %{y:.2f} ms<extra></extra>"))
         if fit is not None:
+            drew_fit = True
             a, b, cc = fit["a"], fit["b"], fit["c"]
             gx = np.linspace(0, max(xs) * 1.05, 120)
             r2 = f" (R² {fit['r2']:.3f})" if fit["r2"] is not None else ""
@@ -129,13 +148,24 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
                                          hovertemplate="prompt %{x} tok<br>best TTFT %{y:.2f} ms<extra></extra>"))
             continue
         med = _stored_size_medians(info.summary)
+        by: dict[float, list[float]] = {}
+        for r in ok:  # each size's TTFTs, by the size it was sent at (and by its counted length)
+            t = derive.ttft_s(r)
+            n = nominal_size(r)
+            if t is not None and n is not None:
+                by.setdefault(n, []).append(t)
         if not med:
-            by: dict[float, list[float]] = {}
+            by = {}
             for x, y in pts:
                 by.setdefault(x, []).append(y)
             med = [(x, median(by[x])) for x in sorted(by)]  # type: ignore[misc]
+        stored = stored_sizes(info.summary)
+        cis = [sample_ci((stored.get(x) or {}).get("ttft_s_ci"), by.get(x) or []) for x, _ in med]
+        drew_median = True
+        drew_ci = drew_ci or any(ci is not None for ci in cis)
         fig.add_trace(go.Scatter(x=[x for x, _ in med], y=[y * 1e3 for _, y in med], mode="lines+markers",
                                  line={"color": c}, marker={"color": c, "symbol": "diamond", "size": 9}, legendgroup=g,
+                                 error_y=error_bars([y for _, y in med], cis, 1e3),
                                  name=label(info) + " · median TTFT per prompt length",
                                  hovertemplate="prompt %{x} tok<br>median TTFT %{y:.2f} ms<extra></extra>"))
     if not fig.data:
@@ -145,80 +175,171 @@ def plot_ttft_vs_prompt(runs: list[Run]) -> Plot | str:
                 "see the TTFT distribution (probe or explain vary the prompt)")
     layout(fig, "TTFT vs prompt length (prefill)", "prompt tokens", "TTFT (ms)")
     fig.update_yaxes(rangemode="tozero")
-    return Plot("ttft_vs_prompt", "TTFT vs prompt length", fig,
-                "dashed: explain's own fit TTFT ≈ a + b·n + c·n² over its best TTFT per length, as it stored it; "
-                "solid: the median per prompt length")
+    # the caption names only the lines drawn: a probe stores no fit, so it gets no "dashed" line to look for
+    notes = ["dots: one request each (TTFT at the client)"]
+    if drew_server:
+        notes.append("crosses: the server's own prompt time for the same request")
+    if drew_fit:
+        notes.append("dashed: explain's own fit TTFT ≈ a + b·n + c·n² over its best TTFT per length, as it stored "
+                     "it (diamonds: the points it fitted)")
+    if drew_median:
+        notes.append("solid: the median TTFT per prompt length (the probe's stored median per size where it has one)"
+                     + ("; its bars: the 95 % interval of that median (the stored one, else from the repeats)"
+                        if drew_ci else ""))
+    return Plot("ttft_vs_prompt", "TTFT vs prompt length", fig, "; ".join(notes))
 
 
 def _cdf(values: list[float], n: int = 800) -> tuple[list[float], list[float]]:
-    qs = np.linspace(0, 1, min(len(values), n))
-    return np.quantile(np.asarray(values), qs).tolist(), qs.tolist()
+    """The empirical CDF as a step line (drawn with ``shape="hv"``): with up to ``n`` values each
+    one's step, from (min, 0) to (max, 1); more values are sampled at ``n`` quantiles. (Joining three
+    quantiles with straight lines drew three requests as a smooth distribution.)"""
+    v = sorted(values)
+    if len(v) <= n:
+        return [v[0], *v], [0.0, *((i + 1) / len(v) for i in range(len(v)))]
+    qs = np.linspace(0, 1, n)
+    return np.quantile(np.asarray(v), qs).tolist(), qs.tolist()
+
+
+#: at most this many TTFT populations get a histogram row (the largest); the rest are named in the note
+MAX_TTFT_PANELS = 8
+#: a population of fewer requests gets no histogram (its TTFTs are in "TTFT vs prompt length")
+MIN_HIST_REQUESTS = 3
 
 
 def plot_ttft_distribution(runs: list[Run]) -> Plot | str:
-    """Histogram (% of requests) and CDF of TTFT, one colour per run."""
+    """Histogram (% of requests) and CDF of TTFT, one row per population (:func:`ttft_populations`:
+    experiment, load level, prompt size), each with its own TTFT axis; the runs overlaid in each row,
+    one colour per run."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("histogram", "CDF"), horizontal_spacing=0.1)
+    panels: dict[str, list[tuple[int, RunInfo, list[float]]]] = {}
+    order: dict[str, tuple[Any, ...]] = {}
+    single: list[str] = []
     for k, (info, recs) in enumerate(runs):
-        ttft = [t * 1e3 for t in (derive.ttft_s(r) for r in ok_records(recs)) if t is not None]
-        if len(set(ttft)) < 2:
-            continue
-        c = colour(k)
-        p50, p99 = percentile(ttft, 50), percentile(ttft, 99)
-        name = f"{label(info)} (p50 {p50:.1f} ms, p99 {p99:.1f} ms, n={len(ttft)})"
-        fig.add_trace(go.Histogram(x=ttft, histnorm="percent", name=name, legendgroup=info.id, opacity=0.55,
-                                   marker={"color": c}, nbinsx=min(40, max(8, len(ttft) // 3)),
-                                   hovertemplate="TTFT %{x} ms<br>%{y:.1f} % of requests<extra></extra>"), row=1, col=1)
-        xs, qs = _cdf(ttft)
-        fig.add_trace(go.Scatter(x=xs, y=qs, mode="lines", line={"color": c, "width": 2}, name=name, legendgroup=info.id,
-                                 showlegend=False, hovertemplate="TTFT %{x:.2f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"),
-                      row=1, col=2)
-    if not fig.data:
+        for key, name, ttft in ttft_populations(recs):
+            if len(ttft) < MIN_HIST_REQUESTS or len(set(ttft)) < 2:
+                single.append(name)
+                continue
+            panels.setdefault(name, []).append((k, info, ttft))
+            order.setdefault(name, key)
+    if not panels:
+        if single:
+            return (f"fewer than {MIN_HIST_REQUESTS} requests (or one distinct TTFT) per prompt size or experiment: "
+                    "no distribution to draw (see TTFT vs prompt length)")
         return "fewer than two distinct TTFTs (no successful streamed requests)"
-    layout(fig, "Time to first token, per request (prefill + wait)", "TTFT (ms)", "% of requests", barmode="overlay")
-    fig.update_xaxes(title_text="TTFT (ms)", row=1, col=2)
-    fig.update_yaxes(title_text="fraction of requests ≤ x", range=[0, 1.02], row=1, col=2)
-    return Plot("ttft_distribution", "TTFT distribution", fig)
+    # the most-sampled populations get the rows, drawn in order of experiment, load and size
+    biggest = sorted(panels, key=lambda n: (-max(len(t) for _, _, t in panels[n]), order[n]))
+    left_out = sorted(biggest[MAX_TTFT_PANELS:], key=lambda n: order[n])
+    names = sorted(biggest[:MAX_TTFT_PANELS], key=lambda n: order[n])
+    n = len(names)
+    titles = [t for name in names for t in (f"{esc(name)} · histogram", f"{esc(name)} · CDF")]
+    fig = make_subplots(rows=n, cols=2, subplot_titles=titles, horizontal_spacing=0.1,
+                        vertical_spacing=min(0.12, 0.5 / n) if n > 1 else 0.1)
+    for row, name in enumerate(names, start=1):
+        for k, info, ttft in panels[name]:
+            c = colour(k)
+            p50, p99 = percentile(ttft, 50), percentile(ttft, 99)
+            legend = f"{label(info)} · {esc(name)} (p50 {p50:.1f} ms, p99 {p99:.1f} ms, n={len(ttft)})"
+            fig.add_trace(go.Histogram(x=ttft, histnorm="percent", name=legend, legendgroup=info.id, opacity=0.55,
+                                       marker={"color": c}, nbinsx=min(40, max(8, len(ttft) // 3)),
+                                       hovertemplate="TTFT %{x} ms<br>%{y:.1f} % of requests<extra></extra>"),
+                          row=row, col=1)
+            xs, qs = _cdf(ttft)
+            fig.add_trace(go.Scatter(x=xs, y=qs, mode="lines", line={"color": c, "width": 2, "shape": "hv"},
+                                     name=legend,
+                                     legendgroup=info.id, showlegend=False,
+                                     hovertemplate="TTFT %{x:.2f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"),
+                          row=row, col=2)
+        fig.update_yaxes(title_text="% of requests", row=row, col=1)
+        fig.update_yaxes(title_text="fraction ≤ x", range=[0, 1.02], row=row, col=2)
+    layout(fig, "Time to first token, per request (prefill + wait)", "", "", barmode="overlay")
+    fig.update_xaxes(title_text="TTFT (ms)", row=n, col=1)
+    fig.update_xaxes(title_text="TTFT (ms)", row=n, col=2)
+    fig.update_layout(height=260 + 240 * n, legend={"orientation": "h", "y": -0.4 / n - 0.04, "yanchor": "top"})
+    notes = [f"one row per experiment, phase, load level and prompt size (sizes within {SIZE_FACTOR:g}× of each other "
+             "are one; their TTFTs differ by design and are never pooled), each with its own TTFT axis"]
+    if left_out:
+        notes.append(f"not drawn ({len(left_out)} more, fewer requests): {', '.join(left_out)}")
+    if single:
+        few = list(dict.fromkeys(single))
+        notes.append(f"fewer than {MIN_HIST_REQUESTS} requests each, no histogram ({len(few)}): "
+                     + ", ".join(few[:12]) + (" …" if len(few) > 12 else ""))
+    return Plot("ttft_distribution", "TTFT distribution", fig, "; ".join(notes))
 
 
 # --- decode -------------------------------------------------------------------------------------
 def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
+    """Per-request decode tok/s vs the mean context during decode (prompt + (output − 1)/2 tokens).
+    The line is the median per nominal context (the size the request was sent at,
+    :func:`~phasescope.report.populations.nominal_size`,
+    clustered by :func:`size_clusters`), joined in order of context — one vertex per context,
+    not one per request. Requests that shared the server with others (:func:`decoding_alone`: another
+    request in flight while they decoded, or ``tags.concurrency`` > 1) are drawn apart as markers and
+    never joined into the single-stream line: their per-request rate is the batch's share, not the
+    speed at that context."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     seen: list[float] = []
     for k, (info, recs) in enumerate(runs):
-        pts = []
-        for r in ok_records(recs):
+        single: list[tuple[float, float, float | None]] = []
+        shared: dict[Any, list[tuple[float, float]]] = {}
+        ok = ok_records(recs)
+        alone = decoding_alone(ok)
+        for r in ok:
             v = derive.decode_tok_s(r)
             p = r.prompt_tokens or r.prompt_tokens_requested
             n = derive._output_tokens(r)
             if v is None or not p or not n:
                 continue
-            pts.append((p + (n - 1) / 2, v))
-        seen.extend(x for x, _ in pts)
-        if not has_spread([x for x, _ in pts]):
+            x = p + (n - 1) / 2
+            c = r.tags.get("concurrency")
+            if id(r) in alone and not (is_num(c) and float(c) > 1):
+                single.append((x, v, nominal_size(r)))
+            else:
+                shared.setdefault(float(c) if is_num(c) else None, []).append((x, v))
+        xs_all = [x for x, _, _ in single] + [x for pts in shared.values() for x, _ in pts]
+        seen.extend(xs_all)
+        if not has_spread(xs_all):
             continue
-        xs, ys = zip(*sorted(pts))
         c = colour(k)
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=label(info), legendgroup=info.id,
-                                 marker={"color": c, "size": 7, "opacity": 0.7},
-                                 hovertemplate="context %{x:.0f} tok<br>%{y:.1f} tok/s<extra></extra>"))
-        by: dict[int, list[float]] = {}
-        for x, y in pts:
-            by.setdefault(round(x), []).append(y)
-        mx = sorted(by)
-        fig.add_trace(go.Scatter(x=mx, y=[median(by[x]) for x in mx], mode="lines", line={"color": c}, legendgroup=info.id,
-                                 name=label(info) + " · median", hoverinfo="skip"))
+        if single:
+            pts = sorted(single)
+            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name=label(info),
+                                     legendgroup=info.id, marker={"color": c, "size": 7, "opacity": 0.7},
+                                     hovertemplate="context %{x:.0f} tok<br>%{y:.1f} tok/s<extra></extra>"))
+            nominal = [p[2] if p[2] is not None else p[0] for p in pts]
+            groups = []
+            for lo, hi in size_clusters(nominal):
+                g = [(x, y) for (x, y, _), nm in zip(pts, nominal) if lo <= nm <= hi]
+                if g:
+                    groups.append((median([x for x, _ in g]), median([y for _, y in g]), len(g)))
+            groups.sort()
+            if len(groups) >= 2:
+                fig.add_trace(go.Scatter(
+                    x=[g[0] for g in groups], y=[g[1] for g in groups], mode="lines+markers", line={"color": c},
+                    marker={"color": c, "symbol": "diamond", "size": 9}, legendgroup=info.id,
+                    text=[f"{g[2]} requests" for g in groups], name=label(info) + " · median per context",
+                    hovertemplate="context %{x:.0f} tok<br>median %{y:.1f} tok/s (%{text})<extra></extra>"))
+        for j, (cc, pts) in enumerate(sorted(shared.items(), key=lambda kv: -1.0 if kv[0] is None else kv[0])):
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", legendgroup=info.id,
+                name=f"{label(info)} · concurrent requests (c={cc:g})" if cc is not None else
+                f"{label(info)} · concurrent requests (decoded while others were in flight)",
+                marker={"color": c, "symbol": ("x", "cross", "triangle-up", "square-open")[j % 4], "size": 7,
+                        "opacity": 0.5},
+                hovertemplate="context %{x:.0f} tok<br>%{y:.1f} tok/s per request, shared<extra></extra>"))
     if not fig.data:
         if not seen:
             return "no decode rates (needs streamed requests of two or more tokens)"
         return f"one context length ({range_text([round(x) for x in seen], 'tokens')}): nothing to scale against"
     layout(fig, "Decode tok/s vs context length (decode)", "mean context during decode (tokens)", "decode tok/s per request")
     fig.update_yaxes(rangemode="tozero")
-    return Plot("decode_vs_context", "decode tok/s vs context length", fig)
+    return Plot("decode_vs_context", "decode tok/s vs context length", fig,
+                "dots: one request each that decoded alone; line: their median per context the requests were sent "
+                "at, in order of context; crosses: requests that decoded while others were in flight (a batch's "
+                "share, not joined)")
 
 
 def plot_itl_cdf(runs: list[Run]) -> Plot | str:
@@ -234,7 +355,7 @@ def plot_itl_cdf(runs: list[Run]) -> Plot | str:
         # the legend's percentiles are the run's (show's ITL p50/p99), zero gaps included
         p50, p99 = (point_value(s, METRIC_BY_KEY[k2]) * 1e3 for k2 in ("itl_p50_s", "itl_p99_s"))  # type: ignore[operator]
         fig.add_trace(go.Scatter(
-            x=xs, y=qs, mode="lines", line={"color": colour(k), "width": 2}, legendgroup=info.id,
+            x=xs, y=qs, mode="lines", line={"color": colour(k), "width": 2, "shape": "hv"}, legendgroup=info.id,
             name=f"{label(info)} (p50 {p50:.2f} ms, p99 {p99:.2f} ms, n={len(s.pooled_itl())} tokens)",
             hovertemplate="ITL %{x:.3f} ms<br>fraction ≤ %{y:.3f}<extra></extra>"))
     if not fig.data:
@@ -306,69 +427,6 @@ def plot_throughput_vs_itl(runs: list[Run]) -> Plot | str:
     return Plot("throughput_vs_itl", "throughput vs p99 ITL", fig)
 
 
-# --- several endpoints (bench --target, issue 10) -----------------------------------------------
-def endpoint_groups(recs: list[RequestRecord]) -> dict[str, list[RequestRecord]]:
-    """A run's measured records by endpoint (``tags.endpoint``, as :mod:`phasescope.load.routing`
-    tags them), in first-seen order. Records without the tag are left out."""
-    out: dict[str, list[RequestRecord]] = {}
-    for r in measured(recs):
-        ep = r.tags.get("endpoint")
-        if ep:
-            out.setdefault(str(ep), []).append(r)
-    return out
-
-
-def endpoint_rows(runs: list[Run]) -> list[dict[str, Any]]:
-    """One row per (run, endpoint) for every run whose records went to more than one endpoint:
-    ``run``, ``endpoint``, ``requests``, ``share`` (fraction of the run's tagged requests),
-    ``completed``, ``failed``, ``request_throughput`` (req/s), ``output_throughput`` (tok/s),
-    ``{median,p99}_{ttft,itl}_ms`` — :func:`phasescope.load.summary.summarize` over that
-    endpoint's records alone (the same numbers ``bench`` prints per endpoint) — and
-    ``server_metrics`` (that endpoint's /metrics summary from the stored bench summary, or None)."""
-    from phasescope.load.summary import summarize
-
-    rows: list[dict[str, Any]] = []
-    for info, recs in runs:
-        groups = endpoint_groups(recs)
-        if len(groups) < 2:
-            continue
-        total = sum(len(g) for g in groups.values())
-        stored = {}
-        summ = info.summary if isinstance(info.summary, dict) else {}
-        for e in summ.get("endpoints") or []:
-            if isinstance(e, dict) and e.get("endpoint"):
-                stored[str(e["endpoint"])] = e.get("server_metrics")
-        for ep, group in groups.items():
-            s = summarize(group, percentiles=(50.0, 99.0))
-            rows.append({"run": info.id, "endpoint": ep, "requests": len(group), "share": len(group) / total,
-                         "completed": s.get("completed"), "failed": s.get("failed"),
-                         "request_throughput": s.get("request_throughput"),
-                         "output_throughput": s.get("output_throughput"),
-                         **{k: s.get(k) for k in ("median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms")},
-                         "server_metrics": stored.get(ep)})
-    return rows
-
-
-def plot_per_endpoint(runs: list[Run]) -> Plot | str:
-    """Grouped bars: p50/p99 TTFT and p50/p99 ITL (ms) for each endpoint of each multi-endpoint run."""
-    import plotly.graph_objects as go
-
-    rows = endpoint_rows(runs)
-    if not rows:
-        return "no run sent requests to more than one endpoint"
-    several = len({r["run"] for r in rows}) > 1
-    xs = [esc(f"{r['run']} · {r['endpoint']}" if several else r["endpoint"]) for r in rows]
-    fig = go.Figure()
-    for k, (key, name) in enumerate((("median_ttft_ms", "p50 TTFT"), ("p99_ttft_ms", "p99 TTFT"),
-                                     ("median_itl_ms", "p50 ITL"), ("p99_itl_ms", "p99 ITL"))):
-        fig.add_trace(go.Bar(x=xs, y=[r[key] for r in rows], name=name, marker={"color": colour(k)},
-                             hovertemplate="%{x}<br>" + name + " %{y:.2f} ms<extra></extra>"))
-    layout(fig, "Latency per endpoint", "endpoint", "ms (log)", barmode="group")
-    fig.update_yaxes(type="log")
-    return Plot("per_endpoint", "latency per endpoint", fig,
-                note="Each endpoint's requests alone (records tagged with their endpoint); ITL per token.")
-
-
 PLOTS: tuple[tuple[str, str, Callable[[list[Run]], Plot | str]], ...] = (
     ("ttft_vs_prompt", "TTFT vs prompt length", plot_ttft_vs_prompt),
     ("ttft_distribution", "TTFT distribution", plot_ttft_distribution),
@@ -386,9 +444,16 @@ def build_plots(runs: list[Run]) -> tuple[list[Plot], dict[str, str]]:
     ``per_endpoint`` when a run went to more than one endpoint (never listed as skipped)."""
     plots: list[Plot] = []
     skipped: dict[str, str] = {}
+    # a tune run has no requests of its own: its settings' runs do (say that, not "no successful request")
+    tune_only = bool(runs) and all(i.kind == "tune" and not recs for i, recs in runs)
     for name, _, fn in PLOTS:
         res = fn(runs)
         if isinstance(res, str):
+            if tune_only:
+                ids = [str(r.get("run_id")) for i, _ in runs for r in ((i.summary or {}).get("settings") or [])
+                       if isinstance(r, dict) and r.get("run_id")]
+                res = ("a tune run stores no requests of its own; each setting's run does"
+                       + (f" (phasescope report {' '.join(ids[:4])}{' …' if len(ids) > 4 else ''})" if ids else ""))
             skipped[name] = res
         else:
             plots.append(res)

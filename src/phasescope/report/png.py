@@ -51,12 +51,15 @@ def write_pngs(plots: list[Plot], png_dir: Path, *, width: int = 1100, height: i
     except OSError as exc:
         raise InputError(f"cannot create {png_dir}: {exc.strerror or exc}") from None
     paths = [png_dir / f"{p.name}.png" for p in plots]
+    # a figure taller than ``height`` (one TTFT row per prompt size, a timeline per run) keeps its own height
+    heights = [max(height, int(p.figure.layout.height or 0)) for p in plots]
     kaleido_error = None
     try:
         import kaleido  # noqa: F401
         import plotly.io as pio
 
-        pio.write_images([p.figure for p in plots], paths, width=width, height=height, scale=2)
+        for p, path, h in zip(plots, paths, heights):
+            pio.write_image(p.figure, path, width=width, height=h, scale=2)
         return [str(p) for p in paths], None
     except ImportError:
         kaleido_error = "kaleido is not installed (pip install 'phasescope[png]')"
@@ -70,9 +73,9 @@ def write_pngs(plots: list[Plot], png_dir: Path, *, width: int = 1100, height: i
     js = get_plotlyjs()
     done = []
     with tempfile.TemporaryDirectory(prefix="phasescope-png-") as tmp:
-        for p, path in zip(plots, paths):
+        for p, path, h in zip(plots, paths, heights):
             fig = p.figure.to_plotly_json()
-            layout = dict(fig.get("layout", {}), width=width, height=height)
+            layout = dict(fig.get("layout", {}), width=width, height=h)
             page = (f'<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
                     f'content="{CSP}"><style>body{{margin:0;background:#fff}}</style><script>{js}</script></head><body>'
                     f'<div id="p"></div><script>Plotly.newPlot("p",{script_json(fig.get("data", []))},'
@@ -82,7 +85,7 @@ def write_pngs(plots: list[Plot], png_dir: Path, *, width: int = 1100, height: i
 
             page_path.write_text(clean(page), encoding="utf-8")
             cmd = [chrome, *CHROMIUM_FLAGS, f"--user-data-dir={tmp}/profile", f"--screenshot={path}",
-                   f"--window-size={width},{height}", "--force-device-scale-factor=2", "--virtual-time-budget=3000",
+                   f"--window-size={width},{h}", "--force-device-scale-factor=2", "--virtual-time-budget=3000",
                    page_path.as_uri()]
             try:
                 subprocess.run(cmd, capture_output=True, timeout=60, check=False)

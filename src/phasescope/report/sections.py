@@ -6,6 +6,10 @@ Every number shown comes from a stored summary (probe ``sizes`` / ``ceilings.siz
 (verdicts), from the run's own fields, or — for a run with no probe-shaped summary —
 from :mod:`phasescope.measure.aggregate` over its records, the numbers ``show`` prints
 (:mod:`phasescope.report.data`, embedded in the page as JSON). Nothing is re-derived here. Every string is escaped.
+
+One job: the page's text around the plots — every section is a table or list of stored values, written
+with the same formatters (:func:`fmt_ms`, :func:`field_text`…), so a number reads the same in the card,
+the tables and the comparison view.
 """
 
 from __future__ import annotations
@@ -54,6 +58,33 @@ def value_text(v: Any) -> str:
     if isinstance(v, (list, tuple)) and all(not isinstance(x, (dict, list)) for x in v):
         return ", ".join(value_text(x) for x in v)
     return json.dumps(to_jsonable(v), ensure_ascii=False)
+
+
+def _proc_text(p: dict[str, Any]) -> str:
+    """One process of a host sample (``{"pid", "comm", "cpu_share"}``) as ``python (pid 21177) 6.8 %``."""
+    name = str(p.get("comm") or p.get("name") or "?") + (f" (pid {p['pid']})" if p.get("pid") is not None else "")
+    share = _f(p.get("cpu_share") if "cpu_share" in p else p.get("share"))
+    return name + (f" {share * 100:.1f} %" if share is not None else "")
+
+
+def field_text(key: str, v: Any) -> str:
+    """A stored field as a person reads it in the side-by-side tables: a share (``*_share``, 0–1) as
+    a percentage, a list of processes (``top_other``) as ``python (pid 21177) 6.8 %, …``, other
+    lists of objects as ``k: v`` pairs, an empty list as "none"; else :func:`value_text`."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and key.rsplit(".", 1)[-1].endswith("_share"):
+        return f"{v * 100:.1f} %"
+    if isinstance(v, (list, tuple)):
+        if not v:
+            return "none"
+        if all(isinstance(x, dict) for x in v):
+            if all(("comm" in x or "name" in x) for x in v):
+                return ", ".join(_proc_text(x) for x in v)
+            return "; ".join(", ".join(f"{k}: {field_text(str(k), x2)}" for k, x2 in x.items()) for x in v)
+        if all(isinstance(x, (list, tuple)) and len(x) == 2 and isinstance(x[0], str) for x in v):
+            return "; ".join(f"{x[0]}: {field_text(x[0], x[1])}" for x in v)  # [[name, values], …]
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {field_text(k, x)}" for k, x in v.items()) or "none"
+    return value_text(v)
 
 
 def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -207,6 +238,20 @@ def _explain_card(exps: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _tune_card(s: dict[str, Any]) -> str:
+    """A tune run's card: its finding (one sentence per setting against the baseline, as tune
+    printed it) and where the table and plots are."""
+    lines = "".join(f"<li>{esc(x)}</li>" for x in s.get("finding") or [])
+    rec = s.get("recommended")
+    rec_text = ""
+    if isinstance(rec, dict) and (rec.get("label") or rec.get("reason")):
+        rec_text = ("<p>recommended: " + (f"<b>{esc(rec['label'])}</b>" if rec.get("label") else "none")
+                    + (f" — {esc(rec['reason'])}" if rec.get("reason") else "") + "</p>")
+    return (f"<h4>Finding</h4><ul class=cardfind>{lines}</ul>" if lines else "") + rec_text + (
+        "<p class=muted>each setting's numbers: the Tune table below; each metric across the settings, with the "
+        "repeat spread: the tune plots</p>")
+
+
 def _finding_line(f: Any) -> str:
     if not isinstance(f, dict):
         return f"<li>{esc(f)}</li>"
@@ -217,16 +262,21 @@ def _finding_line(f: Any) -> str:
 def card_html(runs: list[Run]) -> str:
     """One card per run (at most four): the phase story first — TTFT and decode, their ceilings,
     efficiency and binding roof — and the findings, before any plot."""
+    from phasescope.report.tune_plots import tune_header
+
     cards = []
     for k, (info, _) in enumerate(runs[:4]):
         s = info.summary if isinstance(info.summary, dict) else {}
-        sizes, crow = probe_sizes(s)
+        tune = info.kind == "tune" and isinstance(s.get("settings"), list) and bool(s["settings"])
+        sizes, crow = ([], {}) if tune else probe_sizes(s)
         if sizes:
             table = _probe_card(sizes, crow)
         elif any(k2 in s for k2 in ("median_ttft_ms", "output_throughput", "median_itl_ms")):
             table = _bench_card(s)
         elif isinstance(s.get("experiments"), dict) and _explain_card(s["experiments"]):
             table = _explain_card(s["experiments"])
+        elif tune:
+            table = _tune_card(s)
         else:
             table = "<p class=muted>no phase numbers in this run's stored summary</p>"
         fs = findings_of(s)
@@ -235,6 +285,8 @@ def card_html(runs: list[Run]) -> str:
             finds = f"<h4>Findings</h4><ul class=cardfind>{''.join(_finding_line(f) for f in fs[:4])}{more}</ul>"
         elif info.kind == "explain":
             finds = "<h4>Findings</h4><p class=muted>none: nothing the rules could pin on a cause</p>"
+        elif tune:
+            finds = ""  # the tune card is its finding
         else:
             finds = "<p class=muted>no diagnosis in this run (<code>phasescope explain</code> names causes)</p>"
         from phasescope.measure.warnings import to_json
@@ -247,10 +299,11 @@ def card_html(runs: list[Run]) -> str:
                             for w in ws)
             warn = f"<h4>Measurement warnings</h4><ul class=cardwarn>{items}</ul>"
         eng = " ".join(x for x in (info.engine, info.engine_version) if x) or "?"
+        what = (tune_header(info, s) if tune else f"{info.model or '?'} · {eng}") + (
+            f" · {info.device}" if info.device else "")
         cards.append(
             f'<div class=onecard style="border-top:4px solid {colour(k)}"><div class=cardhead><b>{esc(info.id)}</b> · '
-            f"{esc(info.kind)} · {esc(info.model or '?')} · {esc(eng)}" + (f" · {esc(info.device)}" if info.device else "")
-            + f"</div>{table}{finds}{warn}</div>")
+            f"{esc(info.kind)} · {esc(what)}</div>{table}{finds}{warn}</div>")
     return f'<section class="card">{"".join(cards)}</section>'
 
 
@@ -278,7 +331,7 @@ def runs_table_html(runs: list[Run]) -> str:
 def _side_by_side(rows: list[tuple[str, list[Any]]], heads: list[str], *, only_diff: bool = False) -> str:
     body = []
     for key, vals in rows:
-        texts = ["—" if v is None else value_text(v) for v in vals]
+        texts = ["—" if v is None else field_text(key, v) for v in vals]
         diff = len(set(texts)) > 1
         if only_diff and not diff:
             continue
@@ -306,7 +359,8 @@ def params_html(runs: list[Run]) -> str:
         return ""
     rows = []
     for j in range(0, len(shown), PARAM_PAIRS_PER_ROW):
-        cells = "".join(f"<td>{esc(k)}</td><td>{esc(value_text(v))}</td>" for k, v in shown[j:j + PARAM_PAIRS_PER_ROW])
+        cells = "".join(f"<td>{esc(k)}</td><td>{esc(field_text(k, v))}</td>"
+                        for k, v in shown[j:j + PARAM_PAIRS_PER_ROW])
         rows.append(f"<tr>{cells}</tr>")
     th = "<th>parameter</th><th>value</th>" * min(PARAM_PAIRS_PER_ROW, max(1, len(shown)))
     more = f"<p class=note>not set: {esc(', '.join(unset))}</p>" if unset else ""
@@ -489,7 +543,7 @@ def comparison_html(runs: list[Run], comparisons: list[dict[str, Any]]) -> str:
                          f"change is at least {mc or 0:.0%} of A; otherwise within noise.</p>")
     rows = environment_rows(runs, extra)
     differ = _side_by_side(rows, ["", *ids], only_diff=True)
-    n_same = sum(1 for _, vals in rows if len({value_text(v) if v is not None else "—" for v in vals}) <= 1)
+    n_same = sum(1 for k, vals in rows if len({field_text(k, v) if v is not None else "—" for v in vals}) <= 1)
     parts.append("<h3>What differs between the runs</h3><p class=note>Run fields, parameters, host contention "
                  "(<code>host.*</code>) and server settings (<code>server.*</code>) where the runs stored them.</p>"
                  + (differ or "<p>nothing: the runs agree in every stored field and parameter</p>")

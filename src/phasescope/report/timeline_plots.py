@@ -126,19 +126,28 @@ def plot_request_timeline(runs: list[Run]) -> Plot | str:
 QUEUE_SERIES = ("running", "waiting", "preemptions")
 FRACTION_SERIES = ("kv_usage", "kv_cache_usage", "prefix_cache_hit_rate")
 RATE_SERIES = ("generation_tok_s", "prompt_tok_s")
+#: the cumulative counter behind each rate (bench's timeline rows carry both)
+CUMULATIVE = {"generation_tok_s": "generation_tokens", "prompt_tok_s": "prompt_tokens"}
+#: engines whose token counters move in bursts: llama.cpp adds a request's tokens when it finishes
+BURSTY_ENGINES = frozenset({"llamacpp"})
+#: a bursty counter's rate is drawn over a trailing window of at least this many scrape intervals…
+WINDOW_SCRAPES = 5
+#: … and at least this many times the run's median request duration (its tokens land at its end)
+WINDOW_REQUESTS = 2.0
 
 
-def find_timeline(summary: dict[str, Any] | None) -> dict[str, list[Any]] | None:
+def find_timeline(summary: dict[str, Any] | None, extra: tuple[str, ...] = ()) -> dict[str, list[Any]] | None:
     """A ``{"t_s": [...], series: [...]}`` timeline from a summary: ``server_metrics.timeline``
     (bench), ``server_timeline`` or ``timeline``; either a list of samples or a dict of lists.
-    Only the series in :data:`QUEUE_SERIES`, :data:`FRACTION_SERIES` and :data:`RATE_SERIES`."""
+    Only the series in :data:`QUEUE_SERIES`, :data:`FRACTION_SERIES` and :data:`RATE_SERIES`, and
+    those named in ``extra`` (the cumulative counters, :data:`CUMULATIVE`)."""
     if not isinstance(summary, dict):
         return None
     cands = [summary.get("server_timeline"), summary.get("timeline")]
     sm = summary.get("server_metrics")
     if isinstance(sm, dict):
         cands = [sm.get("timeline"), sm.get("server_timeline"), *cands]
-    wanted = QUEUE_SERIES + FRACTION_SERIES + RATE_SERIES
+    wanted = QUEUE_SERIES + FRACTION_SERIES + RATE_SERIES + tuple(extra)
     for c in cands:
         if isinstance(c, list) and c and all(isinstance(x, dict) for x in c):
             keys = list(dict.fromkeys(k for x in c for k in x))
@@ -158,37 +167,158 @@ def find_timeline(summary: dict[str, Any] | None) -> dict[str, list[Any]] | None
             return out
     return None
 
+def timeline_engine(summary: Any, info: RunInfo | None = None) -> str | None:
+    """The engine the stored ``/metrics`` timeline came from (``server_metrics.engine``, else the run's)."""
+    sm = summary.get("server_metrics") if isinstance(summary, dict) else None
+    eng = sm.get("engine") if isinstance(sm, dict) else None
+    return eng or (info.engine if info is not None else None)
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def windowed_rate(t: list[Any], rate: list[Any], total: list[Any] | None, window_s: float) -> list[float | None]:
+    """The rate over the trailing ``window_s`` at each sample: (counter now − counter at the newest
+    sample at least ``window_s`` earlier, else the first) ÷ the seconds between them. The counter is
+    ``total`` (cumulative) where stored, else Σ rate·Δt. None before the second sample."""
+    n = len(t)
+    cum: list[float | None] = []
+    if total is not None and sum(_num(v) for v in total) >= 2:
+        cum = [float(v) if _num(v) else None for v in total]
+    else:
+        acc = 0.0
+        for i in range(n):
+            if i and _num(rate[i]) and _num(t[i]) and _num(t[i - 1]):
+                acc += float(rate[i]) * (float(t[i]) - float(t[i - 1]))
+            cum.append(acc if _num(t[i]) else None)
+    out: list[float | None] = []
+    base = 0
+    for i in range(n):
+        if not _num(t[i]) or cum[i] is None:
+            out.append(None)
+            continue
+        while base + 1 < i and _num(t[base + 1]) and float(t[base + 1]) <= float(t[i]) - window_s:
+            base += 1
+        j = base
+        while j < i and (cum[j] is None or not _num(t[j])):
+            j += 1
+        dt = float(t[i]) - float(t[j]) if j < i else 0.0
+        out.append((cum[i] - cum[j]) / dt if dt > 0 else None)  # type: ignore[operator]
+    return out
+
+
+def rate_window_s(t: list[Any], recs: list[RequestRecord]) -> float:
+    """How long a window a bursty counter's rate is drawn over: :data:`WINDOW_SCRAPES` scrape
+    intervals, and :data:`WINDOW_REQUESTS` × the median request duration (a request's tokens are
+    counted when it ends), whichever is longer."""
+    ts = sorted(float(x) for x in t if _num(x))
+    gaps = sorted(b - a for a, b in zip(ts, ts[1:]) if b > a)
+    step = gaps[len(gaps) // 2] if gaps else 1.0
+    from phasescope.measure.aggregate import median
+
+    e2e = median([derive.e2e_s(r) for r in ok_records(recs)])
+    return max(WINDOW_SCRAPES * step, WINDOW_REQUESTS * (e2e or 0.0))
+
+
+def zero_hits_any(found: list[Any]) -> bool:
+    return any(any(_num(v) for v in tl.get("prefix_cache_hit_rate") or []) for *_, tl in found)
+
+
+#: the sentence for a panel no run has a value for
+_NO_PANEL = {
+    "requests": "no running / waiting requests: the server's /metrics does not export them",
+    "percent": "no KV cache usage or prefix-cache hits: the server's /metrics does not export them",
+    "rates": "no token rates: the server's /metrics does not export token counters",
+}
+
+
 def plot_server_timeline(runs: list[Run]) -> Plot | str:
     """Up to three panels over the run, each with its own unit: requests (running, waiting,
-    preemptions), % (KV cache, prefix-cache hits: the stored fractions × 100), server tok/s."""
+    preemptions), % (KV cache, prefix-cache hits: the stored fractions × 100), server tok/s. A panel
+    no run has a value for is not drawn empty: the note says which and why. A bursty engine's token
+    counters (:data:`BURSTY_ENGINES`: llama.cpp counts a request's tokens when it finishes, so the
+    scrape-to-scrape rate is 0 and then a spike) are drawn as the rate over a trailing window
+    (:func:`rate_window_s`), and the legend and note say so."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    panels = (("requests", QUEUE_SERIES, 1.0), ("KV cache / prefix-cache hits (%)", FRACTION_SERIES, 100.0),
-              ("server tok/s", RATE_SERIES, 1.0))
-    found = [(k, info, tl) for k, (info, _) in enumerate(runs) if (tl := find_timeline(info.summary)) is not None]
-    used = [p for p in panels if any(any(isinstance(v, (int, float)) for v in tl.get(s) or []) for _, _, tl in found
-                                     for s in p[1])]
+    panels = (("requests", QUEUE_SERIES, 1.0), ("percent", FRACTION_SERIES, 100.0), ("rates", RATE_SERIES, 1.0))
+    found = [(k, info, recs, tl) for k, (info, recs) in enumerate(runs)
+             if (tl := find_timeline(info.summary, tuple(CUMULATIVE.values()))) is not None]
+
+    def has(tl: dict[str, list[Any]], name: str) -> bool:
+        return any(_num(v) for v in tl.get(name) or [])
+
+    def shows(tl: dict[str, list[Any]], name: str) -> bool:
+        """A series worth a line: any value, except prefix-cache hits that are 0 at every scrape (a line
+        on the axis reads as an empty panel: the note says it instead)."""
+        if name == "prefix_cache_hit_rate":
+            return any(_num(v) and v > 0 for v in tl.get(name) or [])
+        return has(tl, name)
+
+    used = [p for p in panels if any(shows(tl, s) for *_, tl in found for s in p[1])]
     if not used:
         return "no server metrics timeline in the runs' summaries (bench records one when the server exposes /metrics)"
+    notes = ["solid / dashed / dotted: one metric each (see the legend); one colour per run"]
+    for key, series, _ in panels:
+        if (key, series, _) in used:
+            continue
+        why = _NO_PANEL[key]
+        if key == "percent" and any(timeline_engine(i.summary, i) == "llamacpp" for _, i, _, _ in found):
+            why = ("no KV cache panel: llama.cpp (builds since 2025-05) does not export KV cache usage on /metrics"
+                   + ("" if zero_hits_any(found) else ", and no prefix-cache hit rate was recorded"))
+        notes.append(why)
+    zero_hits = [i.id for _, i, _, tl in found
+                 if has(tl, "prefix_cache_hit_rate") and not shows(tl, "prefix_cache_hit_rate")]
+    if zero_hits:
+        notes.append(f"prefix-cache hits 0 % at every scrape ({', '.join(zero_hits)}): no prompt reused a cached "
+                     "prefix (unique prompts)")
+    if any(p[0] == "percent" for p in used):
+        missing_kv = [i.id for _, i, _, tl in found if not (has(tl, "kv_usage") or has(tl, "kv_cache_usage"))]
+        if missing_kv:
+            eng = {timeline_engine(i.summary, i) for _, i, _, _ in found if i.id in missing_kv}
+            who = "llama.cpp (builds since 2025-05)" if eng == {"llamacpp"} else "the server's /metrics"
+            notes.append(f"no KV cache usage for {', '.join(missing_kv)}: {who} does not export it")
     fig = make_subplots(rows=len(used), cols=1, shared_xaxes=True, vertical_spacing=0.07)
-    for row, (title, series, scale) in enumerate(used, start=1):
-        for k, info, tl in found:
+    windows: list[str] = []
+    for row, (key, series, scale) in enumerate(used, start=1):
+        drawn = []
+        for k, info, recs, tl in found:
+            bursty = timeline_engine(info.summary, info) in BURSTY_ENGINES
+            w = rate_window_s(tl["t_s"], recs) if bursty and key == "rates" else None
             for name in series:
                 vals = tl.get(name)
-                if not vals or not any(isinstance(v, (int, float)) for v in vals):
+                if not vals or not shows(tl, name):
                     continue
-                ys = [None if not isinstance(v, (int, float)) else v * scale for v in vals]
+                drawn.append(name)
+                if w is not None:
+                    ys: list[Any] = windowed_rate(tl["t_s"], vals, tl.get(CUMULATIVE[name]), w)
+                else:
+                    ys = [None if not _num(v) else v * scale for v in vals]
+                what = METRIC_LABEL.get(name, esc(name))
+                legend = f"{label(info)} · {what}" + (f" (over {w:.1f} s windows)" if w is not None else "")
                 fig.add_trace(go.Scatter(
-                    x=tl["t_s"], y=ys, mode="lines", name=f"{label(info)} · {METRIC_LABEL.get(name, esc(name))}",
-                    legendgroup=info.id, meta={"metric": name},
+                    x=tl["t_s"], y=ys, mode="lines", name=legend, legendgroup=info.id, meta={"metric": name},
                     line={"color": colour(k), "dash": DASH.get(name, "solid"), "shape": "hv" if name in QUEUE_SERIES else "linear"},
-                    hovertemplate=f"%{{x:.1f}} s<br>{METRIC_LABEL.get(name, esc(name))} %{{y:.3g}}<extra></extra>"),
+                    hovertemplate=f"%{{x:.1f}} s<br>{what} %{{y:.3g}}<extra></extra>"),
                     row=row, col=1)
+            if w is not None:
+                windows.append(f"{info.id}: {w:.1f} s")
+        if key == "percent":
+            parts = list(dict.fromkeys("KV cache" if n in ("kv_usage", "kv_cache_usage") else "prefix-cache hits"
+                                       for n in drawn))
+            title = " / ".join(parts) + " (%)"
+        else:
+            title = "requests" if key == "requests" else "server tok/s"
         kw: dict[str, Any] = {"range": [0, 100]} if scale == 100.0 else {"rangemode": "tozero"}
         fig.update_yaxes(title_text=title, row=row, col=1, **kw)
+    if windows:
+        notes.append("llama.cpp adds a request's tokens to its counters when the request finishes, so the rate "
+                     "from one scrape to the next reads 0 while requests decode and then spikes: its token rates "
+                     f"are drawn over a trailing window ({'; '.join(windows)}: ≥ {WINDOW_SCRAPES} scrapes and ≥ "
+                     f"{WINDOW_REQUESTS:g}× the median request), and they lag the work by up to one request")
     layout(fig, "Server queue, KV cache and token rates during the run (server /metrics)", "", "")
     fig.update_layout(height=260 + 170 * len(used))
     fig.update_xaxes(title_text="time since start (s)", row=len(used), col=1)
-    return Plot("server_timeline", "server queue / KV timeline", fig,
-                "solid / dashed / dotted: one metric each (see the legend); one colour per run")
+    return Plot("server_timeline", "server queue / KV timeline", fig, "; ".join(notes))
