@@ -109,6 +109,7 @@ class PromptBuilder:
         self.rng = random.Random(seed)
         self.tokenizer = Tokenizer(session, target)
         self._calib: tuple[float, float] | None = None  # tokens = a + b * words
+        self._calib_failed = False  # tried once and got no usable counts: estimate from then on
 
     @property
     def last_error(self) -> str | None:
@@ -202,12 +203,16 @@ class PromptBuilder:
         return rec.prompt_tokens
 
     async def calibrate(self) -> tuple[float, float] | None:
-        if self._calib is not None:
+        """tokens = a + b·words from two requests, once per builder: a calibration that failed is not
+        tried again for every prompt (each try waits up to the user's timeouts), and the second
+        request is not sent when the first got no count."""
+        if self._calib is not None or self._calib_failed:
             return self._calib
         w1, w2 = 20, 220
         t1 = await self._server_count(new_nonce() + filler(w1, self.rng))
-        t2 = await self._server_count(new_nonce() + filler(w2, self.rng))
+        t2 = await self._server_count(new_nonce() + filler(w2, self.rng)) if t1 is not None else None
         if t1 is None or t2 is None or t2 <= t1:
+            self._calib_failed = True
             return None
         b = (t2 - t1) / (w2 - w1)
         a = t1 - b * w1
