@@ -95,3 +95,33 @@ def test_a_body_that_never_ends_is_cut_at_the_users_timeouts(fast: bool, tmp_pat
     assert "Traceback" not in err
     # the designed bound is ~2 × 2 s (one calibration, one wave); 10× slack leaves room for a busy host
     assert took < 20, took
+
+
+@pytest.mark.timeout(60)
+def test_watch_ends_with_exit_3_when_the_server_stays_gone() -> None:
+    """Live ``watch`` kept running 37 s after the server died and never said so. Now failed scrapes
+    say how long the server has been gone, and after three in a row spanning the bound derived
+    from --interval and the scrape timeout the watch ends (:class:`ServerGone`, a TargetError: exit 3)."""
+    from phasescope.errors import TargetError
+    from phasescope.metrics.watch import watch_loop
+    from phasescope.testing.metrics_fake import MetricsFakeServer
+
+    seen: list[str | None] = []
+
+    async def go() -> None:
+        srv = MetricsFakeServer()
+        await srv.start()
+        url = srv.url + "/metrics"
+
+        def on_update(state) -> None:  # type: ignore[no-untyped-def]
+            seen.append(state.last_error)
+            if state.refreshes == 2:
+                asyncio.get_running_loop().create_task(srv.stop())
+
+        await watch_loop(url, interval_s=0.1, window_s=5, count=400, timeout_s=0.3, on_update=on_update)
+
+    with pytest.raises(TargetError, match="stopped answering"):
+        asyncio.run(go())
+    failed = [e for e in seen if e]
+    assert failed and "has not answered for" in failed[-1]
+    assert len(seen) < 400

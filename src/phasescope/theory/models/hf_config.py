@@ -71,10 +71,8 @@ def _opt_int(c: dict[str, Any], key: str, where: str, default: int = 0) -> int:
 
 def _first(c: dict[str, Any], keys: tuple[str, ...], where: str) -> tuple[str, int]:
     """The first of ``keys`` the config sets (any of its spellings), as a shape field; ("", 0) when none."""
-    for key in keys:
-        if c.get(key) is not None:
-            return key, _as_int(c[key], key, where)
-    return "", 0
+    found = [(key, _as_int(c[key], key, where)) for key in keys if c.get(key) is not None]  # every one checked
+    return next(((k, v) for k, v in found if v), found[0] if found else ("", 0))
 
 
 def _shown(value: Any) -> str:
