@@ -39,6 +39,7 @@ class HostileServer:
             raise ValueError(f"mode must be one of {MODES}")
         self.mode, self.model, self.port = mode, model, port
         self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.requests: list[tuple[str, str]] = []
 
     @property
@@ -51,6 +52,10 @@ class HostileServer:
         return self
 
     async def stop(self) -> None:
+        for task in list(self._tasks):  # connections held open by a stalling mode
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
@@ -85,6 +90,10 @@ class HostileServer:
 
     # -- the wire ---------------------------------------------------------------------------------
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
