@@ -234,7 +234,7 @@ def _scan_json(s: str) -> Any:
 def _decode_json(payload: bytes, target: Target, path: str) -> Any:
     try:
         return _scan_json(payload.decode("utf-8", "surrogatepass"))
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, 4,300+ digits, nested too deep
         shown = payload[:120].decode("utf-8", "replace")
         raise E.MalformedEventError(f"{target.display_url}{path}: malformed event (not JSON): {shown!r}") from None
 
