@@ -208,9 +208,9 @@ def _sweep(text: str) -> None:
 def _hw_size(value: float) -> None:
     """``hw --size-mb``: the array must fit in the memory there is (1 TiB was a MemoryError)."""
     avail = _available_bytes()
-    need = float(value) * 1024 * 1024 * 2  # the kernels hold the array and a copy of it
+    need = float(value) * 1024 * 1024  # the read kernel holds one array of that size (touched, so really allocated)
     if avail and need > avail:
-        raise InputError(f"--size-mb {value:,}: the bandwidth arrays need {need / 2**30:,.1f} GiB, more than the "
+        raise InputError(f"--size-mb {value:,}: the bandwidth array needs {need / 2**30:,.1f} GiB, more than the "
                          f"{avail / 2**30:,.1f} GiB of memory available", hint="the default 1024 MiB is far above any cache")
 
 
