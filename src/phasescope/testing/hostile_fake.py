@@ -40,7 +40,8 @@ class HostileServer:
         self.mode, self.model, self.port = mode, model, port
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.requests: list[tuple[str, str]] = []
+        #: (method, path, streamed) of every request, in arrival order
+        self.requests: list[tuple[str, str, bool]] = []
 
     @property
     def url(self) -> str:
@@ -101,7 +102,7 @@ class HostileServer:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body = await reader.readexactly(int(headers.get("content-length") or 0))
-                self.requests.append((method, path))
+                self.requests.append((method, path, b'"stream":true' in body.replace(b" ", b"")))
                 await self._answer(method, path.split("?", 1)[0], body, writer)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
