@@ -55,6 +55,8 @@ WORDS = (
 
 #: tokens per word of :data:`WORDS` (each is one token after its space), for first guesses and estimates
 TOKENS_PER_WORD_GUESS = 1.0
+#: record error kinds of a calibration request that ran out of the user's timeouts
+TIMED_OUT = frozenset({"first_token_timeout", "inter_token_timeout", "deadline", "connect_timeout"})
 #: random words tokenized once to check that the learned word ids hold in context
 WORD_MAP_CHECK = 512
 
@@ -251,6 +253,13 @@ class PromptBuilder:
         req = GenRequest(prompt=text, max_tokens=1, stream=False, ignore_eos=False,
                          tags={"calibration": True, "ollama_chat": False})
         rec = await get_client(self.target.api).send(self.session, self.target, req)
+        if not rec.ok and rec.error_kind in TIMED_OUT:
+            # a 1-token request that ran out of the user's timeouts: every measured request would too,
+            # so say so now (exit 3) instead of waiting the same timeouts again for each of them
+            from phasescope.errors import TargetError
+
+            raise TargetError(f"prompt calibration: {rec.error_message or rec.error_kind}",
+                              hint="the server did not answer a 1-token request within the timeouts given")
         if not rec.ok or rec.prompt_tokens_source not in ("usage", "server"):
             return None
         return rec.prompt_tokens
