@@ -127,3 +127,19 @@ def test_watch_ends_with_exit_3_when_the_server_stays_gone() -> None:
     failed = [e for e in seen if e]
     assert failed and "has not answered for" in failed[-1]
     assert len(seen) < 400
+
+
+@pytest.mark.timeout(120)
+def test_probe_ends_at_a_calibration_that_runs_out_of_the_timeouts(tmp_path: Path) -> None:
+    """probe on a server with no tokenizer whose answers never end: the calibration's 1-token
+    request ran out of the timeouts, then each measured request waited them again. Now the first
+    such calibration ends the command: one line, exit 3, and (counted on the server) no measured
+    request sent after it."""
+    with HostileServer(mode="body_endless").running() as srv:
+        code, out, err, took = sub(["probe", srv.url, "-p", "16", "-n", "4", "-r", "1", "--ttft-timeout", "2",
+                                    "--itl-timeout", "2", "--connect-timeout", "2"], cwd=tmp_path)
+        posts = [r for r in srv.requests if r[0] == "POST"]
+    assert code == 3, (code, out, err)
+    lines = error_lines(err)
+    assert len(lines) == 1 and "prompt calibration" in lines[0], err
+    assert len(posts) == 1, posts
