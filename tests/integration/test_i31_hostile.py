@@ -90,8 +90,9 @@ def test_a_body_that_never_ends_is_cut_at_the_users_timeouts(fast: bool, tmp_pat
         code, out, err, took = sub(["bench", srv.url, "-n", "3", "--ttft-timeout", "2", "--itl-timeout", "2",
                                     "--connect-timeout", "2", "--input-len", "8", "--output-len", "4",
                                     "--no-store"], cwd=tmp_path, fast=fast)
-        unstreamed = [r for r in srv.requests if r[0] == "POST" and not r[2]]
-        streamed = [r for r in srv.requests if r[0] == "POST" and r[2]]
+        gen = [r for r in srv.requests if r[0] == "POST" and r[1].endswith("completions")]
+        unstreamed = [r for r in gen if not r[2]]
+        streamed = [r for r in gen if r[2]]
     assert code == 3, (code, out, err)
     assert len(error_lines(err)) == 1, err
     assert "Traceback" not in err and "first token" in err
@@ -138,7 +139,7 @@ def test_probe_ends_at_a_calibration_that_runs_out_of_the_timeouts(tmp_path: Pat
     with HostileServer(mode="body_endless").running() as srv:
         code, out, err, took = sub(["probe", srv.url, "-p", "16", "-n", "4", "-r", "1", "--ttft-timeout", "2",
                                     "--itl-timeout", "2", "--connect-timeout", "2"], cwd=tmp_path)
-        posts = [r for r in srv.requests if r[0] == "POST"]
+        posts = [r for r in srv.requests if r[0] == "POST" and r[1].endswith("completions")]
     assert code == 3, (code, out, err)
     lines = error_lines(err)
     assert len(lines) == 1 and "prompt calibration" in lines[0], err
