@@ -93,7 +93,8 @@ RULES: dict[str, Num] = {
     "--max-tokens": Num(lo=2, hi=MAX_TOKENS, what=" tokens"), "--repeat": Num(lo=1, hi=100_000),
     "--retries": Num(lo=0, hi=1000),
     # watch / runs / compare
-    "--count": AT_LEAST_1, "--limit": Num(lo=1, hi=MAX_COUNT), "runs --limit": Num(lo=0, hi=MAX_COUNT), "--confidence": Num(lo=0, hi=1, lo_open=True, hi_open=True),
+    "--count": AT_LEAST_1, "--limit": Num(lo=1, hi=MAX_COUNT),
+    "runs --limit": Num(lo=0, hi=MAX_COUNT),  # its help: "0 = all" "--confidence": Num(lo=0, hi=1, lo_open=True, hi_open=True),
     "--min-change": NONNEG,
     # plan
     "--gpus": Num(lo=1, hi=1_000_000), "--tp": Num(lo=1, hi=1_000_000), "--rate": POS_INF,

@@ -9,8 +9,10 @@ Every body is read within limits, as user files are (:mod:`phasescope.safeio`): 
 :data:`MAX_BODY_BYTES`, within the request's ``timeout_s`` (a body that never ends, or trickles, is
 cut there), and parsed by :func:`phasescope.safeio.loads_bounded` (nesting, integer digits, finite
 numbers) — a breach is :class:`BodyRefused`, a :class:`~phasescope.errors.TargetError` (exit 3) that
-names the URL and the limit, never a ``RecursionError`` or ``MemoryError``. Headers come from :meth:`phasescope.apis.base.Target.headers` or
-:func:`auth_headers`, so an API key is sent the same way everywhere and never printed.
+names the URL and the limit, never a ``RecursionError`` or ``MemoryError``.
+
+Headers come from :meth:`phasescope.apis.base.Target.headers` or :func:`auth_headers`, so an API key
+is sent the same way everywhere and never printed.
 """
 
 from __future__ import annotations

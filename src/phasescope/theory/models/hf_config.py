@@ -57,7 +57,8 @@ def _as_int(value: Any, key: str, where: str) -> int:
     """A shape field: a whole, non-negative, finite number of at most :data:`MAX_SHAPE` (one line, exit 2)."""
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0
             or value > MAX_SHAPE or (isinstance(value, float) and not value.is_integer())):
-        raise InputError(f"{where}: {key} must be a non-negative whole number (at most {MAX_SHAPE:,}), got {_shown(value)}")
+        raise InputError(f"{where}: {key} must be a non-negative whole number (at most {MAX_SHAPE:,}), "
+                         f"got {_shown(value)}")
     return int(value)
 
 

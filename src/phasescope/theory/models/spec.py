@@ -126,7 +126,8 @@ _SHAPE_FIELDS = ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim",
                  "n_experts", "n_experts_per_tok", "n_shared_experts", "moe_intermediate_size", "n_moe_layers",
                  "sliding_window", "n_sliding_layers", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
                  "qk_nope_head_dim", "v_head_dim")
-_COUNT_FIELDS = ("total_params", "active_params", "decode_read_params", "routed_expert_params", "max_position_embeddings")
+_COUNT_FIELDS = ("total_params", "active_params", "decode_read_params", "routed_expert_params",
+                 "max_position_embeddings")
 MAX_SHAPE = 2**31
 MAX_COUNT = 2**62
 _BYTE_FIELDS = ("file_weight_bytes", "file_read_bytes_batch1", "file_routed_expert_bytes")
