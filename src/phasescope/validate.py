@@ -94,7 +94,8 @@ RULES: dict[str, Num] = {
     "--retries": Num(lo=0, hi=1000),
     # watch / runs / compare
     "--count": AT_LEAST_1, "--limit": Num(lo=1, hi=MAX_COUNT),
-    "runs --limit": Num(lo=0, hi=MAX_COUNT),  # its help: "0 = all" "--confidence": Num(lo=0, hi=1, lo_open=True, hi_open=True),
+    "runs --limit": Num(lo=0, hi=MAX_COUNT),  # its help: "0 = all"
+    "--confidence": Num(lo=0, hi=1, lo_open=True, hi_open=True),
     "--min-change": NONNEG,
     # plan
     "--gpus": Num(lo=1, hi=1_000_000), "--tp": Num(lo=1, hi=1_000_000), "--rate": POS_INF,
@@ -212,7 +213,8 @@ def _hw_size(value: float) -> None:
     need = float(value) * 1024 * 1024  # the read kernel holds one array of that size (touched, so really allocated)
     if avail and need > avail:
         raise InputError(f"--size-mb {value:,}: the bandwidth array needs {need / 2**30:,.1f} GiB, more than the "
-                         f"{avail / 2**30:,.1f} GiB of memory available", hint="the default 1024 MiB is far above any cache")
+                         f"{avail / 2**30:,.1f} GiB of memory available",
+                         hint="the default 1024 MiB is far above any cache")
 
 
 def _available_bytes() -> float | None:
