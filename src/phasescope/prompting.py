@@ -55,6 +55,10 @@ WORDS = (
 
 #: tokens per word of :data:`WORDS` (each is one token after its space), for first guesses and estimates
 TOKENS_PER_WORD_GUESS = 1.0
+#: record error kinds of a calibration request that ran out of the user's timeouts
+TIMED_OUT = frozenset({"first_token_timeout", "inter_token_timeout", "deadline", "connect_timeout"})
+#: random words tokenized once to check that the learned word ids hold in context
+WORD_MAP_CHECK = 512
 
 
 def pick(n_words: int, rng: random.Random) -> list[str]:
@@ -109,6 +113,12 @@ class PromptBuilder:
         self.rng = random.Random(seed)
         self.tokenizer = Tokenizer(session, target)
         self._calib: tuple[float, float] | None = None  # tokens = a + b * words
+        self._calib_failed = False  # tried once and got no usable counts: estimate from then on
+        self._word_ids: dict[str, int] | None = None  # WORDS → id (see word_ids)
+        self._word_ids_failed = False
+        self._specials: list[int] = []
+        #: build head-less prompts from the learned word ids (bench); off: one round trip per prompt
+        self.local_words = True
 
     @property
     def last_error(self) -> str | None:
@@ -121,11 +131,57 @@ class PromptBuilder:
             return None
         return len(ids if first else await self.tokenizer.content(ids))
 
+    # -- the words' ids, learned once -------------------------------------------------------------
+    async def word_ids(self) -> dict[str, int] | None:
+        """Each of :data:`WORDS`' token id after its space, when the server's tokenizer is one token
+        per such word and context-free across them (checked once on all of WORDS, then on a random
+        sample of :data:`WORD_MAP_CHECK` words against the map): then a prompt of only these words
+        has known ids without a round trip, so building bench's 4,096-prompt pool costs two requests,
+        not thousands. None (and the per-prompt round trips) on any server where that does not hold."""
+        if self._word_ids is not None or self._word_ids_failed:
+            return self._word_ids
+        self._word_ids_failed = True
+        tok = self.tokenizer
+        ids = await tok.tokenize(join(list(WORDS)))
+        if ids is None:
+            return None
+        content = await tok.content(ids)
+        if len(content) != len(WORDS) or len(set(content)) != len(set(WORDS)):
+            return None
+        table = dict(zip(WORDS, content))
+        sample = pick(WORD_MAP_CHECK, random.Random(0x5EED))
+        got = await tok.tokenize(join(sample))
+        if got is None or await tok.content(got) != [table[w] for w in sample]:
+            return None
+        self._specials = list(ids[: len(ids) - len(content)])
+        self._word_ids, self._word_ids_failed = table, False
+        return table
+
+    def _local(self, n: int, rng: random.Random, first: bool) -> tuple[str, list[int] | None, int] | None:
+        """:meth:`exact` without a round trip, from :meth:`word_ids` (None: not known here)."""
+        table = self._word_ids
+        if table is None:
+            return None
+        sp = self._specials if first else []
+        need = n - len(sp)
+        if need < 1:
+            return None
+        words = pick(need, rng)
+        if accepts_token_ids(self.target):
+            return join(words), sp + [table[w] for w in words], n
+        return join(words), None, n
+
     # -- through the server's tokenizer ----------------------------------------------------------
     async def exact(self, n: int, rng: random.Random, head: str = "", *,
                     first: bool = True) -> tuple[str, list[int] | None, int] | None:
         """(text, token ids to send or None, achieved count) of ``n`` tokens through the tokenizer;
-        None when the server does not tokenize. ``first=False``: a part after a prefix (no BOS)."""
+        None when the server does not tokenize. ``first=False``: a part after a prefix (no BOS).
+        Without a ``head`` (bench's prompts) the words' ids learned once (:meth:`word_ids`) make
+        the prompt locally, with no request."""
+        if not head and self.local_words and await self.word_ids() is not None:
+            got = self._local(n, rng, first)
+            if got is not None:
+                return got
         tok = self.tokenizer
 
         async def ids_of(text: str) -> list[int] | None:
@@ -197,17 +253,28 @@ class PromptBuilder:
         req = GenRequest(prompt=text, max_tokens=1, stream=False, ignore_eos=False,
                          tags={"calibration": True, "ollama_chat": False})
         rec = await get_client(self.target.api).send(self.session, self.target, req)
+        if not rec.ok and rec.error_kind in TIMED_OUT:
+            # a 1-token request that ran out of the user's timeouts: every measured request would too,
+            # so say so now (exit 3) instead of waiting the same timeouts again for each of them
+            from phasescope.errors import TargetError
+
+            raise TargetError(f"prompt calibration: {rec.error_message or rec.error_kind}",
+                              hint="the server did not answer a 1-token request within the timeouts given")
         if not rec.ok or rec.prompt_tokens_source not in ("usage", "server"):
             return None
         return rec.prompt_tokens
 
     async def calibrate(self) -> tuple[float, float] | None:
-        if self._calib is not None:
+        """tokens = a + b·words from two requests, once per builder: a calibration that failed is not
+        tried again for every prompt (each try waits up to the user's timeouts), and the second
+        request is not sent when the first got no count."""
+        if self._calib is not None or self._calib_failed:
             return self._calib
         w1, w2 = 20, 220
         t1 = await self._server_count(new_nonce() + filler(w1, self.rng))
-        t2 = await self._server_count(new_nonce() + filler(w2, self.rng))
+        t2 = await self._server_count(new_nonce() + filler(w2, self.rng)) if t1 is not None else None
         if t1 is None or t2 is None or t2 <= t1:
+            self._calib_failed = True
             return None
         b = (t2 - t1) / (w2 - w1)
         a = t1 - b * w1

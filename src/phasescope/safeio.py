@@ -7,20 +7,28 @@
 * :func:`new_run_dir` — a fresh output folder per run, created exclusively with a run id that
   has enough entropy that two runs started in the same second never share one.
 * :func:`prepare_out_dir` — a user's ``--out``: a folder (created if missing), never a file.
-* :func:`read_user_json` / :func:`iter_user_jsonl` — every user file: size and nesting limits,
-  encoding errors, truncation and wrong top-level types become one
-  :class:`~phasescope.errors.InputError` line.
+* :func:`read_user_json` / :func:`iter_user_jsonl` / :func:`open_user_file` — every user file: a
+  regular file only (a FIFO, a device such as ``/dev/zero`` or a socket is refused before it is opened
+  for reading, and the open itself never blocks), a size limit, and for JSON a nesting limit, an
+  integer-digit limit and finite numbers only (``NaN``, ``Infinity``, ``1e999`` refused); encoding
+  errors, truncation and wrong top-level types become one :class:`~phasescope.errors.InputError`
+  line (exit 2) naming the file and the limit.
+* :func:`loads_bounded` — the same JSON limits as a plain function raising :class:`Refused` (a
+  ``ValueError``): server bodies go through it too (:mod:`phasescope.apis._json`), where a breach is
+  the server's failure (exit 3).
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
+import stat
 import secrets as _secrets
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 from phasescope.errors import InputError, OutputError
 
@@ -28,6 +36,19 @@ from phasescope.errors import InputError, OutputError
 MAX_JSON_BYTES = 2 * 1024**3
 #: nesting deeper than this is refused before parsing (json recurses; 100,000 deep is a RecursionError)
 MAX_JSON_DEPTH = 200
+#: an integer with more digits than this is refused (a 64-bit count has at most 20; Python's own
+#: limit of 4,300 digits would be a ValueError deep inside, and a huge count overflows every float)
+MAX_INT_DIGITS = 20
+#: one line of a JSONL or CSV file longer than this is refused (a ShareGPT conversation is kilobytes)
+MAX_LINE_BYTES = 64 * 1024**2
+
+
+class Refused(ValueError):
+    """JSON text past one of the limits of :func:`loads_bounded`; ``reason`` says which, with the limit."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def os_cause(exc: BaseException) -> str:
@@ -129,17 +150,49 @@ def _too_deep(text: str, limit: int) -> bool:
     return False
 
 
+def _int(text: str, limit: int = MAX_INT_DIGITS) -> int:
+    digits = len(text) - (text[0] == "-")
+    if digits > limit:
+        raise Refused(f"an integer of {digits:,} digits (at most {limit} allowed)")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise Refused(f"the number {text[:24]}{'…' if len(text) > 24 else ''} is out of range (finite numbers only)")
+    return v
+
+
+def _constant(text: str) -> float:
+    raise Refused(f"{text} is not a number (finite numbers only)")
+
+
+def loads_bounded(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, max_int_digits: int = MAX_INT_DIGITS) -> Any:
+    """``json.loads`` within limits: nesting at most ``max_depth`` (checked by a linear scan before
+    parsing, so no recursion), integers of at most ``max_int_digits`` digits, finite numbers only.
+    :class:`Refused` for a breach (its ``reason`` names the limit), ``json.JSONDecodeError`` for text
+    that is not JSON; bytes must be UTF-8 (``UnicodeDecodeError`` otherwise)."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8")
+    if _too_deep(text, max_depth):
+        raise Refused(f"JSON nested deeper than {max_depth} levels")
+    parse_int = _int if max_int_digits == MAX_INT_DIGITS else (lambda t: _int(t, max_int_digits))
+    try:
+        return json.loads(text, parse_int=parse_int, parse_float=_float, parse_constant=_constant)
+    except RecursionError:
+        raise Refused(f"JSON nested deeper than {max_depth} levels") from None
+
+
 def parse_user_json(text: str, *, where: str, expect: type | tuple[type, ...] | None = dict,
                     max_depth: int = MAX_JSON_DEPTH) -> Any:
     """Parse JSON text from a user file; every failure is one :class:`InputError` naming ``where``."""
-    if _too_deep(text, max_depth):
-        raise InputError(f"{where}: JSON nested deeper than {max_depth} levels")
     try:
-        obj = json.loads(text)
+        obj = loads_bounded(text, max_depth=max_depth)
+    except Refused as exc:
+        raise InputError(f"{where}: {exc.reason}") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{where}: malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    except RecursionError:
-        raise InputError(f"{where}: JSON nested too deeply") from None
     if expect is not None and not isinstance(obj, expect):
         names = " or ".join(t.__name__ for t in (expect if isinstance(expect, tuple) else (expect,)))
         kinds = {"dict": "a JSON object", "list": "a JSON array"}
@@ -153,24 +206,72 @@ def _json_type(obj: Any) -> str:
 
 
 def user_file(path: str | os.PathLike[str], what: str) -> Path:
-    """The user's file ``path`` (``~`` expanded), or one :class:`InputError` saying it is missing or a folder."""
+    """The user's file ``path`` (``~`` expanded), or one :class:`InputError` saying it is missing, a
+    folder, or not a regular file (a FIFO would block the reader, ``/dev/zero`` never ends)."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise InputError(f"{what} not found: {p}")
-    if p.is_dir():
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{what} not found: {p}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {p}: {os_cause(exc)}") from None
+    if stat.S_ISDIR(st.st_mode):
         raise InputError(f"{what} {p} is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{what} {p} is {_kind(st.st_mode)}, not a regular file", hint="name a file on disk")
     return p
 
 
-def read_user_text(path: str | os.PathLike[str], *, what: str, max_bytes: int = MAX_JSON_BYTES) -> str:
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def open_user_file(path: str | os.PathLike[str], *, what: str, max_bytes: int | None = MAX_JSON_BYTES) -> IO[bytes]:
+    """Open the user's regular file for binary reading (never blocks: ``O_NONBLOCK``, then checked
+    again on the open descriptor, so a FIFO swapped in after :func:`user_file` is refused too); a file
+    over ``max_bytes`` is refused with the limit named."""
     p = user_file(path, what)
     try:
-        size = p.stat().st_size
-        if size > max_bytes:
-            raise InputError(f"{what} {p} is too large ({size:,} bytes; limit {max_bytes:,})")
-        data = p.read_bytes()
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise InputError(f"cannot read {what} {p}: {os_cause(exc)}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {p} is {_kind(st.st_mode)}, not a regular file", hint="name a file on disk")
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise InputError(f"{what} {p} is too large ({st.st_size:,} bytes; limit {max_bytes:,})")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_user_bytes(path: str | os.PathLike[str], *, what: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of the user's regular file, at most ``max_bytes`` (a file that grows past it while
+    read is refused as well)."""
+    p = Path(path).expanduser()
+    with open_user_file(p, what=what, max_bytes=max_bytes) as fh:
+        try:
+            data = fh.read(max_bytes + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read {what} {p}: {os_cause(exc)}") from None
+    if len(data) > max_bytes:
+        raise InputError(f"{what} {p} is too large (more than {max_bytes:,} bytes)")
+    return data
+
+
+def read_user_text(path: str | os.PathLike[str], *, what: str, max_bytes: int = MAX_JSON_BYTES) -> str:
+    p = Path(path).expanduser()
+    data = read_user_bytes(p, what=what, max_bytes=max_bytes)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -184,20 +285,35 @@ def read_user_json(path: str | os.PathLike[str], *, what: str, expect: type | tu
     return parse_user_json(text, where=str(Path(path).expanduser()), expect=expect)
 
 
+def iter_user_lines(path: str | os.PathLike[str], *, what: str, max_bytes: int = MAX_JSON_BYTES,
+                    max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line of the user's UTF-8 text file (newline stripped); the
+    file, a line over ``max_line`` bytes or a byte that is not UTF-8 is one :class:`InputError`."""
+    p = Path(path).expanduser()
+    with open_user_file(p, what=what, max_bytes=max_bytes) as fh:
+        ln = 0
+        while True:
+            try:
+                raw = fh.readline(max_line + 1)
+            except OSError as exc:
+                raise InputError(f"cannot read {what} {p}: {os_cause(exc)}") from None
+            if not raw:
+                return
+            ln += 1
+            if len(raw) > max_line:
+                raise InputError(f"{p}:{ln}: line longer than {max_line:,} bytes")
+            try:
+                yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{p}:{ln}: not UTF-8 text (bad byte at column {exc.start + 1})") from None
+
+
 def iter_user_jsonl(path: str | os.PathLike[str], *, what: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of a JSONL file. A missing or binary file,
     a line that is not JSON, nested too deep, or not an object is one :class:`InputError`."""
-    p = user_file(path, what)
-    try:
-        fh = p.open("rb")
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {p}: {os_cause(exc)}") from None
-    with fh:
-        for ln, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8-sig" if ln == 1 else "utf-8").strip()
-            except UnicodeDecodeError:
-                raise InputError(f"{p}:{ln}: not UTF-8 text") from None
-            if not line:
-                continue
-            yield ln, parse_user_json(line, where=f"{p}:{ln}", expect=dict)
+    p = Path(path).expanduser()
+    for ln, line in iter_user_lines(p, what=what):
+        line = line.strip()
+        if not line:
+            continue
+        yield ln, parse_user_json(line, where=f"{p}:{ln}", expect=dict)

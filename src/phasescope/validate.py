@@ -93,7 +93,9 @@ RULES: dict[str, Num] = {
     "--max-tokens": Num(lo=2, hi=MAX_TOKENS, what=" tokens"), "--repeat": Num(lo=1, hi=100_000),
     "--retries": Num(lo=0, hi=1000),
     # watch / runs / compare
-    "--count": AT_LEAST_1, "--limit": Num(lo=1, hi=MAX_COUNT), "--confidence": Num(lo=0, hi=1, lo_open=True, hi_open=True),
+    "--count": AT_LEAST_1, "--limit": Num(lo=1, hi=MAX_COUNT),
+    "runs --limit": Num(lo=0, hi=MAX_COUNT),  # its help: "0 = all"
+    "--confidence": Num(lo=0, hi=1, lo_open=True, hi_open=True),
     "--min-change": NONNEG,
     # plan
     "--gpus": Num(lo=1, hi=1_000_000), "--tp": Num(lo=1, hi=1_000_000), "--rate": POS_INF,
@@ -163,6 +165,77 @@ def _input_file(what: str) -> Callable[[str], None]:
     return check
 
 
+def parse_token_list(values: Any, flag: str = "--prompt-tokens") -> list[int]:
+    """``-p 200,2000`` (comma- or space-separated, or repeated) → token counts, each a whole number
+    from 1 to :data:`MAX_TOKENS`; an empty item (``200,,300``), a non-integer (``1e14``, ``2.5``) or a
+    count past the limit is one :class:`InputError` line (exit 2) before any prompt is built."""
+    import re
+
+    out: list[int] = []
+    for v in [values] if isinstance(values, str) else list(values):
+        text = str(v)
+        for part in re.split(r"\s*,\s*|\s+", text.strip()):
+            if not part:
+                raise InputError(f"{flag}: empty item in {text!r}", hint="give sizes as 200,2000")
+            digits = part.replace("_", "")
+            if not (digits.isascii() and digits.isdigit()):
+                raise InputError(f"{flag}: {part[:40]!r} is not a whole number of tokens")
+            if len(digits) > 12 or not 1 <= int(digits) <= MAX_TOKENS:
+                shown = f"{int(digits):,}" if len(digits) <= 40 else f"a {len(digits):,}-digit number"
+                raise InputError(f"{flag}: {shown} must be from 1 to {MAX_TOKENS:,} tokens")
+            out.append(int(digits))
+    return out
+
+
+def _token_list(text: str) -> None:
+    parse_token_list([text])
+
+
+def _sweep(text: str) -> None:
+    """``plan --sweep PARAM=v1,v2``: every value finite and within the rule of the flag it sweeps."""
+    name, _, vals = text.partition("=")
+    items = [v.strip() for v in vals.split(",")]
+    if "=" in text and any(not v for v in items):
+        raise InputError(f"--sweep: empty value in {text!r}", hint="e.g. max_num_batched_tokens=512,2048,8192")
+    flag = "--" + name.strip().lstrip("-").replace("_", "-").lower()
+    rule = RULES.get(f"plan {flag}", RULES.get(flag, POS))
+    for v in items:
+        try:
+            x = float(v)
+        except ValueError:
+            continue  # the planner names a value that is not a number
+        rule.check(f"--sweep {name.strip()}", x)
+
+
+def _hw_size(value: float) -> None:
+    """``hw --size-mb``: the array must fit in the memory there is (1 TiB was a MemoryError)."""
+    avail = _available_bytes()
+    need = float(value) * 1024 * 1024  # the read kernel holds one array of that size (touched, so really allocated)
+    if avail and need > avail:
+        raise InputError(f"--size-mb {value:,}: the bandwidth array needs {need / 2**30:,.1f} GiB, more than the "
+                         f"{avail / 2**30:,.1f} GiB of memory available",
+                         hint="the default 1024 MiB is far above any cache")
+
+
+def _available_bytes() -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+#: numeric options with a check beyond their static rule (``"<command> <flag>"``)
+NUM_CHECKS: dict[str, Callable[[float], None]] = {"hw --size-mb": _hw_size}
+
 #: text options checked by a parser before the command runs (``"<command> <flag>"`` or ``<flag>``)
 TEXT_RULES: dict[str, Callable[[str], None]] = {
     "--budget": _budget,
@@ -170,6 +243,7 @@ TEXT_RULES: dict[str, Callable[[str], None]] = {
     "--trace": _input_file("trace file"), "--dataset-path": _input_file("dataset file"),
     "serve --model": _input_file("model file"), "serve --llama-server": _input_file("llama-server binary"),
     "quantize --model": _input_file("model file"),
+    "--prompt-tokens": _token_list, "plan --sweep": _sweep,
 }
 
 #: text options that may be empty
@@ -342,6 +416,9 @@ def check_params(command: str, params: list[Any], values: dict[str, Any], given:
                     rule = Num(inf=isinstance(default, float) and math.isinf(default),
                                lo=0 if isinstance(one, int) else None, hi=MAX_COUNT if isinstance(one, int) else None)
                 rule.check(flag, one)
+                extra = NUM_CHECKS.get(f"{command} {flag}")
+                if extra is not None:
+                    extra(one)
             elif isinstance(one, str) or kind in ("str", "Path") or hasattr(one, "__fspath__"):
                 text = str(one)
                 if flag == "--api-key":

@@ -82,6 +82,7 @@ class _Conn(asyncio.Protocol):
         self.error: BaseException | None = None
         self.complete = False
         self.close_delimited = False
+        self.interim = False  # parsing an interim 1xx answer (100 Continue, 103 Early Hints): skipped
         self.idle_since = 0.0
         self.drain: asyncio.TimerHandle | None = None
 
@@ -90,7 +91,7 @@ class _Conn(asyncio.Protocol):
         self.proto, self.framer = proto, framer
         self.got_bytes, self.status, self.headers = False, 0, []
         self.err_body, self.error, self.complete = None, None, False
-        self.close_delimited = False
+        self.close_delimited = self.interim = False
         self.fut = fut = asyncio.get_running_loop().create_future()
         self.transport.write(raw)
         return fut
@@ -148,15 +149,23 @@ class _Conn(asyncio.Protocol):
         self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            # an interim answer (RFC 9110 §15.2: 100 Continue, 103 Early Hints) precedes the real
+            # one on the same connection: skipped, as aiohttp's reader skips it
+            self.interim, self.headers = True, []
+            return
         rec = self.proto.rec
         rec.t_headers_ns = now_ns()
-        self.status = rec.http_status = self.parser.get_status_code()
+        self.status = rec.http_status = status
         names = {k.lower(): v.lower() for k, v in self.headers}
         self.close_delimited = "content-length" not in names and "chunked" not in names.get("transfer-encoding", "")
         if self.status >= 300:  # an error's body is kept for its message; a redirect's is dropped
             self.err_body = bytearray()
 
     def on_body(self, body: bytes) -> None:
+        if self.interim:
+            return
         if self.err_body is not None:
             if len(self.err_body) < ERR_BODY_MAX:
                 self.err_body += body[: ERR_BODY_MAX - len(self.err_body)]
@@ -176,6 +185,9 @@ class _Conn(asyncio.Protocol):
                 self.drain = asyncio.get_running_loop().call_later(_DRAIN_S, self.transport.close)
 
     def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim, self.headers = False, []
+            return
         self.complete = True
         proto = self.proto
         err: BaseException | None = None

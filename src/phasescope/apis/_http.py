@@ -234,7 +234,7 @@ def _scan_json(s: str) -> Any:
 def _decode_json(payload: bytes, target: Target, path: str) -> Any:
     try:
         return _scan_json(payload.decode("utf-8", "surrogatepass"))
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, 4,300+ digits, nested too deep
         shown = payload[:120].decode("utf-8", "replace")
         raise E.MalformedEventError(f"{target.display_url}{path}: malformed event (not JSON): {shown!r}") from None
 
@@ -284,6 +284,11 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
                 f"{target.display_url}{proto.path}: no first token within {to.first_token_s:g} s",
                 hint="raise --ttft-timeout",
             )
+        elif dog.fired == "body":
+            exc = E.InterTokenTimeout(
+                f"{target.display_url}{proto.path}: the answer's body did not end within "
+                f"{to.between_tokens_s if to.between_tokens_s is not None else to.first_token_s:g} s of its headers",
+                hint="raise --itl-timeout")
         else:
             exc = E.InterTokenTimeout(
                 f"{target.display_url}{proto.path}: stream silent for more than {to.between_tokens_s:g} s between tokens",
@@ -341,7 +346,14 @@ async def _send_aiohttp(session: aiohttp.ClientSession, proto: Protocol, url: st
             rec.t_done_ns = now_ns()
             raise http_error(resp.status, body, resp.headers, target, proto.path)
         if not req.stream:
-            raw = await resp.read()
+            # an unstreamed answer is computed before its headers: once they are here, the body comes
+            # at once. A body that trickles or never ends is cut after --itl-timeout (not at the
+            # overall deadline, ~14 min by default for a 1-token calibration request), and one past
+            # the body limit is refused
+            from phasescope.apis._json import read_body
+
+            dog.arm("body", to.between_tokens_s if to.between_tokens_s is not None else to.first_token_s)
+            raw = await read_body(resp, url)
             rec.t_done_ns = now_ns()
             proto.on_body(_decode_json(raw, target, proto.path))
         elif proto.framing == "ndjson":

@@ -63,11 +63,20 @@ async def detect(session: aiohttp.ClientSession, base_url: str, *, api_key: str 
     headers = auth_headers(api_key)
     t = max(2.0, connect_timeout_s)
 
-    async def get(path: str) -> tuple[int, Any, str]:
+    async def raw_get(path: str) -> tuple[int, Any, str]:
         return await fetch_json(session, base + path, headers=headers, timeout_s=t)
 
+    async def get(path: str) -> tuple[int, Any, str]:
+        """A GET after the first answered: a stall (headers or a body that never ends) is the server's
+        failure, named with its path (exit 3), not an exception for the bug handler."""
+        try:
+            return await raw_get(path)
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            raise E.TargetError(f"{shown}{path} did not answer within {t:g} s (headers and body)",
+                                hint="the server stalls; check it, or raise --connect-timeout") from None
+
     try:
-        st, obj, _ = await get("/api/version")
+        st, obj, _ = await raw_get("/api/version")
     except aiohttp.ClientConnectorError as exc:
         raise nothing_listening(shown, exc.os_error) from None
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
@@ -80,7 +89,7 @@ async def detect(session: aiohttp.ClientSession, base_url: str, *, api_key: str 
             st2, tags, _ = await get("/api/tags")
             if st2 == 200 and isinstance(tags, dict):
                 models = [m.get("name") or m.get("model") for m in tags.get("models", []) if isinstance(m, dict)]
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, E.TargetError):  # optional: a stall here costs t s, never the run
             pass
         return Detected("ollama", "ollama", [m for m in models if m], version=str(obj["version"]))
 
@@ -126,14 +135,14 @@ async def detect(session: aiohttp.ClientSession, base_url: str, *, api_key: str 
         st, mobj, mtext = await get("/metrics")
         if st == 200:
             engine = engine_from_metrics(mtext) or engine
-    except aiohttp.ClientError:
+    except (aiohttp.ClientError, E.TargetError):  # optional: a stall here costs t s, never the run
         pass
     if engine in ("vllm", "sglang", None):
         try:
             st, vobj, _ = await get("/version")
             if st == 200 and isinstance(vobj, dict) and vobj.get("version"):
                 version = str(vobj["version"])
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, E.TargetError):  # optional: a stall here costs t s, never the run
             pass
     return Detected(engine or "openai", "openai", models, version=version, model_meta=meta,
                     has_tokenize=engine in ("vllm", "sglang", "llamacpp"))

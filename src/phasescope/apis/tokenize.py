@@ -99,12 +99,18 @@ class Tokenizer:
         """One POST with retries of transient failures: (status or None, parsed body)."""
         status: int | None = None
         obj: Any = None
+        # bounded by the user's first-token timeout (a tokenization is cheaper than the prefill it
+        # precedes), and a timeout is not retried: prompt building never waits past the user's bounds
+        ttft = self.target.timeouts.first_token_s
+        timeout_s = min(TIMEOUT_S, ttft) if ttft else TIMEOUT_S
         for _ in range(ATTEMPTS):
             status, obj, why = await try_json(self.session, self.target.base_url + path, method="POST", body=body,
-                                              headers=self.target.headers(), timeout_s=TIMEOUT_S)
+                                              headers=self.target.headers(), timeout_s=timeout_s)
             if status is not None and status < 500 or status == 501:
                 break
             self.last_error = f"{path}: " + (f"HTTP {status}" if status is not None else why)
+            if status is None and why.startswith("no answer within"):
+                break
         return status, obj
 
     async def _find_flavor(self) -> None:

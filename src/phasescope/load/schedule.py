@@ -375,4 +375,7 @@ def read_trace(path: str | Path) -> list[TraceEntry]:
         out.append(TraceEntry(off, length(il, "input_len", ln), length(ol, "output_len", ln)))
     if not out:
         raise InputError(f"trace file is empty: {p}")
+    from phasescope.load.traces import check_span  # far-future timestamps: exit 2, not a hang or an overflow
+
+    check_span(out, p)
     return out

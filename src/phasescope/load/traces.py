@@ -61,14 +61,16 @@ def read_mooncake(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> 
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10_000_000:
                 raise InputError(f"{p}:{ln}: {key} must be an integer from 1 to 10,000,000")
         ids = d.get("hash_ids", [])
-        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
-            raise InputError(f"{p}:{ln}: hash_ids must be a list of integers")
+        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and 0 <= h < 2**64
+                                                for h in ids):
+            raise InputError(f"{p}:{ln}: hash_ids must be a list of integers from 0 to 2^64 - 1")
         if len(ids) > -(-il // block_size):
             raise InputError(f"{p}:{ln}: {len(ids)} hash_ids cover more than input_length {il} at "
                              f"--block-size {block_size} (the trace's block size may differ)")
         out.append(HashedEntry(float(ts) / 1000.0, il, ol, tuple(ids)))
     if not out:
         raise InputError(f"Mooncake trace is empty: {p}")
+    check_span(out, p)
     return out
 
 
@@ -78,39 +80,53 @@ BURST_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 
 def read_burstgpt(path: str | Path) -> tuple[list[HashedEntry], int]:
     """BurstGPT CSV → (entries, rows skipped for 0 response tokens)."""
-    p = Path(path)
-    try:
-        fh = open(p, newline="", encoding="utf-8", errors="replace")
-    except OSError as exc:
-        from phasescope.safeio import os_cause
+    from phasescope.safeio import iter_user_lines  # the one reader for user files: regular, bounded, UTF-8
 
-        raise InputError(f"cannot read BurstGPT trace {p}: {os_cause(exc)}") from None
+    p = Path(path).expanduser()
     out: list[HashedEntry] = []
     skipped = 0
-    with fh:
-        rd = csv.DictReader(fh)
-        cols = [c.strip() for c in (rd.fieldnames or [])]
-        missing = [c for c in BURST_COLUMNS if c not in cols]
-        if missing:
-            raise InputError(f"{p}: not a BurstGPT CSV (missing column{'s' if len(missing) > 1 else ''} "
-                             f"{', '.join(missing)}; expected Timestamp, Model, Request tokens, Response tokens, ...)")
-        for ln, row in enumerate(rd, 2):
-            row = {(k or "").strip(): v for k, v in row.items()}
-            try:
-                ts = float(row["Timestamp"])
-                il = int(float(row["Request tokens"]))
-                ol = int(float(row["Response tokens"]))
-            except (TypeError, ValueError):
-                raise InputError(f"{p}:{ln}: Timestamp, Request tokens and Response tokens must be numbers") from None
-            if not math.isfinite(ts) or ts < 0:
-                raise InputError(f"{p}:{ln}: Timestamp must be a non-negative number of seconds")
-            if ol <= 0 or il <= 0:
-                skipped += 1
-                continue
-            out.append(HashedEntry(ts, min(il, 10_000_000), min(ol, 10_000_000)))
+    lines = (line + "\n" for _, line in iter_user_lines(p, what="BurstGPT trace"))
+    rd = csv.DictReader(lines)
+    cols = [c.strip() for c in (rd.fieldnames or [])]
+    missing = [c for c in BURST_COLUMNS if c not in cols]
+    if missing:
+        raise InputError(f"{p}: not a BurstGPT CSV (missing column{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)}; expected Timestamp, Model, Request tokens, Response tokens, ...)")
+    for ln, row in enumerate(rd, 2):
+        row = {(k or "").strip(): v for k, v in row.items()}
+        try:
+            ts = float(row["Timestamp"])
+            il = int(float(row["Request tokens"]))
+            ol = int(float(row["Response tokens"]))
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(f"{p}:{ln}: Timestamp, Request tokens and Response tokens must be numbers") from None
+        if not math.isfinite(ts) or ts < 0:
+            raise InputError(f"{p}:{ln}: Timestamp must be a non-negative number of seconds")
+        if ol <= 0 or il <= 0:
+            skipped += 1
+            continue
+        out.append(HashedEntry(ts, min(il, 10_000_000), min(ol, 10_000_000)))
     if not out:
         raise InputError(f"BurstGPT trace has no usable row: {p}")
+    check_span(out, p)
     return out, skipped
+
+
+#: the longest a trace may span (trace seconds, before --trace-speed): the bound of --trace-start
+MAX_TRACE_SPAN_S = 366 * 86400
+
+
+def check_span(entries: Sequence[TraceEntry], path: str | Path) -> None:
+    """Refuse a trace whose arrivals span more than :data:`MAX_TRACE_SPAN_S` (far-future timestamps
+    would keep a replay waiting for years, and their nanoseconds overflow): one line, exit 2."""
+    if not entries:
+        return
+    offs = [e.offset_s for e in entries]
+    lo, hi = min(offs), max(offs)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo > MAX_TRACE_SPAN_S:
+        raise InputError(f"{path}: the trace's arrivals span {hi - lo:,.0f} s, more than {MAX_TRACE_SPAN_S:,} s "
+                         "(366 days): its timestamps are not seconds or milliseconds from the trace's start",
+                         hint="fix the timestamps, or cut a window with --trace-start/--trace-duration")
 
 
 def window(entries: Sequence[TraceEntry], *, start_s: float | None = None, duration_s: float | None = None,

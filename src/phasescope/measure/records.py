@@ -396,6 +396,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
     undecodable bytes. A line that is JSON but not a request record is an
     :class:`~phasescope.errors.InputError` naming the file and line (exit 2)."""
     from phasescope.errors import InputError
+    from phasescope.safeio import Refused, loads_bounded  # the one bounded JSON reader
 
     with open(path, encoding="utf-8", errors="replace") as fh:
         for ln, line in enumerate(fh, 1):
@@ -403,7 +404,9 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[RequestRecord]:
             if not line:
                 continue
             try:
-                d = json.loads(line)
+                d = loads_bounded(line)
+            except Refused as exc:  # a huge integer, Infinity, nesting past the limit: bad input, not a bug
+                raise InputError(f"{path}:{ln}: {exc.reason}") from None
             except (json.JSONDecodeError, RecursionError):
                 continue
             if not isinstance(d, dict) or not isinstance(d.get("id"), str) or "api" not in d:

@@ -97,9 +97,11 @@ def parse_text(text: str, content_type: str = "") -> RawSamples:
     body = text.strip()
     if body.startswith('"') and body.endswith('"'):
         # llama.cpp builds ~7010–7100 returned the exposition as a JSON string (ggml-org/llama.cpp#17384)
+        from phasescope.safeio import loads_bounded  # the one bounded JSON reader
+
         try:
-            decoded = json.loads(body)
-        except ValueError:
+            decoded = loads_bounded(body)
+        except ValueError:  # not JSON, or past a limit (Refused is a ValueError): read as text
             decoded = None
         if isinstance(decoded, str):
             body = decoded

@@ -42,6 +42,10 @@ def metrics_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path + "/metrics", parts.query, ""))
 
 
+#: a /metrics (or DCGM exporter) exposition larger than this is the server's failure (they are ~100 KB)
+MAX_METRICS_BYTES = 64 * 1024**2
+
+
 async def fetch_text(
     session: aiohttp.ClientSession, url: str, *, timeout_s: float = 5.0, api_key: str | None = None
 ) -> tuple[str, str, int]:
@@ -52,7 +56,9 @@ async def fetch_text(
     shown = redact_url(url)
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-            body = await resp.text(errors="replace")
+            from phasescope.apis._json import read_body  # bounded: a /metrics body that never ends is cut
+
+            body = (await read_body(resp, url, max_bytes=MAX_METRICS_BYTES)).decode("utf-8", "replace")
             t = now_ns()
             if resp.status in (404, 501):
                 detail = _error_text(body)

@@ -4,6 +4,10 @@
 returns one JSON-ready snapshot. ``watch_loop`` scrapes until ``count`` refreshes or ``duration_s``
 elapsed (or forever), calling ``on_update(state)`` after each scrape; a failed scrape after the first
 is shown and retried (a restarting server must not end the watch), the first failure is raised.
+A server that stays gone ends the watch: after at least :data:`GONE_SCRAPES` failed scrapes in a row
+spanning :func:`gone_after_s` (derived from ``--interval`` and the scrape timeout: 10 s by default),
+:class:`ServerGone` (exit 3) says since when and why; until then each failed refresh says how long
+the server has not answered and when the watch will end.
 
 On llama.cpp each refresh also reads ``GET /slots`` (and ``/props`` once) —
 :mod:`phasescope.metrics.slots`: per-slot state, prompt and decoded tokens, context fill, each new
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from phasescope.errors import InputError, PhasescopeError
+from phasescope.errors import InputError, PhasescopeError, TargetError
 from phasescope.measure.clock import now_ns
 from phasescope.metrics.alerts import Alert, evaluate
 from phasescope.metrics.engines import PROFILES
@@ -32,6 +36,18 @@ from phasescope.metrics.slots import SlotTracker
 from phasescope.metrics.timeline import SUMMARY_KEYS, Timeline
 
 HISTORY = 60  # summaries kept for trend lines
+#: failed scrapes in a row before a server counts as gone (one refused connection is a restart's blink)
+GONE_SCRAPES = 3
+
+
+def gone_after_s(interval_s: float, timeout_s: float) -> float:
+    """How long scrapes may fail in a row before the watch ends: three intervals, or two scrape
+    timeouts when those are longer (a slow scrape must get its own chances)."""
+    return max(3.0 * interval_s, 2.0 * timeout_s)
+
+
+class ServerGone(TargetError):
+    """The watched server stopped answering for longer than :func:`gone_after_s` (exit 3)."""
 
 
 @dataclass
@@ -49,6 +65,8 @@ class WatchState:
     refreshes: int = 0
     by: str | None = None
     last_error: str | None = None
+    failing_since_ns: int | None = None  # the first of the failed scrapes in a row
+    failures: int = 0  # failed scrapes in a row
     started_ns: int = field(default_factory=now_ns)
     slots: SlotTracker | None = None  # llama.cpp only
 
@@ -193,6 +211,23 @@ async def watch_once(
         return state
 
 
+def _failed(state: WatchState, exc: PhasescopeError, gone_s: float) -> None:
+    """Note one failed scrape; :class:`ServerGone` once the server has been gone for ``gone_s``."""
+    t = now_ns()
+    if state.failing_since_ns is None:
+        state.failing_since_ns = t
+    state.failures += 1
+    state.refreshes += 1
+    down_s = (t - state.failing_since_ns) / 1e9
+    if state.failures >= GONE_SCRAPES and down_s >= gone_s - 1e-9:
+        raise ServerGone(f"{state.url} stopped answering: {state.failures} scrapes in a row failed over "
+                         f"{down_s:.0f} s ({exc}); watch ended",
+                         hint="restart the server, then run watch again") from None
+    state.last_error = (f"{exc} — the server has not answered for {down_s:.0f} s "
+                        f"({state.failures} failed scrape{'s' if state.failures != 1 else ''}); "
+                        f"the watch ends if it stays gone for {gone_s:.0f} s")
+
+
 async def watch_loop(
     url: str,
     *,
@@ -228,7 +263,7 @@ async def watch_loop(
                 t_tick = now_ns()
                 try:
                     state.timeline.add(await scraper.scrape())
-                    state.last_error = None
+                    state.last_error, state.failing_since_ns, state.failures = None, None, 0
                     await _poll_slots(scraper, state, api_key, timeout_s)
                     _refresh(state, select, by)
                     if log:
@@ -236,8 +271,7 @@ async def watch_loop(
                 except PhasescopeError as exc:
                     if not len(state.timeline):
                         raise
-                    state.last_error = str(exc)
-                    state.refreshes += 1
+                    _failed(state, exc, gone_after_s(interval_s, timeout_s))
                 n += 1
                 if on_update:
                     on_update(state)

@@ -144,9 +144,9 @@ class _Cursor:
 
 def read_gguf_header(path: str | Path) -> GGUFHeader:
     """Read metadata and tensor infos of a GGUF file (I/O). Bad or truncated files raise UnknownModelError."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"GGUF file not found: {p}")
+    from phasescope.safeio import user_file  # a regular file only: a FIFO or a device is refused, never mapped
+
+    p = user_file(path, "GGUF file")
     try:
         with p.open("rb") as fh:
             size = p.stat().st_size

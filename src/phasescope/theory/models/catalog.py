@@ -99,6 +99,10 @@ def load_model_spec(spec: str) -> ModelSpec:
 
 
 def _load_model_spec(s: str, p: Path) -> ModelSpec:
+    if p.exists() and not p.is_dir():
+        from phasescope.safeio import user_file
+
+        user_file(p, "model file")  # a FIFO or a device (/dev/zero) is named as such, never read
     if s.lower().endswith(".gguf"):
         return spec_from_gguf(p)
     if s.lower().endswith(".json") or p.is_dir():

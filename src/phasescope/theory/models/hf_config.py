@@ -15,6 +15,13 @@ from phasescope.theory.models.params import NON_GATED, estimate_params
 from phasescope.theory.models.spec import ModelSpec
 
 
+#: the largest any shape field may be (layers, widths, heads, experts, windows): far above every model,
+#: small enough that products of a few of them stay exact and finite
+MAX_SHAPE = 2**31
+#: the spellings of the routed-expert count and of the experts each token uses
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
+
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 _ALT_KEYS = {
     "num_hidden_layers": ("n_layer", "num_layers", "n_layers"),
@@ -47,9 +54,31 @@ def _flatten_config(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _as_int(value: Any, key: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
-        raise InputError(f"{where}: {key} must be a non-negative number, got {value!r}")
+    """A shape field: a whole, non-negative, finite number of at most :data:`MAX_SHAPE` (one line, exit 2)."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0
+            or value > MAX_SHAPE or (isinstance(value, float) and not value.is_integer())):
+        raise InputError(f"{where}: {key} must be a non-negative whole number (at most {MAX_SHAPE:,}), "
+                         f"got {_shown(value)}")
     return int(value)
+
+
+def _opt_int(c: dict[str, Any], key: str, where: str, default: int = 0) -> int:
+    """``c[key]`` as a shape field, ``default`` when absent or null (0 / false / "" count as absent, as before)."""
+    v = c.get(key)
+    if v is None or (v == 0 and not isinstance(v, bool)) or v == "":
+        return default
+    return _as_int(v, key, where)
+
+
+def _first(c: dict[str, Any], keys: tuple[str, ...], where: str) -> tuple[str, int]:
+    """The first of ``keys`` the config sets (any of its spellings), as a shape field; ("", 0) when none."""
+    found = [(key, _as_int(c[key], key, where)) for key in keys if c.get(key) is not None]  # every one checked
+    return next(((k, v) for k, v in found if v), found[0] if found else ("", 0))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def _sliding_layout(cfg: dict[str, Any], n_layers: int, model_type: str) -> tuple[int | None, int, str | None]:
@@ -139,51 +168,60 @@ def spec_from_config(cfg: dict[str, Any], *, name: str = "config.json", source: 
     if ff_raw is None:
         notes.append("intermediate_size missing: assumed 4·hidden")
 
-    # MoE
-    n_exp = c.get("num_local_experts") or c.get("num_experts") or c.get("n_routed_experts") or 0
-    k = c.get("num_experts_per_tok") or c.get("experts_per_token") or c.get("moe_topk") or 0
-    n_exp, k = int(n_exp or 0), int(k or 0)
-    n_shared = int(c.get("n_shared_experts") or 0)
+    # MoE: every spelling of the expert counts, checked before any count is derived from them
+    exp_key, n_exp = _first(c, EXPERT_KEYS, where)
+    k_key, k = _first(c, PER_TOKEN_KEYS, where)
+    if n_exp and k and k > n_exp:
+        # one alone (a dense config that names one field) stays dense, as transformers reads it
+        raise InputError(f"{where}: {k_key} {k} is more than {exp_key} {n_exp} "
+                         "(experts ≥ experts per token ≥ 1)")
+    n_shared = _opt_int(c, "n_shared_experts", where)
     shared_ff = None
     if c.get("shared_expert_intermediate_size"):
         n_shared = max(n_shared, 1)
-        shared_ff = int(c["shared_expert_intermediate_size"])
-    moe_ff = c.get("moe_intermediate_size")
+        shared_ff = _as_int(c["shared_expert_intermediate_size"], "shared_expert_intermediate_size", where)
+    moe_ff = _opt_int(c, "moe_intermediate_size", where) or None
     dense_ff = ff
     n_moe_layers = 0
     if n_exp and k:
         if model_type.startswith("llama4"):
             n_shared = max(n_shared, 1)
-            step = int(c.get("interleave_moe_layer_step") or 1)
+            step = _opt_int(c, "interleave_moe_layer_step", where, 1)
             n_moe_layers = L // step
             moe_ff = moe_ff or ff
-            dense_ff = int(c.get("intermediate_size_mlp") or ff)
+            dense_ff = _opt_int(c, "intermediate_size_mlp", where, ff)
         elif c.get("first_k_dense_replace") is not None or model_type.startswith("deepseek"):
-            first = int(c.get("first_k_dense_replace") or 0)
-            freq = int(c.get("moe_layer_freq") or 1)
+            first = _opt_int(c, "first_k_dense_replace", where)
+            freq = _opt_int(c, "moe_layer_freq", where, 1)
             n_moe_layers = len([i for i in range(first, L) if (i - first) % freq == 0])
         else:
-            step = int(c.get("decoder_sparse_step") or 1)
-            dense_only = set(c.get("mlp_only_layers") or [])
+            step = _opt_int(c, "decoder_sparse_step", where, 1)
+            dense_raw = c.get("mlp_only_layers") or []
+            if not isinstance(dense_raw, list):
+                raise InputError(f"{where}: mlp_only_layers must be a list of layer numbers")
+            dense_only = {_as_int(i, "mlp_only_layers", where) for i in dense_raw}
             n_moe_layers = len([i for i in range(L) if i not in dense_only and (i + 1) % step == 0])
         moe_ff = int(moe_ff or ff)
     else:
         n_exp = k = 0
 
     # MLA
-    kv_lora = c.get("kv_lora_rank")
+    kv_lora = _opt_int(c, "kv_lora_rank", where)
     mla: dict[str, Any] = {}
     if kv_lora:
         mla = dict(
-            kv_lora_rank=int(kv_lora),
-            qk_rope_head_dim=int(c.get("qk_rope_head_dim") or 64),
-            q_lora_rank=int(c["q_lora_rank"]) if c.get("q_lora_rank") else None,
-            qk_nope_head_dim=int(c.get("qk_nope_head_dim") or 128),
-            v_head_dim=int(c.get("v_head_dim") or 128),
+            kv_lora_rank=kv_lora,
+            qk_rope_head_dim=_opt_int(c, "qk_rope_head_dim", where, 64),
+            q_lora_rank=_opt_int(c, "q_lora_rank", where) or None,
+            qk_nope_head_dim=_opt_int(c, "qk_nope_head_dim", where, 128),
+            v_head_dim=_opt_int(c, "v_head_dim", where, 128),
         )
         head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
         notes.append("MLA: KV = layers x (kv_lora_rank + qk_rope_head_dim); num_key_value_heads ignored")
 
+    for key in ("sliding_window", "attention_chunk_size", "sliding_window_pattern", "_sliding_window_pattern"):
+        if c.get(key) is not None and not isinstance(c[key], bool):
+            _as_int(c[key], key, where)
     window, n_sliding, swa_note = _sliding_layout(c, L, model_type)
     if swa_note:
         notes.append(swa_note)
@@ -215,6 +253,8 @@ def spec_from_config(cfg: dict[str, Any], *, name: str = "config.json", source: 
     )
     dtype, expert_dtype = _dtype_of_config(c)
     max_pos = c.get("max_position_embeddings")
+    if isinstance(max_pos, (int, float)) and not isinstance(max_pos, bool):
+        max_pos = _as_int(max_pos, "max_position_embeddings", where)
     return ModelSpec(
         id=str(c.get("_name_or_path") or name),
         name=str(c.get("_name_or_path") or arch or name),

@@ -66,6 +66,9 @@ class ModelSpec:
     #: how this spec was chosen for a served name, when it was not named exactly (for the card)
     chosen_by: str | None = None
 
+    def __post_init__(self) -> None:
+        check_shapes(self)
+
     # --- derived views -----------------------------------------------------------------------------
     @property
     def shape_known(self) -> bool:
@@ -118,6 +121,52 @@ class ModelSpec:
         d["is_mla"] = self.is_mla
         return d
 
+
+
+#: shape fields (whole numbers ≥ 0 or unknown) and the most each may be
+_SHAPE_FIELDS = ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim", "vocab_size", "intermediate_size",
+                 "n_experts", "n_experts_per_tok", "n_shared_experts", "moe_intermediate_size", "n_moe_layers",
+                 "sliding_window", "n_sliding_layers", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank",
+                 "qk_nope_head_dim", "v_head_dim")
+_COUNT_FIELDS = ("total_params", "active_params", "decode_read_params", "routed_expert_params",
+                 "max_position_embeddings")
+MAX_SHAPE = 2**31
+MAX_COUNT = 2**62
+_BYTE_FIELDS = ("file_weight_bytes", "file_read_bytes_batch1", "file_routed_expert_bytes")
+
+
+def check_shapes(spec: "ModelSpec") -> None:
+    """The one semantic check of a model's shapes, whatever built it (config.json, GGUF, catalog,
+    a server's ``/props``): whole non-negative numbers within bounds, experts ≥ experts per token ≥ 1
+    for a MoE, KV heads ≤ heads, sliding and MoE layers ≤ layers. ceiling, kv and plan all get their
+    specs through :class:`ModelSpec`, so each refuses the same bad model with the same line (exit 2)."""
+    where = spec.source or spec.id
+
+    def bad(msg: str) -> InputError:
+        return InputError(f"{where}: {msg}")
+
+    for name, hi in [(f, MAX_SHAPE) for f in _SHAPE_FIELDS] + [(f, MAX_COUNT) for f in _COUNT_FIELDS]:
+        v = getattr(spec, name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise bad(f"{name} must be a whole number, got {v!r:.40}")
+        if not 0 <= v <= hi:
+            raise bad(f"{name} must be from 0 to {hi:,}, got {v:,}")
+    for name in _BYTE_FIELDS:
+        v = getattr(spec, name)
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 1e18):
+            raise bad(f"{name} must be a finite size in bytes, got {v!r:.40}")
+    if spec.n_experts or spec.n_experts_per_tok:
+        if not 1 <= spec.n_experts_per_tok <= spec.n_experts:
+            raise bad(f"experts per token {spec.n_experts_per_tok} must be from 1 to the number of experts "
+                      f"{spec.n_experts} (experts ≥ experts per token ≥ 1)")
+    if spec.n_heads and spec.n_kv_heads and spec.n_kv_heads > spec.n_heads:
+        raise bad(f"KV heads {spec.n_kv_heads} exceed attention heads {spec.n_heads}")
+    if spec.n_layers is not None:
+        for name in ("n_sliding_layers", "n_moe_layers"):
+            if getattr(spec, name) > spec.n_layers:
+                raise bad(f"{name} {getattr(spec, name)} exceeds the {spec.n_layers} layers")
 
 
 def spec_from_weights(weights_gb: float, *, dtype: str = "bf16", name: str | None = None) -> ModelSpec:
