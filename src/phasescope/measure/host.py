@@ -367,9 +367,12 @@ def judge(host: Mapping[str, Any] | None, *, threshold: float | None = None) -> 
         named += "; most of it from processes that ended before the run did"
     frac = host.get("burst_fraction") or BURST_FRACTION
     took = f"other work on this machine took {share * 100:.0f} % of its {cores} cores' CPU time"
-    if isinstance(burst, (int, float)):
+    bursty = isinstance(burst, (int, float)) and burst > 1.2 * share + 0.02
+    if bursty:
         took += (f" on average and {burst * 100:.0f} % in its worst 1-second windows (the busiest "
                  f"{frac * 100:.0f} % of the run)")
+    elif isinstance(burst, (int, float)):
+        took += f" ({burst * 100:.0f} % in its worst 1-second windows: steadily)"
     limits = []
     if by_avg:
         limits.append(f"more than the {avg_thr * 100:.0f} % phasescope accepts on average")
@@ -378,7 +381,7 @@ def judge(host: Mapping[str, Any] | None, *, threshold: float | None = None) -> 
     where = (" when the server runs on this machine and competes for the same cores" if local else "")
     msg = (took + " while the run measured (" + " ".join(limits) + where + named
            + "): the client and the server waited for CPU, so latencies read high and rates low"
-           + (", and the requests or repeats that ran inside a burst disagree with the rest" if by_burst else ""))
+           + (", and the requests or repeats that ran inside a burst disagree with the rest" if bursty else ""))
     peak = host.get("peak_other_cpu_share")
     ev = {"other_cpu_share": share, "threshold": avg_thr, "cores": cores,
           "worst_1s_other_cpu_share": burst, "burst_threshold": burst_thr,
