@@ -153,3 +153,21 @@ def test_profile_sentence_names_the_age() -> None:
     p = H.profile_of(_result(STABLE), _host(), now=1_764_000_000)
     s = H.profile_sentence(p, now=1_764_000_000 + 3 * 3600)
     assert s.startswith("`local` measured 2025-11-24") and "3 h ago" in s and "27.3 GB/s" in s and "spread 4 %" in s
+
+
+def test_the_probe_card_names_the_local_profile_it_used(capsys, monkeypatch, _home: Path) -> None:
+    from rich.console import Console
+
+    from phasescope.probe.card import render
+    from phasescope.probe.ceilings import ceilings
+    from phasescope.theory.devices import get_device
+    from phasescope.theory.models import load_model_spec
+
+    _synthetic(monkeypatch, STABLE, _host())
+    run(["hw", "--json"], capsys, monkeypatch)
+    ce = ceilings(load_model_spec("llama-3.1-8b"), get_device("local"), [{"prompt_tokens": 200, "decode_tok_s": 1.0}])
+    assert ce["device"]["profile"]["spread"] == pytest.approx(0.04, abs=0.005)  # stored with the run
+    con = Console(width=200, record=True)
+    con.print(render({"sizes": [{"prompt_tokens": 200}], "ceilings": ce, "model": "m", "target": "t"}))
+    text = " ".join(con.export_text().split())
+    assert "`local` measured" in text and "spread 4 %" in text and "best of 10 passes" in text, text

@@ -286,18 +286,21 @@ def models(
 
 def hw(
     size_mb: int = typer.Option(1024, "--size-mb", help="Array size for the bandwidth kernel (MiB; keep far above the caches)."),
-    repeats: int = typer.Option(10, "--repeats", help="Timed passes per kernel (best is saved; median and spread decide whether to save)."),
+    repeats: int = typer.Option(10, "--repeats", help="Timed passes per kernel (best is saved; their spread decides whether)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Threads for the bandwidth kernel (default: all usable cores)."),
     matmul_n: int = typer.Option(2048, "--matmul-n", help="Matrix size of the float32 GEMM."),
     no_c: bool = typer.Option(False, "--no-c", help="Skip the compiled C kernel even when `cc` exists."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Save as device `local` for `ceiling --device local` (only when the passes agree; see --force)."),
-    force: bool = typer.Option(False, "--force", help="Save even when the passes disagree (spread > 15 %), the host was busy, or a stable saved profile is better; says what it replaced."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Save as device `local` (when the passes agree)."),
+    force: bool = typer.Option(
+        False, "--force", help="Save even when the passes disagree (spread > 15 %), the host was busy, or a stable "
+        "saved profile is better; says what it replaced."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/hw.md)."),
     if_missing: bool = typer.Option(
         False, "--if-missing", help="Measure only when no `local` device is saved yet (what `make demo` runs)."
     ),
 ) -> None:
-    """Measure this machine's memory read bandwidth (all cores) and matmul throughput; save as device `local` when the passes agree."""
+    """Measure this machine's memory read bandwidth (all cores) and matmul throughput; save as device `local`
+    when the passes agree."""
     from phasescope.measure.interval import to_ci
     from phasescope.theory import hw as hwlib
     from phasescope.theory.devices import load_local_device, local_device_path, save_local_device
@@ -372,7 +375,8 @@ def hw(
                          if isinstance(host.get("worst_1s_other_cpu_share"), (int, float)) else "") + "[/dim]",
                       highlight=False)
     if path:
-        console.print(f"saved as device [bold]local[/bold] ({escape(str(path))}): {dev.mem_bandwidth_gb_s:.1f} GB/s memory "
+        console.print(f"saved as device [bold]local[/bold] ({escape(str(path))}): {dev.mem_bandwidth_gb_s:.1f} GB/s "
+                      "memory "
                       f"read, BF16 peak {_num((dev.dense_bf16_tflops or 0) * 1000)} GFLOP/s — "
                       f"{escape(decision.note)} (spread {hwlib._pct(new.spread)})", highlight=False)
         console.print("next: [bold]phasescope ceiling --device local --model ...[/bold]")

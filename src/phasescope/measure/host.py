@@ -40,6 +40,9 @@ A background thread (:class:`HostSampler`) reads the counters every 0.5 s (about
 ``benchmarks/host_sampler_cost.py``); the busiest other processes are named in the evidence.
 
 Linux only; elsewhere (no ``/proc``) the sampler records ``available: false`` and judges nothing.
+
+One job: how busy this machine was with other work while a run measured — the ``/proc`` parsers, the
+windows between samples (whole run and 1-second bursts) and the judgement all read the same samples.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def get_device(device: str | None, *, same_machine: bool = True) -> tuple[Any, s
 
 
 def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, Any]:
-    from phasescope.theory import roofline as R
+    from phasescope.theory import hw as _hw, roofline as R
 
     rows = []
     for s in sizes:
@@ -138,7 +138,7 @@ def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, A
         "model_spec": {"id": getattr(spec, "id", None), "origin": getattr(spec, "origin", None), "source": getattr(spec, "source", None)},
         "device": {"id": getattr(device, "id", None), "name": getattr(device, "name", None),
                    "mem_bandwidth_gb_s": getattr(device, "mem_bandwidth_gb_s", None),
-                   "dense_bf16_tflops": getattr(device, "dense_bf16_tflops", None)},
+                   "dense_bf16_tflops": getattr(device, "dense_bf16_tflops", None), "profile": _hw.profile_for(device)},
         "sizes": rows,
     }
 

@@ -40,6 +40,9 @@ CPU kernels (int8 dot products on Q8 activations) beat a float32 GEMM, so the sa
 the catalog's CPU rows are (``hardware.csv``: cores × FLOP/cycle × clock; FP32 FLOP/cycle 64 with AVX-512F,
 32 with AVX2+FMA, 16 with AVX/NEON; BF16 ×2 with AVX512_BF16/AMX; INT8 ×4 with VNNI, ×2 with AVX2) and never
 below the measured GEMM. The measured GEMM is kept next to them.
+
+One job: a measurement of this machine that may become ``local`` — the kernels, the profile of their
+passes, the rule that decides whether it is saved, and the sentence that names it read the same passes.
 """
 
 from __future__ import annotations
@@ -564,14 +567,17 @@ def decide(new: Profile, old: Profile | None, *, force: bool = False) -> Decisio
     if old_stable and _sp(new.spread) > _sp(old.spread):
         worse.append(f"its passes spread {_pct(new.spread)}, more than the saved profile's {_pct(old.spread)}")
     if old_stable and new.bandwidth_gb_s < (1 - SLOWER_BY) * old.bandwidth_gb_s:
-        worse.append(f"its best pass ({new.bandwidth_gb_s:.1f} GB/s) is {(1 - new.bandwidth_gb_s / old.bandwidth_gb_s) * 100:.0f} % "
+        slower = 1 - new.bandwidth_gb_s / old.bandwidth_gb_s
+        worse.append(f"its best pass ({new.bandwidth_gb_s:.1f} GB/s) is {slower * 100:.0f} % "
                      f"below the saved one's ({old.bandwidth_gb_s:.1f} GB/s), and other work only ever slows a pass")
     if force:
         if old is None:
-            return Decision(True, None, "saved (--force)" + (f" although {new.unstable_because}" if not new.stable else ""))
+            return Decision(True, None,
+                            "saved (--force)" + (f" although {new.unstable_because}" if not new.stable else ""))
         if old_stable and (not new.stable or worse):
             what = new.unstable_because if not new.stable else "; ".join(worse)
-            return Decision(True, None, f"--force: replaced a stable profile ({describe(old)}) with a noisier one: {what}")
+            return Decision(True, None,
+                            f"--force: replaced a stable profile ({describe(old)}) with a noisier one: {what}")
         return Decision(True, None, f"--force: replaced the saved profile ({describe(old)})")
     kept = f"; the saved profile is kept ({describe(old)})" if old is not None else "; nothing is saved"
     if not new.stable:
@@ -614,3 +620,18 @@ def local_profile_note(device: Any) -> str:
     prof = device.get("profile") if isinstance(device, dict) else None
     p = Profile.from_dict(prof) if isinstance(prof, dict) else load_profile()
     return f" {profile_sentence(p)}." if p is not None else ""
+
+
+def profile_for(device: Any) -> dict[str, Any] | None:
+    """The saved profile of ``local`` as a dict, to store with a run that used it (None for any other device)."""
+    dev_id = device.get("id") if isinstance(device, dict) else getattr(device, "id", None)
+    if dev_id != LOCAL_DEVICE_ID:
+        return None
+    p = load_profile()
+    return p.to_dict() if p is not None else None
+
+
+def local_profile_clause(device: Any) -> str:
+    """:func:`local_profile_note` as a clause to append to a source text: ``"; `local` measured …"`` or ""."""
+    note = local_profile_note(device).strip().rstrip(".")
+    return f"; {note}" if note else ""
