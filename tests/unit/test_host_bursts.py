@@ -23,6 +23,7 @@ class FakeProc:
         self.t = 0.0
         self.busy = self.idle = 0
         self.ticks = {CLIENT: 0, SERVER: 0, BURNER: 0}
+        self.reaped = 0  # CPU of the client's children it has waited for (its cutime)
         (root / "net").mkdir(parents=True)
         self._write()
 
@@ -32,11 +33,13 @@ class FakeProc:
         for pid, comm in ((CLIENT, "python"), (SERVER, "llama-server"), (BURNER, "burner")):
             (self.root / str(pid)).mkdir(exist_ok=True)
             (self.root / str(pid) / "stat").write_text(
-                f"{pid} ({comm}) R 1 0 0 0 0 0 0 0 0 0 {self.ticks[pid]} 0 0 0\n")
+                f"{pid} ({comm}) R 1 0 0 0 0 0 0 0 0 0 {self.ticks[pid]} 0 "
+                f"{self.reaped if pid == CLIENT else 0} 0\n")
 
-    def step(self, *, client: int = 2, server: int = 40, other: int = 0, dt: float = 0.5) -> None:
+    def step(self, *, client: int = 2, server: int = 40, other: int = 0, dt: float = 0.5, reaped: int = 0) -> None:
         cap = round(200 * dt)
-        used = client + server + other
+        used = client + server + other + reaped
+        self.reaped += reaped
         assert used <= cap
         self.t += dt
         self.busy += used
@@ -130,3 +133,18 @@ def test_an_old_record_without_bursts_is_judged_on_its_average() -> None:
     old = {"available": True, "cores": 2, "threshold": 0.25, "during": {"cores": 2, "other_cpu_share": 0.23}}
     assert judge(old) == []
     assert [w.kind for w in judge(dict(old, during={"cores": 2, "other_cpu_share": 0.3}))] == ["host_busy"]
+
+
+def test_a_child_that_ran_and_exited_between_samples_is_its_parents_not_other_work(tmp_path: Path) -> None:
+    # hw compiles and runs its C kernel as a child: once waited for, its CPU is in the parent's cutime/cstime
+    comm, ppid, ticks = H.parse_proc_stat("42 (python) S 7 42 42 0 -1 4194560 1 0 0 0 100 20 300 40 20 0 1 0 9")
+    assert (comm, ppid, ticks) == ("python", 7, 460)
+    fp = FakeProc(tmp_path / "proc")
+    s = H.HostSampler(None, proc=str(fp.root), client_pid=CLIENT, before_s=0, interval_s=3600, clock=lambda: fp.t)
+    s.cores = 2
+    s.start()
+    for _ in range(4):
+        fp.step(client=2, server=0, reaped=80)  # the client's reaped child: 80 of 100 ticks, in its cutime
+        s._add(s._sample(), cheap=True)
+    host = s.stop()
+    assert host["during"]["other_cpu_share"] == pytest.approx(0.0) and judge(host) == []

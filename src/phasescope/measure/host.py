@@ -110,13 +110,16 @@ def parse_stat(text: str) -> CpuStat:
 
 
 def parse_proc_stat(text: str) -> tuple[str, int, int]:
-    """``/proc/<pid>/stat`` → (comm, ppid, utime + stime ticks). The comm may hold spaces and
-    parentheses, so the fields are read after the *last* ``)``."""
+    """``/proc/<pid>/stat`` → (comm, ppid, CPU ticks). The comm may hold spaces and parentheses, so the
+    fields are read after the *last* ``)``. The ticks are utime + stime plus cutime + cstime: the CPU time
+    of children the process has waited for, so a short-lived child that ran and exited between two samples
+    (``hw``'s compiled kernel, a compiler) stays its parent's, not "other work"."""
     head, _, rest = text.rpartition(")")
     comm = head.partition("(")[2]
     f = rest.split()
-    # rest starts at field 3 (state): ppid = field 4, utime = 14, stime = 15
-    return comm, int(f[1]), int(f[11]) + int(f[12])
+    # rest starts at field 3 (state): ppid = field 4, utime = 14, stime = 15, cutime = 16, cstime = 17
+    waited = int(f[13]) + int(f[14]) if len(f) > 14 else 0
+    return comm, int(f[1]), int(f[11]) + int(f[12]) + max(0, waited)
 
 
 def _read(path: str) -> str | None:
