@@ -171,3 +171,16 @@ def test_the_probe_card_names_the_local_profile_it_used(capsys, monkeypatch, _ho
     con.print(render({"sizes": [{"prompt_tokens": 200}], "ceilings": ce, "model": "m", "target": "t"}))
     text = " ".join(con.export_text().split())
     assert "`local` measured" in text and "spread 4 %" in text and "best of 10 passes" in text, text
+
+
+def test_rounds_look_for_a_stretch_where_the_passes_agree(monkeypatch) -> None:
+    seq = iter([_bw(NOISY), _bw([30.0, 24.0, 27.0, 26.0]), _bw(STABLE), _bw(NOISY)])
+    monkeypatch.setattr(H, "bandwidth_numpy", lambda size, threads, repeats: next(seq))
+    r = H.measure(size_mb=1, repeats=4, matmul_n=16, use_c=False, rounds=4)
+    assert [x["round"] for x in r.rounds] == [1, 2, 3] and r.rounds[2].get("kept") is True  # stopped when agreed
+    assert r.bandwidth.runs_gb_s == STABLE and H.profile_of(r, _host()).stable
+    seq = iter([_bw(NOISY), _bw([30.0, 24.0, 27.0, 26.0])])
+    r = H.measure(size_mb=1, repeats=4, matmul_n=16, use_c=False, rounds=2)
+    p = H.profile_of(r, _host())
+    assert r.rounds[1].get("kept") and not p.stable and p.rounds == 2  # none agreed: the least spread, not saved
+    assert "in each of 2 rounds" in p.unstable_because and "195 %" in p.unstable_because

@@ -288,6 +288,7 @@ def hw(
     size_mb: int = typer.Option(1024, "--size-mb", help="Array size for the bandwidth kernel (MiB; keep far above the caches)."),
     repeats: int = typer.Option(10, "--repeats", help="Timed passes per kernel (best is saved; their spread decides whether)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Threads for the bandwidth kernel (default: all usable cores)."),
+    rounds: int = typer.Option(3, "--rounds", help="Rounds of passes to try while they disagree (the first that agrees is kept)."),
     matmul_n: int = typer.Option(2048, "--matmul-n", help="Matrix size of the float32 GEMM."),
     no_c: bool = typer.Option(False, "--no-c", help="Skip the compiled C kernel even when `cc` exists."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save as device `local` (when the passes agree)."),
@@ -319,9 +320,10 @@ def hw(
         return
 
     if not as_json:
-        err_console.print(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes) and a {matmul_n}² GEMM ...")
+        err_console.print(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes, up to {rounds} rounds "
+                          f"until they agree) and a {matmul_n}² GEMM ...")
     result, host = hwlib.measure_sampled(size_mb=size_mb, repeats=repeats, threads=threads, matmul_n=matmul_n,
-                                         use_c=not no_c)
+                                         use_c=not no_c, rounds=rounds)
     new = hwlib.profile_of(result, host, forced=force)
     decision = hwlib.decide(new, old, force=force)
     if not save:
@@ -368,6 +370,11 @@ def hw(
         console.print(f"compute peaks \\[derived]: {d.cores} cores × {d.fp32_flop_per_cycle} FLOP/cycle × {d.ghz:.2f} GHz = "
                       f"FP32 {d.fp32_tflops * 1000:,.0f}, BF16 {d.bf16_tflops * 1000:,.0f}, INT8 {d.int8_tops * 1000:,.0f} "
                       f"GFLOP/s (flags: {', '.join(d.flags) or 'none'})")
+    if len(result.rounds) > 1:
+        console.print("rounds of passes: " + "; ".join(
+            f"{r['round']}: {r['method']} best {r['best_gb_s']:.1f}, median {r['median_gb_s']:.1f} GB/s, spread "
+            f"{hwlib._pct(r.get('spread'))}" + (" (kept)" if r.get("kept") else "") for r in result.rounds),
+            highlight=False)
     d_ = host.get("during") if isinstance(host, dict) else None
     if d_:
         console.print(f"[dim]host: other work took {d_['other_cpu_share'] * 100:.0f} % of the cores while hw measured"
