@@ -137,8 +137,8 @@ def test_an_old_record_without_bursts_is_judged_on_its_average() -> None:
 
 def test_a_child_that_ran_and_exited_between_samples_is_its_parents_not_other_work(tmp_path: Path) -> None:
     # hw compiles and runs its C kernel as a child: once waited for, its CPU is in the parent's cutime/cstime
-    comm, ppid, ticks = H.parse_proc_stat("42 (python) S 7 42 42 0 -1 4194560 1 0 0 0 100 20 300 40 20 0 1 0 9")
-    assert (comm, ppid, ticks) == ("python", 7, 460)
+    text = "42 (python) S 7 42 42 0 -1 4194560 1 0 0 0 100 20 300 40 20 0 1 0 9"
+    assert H.parse_proc_stat(text) == ("python", 7, 120) and H.parse_waited(text) == 340
     fp = FakeProc(tmp_path / "proc")
     s = H.HostSampler(None, proc=str(fp.root), client_pid=CLIENT, before_s=0, interval_s=3600, clock=lambda: fp.t)
     s.cores = 2

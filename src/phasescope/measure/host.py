@@ -110,16 +110,21 @@ def parse_stat(text: str) -> CpuStat:
 
 
 def parse_proc_stat(text: str) -> tuple[str, int, int]:
-    """``/proc/<pid>/stat`` → (comm, ppid, CPU ticks). The comm may hold spaces and parentheses, so the
-    fields are read after the *last* ``)``. The ticks are utime + stime plus cutime + cstime: the CPU time
-    of children the process has waited for, so a short-lived child that ran and exited between two samples
-    (``hw``'s compiled kernel, a compiler) stays its parent's, not "other work"."""
+    """``/proc/<pid>/stat`` → (comm, ppid, utime + stime ticks). The comm may hold spaces and
+    parentheses, so the fields are read after the *last* ``)``."""
     head, _, rest = text.rpartition(")")
     comm = head.partition("(")[2]
     f = rest.split()
-    # rest starts at field 3 (state): ppid = field 4, utime = 14, stime = 15, cutime = 16, cstime = 17
-    waited = int(f[13]) + int(f[14]) if len(f) > 14 else 0
-    return comm, int(f[1]), int(f[11]) + int(f[12]) + max(0, waited)
+    # rest starts at field 3 (state): ppid = field 4, utime = 14, stime = 15
+    return comm, int(f[1]), int(f[11]) + int(f[12])
+
+
+def parse_waited(text: str) -> int:
+    """``/proc/<pid>/stat`` → cutime + cstime: the CPU ticks of the children the process has waited for
+    (fields 16 and 17). The client's own tree counts them, so a child that ran and exited between two
+    samples (``hw``'s compiled kernel, a ``--workers`` process) stays the client's, not "other work"."""
+    f = text.rpartition(")")[2].split()
+    return int(f[13]) + int(f[14]) if len(f) > 14 else 0
 
 
 def _read(path: str) -> str | None:
@@ -235,6 +240,8 @@ class Sample:
     stat: CpuStat
     procs: dict[int, tuple[str, int, int]]
     loadavg: float | None = None
+    #: cutime + cstime of the client's root process (:func:`parse_waited`)
+    client_waited: int = 0
 
 
 @dataclass
@@ -282,6 +289,7 @@ def window(a: Sample, b: Sample, *, cores: int, client: set[int], server: set[in
 
     own = client | (server or set())
     c = dticks(client - (server or set()))  # the embedded engine is the client's child: count it once, as server
+    c += max(0, b.client_waited - a.client_waited)  # children the client waited for since the last sample
     sv = dticks(server) if server else 0
     busy = max(0, b.stat.busy - a.stat.busy)
     steal = max(0, b.stat.steal - a.stat.steal)
@@ -447,7 +455,12 @@ class HostSampler:
             st = parse_stat(text)
         except ValueError:
             return None
-        return Sample(self.clock(), st, read_processes(self.proc), read_loadavg(self.proc))
+        own = _read(f"{self.proc}/{self.client_pid}/stat")
+        try:
+            waited = parse_waited(own) if own else 0
+        except ValueError:
+            waited = 0
+        return Sample(self.clock(), st, read_processes(self.proc), read_loadavg(self.proc), waited)
 
     def _server_pids(self, procs: Mapping[int, tuple[str, int, int]]) -> set[int] | None:
         roots = set(self.server_roots)
