@@ -145,6 +145,7 @@ BAD = [
     (["kv", "-m", "llama-3.1-8b", "-d", "cpu"], "no fixed memory size"),
     (["kv", "-m", "llama-3.1-8b", "--gpu-mem-gb", "24", "--gpu-memory-utilization", "1.5"], "gpu-memory-utilization"),
     (["ceiling", "-d", "local", "--weights-gb", "1"], "no local device"),
+    (["hw", "--rounds", "0"], "--rounds must be >= 1"),
 ]
 
 

@@ -306,6 +306,10 @@ def hw(
     from phasescope.theory import hw as hwlib
     from phasescope.theory.devices import load_local_device, local_device_path, save_local_device
 
+    from phasescope.errors import InputError
+
+    if size_mb < 1 or repeats < 1 or matmul_n < 16 or rounds < 1:  # before anything is printed or measured
+        raise InputError("hw: --size-mb, --repeats, --rounds must be >= 1 and --matmul-n >= 16")
     old = hwlib.load_profile()
     existing = load_local_device() if if_missing else None
     if existing is not None:
