@@ -25,8 +25,8 @@ from phasescope.load.loop import QuietGC
 from phasescope.measure.clock import now_ns
 from phasescope.measure.warnings import MeasurementWarning
 
-__all__ = ["HealthMonitor", "RunnerHealth", "health_warnings", "lag_cause", "LOOP_LAG_MEDIAN_MS", "LOOP_LAG_P99_MS",
-           "SEND_LAG_MEDIAN_MS", "SEND_LAG_P99_MS"]
+__all__ = ["HealthMonitor", "RunnerHealth", "health_warnings", "lag_cause", "LOOP_LAG_MEDIAN_MS",
+           "LOOP_LAG_P99_MS", "SEND_LAG_MEDIAN_MS", "SEND_LAG_P99_MS"]
 
 
 @dataclass
@@ -267,7 +267,7 @@ def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float |
                              "p99" + (" (after t0, sent all at once)" if burst else " versus their schedule"))
         else:
             if cause == "cores_full":
-                what = what.rstrip(".") + full + "."
+                what = what.replace("the client was busy", "the client waited for a core").rstrip(".") + full + "."
                 fix = full_fix
             out.append(MeasurementWarning(
                 "client_saturated",
