@@ -148,3 +148,15 @@ def test_a_child_that_ran_and_exited_between_samples_is_its_parents_not_other_wo
         s._add(s._sample(), cheap=True)
     host = s.stop()
     assert host["during"]["other_cpu_share"] == pytest.approx(0.0) and judge(host) == []
+
+
+def test_many_live_hogs_are_not_said_to_have_ended() -> None:
+    # eight hogs at 12 % each: only three are named, but they did not end before the run did
+    hogs = {100 + i: ("python3", 1, 0) for i in range(8)}
+    a = H.Sample(0.0, H.CpuStat(busy=0, idle=0, steal=0), {**hogs, CLIENT: ("python", 1, 0)})
+    b = H.Sample(10.0, H.CpuStat(busy=1940, idle=60, steal=0), {**{p: ("python3", 1, 240) for p in hogs},
+                                                          CLIENT: ("python", 1, 20)})
+    w = H.window(a, b, cores=2, client={CLIENT}, server=None)
+    assert w.other_cpu_share == pytest.approx(0.96) and len(w.top_other) == 3
+    (msg,) = [x.message for x in judge({"available": True, "cores": 2, "during": w.to_dict()})]
+    assert "python3 (12 %)" in msg and "ended" not in msg, msg

@@ -259,6 +259,8 @@ class Window:
     #: the ticks behind ``other_cpu_share`` (other work + steal) and the capacity, to merge windows
     other_ticks: int = 0
     capacity_ticks: int = 0
+    #: the share of the cores other processes still running at the window's end used (named or not)
+    alive_other_share: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -268,6 +270,7 @@ class Window:
             "server_cpu_share": None if self.server_cpu_share is None else round(self.server_cpu_share, 4),
             "other_cpu_share": round(self.other_cpu_share, 4), "steal_share": round(self.steal_share, 4),
             "top_other": self.top_other,
+            "alive_other_share": None if self.alive_other_share is None else round(self.alive_other_share, 4),
         }
 
 
@@ -296,10 +299,12 @@ def window(a: Sample, b: Sample, *, cores: int, client: set[int], server: set[in
     other = max(0, busy - c - sv)
     others = sorted(((dticks([p]), p) for p in b.procs if p not in own), reverse=True)
     top_other = [{"pid": p, "comm": b.procs[p][0], "cpu_share": round(t / cap, 4)} for t, p in others[:top] if t > 0]
+    alive = sum(t for t, _ in others)  # other work done by processes still there at the end (all, not only the top)
     return Window(seconds=dt, cores=cores, machine_busy_share=min(1.0, busy / cap),
                   client_cpu_share=min(1.0, c / cap), server_cpu_share=None if server is None else min(1.0, sv / cap),
                   other_cpu_share=min(1.0, (other + steal) / cap), steal_share=min(1.0, steal / cap),
-                  top_other=top_other, other_ticks=min(cap, other + steal), capacity_ticks=cap)
+                  top_other=top_other, other_ticks=min(cap, other + steal), capacity_ticks=cap,
+                  alive_other_share=min(1.0, alive / cap))
 
 
 def burst_shares(steps: Sequence[tuple[float, int, int]], window_s: float = BURST_WINDOW_S) -> list[float]:
@@ -377,7 +382,8 @@ def judge(host: Mapping[str, Any] | None, *, threshold: float | None = None) -> 
     tops = [t for t in during.get("top_other") or [] if (t.get("cpu_share") or 0) >= 0.005]
     names = ", ".join(f"{t['comm']} ({t['cpu_share'] * 100:.0f} %)" for t in tops)
     named = f"; busiest: {names}" if names else ""
-    if sum(t["cpu_share"] for t in tops) < share / 2:
+    alive = during.get("alive_other_share")  # all processes still running, not only the named top three
+    if (alive if isinstance(alive, (int, float)) else sum(t["cpu_share"] for t in tops)) < share / 2:
         named += "; most of it from processes that ended before the run did"
     frac = host.get("burst_fraction") or BURST_FRACTION
     took = f"other work on this machine took {share * 100:.0f} % of its {cores} cores' CPU time"
