@@ -21,3 +21,16 @@ def test_quiet_host_line_says_within_threshold(capsys) -> None:
 def test_busy_host_line_says_above_threshold(capsys) -> None:
     out = _line(0.51, capsys)
     assert "51 %" in out and "above the 25 %" in out and "quiet" not in out, out
+
+
+def test_bursty_host_line_shows_the_worst_windows_and_says_above(capsys) -> None:
+    # issue 29: "quiet: other work took 23 %, within the 25 % host_busy threshold" while a burner spun 1 s on/off
+    _common.print_host_line({"threshold": 0.25, "burst_threshold": 0.5, "worst_1s_other_cpu_share": 0.62,
+                             "server_local": False, "during": {"other_cpu_share": 0.23, "cores": 2}})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "23 %" in out and "62 % in its worst 1-s windows" in out, out
+    assert "quiet" not in out and "above the 50 % for bursts" in out, out
+    _common.print_host_line({"threshold": 0.15, "burst_threshold": 0.3, "worst_1s_other_cpu_share": 0.04,
+                             "server_local": True, "during": {"other_cpu_share": 0.02, "cores": 2}})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "quiet" in out and "15 %" in out and "30 % for bursts" in out and "this machine" in out, out

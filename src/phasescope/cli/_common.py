@@ -50,13 +50,23 @@ def print_host_line(host: Any) -> None:
     d = (host or {}).get("during") if isinstance(host, dict) else None
     if not d:
         return
-    thr = (host or {}).get("threshold") or 0.25
-    load = (host or {}).get("loadavg_1m_start")
+    h = host or {}
+    thr = h.get("threshold") or 0.25
+    load = h.get("loadavg_1m_start")
     share = d.get("other_cpu_share") or 0
+    burst, bthr = h.get("worst_1s_other_cpu_share"), h.get("burst_threshold")
+    bursts = isinstance(burst, (int, float)) and isinstance(bthr, (int, float))
     # "(host_busy above 25 %)" after a 1 % share read as if the host were busy: say which side of the line it is
-    verdict = (f"above the {100 * thr:.0f} % host_busy threshold" if share > thr
-               else f"quiet: within the {100 * thr:.0f} % host_busy threshold")
+    over = [f"the {100 * thr:.0f} % host_busy threshold" + (" on average" if bursts else "")] if share > thr else []
+    if bursts and burst > bthr:
+        over.append(f"the {100 * bthr:.0f} % for bursts")
+    verdict = ("above " + " and ".join(over) if over
+               else f"quiet: within the {100 * thr:.0f} % host_busy threshold"
+               + (f" and the {100 * bthr:.0f} % for bursts" if bursts else ""))
+    if h.get("server_local"):
+        verdict += "; stricter: the server runs on this machine"
     console.print(f"host: other work took {100 * share:.0f} % of the {d.get('cores')} cores "
-                  f"during the run ({verdict})"
+                  f"during the run" + (f", {100 * burst:.0f} % in its worst 1-s windows" if bursts else "")
+                  + f" ({verdict})"
                   + (f", load average {load:.2f} at start" if isinstance(load, (int, float)) else ""),
                   highlight=False, soft_wrap=True, style="dim")

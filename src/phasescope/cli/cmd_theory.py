@@ -156,6 +156,12 @@ def ceiling(
     )
     for n in rep["notes"] + rep["model"]["notes"]:
         console.print(f"[dim]note: {escape(n)}[/dim]")
+    if any(r["device"] == "local" for r in rep["devices"]):
+        from phasescope.theory.hw import local_profile_note
+
+        note = local_profile_note({"id": "local"}).strip()
+        if note:
+            console.print(f"[dim]note: {escape(note)}[/dim]", highlight=False)
 
 
 # --- kv --------------------------------------------------------------------------------------------------
@@ -283,47 +289,83 @@ def models(
 
 def hw(
     size_mb: int = typer.Option(1024, "--size-mb", help="Array size for the bandwidth kernel (MiB; keep far above the caches)."),
-    repeats: int = typer.Option(10, "--repeats", help="Timed passes per kernel (best is kept, median and spread shown)."),
+    repeats: int = typer.Option(10, "--repeats", help="Timed passes per kernel (best is saved; their spread decides whether)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Threads for the bandwidth kernel (default: all usable cores)."),
+    rounds: int = typer.Option(3, "--rounds", help="Rounds of passes to try while they disagree (the first that agrees is kept)."),
     matmul_n: int = typer.Option(2048, "--matmul-n", help="Matrix size of the float32 GEMM."),
     no_c: bool = typer.Option(False, "--no-c", help="Skip the compiled C kernel even when `cc` exists."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Save as device `local` for `ceiling --device local`."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Save as device `local` (when the passes agree)."),
+    force: bool = typer.Option(
+        False, "--force", help="Save even when the passes disagree (spread > 15 %), the host was busy, or a stable "
+        "saved profile is better; says what it replaced."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/hw.md)."),
     if_missing: bool = typer.Option(
         False, "--if-missing", help="Measure only when no `local` device is saved yet (what `make demo` runs)."
     ),
 ) -> None:
-    """Measure this machine's memory read bandwidth (all cores) and matmul throughput; save as device `local`."""
+    """Measure this machine's memory read bandwidth (all cores) and matmul throughput; save as device `local`
+    when the passes agree."""
+    from phasescope.measure.interval import to_ci
     from phasescope.theory import hw as hwlib
     from phasescope.theory.devices import load_local_device, local_device_path, save_local_device
 
+    from phasescope.errors import InputError
+
+    if size_mb < 1 or repeats < 1 or matmul_n < 16 or rounds < 1:  # before anything is printed or measured
+        raise InputError("hw: --size-mb, --repeats, --rounds must be >= 1 and --matmul-n >= 16")
+    old = hwlib.load_profile()
     existing = load_local_device() if if_missing else None
     if existing is not None:
-        err_console.print(f"hw: this machine is already measured ({local_device_path()}); run `phasescope hw` to re-measure")
+        say = f"hw: this machine is already measured ({local_device_path()}"
+        say += f"; {hwlib.profile_sentence(old)})" if old else ")"
+        err_console.print(escape(say + "; run `phasescope hw` to re-measure"), highlight=False)
         if as_json:
             print_json({"schema": 1, "measurement": None, "device": existing.to_dict(),
-                        "saved_to": str(local_device_path()), "skipped": True})
+                        "saved_to": str(local_device_path()), "skipped": True, "saved": False,
+                        "spread": old.spread if old else None, "reason": "already measured (--if-missing)",
+                        "profile": old.to_dict() if old else None})
         return
 
     if not as_json:
-        err_console.print(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes) and a {matmul_n}² GEMM ...")
-    result = hwlib.measure(size_mb=size_mb, repeats=repeats, threads=threads, matmul_n=matmul_n, use_c=not no_c)
+        err_console.print(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes, up to {rounds} rounds "
+                          f"until they agree) and a {matmul_n}² GEMM ...")
+    result, host = hwlib.measure_sampled(size_mb=size_mb, repeats=repeats, threads=threads, matmul_n=matmul_n,
+                                         use_c=not no_c, rounds=rounds)
+    new = hwlib.profile_of(result, host, forced=force)
+    decision = hwlib.decide(new, old, force=force)
+    if not save:
+        decision = hwlib.Decision(False, "--no-save", "not saved (--no-save)")
     dev = hwlib.to_device(result)
     path = None
-    if save:
-        path = save_local_device(dev, extra=result.to_dict())
+    if decision.save:
+        extra = result.to_dict()
+        extra.update({"profile": new.to_dict(), "host": host})
+        path = save_local_device(dev, extra=extra)
+    iv = hwlib.bandwidth_interval(result.bandwidth)
     if as_json:
-        print_json({"schema": 1, "measurement": result.to_dict(), "device": dev.to_dict(),
-                    "saved_to": str(path) if path else None})
+        doc: dict[str, Any] = {
+            "schema": 1, "measurement": result.to_dict(), "device": dev.to_dict(),
+            "saved_to": str(path) if path else None, "saved": decision.save, "spread": new.spread,
+            "stable": new.stable, "note": decision.note, "profile": new.to_dict(),
+            "bandwidth_gb_s": result.bandwidth.best_gb_s,
+            "bandwidth_median_gb_s": iv.value if iv else None, "bandwidth_median_gb_s_ci": to_ci(iv),
+            "bandwidth_interval": iv.to_json() if iv else None,
+            "previous": old.to_dict() if old else None, "host": host,
+        }
+        if not decision.save:
+            doc["reason"] = decision.reason
+        print_json(doc)
         return
     bw = result.bandwidth
-    console.print(f"[bold]{result.cpu}[/bold], {result.cores} cores, {_num(result.memory_gb)} GB RAM")
+    console.print(f"[bold]{escape(result.cpu)}[/bold], {result.cores} cores, {_num(result.memory_gb)} GB RAM")
     t = Table(show_header=True)
-    for col in ("kernel", "best", "median", "min", "spread", "passes"):
+    for col in ("kernel", "best", "median (95 % interval)", "min", "spread", "passes"):
         t.add_column(col, justify="left" if col == "kernel" else "right")
     for r in [bw] + list(result.bandwidth_other):
+        riv = hwlib.bandwidth_interval(r)
+        med = f"{r.median_gb_s:.1f}" + (f" ({riv.low:.1f}–{riv.high:.1f})" if riv and riv.n >= 2 else "")
         t.add_row(f"memory read, {r.method} ({r.threads} threads, {r.array_bytes / 2**30:.2f} GiB)",
-                  f"{r.best_gb_s:.1f} GB/s", f"{r.median_gb_s:.1f}", f"{r.min_gb_s:.1f}", f"{r.spread_pct:.0f}%",
+                  f"{r.best_gb_s:.1f} GB/s", med, f"{r.min_gb_s:.1f}", f"{r.spread_pct:.0f}%",
                   str(len(r.runs_gb_s)))
     if result.matmul:
         m = result.matmul
@@ -335,12 +377,30 @@ def hw(
         console.print(f"compute peaks \\[derived]: {d.cores} cores × {d.fp32_flop_per_cycle} FLOP/cycle × {d.ghz:.2f} GHz = "
                       f"FP32 {d.fp32_tflops * 1000:,.0f}, BF16 {d.bf16_tflops * 1000:,.0f}, INT8 {d.int8_tops * 1000:,.0f} "
                       f"GFLOP/s (flags: {', '.join(d.flags) or 'none'})")
+    if len(result.rounds) > 1:
+        console.print("rounds of passes: " + "; ".join(
+            f"{r['round']}: {r['method']} best {r['best_gb_s']:.1f}, median {r['median_gb_s']:.1f} GB/s, spread "
+            f"{hwlib._pct(r.get('spread'))}" + (" (kept)" if r.get("kept") else "") for r in result.rounds),
+            highlight=False)
+    d_ = host.get("during") if isinstance(host, dict) else None
+    if d_:
+        console.print(f"[dim]host: other work took {d_['other_cpu_share'] * 100:.0f} % of the cores while hw measured"
+                      + (f", {host['worst_1s_other_cpu_share'] * 100:.0f} % in its worst 1-s windows"
+                         if isinstance(host.get("worst_1s_other_cpu_share"), (int, float)) else "") + "[/dim]",
+                      highlight=False)
     if path:
-        console.print(f"saved as device [bold]local[/bold] ({path}): {dev.mem_bandwidth_gb_s:.1f} GB/s memory read, "
-                      f"BF16 peak {_num((dev.dense_bf16_tflops or 0) * 1000)} GFLOP/s")
+        console.print(f"saved as device [bold]local[/bold] ({escape(str(path))}): {dev.mem_bandwidth_gb_s:.1f} GB/s "
+                      "memory "
+                      f"read, BF16 peak {_num((dev.dense_bf16_tflops or 0) * 1000)} GFLOP/s — "
+                      f"{escape(decision.note)} (spread {hwlib._pct(new.spread)})", highlight=False)
         console.print("next: [bold]phasescope ceiling --device local --model ...[/bold]")
     elif save is False:
-        console.print(f"[dim]not saved (--no-save); would go to {local_device_path()}[/dim]")
+        console.print(f"[dim]not saved (--no-save); would go to {escape(str(local_device_path()))}[/dim]")
+    else:
+        console.print(f"[yellow]not saved as device local[/yellow]: {escape(decision.reason or '')}", highlight=False)
+        console.print("[dim]rerun `phasescope hw` when the machine is quiet, or `phasescope hw --force` to save this "
+                      "measurement anyway" + ("" if old else "; until then `local` (and the embedded engine's "
+                      "ceilings) stay unavailable") + "[/dim]")
 
 
 def register(app: typer.Typer) -> None:

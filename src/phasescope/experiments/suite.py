@@ -102,6 +102,7 @@ def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, em
     """
     from phasescope.theory import roofline
     from phasescope.theory.devices import get_device, load_local_device
+    from phasescope.theory.hw import local_profile_clause
     from phasescope.theory.models import from_llamacpp_props, load_model_spec
 
     spec = None
@@ -129,7 +130,8 @@ def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, em
         return None, w, kv, src
     roofs = roofline.decode_ceiling(spec, dev, context=64, batch=1)
     c = Ceilings(decode_ceiling_tok_s=roofs.ceiling_tok_s,
-                 source=f"theory: {spec.name} on {dev.name} ({dev.mem_bandwidth_gb_s:g} GB/s), batch 1",
+                 source=f"theory: {spec.name} on {dev.name} ({dev.mem_bandwidth_gb_s:g} GB/s), batch 1"
+                 + local_profile_clause(dev),
                  bandwidth_gb_s=dev.mem_bandwidth_gb_s, weight_bytes=w, device=dev.id)
     return c, w, kv, src
 

@@ -524,7 +524,7 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
                                            burst=(math.isinf(cfg.request_rate) and cfg.max_concurrency is None
                                                   and cfg.shape in ("poisson", "constant")
                                                   and cfg.dataset in ("random", "sharegpt", "jsonl")),
-                                           completed=s.get("completed")))
+                                           completed=s.get("completed"), host=host))
     warn += list(s.get("count_warnings", []))
     if server is not None:
         head["server_metrics"] = server.to_dict()
@@ -541,6 +541,6 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
     head["prefix_cache_hit_rate"] = head["prefix_cache"]["hit_rate"]
     head["host"] = host
     warn += bench_warnings(cfg, head, res.records, res.warmup_records)
-    warn += judge(host)
+    warn += [] if any(getattr(w, "kind", None) == "host_busy" for w in warn) else judge(host)  # once, lag included
     head["warnings"] = to_json(warn)
     return head

@@ -4,6 +4,12 @@
 the :class:`~phasescope.load.loop.QuietGC` valve); :class:`RunnerHealth` is what it found, with the
 send lag and CPU share; :func:`health_warnings` says what happened, why it matters and what to change
 (``client_saturated``, ``rate_not_reached``), in the spirit of hyperfine's warnings.
+
+A lagging loop is the client's fault only when the client's own work explains it (:func:`lag_cause`):
+a client at 2 % of a core whose loop lagged while other work took 74 % of the host waited for a CPU,
+and "spread the load with --workers 2" would only add processes competing for the same cores. Then
+the lag is reported as ``host_busy`` (with its fix, and the lag in its evidence); when the cores were
+full of the server on this machine, as ``client_saturated`` whose fix is to separate their cores.
 """
 
 from __future__ import annotations
@@ -12,15 +18,15 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 
 from phasescope.load.loop import QuietGC
 from phasescope.measure.clock import now_ns
 from phasescope.measure.warnings import MeasurementWarning
 
-__all__ = ["HealthMonitor", "RunnerHealth", "health_warnings", "LOOP_LAG_MEDIAN_MS", "LOOP_LAG_P99_MS",
-           "SEND_LAG_MEDIAN_MS", "SEND_LAG_P99_MS"]
+__all__ = ["HealthMonitor", "RunnerHealth", "health_warnings", "lag_cause", "LOOP_LAG_MEDIAN_MS",
+           "LOOP_LAG_P99_MS", "SEND_LAG_MEDIAN_MS", "SEND_LAG_P99_MS"]
 
 
 @dataclass
@@ -140,6 +146,45 @@ SEND_LAG_P99_MS = 10.0
 #: meaning, and above the 15.6 ms tick some platforms count process time in.
 MIN_CPU_WINDOW_S = 1.0
 CPU_PERCENT_MAX = 85.0
+#: below this share of one core the client's own work does not explain its loop or send lag
+CLIENT_CPU_CAUSE_PERCENT = 50.0
+#: the machine's cores count as full when they were this busy over the run (all work: server, client, others)
+CORES_FULL_SHARE = 0.9
+
+
+def lag_cause(h: RunnerHealth, host: Mapping[str, Any] | None) -> str:
+    """Who made the client's loop (or sends) lag: ``client`` (its own CPU: at least
+    :data:`CLIENT_CPU_CAUSE_PERCENT` of a core, or nothing else measured explains it), ``host`` (the client
+    was mostly idle and other work made the run ``host_busy``), or ``cores_full`` (mostly idle, little other
+    work, but the machine's cores were :data:`CORES_FULL_SHARE` busy with the server on this machine).
+    Without a host reading, or a CPU share over too short a window, the client is blamed as before."""
+    during = (host or {}).get("during") if isinstance(host, Mapping) and host.get("available") else None
+    cpu = h.cpu_percent
+    if not during or cpu is None or cpu >= CLIENT_CPU_CAUSE_PERCENT:
+        return "client"
+    if h.wall_s is not None and h.wall_s < MIN_CPU_WINDOW_S:
+        return "client"  # a share over a blink is no evidence of idleness either
+    from phasescope.measure.host import judge
+
+    if judge(host):
+        return "host"
+    if host.get("server_local") and (during.get("machine_busy_share") or 0) >= CORES_FULL_SHARE:
+        return "cores_full"
+    return "client"
+
+
+def _host_lag_warning(host: Mapping[str, Any], lag: str, h: RunnerHealth) -> MeasurementWarning:
+    """host_busy (:func:`phasescope.measure.host.judge`) with the client lag it caused added."""
+    from phasescope.measure.host import judge
+
+    (w,) = judge(host)[:1]
+    ev = dict(w.evidence)
+    ev.update({"lag_cause": "host", "client_cpu_percent": h.cpu_percent,
+               "client_loop_lag_ms_p50": h.loop_lag_ms_p50, "client_loop_lag_ms_p99": h.loop_lag_ms_p99,
+               "client_send_lag_ms_p50": h.send_lag_ms_p50, "client_send_lag_ms_p99": h.send_lag_ms_p99})
+    msg = (f"{w.message}. {lag} while the client used only {h.cpu_percent:.0f} % of a core: that delay is this "
+           "contention (the client waited for a CPU), not the client's own load, so more --workers would not help")
+    return MeasurementWarning("host_busy", msg, ev, w.fix)
 
 
 def missing_fast_parts() -> list[str]:
@@ -154,12 +199,27 @@ def missing_fast_parts() -> list[str]:
 
 def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float | None = None,
                     requested_rate: float | None = None, burst: bool = False,
-                    completed: int | None = None) -> list[MeasurementWarning]:
+                    completed: int | None = None,
+                    host: Mapping[str, Any] | None = None) -> list[MeasurementWarning]:
     """Hyperfine-style warnings: what happened, why it matters, what to change. ``burst``: every request
     was scheduled at t0 with no concurrency cap (no --request-rate), so send lag is the time the client
     took to put the burst on the wire, not a schedule it missed. ``completed``: the requests answered
-    (None: not known); the CPU share warns only with one, over at least ``MIN_CPU_WINDOW_S``."""
+    (None: not known); the CPU share warns only with one, over at least ``MIN_CPU_WINDOW_S``. ``host``: the
+    run's ``host`` section (:mod:`phasescope.measure.host`); with it, loop and send lag the client's own CPU
+    does not explain are said as ``host_busy`` or as full cores (:func:`lag_cause`), never as --workers.
+    The caller adds :func:`~phasescope.measure.host.judge`'s ``host_busy`` only when this list has none."""
     out: list[MeasurementWarning] = []
+    cause = lag_cause(h, host)
+    host_lags: list[str] = []  # lag the host caused, said once in its host_busy warning
+    during = ((host or {}).get("during") or {}) if cause == "cores_full" else {}
+    full = (f" while the client used only {h.cpu_percent or 0.0:.0f} % of a core: this machine's cores were "
+            f"{(during.get('machine_busy_share') or 0) * 100:.0f} % busy"
+            + (f" (the server on it took {during['server_cpu_share'] * 100:.0f} % of them)"
+               if isinstance(during.get("server_cpu_share"), (int, float)) else "")
+            + ", so the client waited for a core"
+            if cause == "cores_full" else "")
+    full_fix = ("pin the server and the client to separate cores (taskset), or give the server fewer threads; "
+                "more --workers would compete for the same cores")
     more = f"--workers {max(2, workers * 2)}"
     missing = missing_fast_parts()
     if missing:  # a saturated client without its leaner loop or receive path: say how to get them first
@@ -169,14 +229,18 @@ def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float |
     # that long for the loop) or its tail stalls past 5 ms: either way its timestamps carry its own delay.
     p50, p99 = h.loop_lag_ms_p50, h.loop_lag_ms_p99
     if (p50 is not None and p50 > LOOP_LAG_MEDIAN_MS) or (p99 is not None and p99 > LOOP_LAG_P99_MS):
-        out.append(MeasurementWarning(
-            "client_saturated",
-            f"The client's event loop lagged {p50 or 0.0:.1f} ms at the median and {p99 or 0.0:.1f} ms at p99 (max "
-            f"{h.loop_lag_ms_max or 0.0:.1f} ms): token timestamps include that much client delay, so TTFT/ITL "
-            "can read high.",
-            {"loop_lag_ms_p50": p50, "loop_lag_ms_p99": p99, "loop_lag_ms_max": h.loop_lag_ms_max,
-             "threshold_ms": LOOP_LAG_P99_MS, "threshold_median_ms": LOOP_LAG_MEDIAN_MS},
-            f"spread the load with {more} or lower the concurrency"))
+        lag = (f"The client's event loop lagged {p50 or 0.0:.1f} ms at the median and {p99 or 0.0:.1f} ms at p99 "
+               f"(max {h.loop_lag_ms_max or 0.0:.1f} ms)")
+        if cause == "host":
+            host_lags.append(lag)
+        else:
+            out.append(MeasurementWarning(
+                "client_saturated",
+                f"{lag}{full}: token timestamps include that much client delay, so TTFT/ITL can read high.",
+                {"loop_lag_ms_p50": p50, "loop_lag_ms_p99": p99, "loop_lag_ms_max": h.loop_lag_ms_max,
+                 "threshold_ms": LOOP_LAG_P99_MS, "threshold_median_ms": LOOP_LAG_MEDIAN_MS,
+                 "cpu_percent": h.cpu_percent, "lag_cause": cause},
+                full_fix if cause == "cores_full" else f"spread the load with {more} or lower the concurrency"))
     # A CPU share is evidence only over a window long enough to hold it (MIN_CPU_WINDOW_S) and only
     # when some request was answered: with none, there is no latency it could have skewed.
     cpu_measured = (h.wall_s is None or h.wall_s >= MIN_CPU_WINDOW_S) and completed != 0
@@ -198,12 +262,22 @@ def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float |
                     f"{h.send_lag_ms_max or 0.0:.1f} ms) versus their schedule: the client was busy, so the offered load "
                     "was lower than requested and TTFTs started late.")
             fix = f"use {more} or a lower --request-rate"
-        out.append(MeasurementWarning(
-            "client_saturated",
-            what,
-            {"send_lag_ms_p50": sp50, "send_lag_ms_p99": sp99, "send_lag_ms_max": h.send_lag_ms_max,
-             "threshold_ms": SEND_LAG_P99_MS, "threshold_median_ms": SEND_LAG_MEDIAN_MS},
-            fix))
+        if cause == "host":
+            host_lags.append(f"requests left {sp50 or 0.0:.1f} ms late at the median and {sp99 or 0.0:.1f} ms at "
+                             "p99" + (" (after t0, sent all at once)" if burst else " versus their schedule"))
+        else:
+            if cause == "cores_full":
+                what = what.replace("the client was busy", "the client waited for a core").rstrip(".") + full + "."
+                fix = full_fix
+            out.append(MeasurementWarning(
+                "client_saturated",
+                what,
+                {"send_lag_ms_p50": sp50, "send_lag_ms_p99": sp99, "send_lag_ms_max": h.send_lag_ms_max,
+                 "threshold_ms": SEND_LAG_P99_MS, "threshold_median_ms": SEND_LAG_MEDIAN_MS,
+                 "cpu_percent": h.cpu_percent, "lag_cause": cause},
+                fix))
+    if host_lags and host is not None:
+        out.append(_host_lag_warning(host, "; ".join(host_lags), h))
     if (achieved_rate is not None and requested_rate is not None and math.isfinite(requested_rate)
             and requested_rate > 0 and achieved_rate < 0.9 * requested_rate):
         out.append(MeasurementWarning(

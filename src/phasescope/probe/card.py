@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from phasescope.probe.summary import size_interval
+from phasescope.theory.hw import local_profile_note
 
 
 def _ms(x: float | None) -> str:
@@ -148,9 +150,9 @@ def render(result: dict[str, Any]) -> Panel:
         d = ce.get("device") or {}
         m = ce.get("model_spec") or {}
         notes.append(f"ceilings for model {m.get('id')} ({m.get('origin')}) on {d.get('name') or d.get('id')} "
-                     f"({d.get('mem_bandwidth_gb_s')} GB/s).")
+                     f"({d.get('mem_bandwidth_gb_s')} GB/s)." + escape(local_profile_note(d)))
         if m.get("chosen_by"):
-            notes.append(f"model shape: {m['chosen_by']}.")
+            notes.append(f"model shape: {escape(str(m['chosen_by']))}.")
     elif result.get("ceilings_note"):
         notes.append(f"[dim]no ceilings: {result['ceilings_note']}[/dim]")
     if result.get("records_path"):

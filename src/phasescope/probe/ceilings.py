@@ -116,7 +116,7 @@ def _pair(ci: Any) -> bool:
 
 
 def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, Any]:
-    from phasescope.theory import roofline as R
+    from phasescope.theory import hw as _hw, roofline as R
 
     rows = []
     for s in sizes:
@@ -154,7 +154,7 @@ def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, A
                        "source": getattr(spec, "source", None), "chosen_by": getattr(spec, "chosen_by", None)},
         "device": {"id": getattr(device, "id", None), "name": getattr(device, "name", None),
                    "mem_bandwidth_gb_s": getattr(device, "mem_bandwidth_gb_s", None),
-                   "dense_bf16_tflops": getattr(device, "dense_bf16_tflops", None)},
+                   "dense_bf16_tflops": getattr(device, "dense_bf16_tflops", None), "profile": _hw.profile_for(device)},
         "sizes": rows,
     }
 

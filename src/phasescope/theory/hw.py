@@ -19,11 +19,30 @@ ever slow a pass down); the median and the spread ``(max − min)/median`` are r
 Matmul — ``numpy`` float32 GEMM (``n×n @ n×n`` = 2·n³ FLOP) through the BLAS numpy links to, all cores;
 reported as GFLOP/s (best of several runs; median and spread alongside).
 
+Saving — never noise (issue 29). The saved figure moves every ceiling, efficiency and ``tune`` sentence
+that uses ``local``, so it is saved only when the measurement can be trusted:
+
+* the bandwidth passes agree: their spread ``(max − min) / median`` is at most :data:`STABLE_SPREAD`
+  (15 %), and other work did not take the cores while they ran (the run is sampled with
+  :class:`~phasescope.measure.host.HostSampler` and judged with the stricter thresholds of a measurement
+  that uses every core: 15 % on average, 30 % in the worst 1-second windows);
+* and it is not worse than a stable profile already saved: not noisier (a larger spread) and its best pass
+  not more than :data:`SLOWER_BY` (15 %) below the saved one's (other work only ever slows a pass, so a
+  slower best is the suspect one);
+
+or with ``--force``, which still says what it replaced. :func:`decide` is that rule; the profile
+(:class:`Profile`: when, best, median, spread, passes) is stored beside the device, and
+:func:`local_profile_note` is the sentence every card that uses ``local`` prints (when it was measured and
+its spread).
+
 Compute peaks of ``local`` — a ceiling must not sit below what an engine achieves, and llama.cpp's quantized
 CPU kernels (int8 dot products on Q8 activations) beat a float32 GEMM, so the saved peaks are derived the way
 the catalog's CPU rows are (``hardware.csv``: cores × FLOP/cycle × clock; FP32 FLOP/cycle 64 with AVX-512F,
 32 with AVX2+FMA, 16 with AVX/NEON; BF16 ×2 with AVX512_BF16/AMX; INT8 ×4 with VNNI, ×2 with AVX2) and never
 below the measured GEMM. The measured GEMM is kept next to them.
+
+One job: a measurement of this machine that may become ``local`` — the kernels, the profile of their
+passes, the rule that decides whether it is saved, and the sentence that names it read the same passes.
 """
 
 from __future__ import annotations
@@ -44,7 +63,16 @@ from typing import Any
 import numpy as np
 
 from phasescope.errors import InputError
+from phasescope.measure.interval import Interval, median_interval
 from phasescope.theory.devices import LOCAL_DEVICE_ID, Device
+
+#: the bandwidth passes agree when (max − min) / median is at most this (relative)
+STABLE_SPREAD = 0.15
+#: a new best pass this much below a stable saved profile's was slowed by something (noise only slows)
+SLOWER_BY = 0.15
+#: other work allowed beside hw (it uses every core, like a server on this machine): average, worst 1 s windows
+HW_BUSY_SHARE = 0.15
+HW_BURST_SHARE = 0.30
 
 _C_SOURCE = r"""
 #include <pthread.h>
@@ -134,6 +162,8 @@ class HwResult:
     bandwidth_other: list[BandwidthResult] = field(default_factory=list)
     matmul: MatmulResult | None = None
     derived: DerivedPeaks | None = None
+    #: every round of bandwidth passes tried (:func:`measure`): round, method, best, median, spread (relative)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -293,6 +323,11 @@ def matmul_gflops(n: int = 2048, repeats: int = 5) -> MatmulResult:
     return MatmulResult(n, "float32", usable_cores(), runs, hi, med, lo, hi, spread)
 
 
+def _spread(bw: BandwidthResult) -> float | None:
+    """(max − min) / median of the passes, relative; None for one pass."""
+    return (bw.max_gb_s - bw.min_gb_s) / bw.median_gb_s if bw.median_gb_s > 0 and len(bw.runs_gb_s) >= 2 else None
+
+
 def measure(
     *,
     size_mb: int = 1024,
@@ -300,18 +335,37 @@ def measure(
     threads: int | None = None,
     matmul_n: int = 2048,
     use_c: bool = True,
+    rounds: int = 3,
 ) -> HwResult:
-    """Run both bandwidth kernels (C when a compiler exists) and the GEMM; the best pass of the best method wins."""
-    if size_mb < 1 or repeats < 1 or matmul_n < 16:
-        raise InputError("hw: --size-mb, --repeats must be >= 1 and --matmul-n >= 16")
+    """Run both bandwidth kernels (C when a compiler exists) and the GEMM; the best pass of the best method wins.
+
+    A round is ``repeats`` passes of each kernel. When the winning kernel's passes disagree (spread above
+    :data:`STABLE_SPREAD`), up to ``rounds`` rounds are run in all, looking for a stretch quiet enough for
+    them to agree; the first round that agrees is kept, else the one whose passes spread least (and it is
+    not saved). Every round tried is listed in ``rounds``."""
+    if size_mb < 1 or repeats < 1 or matmul_n < 16 or rounds < 1:
+        raise InputError("hw: --size-mb, --repeats, --rounds must be >= 1 and --matmul-n >= 16")
     threads = threads or usable_cores()
     size = size_mb * 1024 * 1024
-    results = [bandwidth_numpy(size, threads, repeats)]
-    if use_c:
-        c = bandwidth_c(size, threads, repeats)
-        if c is not None:
-            results.append(c)
-    results.sort(key=lambda r: r.best_gb_s, reverse=True)
+    tried: list[list[BandwidthResult]] = []
+    log: list[dict[str, Any]] = []
+    for i in range(rounds):
+        results = [bandwidth_numpy(size, threads, repeats)]
+        if use_c:
+            c = bandwidth_c(size, threads, repeats)
+            if c is not None:
+                results.append(c)
+        results.sort(key=lambda r: r.best_gb_s, reverse=True)
+        sp = _spread(results[0])
+        tried.append(results)
+        log.append({"round": i + 1, "method": results[0].method, "best_gb_s": results[0].best_gb_s,
+                    "median_gb_s": results[0].median_gb_s, "spread": sp})
+        if sp is None or sp <= STABLE_SPREAD:
+            break
+    pick = next((j for j, r in enumerate(log) if r["spread"] is not None and r["spread"] <= STABLE_SPREAD),
+                min(range(len(log)), key=lambda j: log[j]["spread"] if log[j]["spread"] is not None else float("inf")))
+    log[pick]["kept"] = True
+    results = tried[pick]
     mm = matmul_gflops(matmul_n, repeats) if matmul_n else None
     return HwResult(
         cpu=cpu_name(),
@@ -321,7 +375,20 @@ def measure(
         bandwidth_other=results[1:],
         matmul=mm,
         derived=derived_peaks(usable_cores(), cpu_ghz(), cpu_flags()),
+        rounds=log,
     )
+
+
+def measure_sampled(**kwargs: Any) -> tuple[HwResult, dict[str, Any]]:
+    """:func:`measure` with the host sampled while it runs (other work slows every pass): (result, ``host``)."""
+    from phasescope.measure.host import HostSampler
+
+    sampler = HostSampler(None).start()
+    try:
+        result = measure(**kwargs)
+    finally:
+        host = sampler.stop()
+    return result, host
 
 
 def to_device(result: HwResult) -> Device:
@@ -369,3 +436,234 @@ def to_device(result: HwResult) -> Device:
         tdp_w=None,
         source="; ".join(parts),
     )
+
+
+# --- the profile: when, how well, and whether to save it ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How trustworthy a bandwidth measurement of this machine is: when it was taken, its best, median,
+    min and max pass, their relative ``spread`` ((max − min) / median), and whether it was ``stable``
+    (passes agree and the host was quiet) or saved with ``--force``."""
+
+    measured_at: str  # ISO 8601 UTC, e.g. 2026-12-04T19:30:00Z
+    bandwidth_gb_s: float  # the best pass (the saved figure)
+    median_gb_s: float
+    min_gb_s: float
+    max_gb_s: float
+    passes: int
+    spread: float | None  # None: one pass shows no spread
+    method: str
+    stable: bool
+    forced: bool = False
+    host_other_cpu_share: float | None = None
+    host_worst_1s_other_cpu_share: float | None = None
+    #: why it is not stable (passes disagree / host busy), None when stable
+    unstable_because: str | None = None
+    #: where measured_at came from: "measured" (this profile) or "file time" (an older local_device.json)
+    measured_at_source: str = "measured"
+    #: rounds of passes tried before these (1: the first agreed, or only one was run)
+    rounds: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Profile":
+        names = {f for f in cls.__dataclass_fields__}  # type: ignore[attr-defined]
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @property
+    def when(self) -> str:
+        """``2026-12-04 19:30 UTC``"""
+        return self.measured_at.replace("T", " ")[:16] + " UTC"
+
+
+def bandwidth_interval(bw: BandwidthResult) -> Interval | None:
+    """The median of the passes with its 95 % interval (and min/max), for the console and ``--json``."""
+    return median_interval(bw.runs_gb_s)
+
+
+def _now_iso(now: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if now is None else now))
+
+
+def host_verdict(host: dict[str, Any] | None) -> str | None:
+    """Why the host was too busy for hw (it uses every core), or None when quiet or not measured."""
+    if not host or not host.get("available") or not host.get("during"):
+        return None
+    share = host["during"].get("other_cpu_share") or 0.0
+    burst = host.get("worst_1s_other_cpu_share")
+    parts = []
+    if share > HW_BUSY_SHARE:
+        parts.append(f"{share * 100:.0f} % of the cores on average (more than {HW_BUSY_SHARE * 100:.0f} %)")
+    if isinstance(burst, (int, float)) and burst > HW_BURST_SHARE:
+        parts.append(f"{burst * 100:.0f} % in its worst 1-second windows (more than {HW_BURST_SHARE * 100:.0f} %)")
+    if not parts:
+        return None
+    tops = [t for t in host["during"].get("top_other") or [] if (t.get("cpu_share") or 0) >= 0.01]
+    named = f"; busiest: {', '.join(t['comm'] + ' (' + format(t['cpu_share'] * 100, '.0f') + ' %)' for t in tops)}" \
+        if tops else ""
+    return "other work took " + " and ".join(parts) + " while hw measured" + named
+
+
+def profile_of(result: HwResult, host: dict[str, Any] | None = None, *, forced: bool = False,
+               now: float | None = None) -> Profile:
+    """The profile of a measurement: its bandwidth passes' best, median, spread, and stability."""
+    bw = result.bandwidth
+    med = bw.median_gb_s
+    spread = (bw.max_gb_s - bw.min_gb_s) / med if med > 0 and len(bw.runs_gb_s) >= 2 else None
+    why = []
+    if spread is None:
+        why.append(f"one pass cannot show a spread (--repeats {len(bw.runs_gb_s)}; use at least 3)")
+    elif spread > STABLE_SPREAD:
+        tried = (f" in each of {len(result.rounds)} rounds (spreads "
+                 + ", ".join(_pct(r.get("spread")) for r in result.rounds) + "; the least spread is shown)"
+                 if len(result.rounds) > 1 else "")
+        why.append(f"the passes disagree: they spread {spread * 100:.0f} % of their median (best {bw.best_gb_s:.1f}, "
+                   f"median {med:.1f}, min {bw.min_gb_s:.1f} GB/s over {len(bw.runs_gb_s)} passes; "
+                   f"hw accepts {STABLE_SPREAD * 100:.0f} %){tried}")
+    busy = host_verdict(host)
+    if busy:
+        why.append(busy)
+    during = (host or {}).get("during") or {}
+    return Profile(measured_at=_now_iso(now), bandwidth_gb_s=bw.best_gb_s, median_gb_s=med, min_gb_s=bw.min_gb_s,
+                   max_gb_s=bw.max_gb_s, passes=len(bw.runs_gb_s), spread=spread,
+                   method=bw.method, stable=not why, forced=forced,
+                   host_other_cpu_share=during.get("other_cpu_share"),
+                   host_worst_1s_other_cpu_share=(host or {}).get("worst_1s_other_cpu_share"),
+                   unstable_because="; ".join(why) or None, rounds=max(1, len(result.rounds)))
+
+
+def load_profile(path: Path | None = None) -> Profile | None:
+    """The profile of the saved ``local`` device; for a file saved before profiles existed, rebuilt from
+    its stored passes with the file's modification time as ``measured_at``. None when nothing is saved."""
+    import json
+
+    from phasescope.theory.devices import local_device_path
+
+    path = path or local_device_path()
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    m = doc.get("measurement") or {}
+    try:
+        if isinstance(m.get("profile"), dict):
+            return Profile.from_dict(m["profile"])
+        bw = m.get("bandwidth") or {}
+        runs = [float(x) for x in bw.get("runs_gb_s") or []]
+        if not runs:
+            return None
+        med = statistics.median(runs)
+        spread = (max(runs) - min(runs)) / med if med > 0 and len(runs) >= 2 else None
+        ok = spread is not None and spread <= STABLE_SPREAD
+        return Profile(measured_at=_now_iso(path.stat().st_mtime), bandwidth_gb_s=max(runs), median_gb_s=med,
+                       min_gb_s=min(runs), max_gb_s=max(runs), passes=len(runs), spread=spread,
+                       method=str(bw.get("method") or "?"), stable=ok,
+                       unstable_because=None if ok else f"the passes spread {_pct(spread)} of their median",
+                       measured_at_source="file time")
+    except (TypeError, ValueError, OSError):
+        return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    save: bool
+    #: why it was not saved (None when saved)
+    reason: str | None
+    #: what happened, in one sentence (replaced / kept / first profile / forced)
+    note: str
+
+
+def _pct(x: float | None) -> str:
+    return "unknown" if x is None else f"{x * 100:.0f} %"
+
+
+def _sp(x: float | None) -> float:
+    return float("inf") if x is None else x
+
+
+def describe(p: Profile) -> str:
+    """``27.3 GB/s (best of 10 passes, median 25.1, spread 9 %), measured 2026-12-04 19:30 UTC``"""
+    return (f"{p.bandwidth_gb_s:.1f} GB/s (best of {p.passes} passes, median {p.median_gb_s:.1f}, spread "
+            f"{_pct(p.spread)}), measured {p.when}")
+
+
+def decide(new: Profile, old: Profile | None, *, force: bool = False) -> Decision:
+    """Save ``new`` as ``local``? (module docstring: only when stable and not worse than a stable ``old``,
+    or with ``force``, which still says what it replaces)."""
+    old_stable = old is not None and old.stable and not old.forced
+    worse = []
+    if old_stable and _sp(new.spread) > _sp(old.spread):
+        worse.append(f"its passes spread {_pct(new.spread)}, more than the saved profile's {_pct(old.spread)}")
+    if old_stable and new.bandwidth_gb_s < (1 - SLOWER_BY) * old.bandwidth_gb_s:
+        slower = 1 - new.bandwidth_gb_s / old.bandwidth_gb_s
+        worse.append(f"its best pass ({new.bandwidth_gb_s:.1f} GB/s) is {slower * 100:.0f} % "
+                     f"below the saved one's ({old.bandwidth_gb_s:.1f} GB/s), and other work only ever slows a pass")
+    if force:
+        if old is None:
+            return Decision(True, None,
+                            "saved (--force)" + (f" although {new.unstable_because}" if not new.stable else ""))
+        if old_stable and (not new.stable or worse):
+            what = new.unstable_because if not new.stable else "; ".join(worse)
+            return Decision(True, None,
+                            f"--force: replaced a stable profile ({describe(old)}) with a noisier one: {what}")
+        return Decision(True, None, f"--force: replaced the saved profile ({describe(old)})")
+    kept = f"; the saved profile is kept ({describe(old)})" if old is not None else "; nothing is saved"
+    if not new.stable:
+        return Decision(False, f"{new.unstable_because}{kept}", "not saved")
+    if worse:
+        return Decision(False, "this measurement is noisier than the saved one: " + "; ".join(worse) + kept,
+                        "not saved")
+    if old is None:
+        return Decision(True, None, "saved: the passes agree")
+    return Decision(True, None, f"saved: the passes agree; replaced the saved profile ({describe(old)})")
+
+
+def profile_sentence(p: Profile, *, now: float | None = None) -> str:
+    """``this machine (`local`) was measured 2026-12-04 19:30 UTC, 3 h ago: 27.3 GB/s, best of 10 passes,
+    spread 9 %`` (+ that it was forced or its passes disagreed)."""
+    import calendar
+
+    age = ""
+    try:
+        t = calendar.timegm(time.strptime(p.measured_at, "%Y-%m-%dT%H:%M:%SZ"))
+        d = (time.time() if now is None else now) - t
+        if d >= 0:
+            age = (f", {d / 86400:.0f} d ago" if d >= 2 * 86400 else f", {d / 3600:.0f} h ago" if d >= 2 * 3600
+                   else f", {d / 60:.0f} min ago")
+    except (ValueError, OverflowError):
+        pass
+    s = (f"`local` measured {p.when}{age}" + (" (file time)" if p.measured_at_source == "file time" else "")
+         + f": {p.bandwidth_gb_s:.1f} GB/s, best of {p.passes} passes, spread {_pct(p.spread)}")
+    if not p.stable:
+        s += " — " + ("saved with --force although " if p.forced else "") + (p.unstable_because or "unstable")
+    return s
+
+
+def local_profile_note(device: Any) -> str:
+    """The sentence a card adds where it names the device: when ``local`` was measured and its spread
+    (from the run's stored ``profile`` when it has one, else the saved file). "" for any other device."""
+    dev_id = device.get("id") if isinstance(device, dict) else getattr(device, "id", None)
+    if dev_id != LOCAL_DEVICE_ID:
+        return ""
+    prof = device.get("profile") if isinstance(device, dict) else None
+    p = Profile.from_dict(prof) if isinstance(prof, dict) else load_profile()
+    return f" {profile_sentence(p)}." if p is not None else ""
+
+
+def profile_for(device: Any) -> dict[str, Any] | None:
+    """The saved profile of ``local`` as a dict, to store with a run that used it (None for any other device)."""
+    dev_id = device.get("id") if isinstance(device, dict) else getattr(device, "id", None)
+    if dev_id != LOCAL_DEVICE_ID:
+        return None
+    p = load_profile()
+    return p.to_dict() if p is not None else None
+
+
+def local_profile_clause(device: Any) -> str:
+    """:func:`local_profile_note` as a clause to append to a source text: ``"; `local` measured …"`` or ""."""
+    note = local_profile_note(device).strip().rstrip(".")
+    return f"; {note}" if note else ""

@@ -123,6 +123,7 @@ def roof_facts(ceilings: dict[str, Any] | None) -> dict[str, Any]:
         from phasescope.theory import devices as Dv
         from phasescope.theory import roofline as R
         from phasescope.theory.gguf_header import read_gguf_header
+        from phasescope.theory.hw import local_profile_note
         from phasescope.theory.models.gguf import spec_from_gguf
 
         path = src[len(GGUF_SOURCE):]
@@ -136,7 +137,8 @@ def roof_facts(ceilings: dict[str, Any] | None) -> dict[str, Any]:
             "step_bytes": roofs.step_bytes,
             "output_layer": None if out_t is None else {"type": out_t.type_name, "bytes": out_t.n_bytes,
                                                         "tied": "output.weight" not in tensors},
-            "bytes_source": "the served GGUF's tensor table"}
+            "bytes_source": "the served GGUF's tensor table",
+            "device_note": local_profile_note(c.get("device")).strip().rstrip(".")}
 
 
 def with_ratios(rows: list[dict[str, Any]]) -> None:
@@ -338,7 +340,8 @@ def roof_sentence(rows: list[dict[str, Any]]) -> str | None:
     dev = c0["bandwidth_tok_s"] * c0["step_bytes"] / 1e9
     gbs = [_gbs(r) for r in ok]
     reach = (f"decode reaches {_span(100 * min(effs), 100 * max(effs))} % of it, attaining "
-             f"{_span(min(gbs), max(gbs))} GB/s (bytes per token × decode) of the device's {dev:.0f} GB/s")
+             f"{_span(min(gbs), max(gbs))} GB/s (bytes per token × decode) of the device's {dev:.0f} GB/s"
+             + (f" ({c0['device_note']})" if c0.get("device_note") else ""))
     steps = [r["ceiling"]["step_bytes"] for r in ok]
     # the claims rest on each setting's decode interval, not its median alone
     ivs = [_intervals_of(r).get("decode_tok_s") for r in ok]
