@@ -139,6 +139,32 @@ def timeseries(res: SimResult, points: int = 120) -> dict[str, list[float]]:
     }
 
 
+def peak_in_flight(t_send: np.ndarray, t_end: np.ndarray) -> int:
+    """Most requests in flight at once: each from its send to its last token (or failure). A request
+    that ends at the instant another is sent does not overlap it (a user's next turn sent as the reply
+    completes, with no think time)."""
+    m = np.isfinite(t_send) & np.isfinite(t_end)
+    if not m.any():
+        return 0
+    ev = np.concatenate([np.stack([t_end[m], np.zeros(int(m.sum()))], 1), np.stack([t_send[m], np.ones(int(m.sum()))], 1)])
+    ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]  # by time, ends (0) before sends (1) at one instant
+    level = np.cumsum(np.where(ev[:, 1] > 0, 1, -1))
+    return int(level.max())
+
+
+def session_in_flight(res: SimResult) -> dict[str, Any]:
+    """Conversations: the most turns of any one session in flight at once (1 in a closed loop)."""
+    r = res.sim.reqs
+    if r.session is None or not res.n:
+        return {}
+    sess = r.session[: res.n]
+    worst = 0
+    for u in np.unique(sess[sess >= 0]):
+        m = sess == u
+        worst = max(worst, peak_in_flight(res.t_send[m], res.t_last[m]))
+    return {"max_turns_in_flight_per_session": worst}
+
+
 def summarize_sim(res: SimResult, slo: dict[str, float] | None = None, slo_percentile: float = 99.0) -> dict[str, Any]:
     """The vllm-bench-serve summary of a simulated run, plus queue/KV/preemption facts and SLO check."""
     slo = slo or {}
@@ -205,8 +231,10 @@ def summarize_sim(res: SimResult, slo: dict[str, float] | None = None, slo_perce
             "prefix_hit_requests": int((res.cached_tokens > 0).sum()),
             "prefix_requests": int(prefix_req.sum()),
             "cached_prompt_tokens": int(res.cached_tokens[ok].sum()),
+            "peak_in_flight": peak_in_flight(res.t_send, res.t_last),
         }
     )
+    out.update(session_in_flight(res))
     if slo:
         checks: dict[str, Any] = {}
         met = True
