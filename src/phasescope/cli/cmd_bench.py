@@ -152,6 +152,10 @@ def _print_summary(s: dict[str, Any]) -> None:
 
         for line in trace_console_lines(s["trace"]):
             console.print(line, highlight=False, soft_wrap=True)
+    from phasescope.load.bench_ceilings import console_lines
+
+    for line in console_lines(s):  # prompt ÷ TTFT under load (not prefill speed), and the ceilings
+        console.print(line, highlight=False, soft_wrap=True)
     from phasescope.cli._gpu import print_gpu
 
     print_gpu(s.get("gpu"))
