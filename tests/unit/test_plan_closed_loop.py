@@ -65,6 +65,7 @@ def test_plan_json_carries_the_contract_keys():
     d = run_plan(PlanOptions(**{**ISSUE, "users": 4, "turns": 3}))
     s = d["summary"]
     assert s["peak_in_flight"] <= 4 and s["max_turns_in_flight_per_session"] == 1
+    assert (d["peak_in_flight"], d["max_turns_in_flight_per_session"]) == (s["peak_in_flight"], 1)  # top level too
     assert d["config"]["workload"]["session_facts"]["loop"] == "closed"
     single = run_plan(PlanOptions(model="llama-3.1-8b", device="l40s", concurrency=3, num_requests=12, save=False))
     assert single["summary"]["peak_in_flight"] == 3

@@ -286,6 +286,10 @@ def run_plan(o: PlanOptions, say: Callable[[str], None] | None = None) -> dict[s
         res, out = run_once(spec)
         doc["summary"] = out["summary"]
         doc["timeseries"] = out["timeseries"]
+    sm = doc.get("summary") or {}
+    for k in ("peak_in_flight", "max_turns_in_flight_per_session"):  # the contract keys, also at the top
+        if k in sm:
+            doc[k] = sm[k]
     doc["sim_wall_s"] = time.perf_counter() - t0
     from phasescope.load.hygiene import calibration_warnings
 
