@@ -137,3 +137,11 @@ def test_settings_learn_the_backend():
     assert parse_server_flags("-ngl auto").backend is None
     assert parse_server_flags("-ngl all").n_gpu_layers == 999
     assert parse_server_flags("--threads 8").threads == 8
+
+
+def test_the_ceilings_device_tells_the_backend_when_nothing_stronger_did():
+    from phasescope.diagnose.settings import from_device
+
+    assert from_device(ServerSettings(), "l40s").backend == "gpu"
+    assert from_device(parse_server_flags("-ngl 0"), "l40s").backend == "cpu"  # the command line wins
+    assert from_device(ServerSettings(), None).backend is None

@@ -263,6 +263,22 @@ def from_ollama_show(show: dict[str, Any] | None, s: ServerSettings) -> ServerSe
     return s
 
 
+def from_device(s: ServerSettings, device: str | None) -> ServerSettings:
+    """The backend from the ``--device`` the ceilings use, when nothing stronger said: a catalog GPU
+    is a GPU server, a catalog CPU a CPU one (``local`` says nothing: ``hw`` measures only the CPU)."""
+    if not device or s.backend is not None:
+        return s
+    try:
+        from phasescope.theory.devices import get_device
+
+        kind = get_device(device).kind
+    except Exception:  # noqa: BLE001 - an unknown device was reported where it was given
+        return s
+    if kind in ("gpu", "cpu"):
+        s.set("backend", kind, f"--device {device}")
+    return s
+
+
 def with_defaults(s: ServerSettings, engine: str | None) -> ServerSettings:
     if engine == "llamacpp":
         for k, v in LLAMACPP_DEFAULTS.items():
