@@ -79,3 +79,27 @@ def test_peak_in_flight_counts_touching_spans_once():
     assert peak_in_flight(np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0])) == 1
     assert peak_in_flight(np.array([0.0, 0.5, 0.7]), np.array([1.0, 2.0, 0.8])) == 3
     assert peak_in_flight(np.array([np.nan]), np.array([1.0])) == 0
+
+
+def _llamacpp(users, slots=4):
+    o = PlanOptions(model="llama-3.1-8b", device="l40s", dataset="conversation", users=users, turns=4,
+                    system_prompt_len=200, turn_input_len=50, output_len=50, policy="llamacpp", max_num_seqs=slots,
+                    kv_pool_tokens=65536, save=False)
+    spec, _, _ = build_spec(o)
+    return run_once(spec)
+
+
+def test_llamacpp_slots_keep_one_sessions_history():
+    """llama.cpp keeps one prompt per slot: with more sessions than slots a turn whose slot another session
+    took since reuses only the shared system prompt; with one slot per session every later turn hits its
+    whole history. (Before: any slot that had held any prefix served any session's history.)"""
+    res, out = _llamacpp(users=4)
+    seqs, r = res.sim.seqs, res.sim.reqs
+    later = [s for i, s in enumerate(seqs) if r.turn[i] > 0]
+    assert all(s.cached == s.prefix for s in later)  # 4 sessions on 4 slots: each keeps its own
+    res, out = _llamacpp(users=12)
+    seqs, r = res.sim.seqs, res.sim.reqs
+    later = [s for i, s in enumerate(seqs) if r.turn[i] > 0]
+    assert all(s.cached in (s.prefix, 200) for s in later)  # the whole history, or the system prompt alone
+    assert any(s.cached == 200 < s.prefix for s in later)  # 12 sessions on 4 slots overwrite each other
+    assert out["summary"]["prefix_hit_share"] < out["summary"]["implied_hit_share"] - 0.05

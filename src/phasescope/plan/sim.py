@@ -32,7 +32,10 @@ recently admitted running request, free its KV and recompute prompt + generated 
 Prefix caching: a request that carries the shared prefix skips prefilling it once the prefix is
 resident (vLLM: once any request has computed those blocks; llama.cpp: once the slot it lands on
 has served the prefix, slots with the prefix preferred — its ``slot_prompt_similarity``). The
-resident prefix occupies the pool once.
+resident prefix occupies the pool once. A conversation on llama.cpp: a slot keeps only the last prompt it
+served, so a turn hits its whole history only on the slot its session used last and not overwritten since
+(another session's slot shares the system prompt at most); the slot is chosen this session's first,
+then any used one, then an empty one.
 
 Conversations (``Workload.sessions``, :class:`~phasescope.plan.sessions.ConversationLoop`) are a closed
 loop per session: a session's first turn is sent at its start, and each later turn at the simulated
@@ -341,6 +344,7 @@ class Simulator:
             r.arrival_s[rid], r.input_tokens[rid], r.output_tokens[rid], r.prefix_tokens[rid] = t, prompt, out, hit
             r.session[rid], r.turn[rid] = u, k
             self._send(rid, t)
+            self.seqs[-1].sess = u
             return
         if kind == _EV_SEND:
             rid = payload
