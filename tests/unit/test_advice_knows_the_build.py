@@ -145,3 +145,26 @@ def test_the_ceilings_device_tells_the_backend_when_nothing_stronger_did():
     assert from_device(ServerSettings(), "l40s").backend == "gpu"
     assert from_device(parse_server_flags("-ngl 0"), "l40s").backend == "cpu"  # the command line wins
     assert from_device(ServerSettings(), None).backend is None
+
+
+def test_decode_below_ceiling_on_a_cpu_build_gets_threads_not_offload():
+    """The real embedded-engine run of this issue's second pass: decode-below-ceiling said
+    "-ngl 99 (all layers on the GPU), --threads = physical cores on CPU, -fa on" to the CPU-only build."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from explain_synth import bt, lv
+
+    from phasescope.diagnose import Ceilings
+
+    d = diagnose({"batching": bt([lv(1, 20), lv(2, 38)], 4, "slots")}, engine="llamacpp",
+                 ceilings=Ceilings(100.0, "theory"), settings=_embedded())
+    lc = _advice(d, "decode-below-ceiling")
+    text = " ".join(a.change for a in lc)
+    assert lc and "-ngl" not in text and "-fa" not in text
+    assert "(now --threads 2, the embedded engine's command line)" in text
+    gpu = _advice(diagnose({"batching": bt([lv(1, 20), lv(2, 38)], 4, "slots")}, engine="llamacpp",
+                           ceilings=Ceilings(100.0, "theory"), settings=parse_server_flags("-ngl 99")),
+                  "decode-below-ceiling")
+    assert gpu and "-ngl" not in gpu[0].change and "-fa on" in gpu[0].change

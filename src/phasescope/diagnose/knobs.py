@@ -387,6 +387,36 @@ def _prefill_slow(items: list[Advice], s: Any) -> list[Advice]:
     return out
 
 
+def _decode_below(items: list[Advice], s: Any) -> list[Advice]:
+    """Serving-stack advice for what the server is: a CPU server gets threads, not GPU offload."""
+    backend, bsrc = s.backend, s.src("backend")
+    out: list[Advice] = []
+    for a in items:
+        if a.engine == "llamacpp":
+            thr = f" (now --threads {s.threads}, {s.src('threads')})" if s.threads else ""
+            if backend == "cpu":
+                out.append(A("llamacpp", f"--threads = the machine's physical cores{thr}; nothing else busy on them",
+                             f"this server decodes on the CPU ({bsrc}): each step streams the weights through the "
+                             f"cores' memory bandwidth, and a core lost to other work slows every step"))
+                continue
+            parts = []
+            if not (s.n_gpu_layers is not None and s.n_gpu_layers >= 99):
+                parts.append("-ngl 99 (all layers on the GPU" + (f"; now {s.n_gpu_layers}, {s.src('n_gpu_layers')})"
+                                                                  if s.n_gpu_layers is not None else ")"))
+            if str(s.flash_attn or "").lower() not in ("on", "1", "true"):
+                parts.append("-fa on")
+            if backend != "gpu":
+                parts.append(f"on a CPU build --threads = physical cores{thr}")
+            if parts:
+                out.append(A("llamacpp", ", ".join(parts), a.why))
+        elif a.engine == "ollama" and backend == "cpu":
+            out.append(A("ollama", "num_thread = the machine's physical cores",
+                         f"this server decodes on the CPU ({bsrc}); GPU offload advice does not apply"))
+        else:
+            out.append(a)
+    return out
+
+
 def _parallel(items: list[Advice], s: Any, topic: str, knee: int | None) -> list[Advice]:
     out: list[Advice] = []
     for a in items:
@@ -432,6 +462,8 @@ def tailored(topic: str, engine: str | None, settings: Any = None, *, prompt_tok
         return _interference(items, settings, prompt_tokens, chunked, cost)
     if topic == "prefill_slow":
         return _prefill_slow(items, settings)
+    if topic == "decode_below_ceiling":
+        return _decode_below(items, settings)
     if topic in ("decode_at_ceiling",):
         return _quant(items, settings)
     if topic in ("batching_knee", "batching_no_gain", "queueing"):

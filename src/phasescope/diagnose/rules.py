@@ -213,7 +213,7 @@ def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | Non
             "decode-below-ceiling", "problem",
             f"Decode reaches only {share:.0%} of the memory-bandwidth ceiling: the serving stack, not the "
             f"hardware, sets the speed.",
-            ev, advice_for("decode_below_ceiling", diag.engine)))
+            ev, tailored("decode_below_ceiling", diag.engine, diag.settings)))
     else:
         diag.findings.append(Finding(
             "decode-near-ceiling", "info",
