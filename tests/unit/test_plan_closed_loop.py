@@ -103,3 +103,19 @@ def test_llamacpp_slots_keep_one_sessions_history():
     assert all(s.cached in (s.prefix, 200) for s in later)  # the whole history, or the system prompt alone
     assert any(s.cached == 200 < s.prefix for s in later)  # 12 sessions on 4 slots overwrite each other
     assert out["summary"]["prefix_hit_share"] < out["summary"]["implied_hit_share"] - 0.05
+
+
+def test_stored_records_let_a_user_check_the_closed_loop():
+    from phasescope.plan.metrics import to_records
+
+    spec, _, _ = build_spec(PlanOptions(**{**ISSUE, "users": 3, "turns": 3, "think_time_s": 1.0}))
+    res, _ = run_once(spec)
+    recs = list(to_records(res, model="m"))
+    by: dict[int, list] = {}
+    for r in recs:
+        by.setdefault(r.tags["session"], []).append(r)
+    assert sorted(by) == [0, 1, 2]
+    for rs in by.values():
+        rs.sort(key=lambda r: r.tags["turn"])
+        assert [r.tags["turn"] for r in rs] == [1, 2, 3]
+        assert all(b.t_start_ns >= a.t_done_ns for a, b in zip(rs, rs[1:]))  # the next turn after the reply

@@ -270,14 +270,17 @@ def to_records(
     the simulation clock (t = 0 at the first send): ``t_start_ns`` = send, one ``content`` event of
     one token per output token, ``t_done_ns`` = last token. Counts come from the workload
     (source ``requested``); ``server`` holds the simulated phase split like llama.cpp ``timings``:
-    ``prefill_s`` admission → first token, ``decode_s`` first → last token, ``queue_s`` waiting."""
+    ``prefill_s`` admission → first token, ``decode_s`` first → last token, ``queue_s`` waiting.
+    Conversations tag each record with its ``session`` and ``turn`` (1-based, as bench's turns)."""
     n = res.n if limit is None else min(res.n, limit)
     seqs = res.sim.seqs
+    sess, turn = res.sim.reqs.session, res.sim.reqs.turn
     for i in range(n):
         s = seqs[i]
         ok = s.failed is None
         ts = res.token_times(i) if ok else []
         t_start = int(round(s.t_send * 1e9))
+        conv = {"session": int(sess[i]), "turn": int(turn[i]) + 1} if sess is not None and turn is not None else {}
         rec = RequestRecord(
             id=f"sim-{i:06d}",
             api="sim",
@@ -286,7 +289,8 @@ def to_records(
             stream=True,
             prompt_tokens_requested=int(s.prompt),
             max_tokens=int(s.out),
-            tags={"sim": True, **(tags or {}), "preemptions": int(s.preemptions), "prefix_hit": bool(s.cached > 0)},
+            tags={"sim": True, **(tags or {}), "preemptions": int(s.preemptions), "prefix_hit": bool(s.cached > 0),
+                  **conv},
             wall_start_ns=wall_base_ns + t_start,
             t_scheduled_ns=None if math.isnan(res.sim.reqs.arrival_s[i]) else int(round(float(res.sim.reqs.arrival_s[i]) * 1e9)),
             t_start_ns=t_start,
