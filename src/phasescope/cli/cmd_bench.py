@@ -44,7 +44,8 @@ def _load_words(s: dict[str, Any]) -> str:
                 + f", think time {think}")
     if s.get("trace"):
         t = s["trace"]
-        return (f"{t['dataset']} trace replay of {t['entries_replayed']} of {t.get('rows_in_file', t['entries_in_file'])} "
+        rows = t.get("rows_in_file", t["entries_in_file"])
+        return (f"{t['dataset']} trace replay of {t['entries_replayed']} of {rows} "
                 f"rows (span {t['span_s']:.1f} s, speed ×{t['trace_speed']:g}), {tail}")
     if s.get("load_shape") == "trace":
         return f"trace replay, {tail}"

@@ -13,7 +13,8 @@ from typing import Any, Callable, Sequence
 
 from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
-from phasescope.diagnose.knobs import advice_for, prefill_cost, reconcile, tailored
+from phasescope.diagnose.knobs import advice_for, tailored
+from phasescope.diagnose.tradeoffs import prefill_cost, reconcile
 from phasescope.diagnose.thresholds import (  # noqa: F401  (each rule's threshold, one place)
     CEILING_AT,
     CEILING_FAR_BELOW,

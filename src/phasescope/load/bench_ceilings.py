@@ -15,8 +15,8 @@ physical ceilings where the model and the device are known, with probe's own fun
 ``ceilings`` in ``bench --json``: probe's ``{model_spec, device, sizes: [{prompt_tokens, decode_ceiling_tok_s,
 decode_binding, decode_efficiency, prefill_floor_s, prefill_efficiency}]}`` for the run's median prompt
 (efficiencies from the per-request medians: one stream's decode vs the batch-1 roof, the prefill floor vs
-the median TTFT under load), plus ``batch`` (the mean number of requests in flight, from the records, capped at the most the
-server ran at once: /metrics' max running, the embedded engine's slots),
+the median TTFT under load), plus ``batch`` (the mean number of requests in flight, from the records,
+capped at the most the server ran at once: /metrics' max running, the embedded engine's slots),
 ``aggregate_decode_ceiling_tok_s`` at that batch beside the measured ``output_throughput``; or
 ``{"available": false, "reason": …}``.
 """
@@ -139,15 +139,37 @@ def console_lines(s: dict[str, Any]) -> list[str]:
     parts = []
     if row.get("decode_ceiling_tok_s"):
         eff = row.get("decode_efficiency")
-        parts.append(f"one stream decodes ≤ {row['decode_ceiling_tok_s']:,.0f} tok/s at batch 1 ({row.get('decode_binding')} "
-                     f"roof)" + (f", a request here median {eff * 100:.0f} % of it" if eff is not None else ""))
+        parts.append(f"one stream decodes ≤ {row['decode_ceiling_tok_s']:,.0f} tok/s at batch 1 "
+                     f"({row.get('decode_binding')} roof)" + (f", a request here median {eff * 100:.0f} % of it" if eff is not None else ""))
     if c.get("aggregate_decode_ceiling_tok_s") and c.get("batch"):
         e = c.get("aggregate_decode_efficiency")
-        parts.append(f"at the run's {c['batch']:.1f} requests decoding at once ≤ {c['aggregate_decode_ceiling_tok_s']:,.0f} "
-                     f"output tok/s in all" + (f", measured {e * 100:.0f} % of it" if e is not None else ""))
+        parts.append(f"at the run's {c['batch']:.1f} requests decoding at once ≤ "
+                     f"{c['aggregate_decode_ceiling_tok_s']:,.0f} output tok/s in all" + (f", measured {e * 100:.0f} % of it" if e is not None else ""))
     if row.get("prefill_floor_s"):
         e = row.get("prefill_efficiency")
         parts.append(f"a {row.get('prompt_tokens')}-token prefill needs ≥ {row['prefill_floor_s'] * 1e3:,.1f} ms "
                      f"(compute roof)" + (f"; the median TTFT under load is {1 / e:,.1f}× that" if e else ""))
     out.append(f"Ceilings ({model} on {dev}): " + "; ".join(parts) if parts else "Ceilings: none computable")
     return out
+
+
+def card_cell(s: dict[str, Any]) -> str:
+    """The report card's ``ceilings`` cell of a bench run (plain text; the card escapes it)."""
+    c = s.get("ceilings") or {}
+    if not c:
+        return "— (a bench stored before issue 30: no ceilings)"
+    if not c.get("available"):
+        return f"— ({c.get('reason')})"
+    row = (c.get("sizes") or [{}])[0]
+    parts = []
+    if row.get("decode_ceiling_tok_s"):
+        e = row.get("decode_efficiency")
+        parts.append(f"decode ≤ {row['decode_ceiling_tok_s']:,.0f} tok/s per stream at batch 1"
+                     + (f" ({e * 100:.0f} % reached)" if e is not None else ""))
+    if c.get("aggregate_decode_ceiling_tok_s"):
+        e = c.get("aggregate_decode_efficiency")
+        parts.append(f"≤ {c['aggregate_decode_ceiling_tok_s']:,.0f} output tok/s at batch {c.get('batch') or 1:.1f}"
+                     + (f" ({e * 100:.0f} % reached)" if e is not None else ""))
+    if row.get("prefill_floor_s"):
+        parts.append(f"{row.get('prompt_tokens')}-token prefill ≥ {row['prefill_floor_s'] * 1e3:,.1f} ms")
+    return "; ".join(parts) or "—"

@@ -136,8 +136,8 @@ def read_burstgpt_rows(path: str | Path) -> tuple[list[HashedEntry], dict[str, i
                 continue
             out.append(HashedEntry(ts, min(il, 10_000_000), min(ol, 10_000_000)))
     if not out:
-        raise InputError(f"BurstGPT trace has no usable row: {p}"
-                         + (f" ({', '.join(f'{n} {SKIP_WORDS[k]}' for k, n in why.items() if n)})" if any(why.values()) else ""))
+        left = ", ".join(f"{n} {SKIP_WORDS[k]}" for k, n in why.items() if n)
+        raise InputError(f"BurstGPT trace has no usable row: {p}" + (f" ({left})" if left else ""))
     return out, why
 
 
@@ -346,12 +346,14 @@ def hit_rate_gap(entries: Sequence[HashedEntry], records: Sequence[Any], block_s
     if not parts:
         parts.append("the server's cache served less than the trace's block structure allows")
     out["hit_rate_gap_reason"] = (f"the trace implies {implied * 100:.1f} % if every request arrived after the "
-                                  f"earlier ones were done; the server reported {measured * 100:.1f} %: " + "; ".join(parts))
+                                  f"earlier ones were done; the server reported {measured * 100:.1f} %: "
+                                  + "; ".join(parts))
     return out
 
 
 def trace_console_lines(tr: dict[str, Any]) -> list[str]:
-    """The console's trace lines of ``bench``: what was skipped, then (Mooncake) implied vs measured hit rate and why."""
+    """The console's trace lines of ``bench``: what was skipped, then (Mooncake) implied vs measured hit
+    rate and why."""
     lines = [f"Trace rows: {tr.get('skipped_sentence') or skipped_sentence(tr)}."]
     if tr.get("implied_hit_rate") is not None:
         meas = tr.get("measured_hit_rate")

@@ -146,7 +146,8 @@ def peak_in_flight(t_send: np.ndarray, t_end: np.ndarray) -> int:
     m = np.isfinite(t_send) & np.isfinite(t_end)
     if not m.any():
         return 0
-    ev = np.concatenate([np.stack([t_end[m], np.zeros(int(m.sum()))], 1), np.stack([t_send[m], np.ones(int(m.sum()))], 1)])
+    k = int(m.sum())
+    ev = np.concatenate([np.stack([t_end[m], np.zeros(k)], 1), np.stack([t_send[m], np.ones(k)], 1)])
     ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]  # by time, ends (0) before sends (1) at one instant
     level = np.cumsum(np.where(ev[:, 1] > 0, 1, -1))
     return int(level.max())
