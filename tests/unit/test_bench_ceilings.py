@@ -72,3 +72,16 @@ def test_ceilings_for_a_catalog_model_on_this_machine(local_l40s):
     assert c["aggregate_decode_efficiency"] == pytest.approx(300.0 / c["aggregate_decode_ceiling_tok_s"])
     line = [x for x in console_lines(s) if x.startswith("Ceilings")][0]
     assert "one stream decodes ≤" in line and "a 512-token prefill needs ≥" in line
+
+
+def test_report_card_shows_the_stored_ceilings(local_l40s):
+    from phasescope.report.sections import _bench_card
+
+    s = {"output_throughput": 300.0}
+    add_bench_ceilings(SimpleNamespace(url="http://127.0.0.1:8000"), Target("http://127.0.0.1:8000", model="llama-3.1-8b"),
+                       RECS, s)
+    html = _bench_card(s)
+    assert "bench stores none" not in html and "512-token prefill ≥" in html
+    s2 = {}
+    add_bench_ceilings(SimpleNamespace(url="http://10.0.0.1:8000"), Target("http://10.0.0.1:8000", model="x"), RECS, s2)
+    assert "model shape unknown" in _bench_card(s2) or "remote" in _bench_card(s2)
