@@ -209,7 +209,7 @@ def plan(
     turns: int = typer.Option(4, "--turns", help="Conversation: turns per session."),
     system_prompt_len: int = typer.Option(0, "--system-prompt-len", help="Conversation: system prompt tokens shared by all users (0 = none)."),
     turn_input_len: int = typer.Option(64, "--turn-input-len", help="Conversation: tokens of each turn's new user message (--output-len: each reply)."),
-    think_time_s: float = typer.Option(0.0, "--think-time-s", help="Conversation: pause between a turn's estimated end and the next turn."),
+    think_time_s: float = typer.Option(0.0, "--think-time-s", help="Conversation: pause between a reply's last token and the next turn (closed loop)."),
     session_rate: Optional[float] = typer.Option(None, "--session-rate", help="Conversation: sessions start as a Poisson process at this rate (default: spread over one think time)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
