@@ -16,17 +16,39 @@ from phasescope.plan.api import PlanOptions, run_plan
 
 def _conv(**kw):
     args = dict(users=3, turns=4, system_len=50, turn_input_len=20, output_len=10, think_time_s=1.0,
-                session_rate=None, pool_tokens=100_000, caching=True, turn_time_s=lambda p, o, h: 0.5)
+                session_rate=None, pool_tokens=100_000, caching=True)
     args.update(kw)
     return sessions.conversation(**args)
 
 
+def _drive(w, turn_s=0.5):
+    """Run the closed loop with every turn taking ``turn_s`` alone (no server): rows of
+    (send time, session, turn, prompt, output, hit) in send order."""
+    import heapq
+
+    loop = w.loop.fresh()
+    ev = [(t, 1, u, 0) for t, u in loop.first_sends()]  # kind 0 = a turn ends, 1 = a turn is sent
+    heapq.heapify(ev)
+    rows = []
+    while ev:
+        t, kind, u, k = heapq.heappop(ev)
+        if kind == 1:
+            p, o, h = loop.on_send(u, k)
+            rows.append((t, u, k, p, o, h))
+            heapq.heappush(ev, (t + turn_s, 0, u, k))
+        else:
+            nxt = loop.on_done(u, k, t)
+            if nxt is not None:
+                heapq.heappush(ev, (nxt, 1, u, k + 1))
+    return rows, loop
+
+
 def test_prompts_grow_by_exactly_the_previous_turns():
-    w = _conv()
-    by_session: dict[float, list[tuple[int, int]]] = {}
-    # rows in arrival order; group each session's turns by its start (sessions start 1/3 s apart)
-    for t, p, o, h in w.rows:
-        by_session.setdefault(round((t % 1.5) * 1e6), []).append((p, o))
+    rows, _ = _drive(_conv())
+    by_session: dict[int, list[tuple[int, int]]] = {}
+    for _, u, k, p, o, _ in rows:
+        by_session.setdefault(u, []).append((p, o))
+    assert len(by_session) == 3
     for turns in by_session.values():
         assert turns[0][0] == 50 + 20
         for (p0, o0), (p1, _) in zip(turns, turns[1:]):
@@ -36,22 +58,32 @@ def test_prompts_grow_by_exactly_the_previous_turns():
 
 def test_later_turns_hit_the_previous_history():
     w = _conv(users=1)
-    hits = [h for _, _, _, h in w.rows]
+    rows, loop = _drive(w)
+    hits = [r[5] for r in rows]
     assert hits == [0, 80, 110, 140]  # turn 1: nobody computed the system prompt yet; then prompt + reply
-    assert w.implied_hit_share == pytest.approx(sum(hits) / sum(r[1] for r in w.rows))
+    assert w.implied_hit_share == pytest.approx(sum(hits) / sum(r[3] for r in rows))
+    assert loop.lru_hit_share() == pytest.approx(w.implied_hit_share)
+
+
+def test_a_turn_is_sent_only_after_the_previous_reply_and_the_think_time():
+    rows, _ = _drive(_conv(users=2, think_time_s=1.0), turn_s=0.5)
+    for u in (0, 1):
+        sends = [t for t, uu, *_ in rows if uu == u]
+        assert all(b - a == pytest.approx(0.5 + 1.0) for a, b in zip(sends, sends[1:]))
 
 
 @pytest.mark.parametrize("kw", [{"caching": False}, {"pool_tokens": 0}])
 def test_no_hits_with_caching_off_or_no_pool(kw):
     w = _conv(**kw)
-    assert all(h == 0 for *_, h in w.rows)
-    assert w.lru_hit_share == 0
+    rows, loop = _drive(w)
+    assert all(r[5] == 0 for r in rows)
+    assert loop.lru_hit_share() == 0
     assert w.implied_hit_share > 0.5  # the workload still implies hits; the cache could not keep them
 
 
 def test_small_pool_evicts_histories():
-    full, small = _conv(users=6), _conv(users=6, pool_tokens=300)
-    assert 0 < small.lru_hit_share < full.lru_hit_share
+    (_, full), (_, small) = _drive(_conv(users=6)), _drive(_conv(users=6, pool_tokens=300))
+    assert 0 < small.lru_hit_share() < full.lru_hit_share()
 
 
 def test_bad_conversation_input():

@@ -44,8 +44,9 @@ def _load_words(s: dict[str, Any]) -> str:
                 + f", think time {think}")
     if s.get("trace"):
         t = s["trace"]
-        return (f"{t['dataset']} trace replay of {t['entries_replayed']} of {t['entries_in_file']} requests "
-                f"(span {t['span_s']:.1f} s, speed ×{t['trace_speed']:g}), {tail}")
+        rows = t.get("rows_in_file", t["entries_in_file"])
+        return (f"{t['dataset']} trace replay of {t['entries_replayed']} of {rows} "
+                f"rows (span {t['span_s']:.1f} s, speed ×{t['trace_speed']:g}), {tail}")
     if s.get("load_shape") == "trace":
         return f"trace replay, {tail}"
     if s.get("load_shape") == "ramp":
@@ -147,12 +148,15 @@ def _print_summary(s: dict[str, Any]) -> None:
     console.print(t)
     if s.get("turns") is not None:
         _print_turns(s)
-    if s.get("trace") and s["trace"].get("implied_hit_rate") is not None:
-        tr = s["trace"]
-        console.print(f"Trace prefix sharing: the trace implies a hit rate of {tr['implied_hit_rate'] * 100:.1f} % "
-                      f"({tr['distinct_blocks']} distinct blocks of {tr['block_size']} tokens); the server reported "
-                      + (f"{tr['measured_hit_rate'] * 100:.1f} %" if tr.get("measured_hit_rate") is not None else "no count"),
-                      highlight=False, soft_wrap=True)
+    if s.get("trace"):  # rows skipped and why; Mooncake: implied vs measured hit rate and why (load.traces)
+        from phasescope.load.traces import trace_console_lines
+
+        for line in trace_console_lines(s["trace"]):
+            console.print(line, highlight=False, soft_wrap=True)
+    from phasescope.load.bench_ceilings import console_lines
+
+    for line in console_lines(s):  # prompt ÷ TTFT under load (not prefill speed), and the ceilings
+        console.print(line, highlight=False, soft_wrap=True)
     from phasescope.cli._gpu import print_gpu
 
     print_gpu(s.get("gpu"))

@@ -63,8 +63,8 @@ def _header(doc: dict[str, Any]) -> None:
                   f"{', preempt' if s['preempt'] else ''}{'' if s['chunked_prefill'] else ', no chunking'})")
     if sf and sf["dataset"] == "conversation":
         pt = sf["prompt_tokens_by_turn"]
-        console.print(f"workload: {sf['users']} conversations of {sf['turns']} turns (open loop: each turn at the previous "
-                      f"turn's estimated end + {sf['think_time_s']:g} s think time), system prompt {sf['system_prompt_len']}, "
+        console.print(f"workload: {sf['users']} conversations of {sf['turns']} turns (closed loop: each turn sent when the "
+                      f"previous reply is complete + {sf['think_time_s']:g} s think time), system prompt {sf['system_prompt_len']}, "
                       f"{sf['turn_input_len']} in → {sf['output_len']} out per turn; prompt {pt[0]} → {pt[-1]} tokens "
                       f"from turn 1 to {sf['turns']}, seed {w['seed']}")
     elif sf:
@@ -117,6 +117,9 @@ def _facts(s: dict[str, Any]) -> None:
         f"server: queue wait mean {_ms(s.get('mean_queue_ms'))}, p99 {_ms(s.get('p99_queue_ms'))} · waiting max {s['max_waiting']} · "
         f"KV usage max {'-' if kv is None else f'{kv * 100:.0f} %'} · preemptions {s['preemptions']} · "
         f"prefix hits {s['prefix_hit_requests']}/{s['prefix_requests']} · {s['steps']:,} steps"
+        + (f" · ≤ {s['peak_in_flight']} in flight" if s.get("peak_in_flight") is not None else "")
+        + (f" (≤ {s['max_turns_in_flight_per_session']} per session)"
+           if s.get("max_turns_in_flight_per_session") is not None else "")
         + (f" · KV transfer mean {_ms(s.get('mean_kv_transfer_ms'))}" if s.get("mean_kv_transfer_ms") is not None else "")
     )
     slo = s.get("slo")
@@ -199,14 +202,14 @@ def plan(
     seed: int = typer.Option(0, "--seed", help="Random seed (arrivals, lengths, prefix hits)."),
     no_save: bool = typer.Option(False, "--no-save", help="Do not save the run in the run store."),
     records_limit: int = typer.Option(2000, "--records-limit", help="Simulated request records saved with the run."),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="Session workload: conversation (multi-turn chat, open loop) | mooncake (trace with hash_ids, --dataset-path). Prefix hits come from the shared history."),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="Session workload: conversation (multi-turn chat, closed loop: a turn after the previous reply + think time) | mooncake (trace with hash_ids, --dataset-path). Prefix hits come from the shared history."),
     dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="Mooncake: the trace JSONL."),
     block_size: int = typer.Option(512, "--block-size", help="Mooncake: prompt tokens per hash id."),
     users: int = typer.Option(4, "--users", help="Conversation: sessions (one per user)."),
     turns: int = typer.Option(4, "--turns", help="Conversation: turns per session."),
     system_prompt_len: int = typer.Option(0, "--system-prompt-len", help="Conversation: system prompt tokens shared by all users (0 = none)."),
     turn_input_len: int = typer.Option(64, "--turn-input-len", help="Conversation: tokens of each turn's new user message (--output-len: each reply)."),
-    think_time_s: float = typer.Option(0.0, "--think-time-s", help="Conversation: pause between a turn's estimated end and the next turn."),
+    think_time_s: float = typer.Option(0.0, "--think-time-s", help="Conversation: pause between a reply's last token and the next turn (closed loop)."),
     session_rate: Optional[float] = typer.Option(None, "--session-rate", help="Conversation: sessions start as a Poisson process at this rate (default: spread over one think time)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:

@@ -4,6 +4,13 @@ Flags and defaults follow each engine's own documentation and argument parser (v
 llama.cpp at 0c1e570, Ollama 0.33) and the seed article's "what to change" lists. One topic per
 cause; :func:`advice_for` returns the entries for the detected engine (plus engine-neutral ones),
 or every engine's entries when the engine is unknown.
+
+:func:`tailored` sets them against what the server is and runs (:class:`~phasescope.diagnose.settings.ServerSettings`:
+its current flags, and its backend — a CPU server is not told to offload layers to a GPU) and states what a
+change costs, from this run's own numbers (:class:`~phasescope.diagnose.tradeoffs.PrefillCost`: a smaller
+prefill piece shortens each stall but lengthens every long prompt's prefill).
+:func:`~phasescope.diagnose.tradeoffs.reconcile` then makes sure two pieces of advice in one run never pull
+one setting opposite ways.
 """
 
 from __future__ import annotations
@@ -11,10 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 from phasescope.diagnose.findings import Advice
+from phasescope.diagnose.tradeoffs import PrefillCost, TunedAdvice, split_cost
 
 ENGINES = ("vllm", "sglang", "tgi", "llamacpp", "ollama")
 
 A = Advice
+
 
 KNOBS: dict[str, list[Advice]] = {
     # TTFT is mostly waiting for a slot / a place in the KV pool
@@ -163,7 +172,8 @@ def _batch_split(engine: str, flag: str, cur: int | None, cur_src: str, prompt: 
     return A(engine, f"{flag} {new}{now}", why)
 
 
-def _interference(items: list[Advice], s: Any, prompt: int | None, chunked: bool | None) -> list[Advice]:
+def _interference(items: list[Advice], s: Any, prompt: int | None, chunked: bool | None,
+                  cost: PrefillCost | None = None) -> list[Advice]:
     out: list[Advice] = []
     for a in items:
         if a.engine == "llamacpp":
@@ -174,8 +184,15 @@ def _interference(items: list[Advice], s: Any, prompt: int | None, chunked: bool
                 now = ""
                 if s.n_batch is not None:
                     now = f" (now -b {s.n_batch}" + (f" -ub {s.n_ubatch}" if s.n_ubatch else "") + f", {s.src('n_batch')})"
-                out.append(A("llamacpp", f"-b {nb} -ub {ub}{now}",
-                             b.why + " (llama-server decodes the other slots between -b pieces; -ub must not exceed -b)"))
+                price, helps = split_cost(cost, nb, s.n_batch, small_kernels=ub < (s.n_ubatch or 512))
+                if not helps:
+                    continue  # the step's own decode work already makes most of the stall
+                moves = {"n_batch": ("lower", nb)}
+                if s.n_ubatch is not None and ub < s.n_ubatch:
+                    moves["n_ubatch"] = ("lower", ub)
+                out.append(TunedAdvice("llamacpp", f"-b {nb} -ub {ub}{now}",
+                                       b.why + " (llama-server decodes the other slots between -b pieces; -ub must not "
+                                       "exceed -b)" + (". " + price if price else ""), moves=moves))
             elif prompt is None:
                 out.append(a)
         elif a.engine in ("vllm", "sglang", "tgi"):
@@ -187,7 +204,11 @@ def _interference(items: list[Advice], s: Any, prompt: int | None, chunked: bool
                 continue
             b = _batch_split(a.engine, flag, s.max_num_batched_tokens, s.src("max_num_batched_tokens"), prompt)
             if b is not None:
-                out.append(A(a.engine, b.change, b.why))
+                nb = int(b.change.split()[1])
+                price, helps = split_cost(cost, nb, s.max_num_batched_tokens, small_kernels=False)
+                if helps:
+                    out.append(TunedAdvice(a.engine, b.change, b.why + (". " + price if price else ""),
+                                           moves={"max_num_batched_tokens": ("lower", nb)}))
             elif prompt is None:
                 out.append(a)
         elif a.engine == "ollama":
@@ -241,6 +262,80 @@ def _quant(items: list[Advice], s: Any) -> list[Advice]:
     return out
 
 
+def _prefill_slow(items: list[Advice], s: Any) -> list[Advice]:
+    """Prompt processing advice for what the server is: a CPU server gets threads, not GPU offload; a
+    GPU (or unknown) llama.cpp server gets a larger -ub quoted against the current one."""
+    backend, bsrc = s.backend, s.src("backend")
+    out: list[Advice] = []
+    for a in items:
+        if a.engine == "llamacpp":
+            if backend == "cpu":
+                thr = f" (now --threads {s.threads}, {s.src('threads')})" if s.threads else ""
+                out.append(A("llamacpp", f"--threads = the machine's physical cores, -tb the same{thr}",
+                             f"this server prefills on the CPU ({bsrc}): prompt processing is a matrix multiply on "
+                             f"every core; GPU flags (-ngl, a larger -ub for GPU kernels) do nothing here"))
+                continue
+            ub = s.n_ubatch
+            new_ub = max(1024, 2 * ub) if ub else 1024
+            now_ub = f" (now -ub {ub}, {s.src('n_ubatch')})" if ub else ""
+            need_b = f", and -b ≥ {new_ub}" if s.n_batch is not None and s.n_batch < new_ub else ""
+            lead = "" if backend == "gpu" else "on a GPU build: "
+            cpu = "" if backend == "gpu" else "; on a CPU build use --threads = physical cores instead"
+            out.append(TunedAdvice("llamacpp", f"{lead}-ub {new_ub}{now_ub}{need_b}",
+                                   "bigger micro-batches keep the GPU's matrix units full" + cpu,
+                                   moves={"n_ubatch": ("raise", new_ub)} if ub else {}))
+            parts = []
+            fa = str(s.flash_attn or "").lower()
+            if fa not in ("on", "1", "true"):
+                parts.append("-fa on" + (f" (now {s.flash_attn}, {s.src('flash_attn')})" if s.flash_attn else ""))
+            if not (s.n_gpu_layers is not None and s.n_gpu_layers >= 99):
+                parts.append("-ngl 99 (all layers on the GPU" + (f"; now {s.n_gpu_layers}, {s.src('n_gpu_layers')})"
+                                                                  if s.n_gpu_layers is not None else ")"))
+            if parts:
+                out.append(A("llamacpp", lead + ", ".join(parts), "flash attention speeds up long prompts; layers "
+                             "left on the CPU make prefill compute-starved"))
+        elif a.engine == "ollama" and backend == "cpu":
+            out.append(A("ollama", "num_thread = the machine's physical cores",
+                         f"this server prefills on the CPU ({bsrc}); GPU offload advice does not apply"))
+        elif a.engine == "any" and a.change.startswith("a GPU with more compute") and backend == "cpu":
+            out.append(A("any", "a GPU (this server prefills on the CPU)",
+                         f"prefill is compute-bound, and a GPU has one to two orders of magnitude more FLOP/s than "
+                         f"a few CPU cores ({bsrc})"))
+        else:
+            out.append(a)
+    return out
+
+
+def _decode_below(items: list[Advice], s: Any) -> list[Advice]:
+    """Serving-stack advice for what the server is: a CPU server gets threads, not GPU offload."""
+    backend, bsrc = s.backend, s.src("backend")
+    out: list[Advice] = []
+    for a in items:
+        if a.engine == "llamacpp":
+            thr = f" (now --threads {s.threads}, {s.src('threads')})" if s.threads else ""
+            if backend == "cpu":
+                out.append(A("llamacpp", f"--threads = the machine's physical cores{thr}; nothing else busy on them",
+                             f"this server decodes on the CPU ({bsrc}): each step streams the weights through the "
+                             f"cores' memory bandwidth, and a core lost to other work slows every step"))
+                continue
+            parts = []
+            if not (s.n_gpu_layers is not None and s.n_gpu_layers >= 99):
+                parts.append("-ngl 99 (all layers on the GPU" + (f"; now {s.n_gpu_layers}, {s.src('n_gpu_layers')})"
+                                                                  if s.n_gpu_layers is not None else ")"))
+            if str(s.flash_attn or "").lower() not in ("on", "1", "true"):
+                parts.append("-fa on")
+            if backend != "gpu":
+                parts.append(f"on a CPU build --threads = physical cores{thr}")
+            if parts:
+                out.append(A("llamacpp", ", ".join(parts), a.why))
+        elif a.engine == "ollama" and backend == "cpu":
+            out.append(A("ollama", "num_thread = the machine's physical cores",
+                         f"this server decodes on the CPU ({bsrc}); GPU offload advice does not apply"))
+        else:
+            out.append(a)
+    return out
+
+
 def _parallel(items: list[Advice], s: Any, topic: str, knee: int | None) -> list[Advice]:
     out: list[Advice] = []
     for a in items:
@@ -255,31 +350,40 @@ def _parallel(items: list[Advice], s: Any, topic: str, knee: int | None) -> list
         if topic == "batching_knee":
             if knee is None or knee == cur:
                 continue  # already there
-            out.append(A(a.engine, f"{flag} {knee} (now {cur}, {src})", a.why))
+            way = "raise" if knee > cur else "lower"
+            out.append(TunedAdvice(a.engine, f"{flag} {knee} (now {cur}, {src})", a.why,
+                                   moves={"n_parallel" if par else "max_num_seqs": (way, knee)}))
         elif topic == "batching_no_gain":
             if cur > 1:
                 continue  # slots are not what serialises the requests
-            out.append(A(a.engine, f"{flag} 4 (now {cur}, {src})", a.why))
+            out.append(TunedAdvice(a.engine, f"{flag} 4 (now {cur}, {src})", a.why,
+                                   moves={"n_parallel" if par else "max_num_seqs": ("raise", 4)}))
         elif topic == "queueing":
             ctx = f" and --ctx-size {2 * s.ctx_size}" if a.engine == "llamacpp" and s.ctx_size else ""
-            out.append(A(a.engine, f"{flag} {2 * cur}{ctx} (now {cur}, {src})", a.why))
+            out.append(TunedAdvice(a.engine, f"{flag} {2 * cur}{ctx} (now {cur}, {src})", a.why,
+                                   moves={"n_parallel" if par else "max_num_seqs": ("raise", 2 * cur)}))
         else:
             out.append(a)
     return out
 
 
 def tailored(topic: str, engine: str | None, settings: Any = None, *, prompt_tokens: int | None = None,
-             chunked: bool | None = None, knee: int | None = None) -> list[Advice]:
+             chunked: bool | None = None, knee: int | None = None, cost: PrefillCost | None = None) -> list[Advice]:
     """:func:`advice_for`, with each change set against the server's current settings
     (:class:`phasescope.diagnose.settings.ServerSettings`): a change equal to the current value, or
-    one that would not act on this workload, is left out; the rest name the current value."""
+    one that would not act on this workload or this backend, is left out; the rest name the current
+    value, and (``cost``) what the change costs."""
     items = advice_for(topic, engine)
     if settings is None:
         from phasescope.diagnose.settings import ServerSettings
 
         settings = ServerSettings()
     if topic == "interference":
-        return _interference(items, settings, prompt_tokens, chunked)
+        return _interference(items, settings, prompt_tokens, chunked, cost)
+    if topic == "prefill_slow":
+        return _prefill_slow(items, settings)
+    if topic == "decode_below_ceiling":
+        return _decode_below(items, settings)
     if topic in ("decode_at_ceiling",):
         return _quant(items, settings)
     if topic in ("batching_knee", "batching_no_gain", "queueing"):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
+from phasescope.diagnose.tradeoffs import prefill_cost, reconcile
 from phasescope.diagnose.thresholds import (  # noqa: F401  (each rule's threshold, one place)
     CEILING_AT,
     CEILING_FAR_BELOW,
@@ -143,7 +144,7 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
                      f"its rate ({ps.prefill_tok_s:.0f} tok/s) is rough (a busy machine?); {decode}")
         diag.findings.append(Finding(
             "prompt-cost", "info", cause,
-            ev, advice_for("prefill_slow", diag.engine)))
+            ev, tailored("prefill_slow", diag.engine, diag.settings)))
     # When the server times its own prefill, the overhead is what lies outside it (measured per
     # request); otherwise the fit's intercept a.
     if ps.client_overhead_s is not None:
@@ -213,7 +214,7 @@ def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | Non
             "decode-below-ceiling", "problem",
             f"Decode reaches only {share:.0%} of the memory-bandwidth ceiling: the serving stack, not the "
             f"hardware, sets the speed.",
-            ev, advice_for("decode_below_ceiling", diag.engine)))
+            ev, tailored("decode_below_ceiling", diag.engine, diag.settings)))
     else:
         diag.findings.append(Finding(
             "decode-near-ceiling", "info",
@@ -379,7 +380,7 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
         f"A {pi.injected_prompt_tokens}-token prompt arriving mid-generation froze running streams for "
         f"{pi.stall_s * 1e3:.0f} ms ({pi.spike_x:.1f}× their usual gap).{how}", ev,
         tailored("interference", diag.engine, diag.settings, prompt_tokens=pi.injected_prompt_tokens,
-                 chunked=pi.chunked_prefill_likely)))
+                 chunked=pi.chunked_prefill_likely, cost=prefill_cost(r, pi))))
 
 
 def _capacity(q: Any) -> tuple[int | None, str]:
@@ -491,4 +492,5 @@ def diagnose(results: dict[str, Any], *, engine: str | None = None, ceilings: Ce
     for rule in RULES:
         rule(results, diag, ceilings)
     rule_model_load(results, diag, ceilings, records)
+    reconcile(diag.findings)  # two pieces of advice never pull one setting opposite ways
     return diag

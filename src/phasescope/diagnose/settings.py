@@ -12,6 +12,11 @@ Sources, strongest first (a later source never overwrites an earlier one's value
    (``enable_prefix_caching``, ``cache_dtype``), ``/v1/models`` ``max_model_len``; Ollama ``/api/show``
    (``details.quantization_level``, ``parameters``);
 3. documented defaults (llama.cpp ``-b 2048 -ub 512``), marked as such.
+
+Where the server computes — ``backend`` ``cpu`` or ``gpu`` — comes from the same sources: ``-ngl 0`` (or
+``--device none``) on its command line is a CPU server, ``-ngl N > 0`` a GPU one, and the embedded
+engine is phasescope's own CPU-only llama.cpp build. Advice for one backend (``-ngl 99``, ``-ub 1024 on
+GPU``) is only given where the backend is that one or unknown (:mod:`phasescope.diagnose.knobs`).
 """
 
 from __future__ import annotations
@@ -69,6 +74,10 @@ class ServerSettings:
     kv_cache_dtype: str | None = None
     prefix_caching: bool | None = None
     flash_attn: str | None = None
+    threads: int | None = None
+    n_gpu_layers: int | None = None
+    #: where the model computes: ``cpu`` | ``gpu`` (None: nobody said)
+    backend: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def set(self, name: str, value: Any, source: str) -> None:
@@ -90,6 +99,16 @@ def _int(v: Any) -> int | None:
         return int(str(v).strip())
     except (TypeError, ValueError):
         return None
+
+
+def _layers(v: Any) -> int | None:
+    """``-ngl`` values: a count, or ``all``/``auto`` (llama.cpp accepts both; all = every layer)."""
+    t = str(v).strip().lower()
+    if t == "all":
+        return 999
+    if t == "auto":
+        return -1  # the build decides: not a number phasescope can state
+    return _int(v)
 
 
 def _bool(v: Any) -> bool | None:
@@ -117,6 +136,9 @@ _FLAGS: dict[str, tuple[str, Any]] = {
     "--quantization": ("quantization", str), "--quantize": ("quantization", str),
     "--kv-cache-dtype": ("kv_cache_dtype", str), "-ctk": ("kv_cache_dtype", str),
     "--cache-type-k": ("kv_cache_dtype", str),
+    "-t": ("threads", _int), "--threads": ("threads", _int),
+    "-ngl": ("n_gpu_layers", _layers), "--n-gpu-layers": ("n_gpu_layers", _layers),
+    "--gpu-layers": ("n_gpu_layers", _layers), "-dev": ("device_list", str), "--device": ("device_list", str),
 }
 _SWITCHES = {
     "--enable-chunked-prefill": ("chunked_prefill", True), "--no-enable-chunked-prefill": ("chunked_prefill", False),
@@ -168,13 +190,28 @@ def parse_server_flags(text: str | None, settings: ServerSettings | None = None,
                     raise InputError(f"--server-flags: {key} needs a value")
                 val, i = words[i], i + 1
             name, conv = _FLAGS[key]
+            if name == "device_list":  # llama.cpp --device none (no GPU at all); vLLM's old --device cpu|cuda
+                dv = str(val).strip().lower()
+                be = "cpu" if dv in ("none", "cpu") else ("gpu" if dv.startswith(("cuda", "rocm")) else None)
+                if be:
+                    s.set("backend", be, f"{source} {key} {val}")
+                continue
             v = conv(val)
             if v is None:
                 raise InputError(f"--server-flags: {key} {val!r} is not a number")
             if name == "quantization" or name == "kv_cache_dtype":
                 v = str(v).lower()
+            if name == "n_gpu_layers" and v == -1:
+                continue  # -ngl auto: the server's own choice, unknown here
             s.set(name, v, source)
+    if s.n_gpu_layers is not None:
+        s.set("backend", "gpu" if s.n_gpu_layers > 0 else "cpu",
+              f"{s.src('n_gpu_layers')} -ngl {s.n_gpu_layers}")
     return s
+
+
+#: what the embedded engine is (phasescope.engine.build configures llama.cpp with the CPU backend only)
+EMBEDDED_BACKEND_SOURCE = "the embedded engine: phasescope's CPU-only llama.cpp build"
 
 
 def from_llamacpp_props(props: dict[str, Any] | None, s: ServerSettings) -> ServerSettings:
@@ -226,6 +263,22 @@ def from_ollama_show(show: dict[str, Any] | None, s: ServerSettings) -> ServerSe
     return s
 
 
+def from_device(s: ServerSettings, device: str | None) -> ServerSettings:
+    """The backend from the ``--device`` the ceilings use, when nothing stronger said: a catalog GPU
+    is a GPU server, a catalog CPU a CPU one (``local`` says nothing: ``hw`` measures only the CPU)."""
+    if not device or s.backend is not None:
+        return s
+    try:
+        from phasescope.theory.devices import get_device
+
+        kind = get_device(device).kind
+    except Exception:  # noqa: BLE001 - an unknown device was reported where it was given
+        return s
+    if kind in ("gpu", "cpu"):
+        s.set("backend", kind, f"--device {device}")
+    return s
+
+
 def with_defaults(s: ServerSettings, engine: str | None) -> ServerSettings:
     if engine == "llamacpp":
         for k, v in LLAMACPP_DEFAULTS.items():
@@ -253,6 +306,7 @@ async def discover_settings(session: Any, target: Any, *, props: dict[str, Any] 
     s = parse_server_flags(server_flags)
     if engine_args:
         parse_server_flags(shlex.join(engine_args), s, source="the embedded engine's command line")
+        s.set("backend", "cpu", EMBEDDED_BACKEND_SOURCE)
     engine = getattr(target, "engine", None)
     try:
         if engine == "llamacpp":

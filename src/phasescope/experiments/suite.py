@@ -290,11 +290,12 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
 
     async with experiment_session(ot.timeouts.connect_s) as session:
         facts = await discover_facts(session, target, props=getattr(det, "props", None))
-        from phasescope.diagnose.settings import discover_settings
+        from phasescope.diagnose.settings import discover_settings, from_device
 
         eng_args = list(getattr(ot.engine, "args", None) or []) if url is None else None
         settings = await discover_settings(session, target, props=getattr(det, "props", None),
                                            server_flags=server_flags, engine_args=eng_args)
+        from_device(settings, ceil.device if ceil is not None else None)  # a catalog GPU/CPU: the backend
         say(f"target {target.display_url}: {target.engine or 'unknown engine'}, model {target.model}, "
             f"slots {facts.slots or '?'}, context/seq {facts.ctx_per_seq or '?'}, "
             f"/metrics {'yes' if facts.metrics else 'no'}")

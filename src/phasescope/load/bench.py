@@ -354,6 +354,9 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
         from phasescope.load.traffic import add_workload_sections
 
         add_workload_sections(cfg, summary, res)
+    from phasescope.load.bench_ceilings import add_bench_ceilings
+
+    add_bench_ceilings(cfg, target, res.records, summary)  # prompt ÷ TTFT named honestly, + ceilings (issue 30)
     summary["prompt_salt"] = run_salt
     if cfg.engine_flags:
         build = dict(build or {}, user_flags=cfg.engine_flags)

@@ -12,6 +12,18 @@
   ``Request tokens``, ``Response tokens``, ``Total tokens``, ``Log Type`` (HPMLL/BurstGPT). Rows with
   0 response tokens are the trace's failures and are skipped. No prefix structure: prompts are unique.
 
+Every replay says what it left out and why (``trace.skipped`` in ``bench --json``, one line in the
+console): rows the reader skipped (BurstGPT's 0-response failures, 0-token requests), rows outside the
+``--trace-start``/``--trace-duration`` window, rows beyond ``--num-prompts``. A Mooncake replay also
+explains the gap between the hit rate the trace implies and the one the server reported
+(:func:`hit_rate_gap`): a prefix can only be served once some request computed it, so requests that
+arrived while the request carrying their blocks was still prefilling cannot hit, and llama.cpp keeps
+one prompt per slot, reusing only the prefix of the slot a request lands on.
+
+``examples/traces/`` holds a small sample of each format (``mooncake.jsonl``, ``burstgpt.csv``, the
+plain ``requests.jsonl`` of ``--load-shape trace`` and a ``sharegpt.json`` of conversation turns),
+documented in ``examples/traces/README.md`` and replayed by ``tests/integration/test_sample_traces.py``.
+
 Both become the schedule's trace entries (arrival offsets and lengths), so ``--trace-speed`` (replay
 N× faster), ``--trace-start S`` and ``--trace-duration S`` (a window in trace seconds) work as for
 ``--load-shape trace --trace FILE`` (which keeps working, and takes the window too).
@@ -79,12 +91,27 @@ BURST_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 
 
 def read_burstgpt(path: str | Path) -> tuple[list[HashedEntry], int]:
-    """BurstGPT CSV → (entries, rows skipped for 0 response tokens)."""
+    """BurstGPT CSV → (entries, rows skipped: 0 response or 0 request tokens)."""
+    out, why = read_burstgpt_rows(path)
+    return out, sum(why.values())
+
+
+#: why a BurstGPT row is not replayed, in words (``trace.skipped`` keys)
+SKIP_WORDS = {
+    "zero_response_tokens": "with 0 response tokens (requests that failed in the trace)",
+    "zero_request_tokens": "with 0 request tokens",
+    "outside_window": "outside the --trace-start/--trace-duration window",
+    "beyond_num_prompts": "beyond --num-prompts",
+}
+
+
+def read_burstgpt_rows(path: str | Path) -> tuple[list[HashedEntry], dict[str, int]]:
+    """BurstGPT CSV → (entries, {reason: rows skipped}) with the reasons of :data:`SKIP_WORDS`."""
     from phasescope.safeio import iter_user_lines  # the one reader for user files: regular, bounded, UTF-8
 
     p = Path(path).expanduser()
     out: list[HashedEntry] = []
-    skipped = 0
+    why = {"zero_response_tokens": 0, "zero_request_tokens": 0}
     lines = (line + "\n" for _, line in iter_user_lines(p, what="BurstGPT trace"))
     rd = csv.DictReader(lines)
     cols = [c.strip() for c in (rd.fieldnames or [])]
@@ -103,13 +130,14 @@ def read_burstgpt(path: str | Path) -> tuple[list[HashedEntry], int]:
         if not math.isfinite(ts) or ts < 0:
             raise InputError(f"{p}:{ln}: Timestamp must be a non-negative number of seconds")
         if ol <= 0 or il <= 0:
-            skipped += 1
+            why["zero_response_tokens" if ol <= 0 else "zero_request_tokens"] += 1
             continue
         out.append(HashedEntry(ts, min(il, 10_000_000), min(ol, 10_000_000)))
     if not out:
-        raise InputError(f"BurstGPT trace has no usable row: {p}")
+        left = ", ".join(f"{n} {SKIP_WORDS[k]}" for k, n in why.items() if n)
+        raise InputError(f"BurstGPT trace has no usable row: {p}" + (f" ({left})" if left else ""))
     check_span(out, p)
-    return out, skipped
+    return out, why
 
 
 #: the longest a trace may span (trace seconds, before --trace-speed): the bound of --trace-start
@@ -154,17 +182,24 @@ def read_trace_dataset(cfg: Any) -> tuple[list[HashedEntry], dict[str, Any]]:
     """The windowed entries of ``cfg.dataset`` (mooncake | burstgpt) and facts for the summary."""
     if not cfg.dataset_path:
         raise InputError(f"--dataset {cfg.dataset} needs --dataset-path FILE")
-    skipped = 0
+    why: dict[str, int] = {}
     if cfg.dataset == "mooncake":
         entries = read_mooncake(cfg.dataset_path, block_size=int(cfg.block_size))
     else:
-        entries, skipped = read_burstgpt(cfg.dataset_path)
-    total = len(entries)
+        entries, why = read_burstgpt_rows(cfg.dataset_path)
+    read = len(entries)
     entries = window(entries, start_s=cfg.trace_start, duration_s=cfg.trace_duration)
+    why["outside_window"] = read - len(entries)
     if cfg.num_prompts is not None:
+        why["beyond_num_prompts"] = max(0, len(entries) - cfg.num_prompts)
         entries = entries[: cfg.num_prompts]
-    facts = {"dataset": cfg.dataset, "path": str(cfg.dataset_path), "entries_in_file": total,
-             "entries_replayed": len(entries), "rows_skipped": skipped, "trace_speed": cfg.trace_speed,
+    skipped = {k: n for k, n in why.items() if n}
+    rows = read + why.get("zero_response_tokens", 0) + why.get("zero_request_tokens", 0)
+    facts = {"dataset": cfg.dataset, "path": str(cfg.dataset_path), "entries_in_file": read,
+             "rows_in_file": rows, "skipped": skipped, "skipped_total": sum(skipped.values()),
+             "entries_replayed": len(entries),
+             "rows_skipped": why.get("zero_response_tokens", 0) + why.get("zero_request_tokens", 0),
+             "trace_speed": cfg.trace_speed,
              "trace_start_s": cfg.trace_start, "trace_duration_s": cfg.trace_duration,
              "block_size": int(cfg.block_size) if cfg.dataset == "mooncake" else None,
              "span_s": (entries[-1].offset_s - entries[0].offset_s) if entries else 0.0}
@@ -234,12 +269,112 @@ async def trace_items(entries: Sequence[HashedEntry], *, maker: Any, block_size:
     return items
 
 
-def trace_section(facts: dict[str, Any], records: Sequence[Any], summary: dict[str, Any]) -> dict[str, Any]:
-    """``trace`` of ``bench --json``: what was replayed, and for Mooncake the hit rate the trace
-    implies next to what the server reported (``prefix_cache.hit_rate``)."""
+def trace_section(facts: dict[str, Any], records: Sequence[Any], summary: dict[str, Any],
+                  entries: Sequence[HashedEntry] = ()) -> dict[str, Any]:
+    """``trace`` of ``bench --json``: what was replayed and what was skipped (``skipped``, with
+    ``skipped_sentence``), and for Mooncake the hit rate the trace implies next to what the server
+    reported (``prefix_cache.hit_rate``), with why they differ (:func:`hit_rate_gap`)."""
     out = dict(facts)
     pc = summary.get("prefix_cache") or {}
     out["measured_hit_rate"] = pc.get("hit_rate")
     imp = facts.get("implied_hit_rate")
     out["hit_rate_gap"] = (pc["hit_rate"] - imp) if (imp is not None and pc.get("hit_rate") is not None) else None
+    out["skipped_sentence"] = skipped_sentence(facts)
+    if imp is not None and entries:
+        out.update(hit_rate_gap(entries, records, int(facts.get("block_size") or DEFAULT_BLOCK_SIZE),
+                                implied=imp, measured=pc.get("hit_rate"), engine=summary.get("engine")))
     return out
+
+
+def skipped_sentence(facts: dict[str, Any]) -> str:
+    """"3 of 4 rows replayed; 1 skipped: 1 with 0 response tokens (…)" — every replay says it."""
+    sk = facts.get("skipped") or {}
+    rows = facts.get("rows_in_file", facts.get("entries_in_file"))
+    head = f"{facts.get('entries_replayed')} of {rows} rows replayed"
+    if not sk:
+        return head + "; none skipped"
+    n = sum(sk.values())
+    return head + f"; {n} skipped: " + ", ".join(f"{c} {SKIP_WORDS.get(k, k)}" for k, c in sk.items())
+
+
+def hit_rate_gap(entries: Sequence[HashedEntry], records: Sequence[Any], block_size: int, *,
+                 implied: float, measured: float | None, engine: str | None) -> dict[str, Any]:
+    """Why the server's hit rate differs from the trace's implied one (which assumes each request
+    arrives after every earlier one is done). A block can only be served once a request carrying it
+    finished its prefill (its first token): ``reachable_hit_rate`` counts each request's leading ids
+    whose block was computed before the request was sent (by the records' own clocks), and
+    ``concurrent_hit_share`` is the share of the implied hit tokens that were not (their block was
+    still being prefilled when the request arrived). ``hit_rate_gap_reason``: the sentence."""
+    by_item: dict[int, Any] = {}
+    for r in records:
+        tags = getattr(r, "tags", None) or {}
+        if tags.get("warmup") or not getattr(r, "ok", False):
+            continue
+        i = tags.get("item")
+        if isinstance(i, int) and 0 <= i < len(entries):
+            by_item[i] = r
+    from phasescope.measure.derive import first_token_ns
+
+    ready: dict[int, int] = {}  # block id → when its first carrier had its first token
+    for i, r in by_item.items():
+        t = first_token_ns(r)
+        if t is None:
+            continue
+        for h in entries[i].hash_ids:
+            ready[h] = min(ready.get(h, t), t)
+    seen: set[int] = set()
+    total = hit = reach = 0
+    for i, e in enumerate(entries):
+        il = int(e.input_len or 0)
+        r = by_item.get(i)
+        sent = getattr(r, "t_start_ns", None) if r is not None else None
+        if r is None or sent is None:
+            seen.update(e.hash_ids)
+            continue
+        total += il
+        ok_reach = True
+        for j, h in enumerate(e.hash_ids):
+            if h not in seen:
+                break
+            size = min(block_size, il - j * block_size)
+            hit += size
+            ok_reach = ok_reach and ready.get(h, 1 << 62) <= sent
+            reach += size if ok_reach else 0
+        seen.update(e.hash_ids)
+    out: dict[str, Any] = {"reachable_hit_rate": reach / total if total else None,
+                           "concurrent_hit_share": (hit - reach) / hit if hit else None,
+                           "hit_rate_gap_reason": None}
+    if measured is None or not total or measured >= implied - 0.05:
+        return out
+    parts = []
+    rr = out["reachable_hit_rate"] or 0.0
+    if hit and hit > reach:
+        parts.append(f"{(hit - reach) / hit * 100:.0f} % of the implied hits were blocks another request was still "
+                     f"prefilling when the request arrived (the requests ran concurrently; a prefix cannot be served "
+                     f"before it is computed), so at most {rr * 100:.1f} % was reachable")
+    if engine == "llamacpp":
+        parts.append("llama.cpp keeps one prompt per slot and reuses only the prefix of the slot a request lands on: "
+                     "requests with other prefixes that ran in between overwrite it (vLLM/SGLang keep blocks across "
+                     "requests)")
+    elif measured < rr - 0.05:
+        parts.append("the rest is the server's own cache: blocks evicted between requests, or hits counted in "
+                     "blocks of its own size (a partial block is not a hit)")
+    if not parts:
+        parts.append("the server's cache served less than the trace's block structure allows")
+    out["hit_rate_gap_reason"] = (f"the trace implies {implied * 100:.1f} % if every request arrived after the "
+                                  f"earlier ones were done; the server reported {measured * 100:.1f} %: "
+                                  + "; ".join(parts))
+    return out
+
+
+def trace_console_lines(tr: dict[str, Any]) -> list[str]:
+    """The console's trace lines of ``bench``: what was skipped, then (Mooncake) implied vs measured hit
+    rate and why."""
+    lines = [f"Trace rows: {tr.get('skipped_sentence') or skipped_sentence(tr)}."]
+    if tr.get("implied_hit_rate") is not None:
+        meas = tr.get("measured_hit_rate")
+        lines.append(f"Trace prefix sharing: the trace implies a hit rate of {tr['implied_hit_rate'] * 100:.1f} % "
+                     f"({tr.get('distinct_blocks')} distinct blocks of {tr.get('block_size')} tokens); the server "
+                     f"reported " + (f"{meas * 100:.1f} %" if meas is not None else "no count")
+                     + (f". Why: {tr['hit_rate_gap_reason']}." if tr.get("hit_rate_gap_reason") else "."))
+    return lines

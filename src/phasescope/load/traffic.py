@@ -168,5 +168,5 @@ def add_workload_sections(cfg: Any, summary: dict[str, Any], res: Any) -> None:
         return
     from phasescope.load.traces import trace_section
 
-    _, facts = trace_entries(cfg)
-    summary["trace"] = trace_section(facts, res.records, summary)
+    entries, facts = trace_entries(cfg)
+    summary["trace"] = trace_section(facts, res.records, summary, entries)

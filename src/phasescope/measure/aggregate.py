@@ -134,7 +134,8 @@ class MetricDef:
 METRICS: tuple[MetricDef, ...] = (
     MetricDef("ttft_s", "TTFT", "s", False, "request"),
     MetricDef("ttft_p99_s", "TTFT p99", "s", False, "tail", 99.0, "ttft_s"),
-    MetricDef("prefill_tok_s", "prefill tok/s", "tok/s", True, "request"),
+    # prompt ÷ TTFT: a prefill speed only for a request alone (probe); under load TTFT includes waiting
+    MetricDef("prefill_tok_s", "prompt ÷ TTFT", "tok/s", True, "request"),
     MetricDef("decode_tok_s", "decode tok/s", "tok/s", True, "request"),
     MetricDef("tpot_s", "TPOT", "s", False, "request"),
     MetricDef("itl_p50_s", "ITL p50", "s", False, "token", 50.0),

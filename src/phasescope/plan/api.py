@@ -167,10 +167,9 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
     )
     session = None
     if o.dataset is not None:
-        session = _session_workload(o, cost, pool_caching=o.prefix_caching,
-                                    chunk=(o.max_num_batched_tokens or d_budget) if o.chunked_prefill else None)
+        session = _session_workload(o, cost, pool_caching=o.prefix_caching)
         # input/output_len: the sessions' means, for cost_model's "one request alone" numbers
-        w = Workload(trace=session.rows, seed=o.seed,
+        w = Workload(trace=session.rows if session.loop is None else None, sessions=session.loop, seed=o.seed,
                      input_len=max(1, round(sum(r[1] for r in session.rows) / len(session.rows))),
                      output_len=max(1, round(sum(r[2] for r in session.rows) / len(session.rows))),
                      implied_hit_share=session.implied_hit_share, session_facts=session.facts)
@@ -221,7 +220,7 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
     return spec, cal_info, {"model": spec_model.id, "device": device, "policy": policy}
 
 
-def _session_workload(o: PlanOptions, cost: CostModel, *, pool_caching: bool, chunk: int | None) -> Any:
+def _session_workload(o: PlanOptions, cost: CostModel, *, pool_caching: bool) -> Any:
     """The conversation or Mooncake workload of ``--dataset`` (:mod:`phasescope.plan.sessions`)."""
     from phasescope.plan import sessions
 
@@ -238,15 +237,10 @@ def _session_workload(o: PlanOptions, cost: CostModel, *, pool_caching: bool, ch
         entries = read_mooncake(o.dataset_path, block_size=int(o.block_size))
         return sessions.mooncake(entries, block_size=int(o.block_size), pool_tokens=pool, caching=pool_caching)
 
-    def turn_time(prompt: int, out: int, hit: int) -> float:
-        hit = hit if pool_caching else 0
-        pre = cost.prefill_time_s(prompt, chunk, start=min(hit, prompt - 1))
-        return pre + (out - 1) * cost.decode_step_s(1, prompt + out / 2)
-
     return sessions.conversation(
         users=o.users, turns=o.turns, system_len=o.system_prompt_len, turn_input_len=o.turn_input_len,
         output_len=o.output_len, think_time_s=o.think_time_s, session_rate=o.session_rate,
-        pool_tokens=pool, caching=pool_caching, turn_time_s=turn_time, seed=o.seed)
+        pool_tokens=pool, caching=pool_caching, seed=o.seed)
 
 
 def _device_kind(device: Any) -> str | None:
@@ -292,6 +286,10 @@ def run_plan(o: PlanOptions, say: Callable[[str], None] | None = None) -> dict[s
         res, out = run_once(spec)
         doc["summary"] = out["summary"]
         doc["timeseries"] = out["timeseries"]
+    sm = doc.get("summary") or {}
+    for k in ("peak_in_flight", "max_turns_in_flight_per_session"):  # the contract keys, also at the top
+        if k in sm:
+            doc[k] = sm[k]
     doc["sim_wall_s"] = time.perf_counter() - t0
     from phasescope.load.hygiene import calibration_warnings
 

@@ -139,6 +139,33 @@ def timeseries(res: SimResult, points: int = 120) -> dict[str, list[float]]:
     }
 
 
+def peak_in_flight(t_send: np.ndarray, t_end: np.ndarray) -> int:
+    """Most requests in flight at once: each from its send to its last token (or failure). A request
+    that ends at the instant another is sent does not overlap it (a user's next turn sent as the reply
+    completes, with no think time)."""
+    m = np.isfinite(t_send) & np.isfinite(t_end)
+    if not m.any():
+        return 0
+    k = int(m.sum())
+    ev = np.concatenate([np.stack([t_end[m], np.zeros(k)], 1), np.stack([t_send[m], np.ones(k)], 1)])
+    ev = ev[np.lexsort((ev[:, 1], ev[:, 0]))]  # by time, ends (0) before sends (1) at one instant
+    level = np.cumsum(np.where(ev[:, 1] > 0, 1, -1))
+    return int(level.max())
+
+
+def session_in_flight(res: SimResult) -> dict[str, Any]:
+    """Conversations: the most turns of any one session in flight at once (1 in a closed loop)."""
+    r = res.sim.reqs
+    if r.session is None or not res.n:
+        return {}
+    sess = r.session[: res.n]
+    worst = 0
+    for u in np.unique(sess[sess >= 0]):
+        m = sess == u
+        worst = max(worst, peak_in_flight(res.t_send[m], res.t_last[m]))
+    return {"max_turns_in_flight_per_session": worst}
+
+
 def summarize_sim(res: SimResult, slo: dict[str, float] | None = None, slo_percentile: float = 99.0) -> dict[str, Any]:
     """The vllm-bench-serve summary of a simulated run, plus queue/KV/preemption facts and SLO check."""
     slo = slo or {}
@@ -205,8 +232,10 @@ def summarize_sim(res: SimResult, slo: dict[str, float] | None = None, slo_perce
             "prefix_hit_requests": int((res.cached_tokens > 0).sum()),
             "prefix_requests": int(prefix_req.sum()),
             "cached_prompt_tokens": int(res.cached_tokens[ok].sum()),
+            "peak_in_flight": peak_in_flight(res.t_send, res.t_last),
         }
     )
+    out.update(session_in_flight(res))
     if slo:
         checks: dict[str, Any] = {}
         met = True
@@ -242,14 +271,17 @@ def to_records(
     the simulation clock (t = 0 at the first send): ``t_start_ns`` = send, one ``content`` event of
     one token per output token, ``t_done_ns`` = last token. Counts come from the workload
     (source ``requested``); ``server`` holds the simulated phase split like llama.cpp ``timings``:
-    ``prefill_s`` admission → first token, ``decode_s`` first → last token, ``queue_s`` waiting."""
+    ``prefill_s`` admission → first token, ``decode_s`` first → last token, ``queue_s`` waiting.
+    Conversations tag each record with its ``session`` and ``turn`` (1-based, as bench's turns)."""
     n = res.n if limit is None else min(res.n, limit)
     seqs = res.sim.seqs
+    sess, turn = res.sim.reqs.session, res.sim.reqs.turn
     for i in range(n):
         s = seqs[i]
         ok = s.failed is None
         ts = res.token_times(i) if ok else []
         t_start = int(round(s.t_send * 1e9))
+        conv = {"session": int(sess[i]), "turn": int(turn[i]) + 1} if sess is not None and turn is not None else {}
         rec = RequestRecord(
             id=f"sim-{i:06d}",
             api="sim",
@@ -258,7 +290,8 @@ def to_records(
             stream=True,
             prompt_tokens_requested=int(s.prompt),
             max_tokens=int(s.out),
-            tags={"sim": True, **(tags or {}), "preemptions": int(s.preemptions), "prefix_hit": bool(s.cached > 0)},
+            tags={"sim": True, **(tags or {}), "preemptions": int(s.preemptions), "prefix_hit": bool(s.cached > 0),
+                  **conv},
             wall_start_ns=wall_base_ns + t_start,
             t_scheduled_ns=None if math.isnan(res.sim.reqs.arrival_s[i]) else int(round(float(res.sim.reqs.arrival_s[i]) * 1e9)),
             t_start_ns=t_start,

@@ -75,8 +75,9 @@ class PlanSpec:
         return Deployment(replicas=reps)
 
     def config(self) -> dict[str, Any]:
-        w = dataclasses.asdict(self.workload)
-        w.pop("trace", None)
+        # the trace rows and the conversation loop are inputs, not settings (session_facts says what they were)
+        w = {f.name: getattr(self.workload, f.name) for f in dataclasses.fields(self.workload)
+             if f.name not in ("trace", "sessions")}
         d = self.deployment()
         return {
             "workload": w,

@@ -22,7 +22,7 @@ class Seq:
         "rid", "prompt", "out", "prefix", "t_send", "t_visible", "t_admit", "t_first", "t_last",
         "computed", "target", "generated", "cached", "alloc", "join_step", "gen_at_join", "version",
         "worker", "segments", "tokens", "extra_itl", "preemptions", "state", "slot", "failed",
-        "t_prefill_done", "xfer_s",
+        "t_prefill_done", "xfer_s", "sess",
     )
 
     def __init__(self, rid: int, prompt: int, out: int, prefix: int, t_send: float, t_visible: float) -> None:
@@ -53,6 +53,7 @@ class Seq:
         self.failed: str | None = None
         self.t_prefill_done = math.nan
         self.xfer_s = math.nan
+        self.sess: int | None = None  # conversations: the session this turn belongs to
 
 
 class Replica:
@@ -75,6 +76,8 @@ class Replica:
         self.kv_cap = int(cost.kv_pool_tokens)
         self.prefix_warm = False
         self.slot_prefix: list[bool] = [False] * cfg.max_num_seqs
+        #: llama.cpp + conversations: the session whose prompt each slot holds (one prompt per slot)
+        self.slot_owner: list[int | None] = [None] * cfg.max_num_seqs
         self.free_slots: list[int] = list(range(cfg.max_num_seqs))
         self.k = -1  # last completed step
         self.step_end: list[float] = []
@@ -122,6 +125,14 @@ class Replica:
         if not (self.cfg.prefix_caching and s.prefix > 0):
             return 0
         if self.cfg.policy == "llamacpp":
+            if self.sessions and s.sess is not None:
+                # a slot keeps only its last prompt: this session's own history, another session's
+                # (sharing the system prompt at most), or nothing yet
+                if slot < 0 or self.slot_owner[slot] is None:
+                    return 0
+                if self.slot_owner[slot] == s.sess:
+                    return s.prefix
+                return min(s.prefix, self._system_len())
             return s.prefix if slot >= 0 and self.slot_prefix[slot] else 0
         if self.sessions:
             # session workloads: the LRU of plan.sessions already decided this request's hit (a
@@ -135,7 +146,19 @@ class Replica:
             return self._hit(s, -1)
         return max((self._hit(s, sl) for sl in self.free_slots), default=0)
 
+    def _system_len(self) -> int:
+        loop = getattr(self.sim, "loop", None)
+        return int(loop.system_len) if loop is not None else 0
+
     def _pick_slot(self, s: Seq) -> int:
+        if self.sessions and s.sess is not None:
+            # llama.cpp picks the slot whose prompt is most similar: this session's, then any
+            # (the shared system prompt), then an empty one
+            for want in (lambda o: o == s.sess, lambda o: o is not None):
+                for i, sl in enumerate(self.free_slots):
+                    if want(self.slot_owner[sl]):
+                        return self.free_slots.pop(i)
+            return self.free_slots.pop(0)
         if s.prefix > 0 and self.cfg.prefix_caching:
             for i, sl in enumerate(self.free_slots):
                 if self.slot_prefix[sl]:
@@ -262,6 +285,8 @@ class Replica:
             held = 0
             if not direct:
                 hit = self._hit(s, slot)
+                if slot >= 0 and s.sess is not None:
+                    self.slot_owner[slot] = s.sess  # this prompt now overwrites the slot's
                 s.cached = hit
                 s.computed = max(s.computed, hit)
                 # a session's cached history is its own (not one prefix resident once for all):

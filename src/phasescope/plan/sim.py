@@ -32,7 +32,16 @@ recently admitted running request, free its KV and recompute prompt + generated 
 Prefix caching: a request that carries the shared prefix skips prefilling it once the prefix is
 resident (vLLM: once any request has computed those blocks; llama.cpp: once the slot it lands on
 has served the prefix, slots with the prefix preferred — its ``slot_prompt_similarity``). The
-resident prefix occupies the pool once.
+resident prefix occupies the pool once. A conversation on llama.cpp: a slot keeps only the last prompt it
+served, so a turn hits its whole history only on the slot its session used last and not overwritten since
+(another session's slot shares the system prompt at most); the slot is chosen this session's first,
+then any used one, then an empty one.
+
+Conversations (``Workload.sessions``, :class:`~phasescope.plan.sessions.ConversationLoop`) are a closed
+loop per session: a session's first turn is sent at its start, and each later turn at the simulated
+time the previous turn's last token was produced (or it failed) plus the think time — never before the
+reply exists, so a session has at most one turn in flight. Its prefix hit is looked up in the
+session LRU at that send.
 
 Disaggregation: prefill replicas only prefill; a finished prompt's KV (prompt tokens × KV bytes)
 crosses the interconnect (one transfer at a time per prefill replica), then a decode replica admits
@@ -62,7 +71,7 @@ from phasescope.plan.workload import RequestPlan, Workload, build_requests
 
 POLICIES = ("vllm", "llamacpp")
 
-_EV_VISIBLE, _EV_STEP, _EV_XFER, _EV_SEND, _EV_ISSUE = 0, 1, 2, 3, 4
+_EV_VISIBLE, _EV_STEP, _EV_XFER, _EV_SEND, _EV_ISSUE, _EV_TURN = 0, 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -187,6 +196,8 @@ class Simulator:
         self._next_rid = 0
         self._client_queue: deque[int] = deque()
         self.now = 0.0
+        #: closed-loop conversations (plan.sessions.ConversationLoop), a fresh copy per simulation
+        self.loop = workload.sessions.fresh() if workload.sessions is not None else None
 
     # -- events -----------------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: Any) -> None:
@@ -230,7 +241,13 @@ class Simulator:
     def _done(self, s: Seq, t: float) -> None:
         self.in_flight -= 1
         w = self.workload
-        if self.workload.closed_loop:
+        if self.loop is not None:
+            r = self.reqs
+            assert r.session is not None and r.turn is not None
+            nxt = self.loop.on_done(int(r.session[s.rid]), int(r.turn[s.rid]), t, ok=s.failed is None)
+            if nxt is not None:  # the reply exists: the user reads it, thinks, sends the next turn
+                self._push(nxt, _EV_TURN, (int(r.session[s.rid]), int(r.turn[s.rid]) + 1))
+        elif self.workload.closed_loop:
             if w.duration_s is None or t < w.duration_s:
                 self._issue_next(t)
         elif w.concurrency is not None and self._client_queue:
@@ -270,7 +287,10 @@ class Simulator:
     def run(self) -> "SimResult":
         w = self.workload
         r = self.reqs
-        if w.closed_loop:
+        if self.loop is not None:
+            for t0, u in self.loop.first_sends():
+                self._push(t0, _EV_TURN, (u, 0))
+        elif w.closed_loop:
             n_users = min(int(w.concurrency or 1), len(r) if not r.growable else 10**9)
             for u in range(n_users):  # users start together, or spread over ramp_s
                 self._push(w.ramp_s * u / n_users, _EV_ISSUE, None)
@@ -312,6 +332,19 @@ class Simulator:
             return
         if kind == _EV_ISSUE:
             self._issue_next(t)
+            return
+        if kind == _EV_TURN:
+            u, k = payload
+            assert self.loop is not None
+            rid = self._next_rid
+            self._next_rid += 1
+            prompt, out, hit = self.loop.on_send(u, k)
+            r = self.reqs
+            assert r.session is not None and r.turn is not None
+            r.arrival_s[rid], r.input_tokens[rid], r.output_tokens[rid], r.prefix_tokens[rid] = t, prompt, out, hit
+            r.session[rid], r.turn[rid] = u, k
+            self._send(rid, t)
+            self.seqs[-1].sess = u
             return
         if kind == _EV_SEND:
             rid = payload

@@ -14,7 +14,7 @@ A trace replays (arrival offset, prompt tokens, output tokens) triples, e.g. fro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -48,8 +48,15 @@ class Workload:
     #: keeps everything would serve, and what the sessions were
     implied_hit_share: float | None = None
     session_facts: dict | None = field(default=None, repr=False)
+    #: closed-loop conversations (:class:`phasescope.plan.sessions.ConversationLoop`): the simulator
+    #: sends each session's next turn when the previous reply is complete, plus the think time
+    sessions: Any = field(default=None, repr=False)
 
     def validate(self) -> None:
+        if self.sessions is not None:
+            if self.sessions.requests < 1:
+                raise InputError("the conversation holds no turns")
+            return
         if self.trace is not None:
             if not len(self.trace):
                 raise InputError("the trace holds no requests")
@@ -81,7 +88,9 @@ class Workload:
 
     @property
     def closed_loop(self) -> bool:
-        return self.trace is None and self.rate is None and self.concurrency is not None
+        """N users with one request each in flight (``--concurrency`` without a rate; conversations
+        are closed per session, driven by :attr:`sessions`)."""
+        return self.trace is None and self.sessions is None and self.rate is None and self.concurrency is not None
 
 
 @dataclass
@@ -93,6 +102,9 @@ class RequestPlan:
     input_tokens: np.ndarray
     output_tokens: np.ndarray
     prefix_tokens: np.ndarray
+    #: conversations: the session and turn of each request (−1 elsewhere), filled as turns are sent
+    session: np.ndarray | None = None
+    turn: np.ndarray | None = None
     #: set for a closed loop bounded by time: more requests are drawn on demand (:meth:`grow`)
     _rng: np.random.Generator | None = field(default=None, repr=False)
     _workload: Workload | None = field(default=None, repr=False)
@@ -146,6 +158,11 @@ def build_requests(w: Workload) -> RequestPlan:
     sending then; the simulator enforces that, so enough requests are drawn here to cover it)."""
     w.validate()
     rng = np.random.default_rng(w.seed)
+    if w.sessions is not None:  # the simulator fills each row when it sends the turn
+        n = int(w.sessions.requests)
+        z = np.zeros(n, dtype=np.int64)
+        return RequestPlan(np.full(n, np.nan), z.copy(), z.copy(), z.copy(),
+                           session=np.full(n, -1, dtype=np.int64), turn=np.full(n, -1, dtype=np.int64))
     if w.trace is not None:
         rows = [list(r) for r in w.trace]
         t0 = min(float(r[0]) for r in rows)

@@ -187,6 +187,8 @@ def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) ->
 
 
 def _bench_card(s: dict[str, Any]) -> str:
+    from phasescope.load.bench_ceilings import card_cell as bench_card_cell
+
     def ms(k: str) -> str:
         v = _f(s.get(k))
         return "—" if v is None else f"{v:.1f} ms"
@@ -201,7 +203,7 @@ def _bench_card(s: dict[str, Any]) -> str:
         ("output tok/s (all requests)", [fmt_rate(s.get("output_throughput"))]),
         ("requests/s", [f"{_f(s.get('request_throughput')):.2f}" if _f(s.get("request_throughput")) is not None else "—"]),
         ("completed / failed", [f"{s.get('completed', '—')} / {s.get('failed', '—')}"]),
-        ("ceilings", [f"— (bench stores none: `phasescope probe` with {CEILING_FLAGS} sets each phase against its ceiling)"]),
+        ("ceilings", [esc(bench_card_cell(s))]),  # load.bench_ceilings (issue 30)
     ]
     return _card_table(["", "this run"], rows)
 
