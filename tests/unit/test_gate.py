@@ -243,3 +243,22 @@ def test_compare_help_names_the_gate_codes(capsys: Any) -> None:
     assert cli_run(["compare", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "exit 5" in out.lower() and "exit 6" in out.lower() and "--allow-incomparable" in out
+
+
+def test_a_steady_state_run_is_compared_inside_its_window() -> None:
+    # closed loop of 4: the first wave is a warm-up burst (TTFT 10×); the bench reported the window
+    # without it, and compare must read the same window, not the burst
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_bench_trials import closed_loop
+
+    from phasescope.report.compare import steady_records
+
+    burst = closed_loop(60, 4, burst_ttft=0.5, ttft=0.02, seed=1)
+    calm = closed_loop(60, 4, burst_ttft=0.02, ttft=0.02, seed=2)
+    a = info("a", {"steady_state": {"used": True}, "max_concurrency": 4})
+    b = info("b", {"steady_state": {"used": True}, "max_concurrency": 4})
+    kept = steady_records(a, burst)
+    assert 0 < len(kept) < len(burst) and not {r.id for r in burst[:4]} & {r.id for r in kept}
+    assert steady_records(info("x"), burst) == burst  # no --steady-state: every record
+    assert row(compare_runs(info("a"), burst, info("b"), calm), "ttft_p99_s").verdict == "better"
+    assert row(compare_runs(a, burst, b, calm), "ttft_p99_s").verdict == "within noise"

@@ -202,6 +202,28 @@ def _unstable_warned(info: RunInfo) -> set[str] | None:
     return hit if found else None
 
 
+def steady_records(info: RunInfo, records: list[RequestRecord]) -> list[RequestRecord]:
+    """A ``bench --steady-state`` run's records inside its steady-state window (each trial's own window;
+    :func:`phasescope.load.summary.steady_window`, the rule the bench used), so compare reads what the
+    bench reported; any other run's records as they are."""
+    from phasescope.load.summary import steady_window
+
+    s = info.summary if isinstance(info.summary, dict) else {}
+    trials = s.get("trials") if isinstance(s.get("trials"), list) else None
+    if not (isinstance(s.get("steady_state"), dict) or (trials and any(isinstance(t, dict) and t.get("steady_state")
+                                                                       for t in trials))):
+        return records
+    cap = s.get("max_concurrency") if isinstance(s.get("max_concurrency"), int) else None
+    parts: dict[Any, list[RequestRecord]] = {}
+    for r in measured(records):
+        parts.setdefault(r.tags.get("trial") if trials else None, []).append(r)
+    keep: set[str] = set()
+    for rs in parts.values():
+        w = steady_window(rs, target_concurrency=cap)
+        keep |= set(w["ids"]) if not w["empty"] else {r.id for r in rs}  # an empty window: the bench used all
+    return [r for r in records if r.id in keep]
+
+
 def compare_runs(
     a: RunInfo,
     records_a: list[RequestRecord],
@@ -214,7 +236,9 @@ def compare_runs(
     seed: int = 0,
 ) -> Comparison:
     """Compare run B against run A (A is the reference). ``min_change``: one minimum effect for
-    every metric (None: :data:`MIN_EFFECT` per metric)."""
+    every metric (None: :data:`MIN_EFFECT` per metric). A ``--steady-state`` run is read inside its
+    window (:func:`steady_records`)."""
+    records_a, records_b = steady_records(a, records_a), steady_records(b, records_b)
     warnings: list[MeasurementWarning] = environment_warnings(a, records_a, b, records_b)
     changes = param_changes(_used_api(a), _used_api(b))
     changes.pop("trials", None)  # trials change the interval, not what each request measures
