@@ -113,7 +113,8 @@ def compare(
     (run-level intervals when both are bench --trials runs). With --fail-on worse: exit 0 pass, 5 worse,
     6 inconclusive."""
     from phasescope.errors import InputError
-    from phasescope.report.compare import compare_runs, parse_metrics, resolve_pair, to_markdown
+    from phasescope.report.compare import compare_runs, parse_metrics, to_markdown
+    from phasescope.report.pairs import resolve_pair
     from phasescope.report.gate import decide, row_name
     from phasescope.report.console import compare_renderable, wide
 
