@@ -65,7 +65,8 @@ def test_trial_warnings_are_merged_and_say_which_trial() -> None:
     hb = {"kind": "host_busy", "message": "other work took 60 %", "evidence": {}}
     s = combine_trials(2, [trial(1, 20.0, warnings=[hb]), trial(2, 20.0, warnings=[hb])])
     hosts = [w for w in s["warnings"] if w["kind"] == "host_busy"]
-    assert len(hosts) == 1 and hosts[0]["message"].startswith("trials 1, 2:") and hosts[0]["evidence"]["trials"] == [1, 2]
+    assert len(hosts) == 1 and hosts[0]["message"].startswith("trials 1, 2:")
+    assert hosts[0]["evidence"]["trials"] == [1, 2]
 
 
 def test_headline_keys_are_rates_and_latency_statistics() -> None:

@@ -190,7 +190,8 @@ def _steady_words(w: dict[str, Any], who: str = "") -> str:
 
 
 #: the figures the trials table shows (key, label, unit): a user's headline
-_TRIAL_ROWS = (("request_throughput", "Request throughput", "req/s"), ("output_throughput", "Output throughput", "tok/s"),
+_TRIAL_ROWS = (("request_throughput", "Request throughput", "req/s"),
+               ("output_throughput", "Output throughput", "tok/s"),
                ("median_ttft_ms", "Median TTFT", "ms"), ("p99_ttft_ms", "P99 TTFT", "ms"),
                ("median_tpot_ms", "Median TPOT", "ms"), ("median_itl_ms", "Median ITL", "ms"),
                ("p99_itl_ms", "P99 ITL", "ms"), ("median_e2el_ms", "Median E2EL", "ms"))

@@ -171,11 +171,13 @@ def compare(
             err_console.print(f"compare: gate worse (exit {decision.exit_code}): {len(decision.worse)} metric(s) worse "
                               "beyond noise and their minimum effect: "
                               + ", ".join(f"{m.label}{' [' + m.group + ']' if m.group else ''} {m.change * 100:+.1f} %"
-                                          if m.change is not None else m.label for m in decision.worse), highlight=False)
+                                          if m.change is not None else m.label for m in decision.worse),
+                              highlight=False)
         raise typer.Exit(decision.exit_code)
     if decision.verdict == "inconclusive":
         if not json_out:
-            err_console.print(f"compare: gate inconclusive (exit {decision.exit_code}): {decision.reason}", highlight=False)
+            err_console.print(f"compare: gate inconclusive (exit {decision.exit_code}): {decision.reason}",
+                              highlight=False)
             for m, why in decision.inconclusive[1:6]:
                 err_console.print(f"  {row_name(m)}: {why}", highlight=False)
         raise typer.Exit(decision.exit_code)

@@ -613,7 +613,8 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
         win = steady_window(res.records, target_concurrency=cfg.max_concurrency)
         used = not win["empty"]
         s = steady_summary(res.records, win, **skw) if used else summarize(res.records, **skw)
-        head["steady_state"] = {"used": used, **{k: v for k, v in win.items() if k not in ("ids", "start_ns", "end_ns")}}
+        head["steady_state"] = {"used": used,
+                                **{k: v for k, v in win.items() if k not in ("ids", "start_ns", "end_ns")}}
         if not used:
             steady_warn.append(MeasurementWarning(
                 "too_few_samples", f"--steady-state: {win.get('reason')}; the figures cover the whole run",

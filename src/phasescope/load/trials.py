@@ -59,7 +59,8 @@ def trial_intervals(trials: Sequence[dict[str, Any]]) -> dict[str, Interval]:
 
 def combine_trials(n_trials: int, trials: list[dict[str, Any]]) -> dict[str, Any]:
     """The run-level summary of ``trials`` (the per-trial summaries, in order; ``n_trials`` were asked
-    for): the last complete trial's sections (server /metrics, client health, GPU…, named by ``sections_from_trial``), every
+    for): the last complete trial's sections (server /metrics, client health, GPU…, named by
+    ``sections_from_trial``), every
     headline figure replaced by its **mean across the complete trials** with ``<key>_ci`` its 95 %
     interval (Student t, :func:`phasescope.measure.interval.mean_interval`) and ``intervals[key]`` the
     whole interval; counts summed; ``trials`` the per-trial summaries (request-level, as one run's);

@@ -28,8 +28,8 @@ disagree), or when a run carries an ``unstable`` warning naming the metric (or n
 What else differs between the runs, and when that makes a verdict ``not comparable``, is
 :mod:`phasescope.report.comparability`; the verdict the numbers alone gave is kept as ``raw_verdict``.
 
-:func:`phasescope.report.gate.decide` is ``compare --fail-on worse``: ``worse`` (exit 5) when a gated metric is worse in a
-comparable row; else ``inconclusive`` (exit 6) when a gated metric is not comparable or unstable
+:func:`phasescope.report.gate.decide` is ``compare --fail-on worse``: ``worse`` (exit 5) when a gated
+metric is worse in a comparable row; else ``inconclusive`` (exit 6) when a gated metric is not comparable or unstable
 (unless ``allow_incomparable``: then those rows are judged by their raw verdict) or when no gated
 metric could be judged at all; else ``pass``. :func:`to_markdown` renders the table for a
 pull-request comment.

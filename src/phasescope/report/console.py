@@ -208,7 +208,8 @@ _VERDICT_STYLE = {"better": "green", "worse": "red", "within noise": "dim", "too
 def interval_words(cmp: "Comparison") -> str:
     """The footnote under a comparison table: which interval, and the verdict rule."""
     how = ("95 % Welch interval of the difference of the trial means (run-level)"
-           if cmp.run_level.get("method") == "trials" else f"{cmp.confidence:.0%} bootstrap CI of B − A over requests")
+           if cmp.run_level.get("method") == "trials"
+           else f"{cmp.confidence:.0%} bootstrap CI of B − A over requests")
     if cmp.run_level.get("method") == "trials" and cmp.confidence != 0.95:
         how = how.replace("95 %", f"{cmp.confidence:.0%}")
     eff = (f"|change| ≥ {cmp.min_change:.0%}" if cmp.min_change is not None

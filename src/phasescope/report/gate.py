@@ -83,8 +83,9 @@ def decide(cmp: Comparison, metrics: list[str] | None = None, *, allow_incompara
     if open_:
         first = open_[0]
         more = f" (and {len(open_) - 1} more gated row{'s' if len(open_) > 2 else ''})" if len(open_) > 1 else ""
-        reason = (f"cannot pass an unproven result: {first[0].label}{' [' + first[0].group + ']' if first[0].group else ''} "
-                  f"is {first[1]}{more}; fix the cause and rerun, or pass --allow-incomparable to gate on the numbers")
+        where = f" [{first[0].group}]" if first[0].group else ""
+        reason = (f"cannot pass an unproven result: {first[0].label}{where} is {first[1]}{more}; fix the cause and "
+                  "rerun, or pass --allow-incomparable to gate on the numbers")
         return GateResult("inconclusive", [], open_, skipped, allow_incomparable, reason)
     if not judged:
         why = ("no gated metric was measured in both runs" if not rows else
