@@ -262,3 +262,12 @@ def test_a_steady_state_run_is_compared_inside_its_window() -> None:
     assert steady_records(info("x"), burst) == burst  # no --steady-state: every record
     assert row(compare_runs(info("a"), burst, info("b"), calm), "ttft_p99_s").verdict == "better"
     assert row(compare_runs(a, burst, b, calm), "ttft_p99_s").verdict == "within noise"
+
+
+def test_a_bench_unstable_warning_names_its_figures() -> None:
+    # bench --trials says every figure that disagrees in one warning (evidence.figures)
+    a, b = sequential_run(30, seed=1), sequential_run(30, seed=2)
+    warn = [{"kind": "unstable", "message": "2 figures disagree", "evidence": {
+        "figure": "p95_ttft_ms", "figures": ["p95_ttft_ms", "p99_itl_ms"]}}]
+    cmp = compare_runs(info("a", warnings=warn), a, info("b"), b)
+    assert row(cmp, "itl_p99_s").unstable and not row(cmp, "ttft_s").unstable  # p95 has no compare metric

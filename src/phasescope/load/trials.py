@@ -109,15 +109,18 @@ def combine_trials(n_trials: int, trials: list[dict[str, Any]]) -> dict[str, Any
         ts = w["evidence"]["trials"]
         w["message"] = f"trial{'s' if len(ts) > 1 else ''} {', '.join(str(x) for x in ts)}: {w['message']}"
     extra: list[MeasurementWarning] = []
-    for k, iv in ivs.items():
-        if k.startswith("std_") or iv.n < 2 or iv.rel_halfwidth <= TRIAL_UNSTABLE_REL:
-            continue
+    wide = {k: iv for k, iv in ivs.items()
+            if not k.startswith("std_") and iv.n >= 2 and iv.rel_halfwidth > TRIAL_UNSTABLE_REL}
+    if wide:  # one warning naming every figure whose trials disagree
+        named = ", ".join(f"{k} {iv.min:.4g}–{iv.max:.4g} (±{iv.rel_halfwidth * 100:.0f} %)"
+                          for k, iv in list(wide.items())[:6]) + (f" and {len(wide) - 6} more" if len(wide) > 6 else "")
         extra.append(MeasurementWarning(
             "unstable",
-            f"{k} disagrees across the {iv.n} trials: {iv.min:.4g}–{iv.max:.4g} (mean {iv.value:.4g}, 95 % interval "
-            f"±{iv.rel_halfwidth * 100:.0f} %, more than ±{TRIAL_UNSTABLE_REL * 100:.0f} %)",
-            {"figure": k, "metric": k, "values": [t.get(k) for t in done], "rel_halfwidth": iv.rel_halfwidth,
-             "threshold": TRIAL_UNSTABLE_REL},
+            f"{len(wide)} figure{'s' if len(wide) > 1 else ''} disagree across the {len(done)} trials (95 % interval "
+            f"wider than ±{TRIAL_UNSTABLE_REL * 100:.0f} % of the mean): {named}",
+            {"figure": next(iter(wide)), "figures": list(wide),
+             "values": {k: [t.get(k) for t in done] for k in wide},
+             "rel_halfwidth": {k: iv.rel_halfwidth for k, iv in wide.items()}, "threshold": TRIAL_UNSTABLE_REL},
             "run more trials (--trials), longer trials (--num-prompts), or on a quieter machine"))
     if len(done) < 2:
         extra.append(MeasurementWarning(

@@ -190,6 +190,7 @@ def _unstable_warned(info: RunInfo) -> set[str] | None:
             continue
         ev = w.get("evidence") or {}
         names = [ev.get(k) for k in ("metric", "figure", "key") if isinstance(ev.get(k), str)]
+        names += [f for f in ev.get("figures") or [] if isinstance(f, str)]
         if not names:
             found = True
             hit |= set(ALL_METRICS)
