@@ -113,3 +113,27 @@ def test_ctrl_c_in_trial_2_keeps_trial_1_and_the_partial_trial_2(tmp_path: Path,
     assert info.status == "partial"
     assert sum(1 for r in recs if r.tags["trial"] == 1) == 6 and any(r.tags["trial"] == 2 for r in recs)
     assert not any(r.tags["trial"] == 3 for r in recs)
+
+
+def test_ctrl_c_between_trials_keeps_the_trials_so_far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C lands while trial 2's prompts are being built (outside the runner's own SIGINT handling)
+    import phasescope.load.bench as bench_mod
+
+    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "store"))
+    real = bench_mod.build_items
+    calls = {"n": 0}
+
+    async def flaky(*a: Any, **kw: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return await real(*a, **kw)
+
+    monkeypatch.setattr(bench_mod, "build_items", flaky)
+    with FakeServer(flavor="vllm", ttft_s=0.002, itl_s=0.002).running() as srv:
+        res = run_bench(BenchConfig(url=srv.url, num_prompts=4, max_concurrency=2, input_len=16, output_len=4,
+                                    trials=3, metrics_interval_s=0.2))
+    s = res.summary
+    assert s["partial"] and res.run.interrupted and [t["trial"] for t in s["trials"]] == [1]
+    assert s["trials"][0]["status"] == "complete" and s["completed"] == 4
+    assert open_store(tmp_path / "store").get(s["run_id"]).status == "partial"

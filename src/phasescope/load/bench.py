@@ -353,9 +353,14 @@ def _run_trials(cfg: BenchConfig, target: Target, sched: Schedule, first: tuple[
     summaries: list[dict[str, Any]] = []
     results: list[RunResult] = []
     salt, items = first
+    cut_between = False  # Ctrl-C while the next trial's prompts were built: the trials so far stand
     for i in range(1, cfg.trials + 1):
         if i > 1:
-            salt, items = prompts(i)
+            try:
+                salt, items = prompts(i)
+            except KeyboardInterrupt:
+                cut_between = True
+                break
         status(f"trial {i} of {cfg.trials}")
         summary, res, server = _measure(cfg, target, sched, salt, items, _TrialOut(out, i), f"{out.id}-t{i}",
                                         on_record, status, stop, build)
@@ -374,6 +379,7 @@ def _run_trials(cfg: BenchConfig, target: Target, sched: Schedule, first: tuple[
                        warmup_records=[r for x in results for r in x.warmup_records])
     for k in ("interrupted", "aborted", "write_error", "hit_duration", "t0_ns", "wall_t0_ns", "health"):
         setattr(merged, k, getattr(last, k))
+    merged.interrupted = merged.interrupted or cut_between
     if len(summaries) < cfg.trials and not merged.partial:
         merged.aborted = (f"trial {len(summaries)} of {cfg.trials} had no successful request; "
                           "the trials after it were not run")
