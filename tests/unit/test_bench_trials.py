@@ -129,3 +129,10 @@ def test_too_short_a_run_has_an_empty_window_and_says_why() -> None:
     w = steady_window(recs, target_concurrency=4)
     assert w["empty"] and "send more requests" in w["reason"]
     assert steady_window(recs[:1])["empty"]
+
+
+def test_a_wild_trial_does_not_give_a_negative_time() -> None:
+    # TTFT 0.2 / 0.2 / 4 s (a real 3-trial engine run beside two CPU spinners): mean-t reaches below 0
+    s = combine_trials(3, [trial(1, 200.0), trial(2, 210.0), trial(3, 4000.0)])
+    lo, hi = s["median_ttft_ms_ci"]
+    assert lo == 0.0 and hi > 4000 and mean_interval([200.0, 210.0, 4000.0]).low < 0

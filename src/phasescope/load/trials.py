@@ -13,6 +13,7 @@ Pure: summaries in, a summary out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any, Sequence
@@ -43,7 +44,8 @@ def headline_keys(summary: dict[str, Any]) -> list[str]:
 
 def trial_intervals(trials: Sequence[dict[str, Any]]) -> dict[str, Interval]:
     """Each headline figure across ``trials`` (the summaries of the complete trials): ``{key:
-    Interval}`` of the mean with its Student-t 95 % interval (:func:`phasescope.measure.interval.mean_interval`)."""
+    Interval}`` of the mean with its Student-t 95 % interval (:func:`phasescope.measure.interval.mean_interval`),
+    its low end clipped at 0 (every headline figure is a time or a rate)."""
     if not trials:
         return {}
     keys = list(dict.fromkeys(k for t in trials for k in headline_keys(t)))
@@ -52,6 +54,8 @@ def trial_intervals(trials: Sequence[dict[str, Any]]) -> dict[str, Interval]:
         vals = [t.get(k) for t in trials]
         nums = [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(float(v))]
         iv = mean_interval(nums)
+        if iv is not None and iv.low < 0 <= min(nums):  # a time or a rate is never negative: the t interval
+            iv = dataclasses.replace(iv, low=0.0)  # of a wild trial reaches below 0, the figure cannot
         if iv is not None:
             out[k] = iv
     return out
