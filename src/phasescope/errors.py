@@ -4,13 +4,38 @@ The CLI turns a :class:`PhasescopeError` into ``phasescope: error: <message>`` o
 its ``exit_code`` — never a traceback. Low-level exceptions (aiohttp, OSError, JSON) are mapped
 onto this hierarchy in one place per API module, as httpx does in ``map_exceptions``.
 
-Exit codes (the README's table): 0 success; 1 a phasescope bug (the last-resort guard saved a
-traceback file); 2 bad input (usage, flag values, files, unknown ids); 3 the run failed: the
-target server failed us, no request succeeded, or a result could not be written
-(:class:`OutputError`); 4 the embedded engine could not be built or started; 130 interrupted.
+Exit codes (the README's table; each code means one thing): 0 success (and ``compare --fail-on``'s
+gate passed); 1 a phasescope bug (the last-resort guard saved a traceback file); 2 bad input (usage,
+flag values, files, unknown ids); 3 the run failed: the target server failed us, no request
+succeeded, or a result could not be written (:class:`OutputError`); 4 the embedded engine could not
+be built or started; 5 ``compare --fail-on worse`` found a regression (:data:`EXIT_REGRESSION`);
+6 ``compare --fail-on worse`` could not decide: a gated metric is not comparable or unstable
+(:data:`EXIT_INCONCLUSIVE`); 130 interrupted.
 """
 
 from __future__ import annotations
+
+#: every exit code the CLI returns, and the one thing it means (README "Exit codes"; keep both true)
+EXIT_OK = 0
+EXIT_BUG = 1
+EXIT_INPUT = 2
+EXIT_RUN_FAILED = 3
+EXIT_ENGINE = 4
+#: ``compare --fail-on worse``: a gated metric is worse beyond noise and beyond its minimum effect
+EXIT_REGRESSION = 5
+#: ``compare --fail-on worse``: the gate cannot decide (a gated metric not comparable or unstable)
+EXIT_INCONCLUSIVE = 6
+EXIT_INTERRUPTED = 130
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_BUG: "a phasescope bug",
+    EXIT_INPUT: "bad input",
+    EXIT_RUN_FAILED: "the run failed",
+    EXIT_ENGINE: "the embedded engine",
+    EXIT_REGRESSION: "regression (compare --fail-on worse)",
+    EXIT_INCONCLUSIVE: "inconclusive (compare --fail-on worse)",
+    EXIT_INTERRUPTED: "interrupted",
+}
 
 
 class PhasescopeError(Exception):

@@ -183,9 +183,12 @@ def test_compare_real_cold_vs_cached_and_gate(tmp_path: Path, monkeypatch: pytes
     assert v["ttft_s"] == "not comparable" and v["prefill_tok_s"] == "not comparable"
     assert d["warnings"][0]["kind"] == "runs_not_comparable" and "prefix-cache hit rate" in d["warnings"][0]["message"]
     # a real regression (ITL 20 → 60 ms) fails the gate; the same server run twice does not
-    code, d = cmp(again, slower, "--fail-on", "worse", "--metrics", "itl_p50,decode")
-    assert code == 1 and d["gate"]["failed"], d["gate"]
-    code, d = cmp(cold, again, "--fail-on", "worse", "--metrics", "itl_p50,decode", "--min-change", "0.05")
+    # (--allow-incomparable: the host's load may differ between two runs on a shared machine, which makes the
+    # gate inconclusive, exit 6 — tested on synthetic runs in tests/unit/test_gate.py; here the numbers count)
+    code, d = cmp(again, slower, "--fail-on", "worse", "--allow-incomparable", "--metrics", "itl_p50,decode")
+    assert code == 5 and d["gate"]["failed"] and d["gate"]["verdict"] == "worse", d["gate"]
+    code, d = cmp(cold, again, "--fail-on", "worse", "--allow-incomparable", "--metrics", "itl_p50,decode",
+                  "--min-change", "0.05")
     assert code == 0 and not d["gate"]["failed"], [(m["metric"], m["verdict"], m["change"]) for m in d["metrics"]]
 
 

@@ -141,9 +141,13 @@ def test_param_changes_flatten() -> None:
 def test_json_shape() -> None:
     a, b = sequential_run(5, seed=1), sequential_run(5, seed=2)
     d = compare_runs(info("a"), a, info("b"), b).to_dict()
-    assert set(d) == {"a", "b", "confidence", "min_change", "param_changes", "warnings", "not_comparable", "metrics"}
+    assert set(d) == {"a", "b", "confidence", "min_change", "min_effect", "run_level", "param_changes", "warnings",
+                      "not_comparable", "metrics"}
     assert set(d["metrics"][0]) == {"metric", "label", "unit", "group", "higher_is_better", "a", "b", "n_a", "n_b",
-                                    "change", "diff", "ci_low", "ci_high", "verdict", "why"}
+                                    "change", "diff", "ci_low", "ci_high", "verdict", "why", "method", "trials_a",
+                                    "trials_b", "a_ci", "b_ci", "min_effect", "unstable", "unstable_why",
+                                    "raw_verdict"}
+    assert d["run_level"]["method"] == "bootstrap" and d["min_effect"]["itl_p99_s"] == 0.10
 
 
 def test_another_server_engine_is_not_called_other_flags() -> None:

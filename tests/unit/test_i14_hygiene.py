@@ -120,14 +120,14 @@ def test_compare_cli_fail_on_worse_json_and_md(tmp_path: Path) -> None:
     b = _store_run(tmp_path / "store", sequential_run(25, seed=2, itl_s=0.013), {})
     c = _store_run(tmp_path / "store", sequential_run(25, seed=3), {})
     bad = runner.invoke(app, ["compare", a, b, "--store", st, "--fail-on", "worse", "--metrics", "itl_p99,ttft_p99"])
-    assert bad.exit_code == 1, bad.output
+    assert bad.exit_code == 5, bad.output  # EXIT_REGRESSION (1 is a phasescope bug)
     ok = runner.invoke(app, ["compare", a, c, "--store", st, "--fail-on", "worse", "--metrics", "itl_p99"])
     assert ok.exit_code == 0, ok.output
     # only the chosen metrics gate: ITL got worse, TTFT did not
     assert runner.invoke(app, ["compare", a, b, "--store", st, "--fail-on", "worse", "--metrics", "ttft"]).exit_code == 0
     js = runner.invoke(app, ["compare", a, b, "--store", st, "--fail-on", "worse", "--json"])
     d = json.loads(js.stdout)
-    assert js.exit_code == 1 and d["gate"]["failed"] and "itl_p99_s" in d["gate"]["worse"]
+    assert js.exit_code == 5 and d["gate"]["failed"] and d["gate"]["verdict"] == "worse" and "itl_p99_s" in d["gate"]["worse"]
     md = runner.invoke(app, ["compare", a, b, "--store", st, "--format", "md"])
     assert md.exit_code == 0 and md.stdout.startswith("### phasescope compare") and "| group | metric |" in md.stdout
     err = runner.invoke(app, ["compare", a, b, "--store", st, "--fail-on", "better"])

@@ -15,7 +15,7 @@ import sys
 import typer
 
 from phasescope._version import __version__
-from phasescope.errors import PhasescopeError
+from phasescope.errors import EXIT_BUG, EXIT_INPUT, EXIT_INTERRUPTED, PhasescopeError
 
 app = typer.Typer(
     name="phasescope",
@@ -119,9 +119,10 @@ def save_traceback(exc: BaseException) -> str | None:
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI in this process and return its exit code (``main`` without ``sys.exit``).
 
-    Exit codes (README "Exit codes"): 0 ok; 1 a bug (the last-resort guard: one line and a saved
-    traceback); 2 bad input; 3 the run failed (server, no request succeeded, a write failed);
-    4 the embedded engine; 130 interrupted.
+    Exit codes (README "Exit codes", :data:`phasescope.errors.EXIT_CODES`): 0 ok; 1 a bug (the
+    last-resort guard: one line and a saved traceback); 2 bad input; 3 the run failed (server, no
+    request succeeded, a write failed); 4 the embedded engine; 5 ``compare --fail-on worse`` found a
+    regression; 6 its gate was inconclusive; 130 interrupted.
     """
     import typer.main
 
@@ -144,20 +145,20 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         where = ctx.command_path if ctx is not None else "phasescope"
         _say(f"phasescope: error: {exc.format_message()} (see `{where} --help`)")
-        return 2
-    except click_errors as exc:
+        return EXIT_INPUT
+    except click_errors as exc:  # click's other errors (a file it could not open) are bad input, not a bug
         _say(f"phasescope: error: {exc.format_message()}")
-        return int(getattr(exc, "exit_code", 1) or 1)
+        return EXIT_INPUT
     except (KeyboardInterrupt, *aborts):
         _say("phasescope: interrupted")
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the last-resort guard: one line, a saved traceback, exit 1
         path = save_traceback(exc)
         what = f"{type(exc).__name__}: {exc}".splitlines()[0][:300] if str(exc) else type(exc).__name__
         saved = f"traceback saved to {path}" if path else "the traceback could not be saved"
         _say(f"phasescope: error: unexpected failure in `{_command_path(args)}`: {what} "
              f"(this is a phasescope bug; {saved} — please attach it to a bug report)")
-        return 1
+        return EXIT_BUG
     if isinstance(code, int) and code:
         return code
     return 0

@@ -73,9 +73,14 @@ def _print_summary(s: dict[str, Any]) -> None:
     console.print(f"Target: {s.get('target')} ({s.get('engine') or '?'}, api {s.get('backend')}, model {s.get('model_id')})",
                   highlight=False, soft_wrap=True)
     console.print(f"Load: {_load_words(s)}", highlight=False, soft_wrap=True)
+    n_tr = s.get("num_trials") if isinstance(s.get("trials"), list) else None
     console.print(f"Requests: {s.get('num_requests', 0)} measured + {s.get('warmup_requests', 0)} warm-up "
-                  f"(excluded); prompts {'reused (--reuse-prompts)' if s.get('reuse_prompts') else 'unique to this run'}",
+                  f"(excluded); prompts {'reused (--reuse-prompts)' if s.get('reuse_prompts') else 'unique to this run'}"
+                  + (f"; {s.get('trials_complete')} of {n_tr} trials complete, each with prompts of its own: the "
+                     "figures below are the means across the complete trials" if n_tr else ""),
                   highlight=False, soft_wrap=True)
+    if s.get("steady_state") and not n_tr:
+        console.print(_steady_words(s["steady_state"]), highlight=False, soft_wrap=True)
     row("Successful requests", "completed")
     row("Failed requests", "failed")
     if s.get("errors_by_kind"):
@@ -165,6 +170,8 @@ def _print_summary(s: dict[str, Any]) -> None:
                   + (f" (streams read on {_PATH_WORDS.get(h['receive_path'], h['receive_path'])}"
                      f"{', ' + h['event_loop'] if h.get('event_loop') else ''})" if h.get("receive_path") else ""),
                   highlight=False, soft_wrap=True)
+    if n_tr:
+        _print_trials(s)
     console.print(f"Records: {s.get('records_path')}", highlight=False, soft_wrap=True)
     from phasescope.cli._bench_scale import print_scale_out
 
@@ -174,6 +181,57 @@ def _print_summary(s: dict[str, Any]) -> None:
     if s.get("partial"):
         err_console.print(f"[red]Partial run:[/red] {s.get('stop_reason')}. The summary covers the "
                           f"{s.get('completed', 0) + s.get('failed', 0)} requests that finished.")
+
+
+def _steady_words(w: dict[str, Any], who: str = "") -> str:
+    """The steady-state line: which window the figures cover, and what it left out."""
+    if not w.get("used"):
+        return f"Steady state{who}: not used ({w.get('reason')}); the figures cover the whole run"
+    return (f"Steady state{who}: {w['start_s']:.3f}–{w['end_s']:.3f} s after the first request "
+            f"({w['duration_s']:.3f} s, from {w['target_concurrency']} in flight — {w.get('target_from')} — "
+            f"to the last request's start): {w['requests_in_window']} of {w['requests_total']} requests inside, "
+            f"{w['excluded_ramp']} left out in the ramp-up, {w['excluded_drain']} in the drain")
+
+
+#: the figures the trials table shows (key, label, unit): a user's headline
+_TRIAL_ROWS = (("request_throughput", "Request throughput", "req/s"),
+               ("output_throughput", "Output throughput", "tok/s"),
+               ("median_ttft_ms", "Median TTFT", "ms"), ("p99_ttft_ms", "P99 TTFT", "ms"),
+               ("median_tpot_ms", "Median TPOT", "ms"), ("median_itl_ms", "Median ITL", "ms"),
+               ("p99_itl_ms", "P99 ITL", "ms"), ("median_e2el_ms", "Median E2EL", "ms"))
+
+
+def _print_trials(s: dict[str, Any]) -> None:
+    """Run-level figures: each headline metric's mean across the complete trials, its 95 % interval
+    (Student t over the trials) and every trial's own value."""
+    from rich.table import Table
+
+    from phasescope.measure.interval import Interval
+
+    trials = s.get("trials") or []
+    t = Table(title=f"across trials: mean and 95 % interval ({s.get('trials_complete')} complete of "
+                    f"{s.get('num_trials')})", header_style="bold")
+    t.add_column("figure", no_wrap=True)
+    t.add_column("mean", justify="right")
+    t.add_column("95 % interval", justify="right")
+    for tr in trials:
+        t.add_column(f"trial {tr.get('trial')}" + ("" if tr.get("status") == "complete" else f" ({tr.get('status')})"),
+                     justify="right")
+    ivs = s.get("intervals") or {}
+    for key, label, unit in _TRIAL_ROWS:
+        iv = ivs.get(key)
+        if iv is None:
+            continue
+        one = Interval.from_json(iv)
+        ci = "-" if one.n < 2 else f"{_fmt(one.low)} – {_fmt(one.high)}"
+        if one.n >= 2 and one.rel_halfwidth != float("inf"):
+            ci += f" (±{one.rel_halfwidth * 100:.0f} %)"
+        t.add_row(f"{label} ({unit})", _fmt(one.value), ci, *[_fmt(tr.get(key)) for tr in trials])
+    console.print(t)
+    for tr in trials:
+        if tr.get("steady_state"):
+            console.print(_steady_words(tr["steady_state"], f" (trial {tr.get('trial')})"), highlight=False,
+                          soft_wrap=True)
 
 
 def _print_turns(s: dict[str, Any]) -> None:
@@ -241,6 +299,8 @@ def bench(
     trace_speed: float = typer.Option(1.0, "--trace-speed", help="Replay the trace this many times faster."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-c", help="Cap on requests in flight (closed loop)."),
     warmup: int = typer.Option(1, "--warmup", help="Warm-up requests sent first and excluded."),
+    trials: int = typer.Option(1, "--trials", help="Run the workload N times (fresh prompts each, one stored run, records tagged by trial) and report each headline metric's mean and 95 % interval across trials (<metric>_ci); compare then uses these run-level intervals."),
+    steady_state: bool = typer.Option(False, "--steady-state", help="Report only the window between the ramp-up (until the requests in flight first reach the target concurrency) and the drain (from the last request's start); says which window it used."),
     seed: int = typer.Option(0, "--seed", help="Seed for arrivals and prompts."),
     dataset: str = typer.Option("random", "--dataset", help="random | sharegpt | jsonl | conversation | mooncake | burstgpt"),
     dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="ShareGPT JSON, prompts JSONL, Mooncake trace JSONL or BurstGPT CSV file."),
@@ -301,7 +361,7 @@ def bench(
         url=url, api=api, model=model, api_key=api_key, num_prompts=num_prompts, duration_s=duration,
         request_rate=request_rate, burstiness=burstiness, shape=load_shape, ramp_start_rate=ramp_start_rate,
         ramp_end_rate=ramp_end_rate, trace_path=trace, trace_speed=trace_speed, max_concurrency=max_concurrency,
-        warmup=warmup, seed=seed, dataset=dataset, dataset_path=dataset_path, input_len=input_len,
+        warmup=warmup, seed=seed, trials=trials, steady_state=steady_state, dataset=dataset, dataset_path=dataset_path, input_len=input_len,
         output_len=output_len, range_ratio=range_ratio, prefix_len=prefix_len, prefix_groups=prefix_groups,
         ignore_eos=not no_ignore_eos, reuse_prompts=reuse_prompts, engine_flags=engine_flags, percentiles=parse_percentiles(percentiles), goodput=parse_goodput(goodput),
         workers=workers, metrics_interval_s=metrics_interval, server_metrics=not no_server_metrics, out_dir=out,
@@ -318,6 +378,11 @@ def bench(
     cfg.system_prompt_scope, cfg.turn_input_len, cfg.think_time_s = system_prompt, turn_input_len, think_time_s
     cfg.tool_output_len, cfg.session_rate, cfg.cache_prompt = tool_output_len, session_rate, (False if no_cache_prompt else None)
     cfg.block_size, cfg.trace_start, cfg.trace_duration = block_size, trace_start, trace_duration
+    if sweep and (trials != 1 or steady_state):
+        from phasescope.errors import InputError
+
+        raise InputError("--sweep runs its own series of loads; --trials and --steady-state apply to one bench "
+                         "run (drop --sweep, or run the sweep's rates one by one with --trials)")
     if sweep and dataset in ("conversation", "mooncake", "burstgpt"):
         from phasescope.errors import InputError
 
@@ -325,6 +390,8 @@ def bench(
     slo_d = parse_slo(slo)
     stop = threading.Event()
     total = cfg.default_num_prompts()
+    if total is not None and trials > 1:  # one bar over every trial
+        total *= trials
     live = LiveStats(total)
     show_bar = err_console.is_terminal and not json_out
     progress = None

@@ -90,30 +90,46 @@ def compare(
         help="Compare against the run named NAME (A); if NAME is not set yet, the given run becomes it.",
     ),
     set_: bool = typer.Option(False, "--set", help="With --baseline NAME RUN: (re)mark RUN as baseline NAME, no comparison."),
-    confidence: float = typer.Option(0.95, "--confidence", help="Confidence of the bootstrap interval."),
-    min_change: float = typer.Option(0.01, "--min-change", help="Smallest relative change called better/worse."),
-    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="worse: exit 1 when any chosen metric (--metrics) is worse beyond noise (a CI regression gate)."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence of the intervals of B − A."),
+    min_change: Optional[float] = typer.Option(
+        None, "--min-change",
+        help="Smallest relative change called better/worse, for every metric (default: each metric's minimum "
+             "effect, 5 %; 10 % for ttft_p99 and itl_p99)."),
+    fail_on: Optional[str] = typer.Option(
+        None, "--fail-on",
+        help="worse: a CI regression gate. Exit 5 when a chosen metric (--metrics) is worse beyond noise and its "
+             "minimum effect; exit 6 (inconclusive) when a chosen metric is not comparable or unstable, or none "
+             "could be judged; 0 when it passes."),
+    allow_incomparable: bool = typer.Option(
+        False, "--allow-incomparable",
+        help="With --fail-on: judge not-comparable and unstable metrics by their numbers instead of exiting 6."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Metrics for --fail-on (default all): ttft, ttft_p99, prefill, decode, tpot, itl_p50, itl_p99, e2e, throughput."),
     fmt: str = typer.Option("table", "--format", help="table (terminal) | md (markdown table for a pull-request comment)."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the two-run report (plots overlaid, verdicts, differences) to this HTML file."),
 ) -> None:
-    """Compare two runs metric by metric: change and a better / worse / within-noise / not-comparable verdict."""
+    """Compare two runs metric by metric: change and a better / worse / within-noise / not-comparable verdict
+    (run-level intervals when both are bench --trials runs). With --fail-on worse: exit 0 pass, 5 worse,
+    6 inconclusive."""
     from phasescope.errors import InputError
-    from phasescope.report.compare import compare_runs, gate, parse_metrics, resolve_pair, to_markdown
+    from phasescope.report.compare import compare_runs, parse_metrics, to_markdown
+    from phasescope.report.pairs import resolve_pair
+    from phasescope.report.gate import decide, row_name
     from phasescope.report.console import compare_renderable, wide
 
     if fail_on is not None and fail_on != "worse":
-        raise InputError("--fail-on takes `worse` (exit 1 when a chosen metric is worse beyond noise)")
+        raise InputError("--fail-on takes `worse` (exit 5 when a chosen metric is worse beyond noise)")
+    if allow_incomparable and fail_on is None:
+        raise InputError("--allow-incomparable only changes the --fail-on worse gate: add --fail-on worse")
     if fmt not in ("table", "md"):
         raise InputError("--format must be table or md")
     chosen = parse_metrics(metrics)
 
     if not 0.5 <= confidence < 1:
         raise InputError("--confidence must be in [0.5, 1)")
-    if min_change < 0:
-        raise InputError("--min-change must be ≥ 0")
+    if min_change is not None and not 0 <= min_change < 10:
+        raise InputError("--min-change must be ≥ 0 (a relative change: 0.05 is 5 %)")
     st = _store(store)
     pair = resolve_pair(st, list(ids or []), baseline, set_)
     if pair.a is None or pair.b is None:
@@ -127,7 +143,7 @@ def compare(
                           highlight=False)
     cmp = compare_runs(pair.a, st.load_records(pair.a.id), pair.b, st.load_records(pair.b.id),
                        confidence=confidence, min_change=min_change)
-    worse = gate(cmp, chosen)
+    decision = decide(cmp, chosen, allow_incomparable=allow_incomparable)
     if html_out is not None:
         from phasescope.report.html import write_report
 
@@ -137,22 +153,38 @@ def compare(
     if json_out:
         d = cmp.to_dict()
         d["baseline"] = baseline
-        d["gate"] = {"fail_on": fail_on, "metrics": chosen, "worse": [f"{m.metric}" + (f"[{m.group}]" if m.group else "")
-                                                                      for m in worse],
-                     "failed": bool(fail_on and worse)}
+        d["gate"] = {"fail_on": fail_on, "metrics": chosen, **decision.to_dict(),
+                     "failed": bool(fail_on and decision.verdict != "pass")}
+        if not fail_on:
+            d["gate"]["exit_code"] = 0
         print_json(d)
     elif fmt == "md":
         import sys
 
-        sys.stdout.write(to_markdown(cmp, worse if fail_on else None))
+        sys.stdout.write(to_markdown(cmp, decision.worse if fail_on else None, decision if fail_on else None))
     else:
         wide(console).print(compare_renderable(cmp))
-    if fail_on and worse:
+    if not fail_on:
+        return
+    if decision.verdict == "worse":
         if not json_out:
-            err_console.print(f"compare: {len(worse)} metric(s) worse beyond noise: "
+            err_console.print(f"compare: gate worse (exit {decision.exit_code}): {len(decision.worse)} metric(s) worse "
+                              "beyond noise and their minimum effect: "
                               + ", ".join(f"{m.label}{' [' + m.group + ']' if m.group else ''} {m.change * 100:+.1f} %"
-                                          if m.change is not None else m.label for m in worse), highlight=False)
-        raise typer.Exit(1)
+                                          if m.change is not None else m.label for m in decision.worse),
+                              highlight=False)
+        raise typer.Exit(decision.exit_code)
+    if decision.verdict == "inconclusive":
+        if not json_out:
+            err_console.print(f"compare: gate inconclusive (exit {decision.exit_code}): {decision.reason}",
+                              highlight=False)
+            for m, why in decision.inconclusive[1:6]:
+                err_console.print(f"  {row_name(m)}: {why}", highlight=False)
+        raise typer.Exit(decision.exit_code)
+    if not json_out:
+        err_console.print("compare: gate passed: no gated metric is worse beyond noise and its minimum effect"
+                          + (f" ({len(decision.skipped)} with too few samples not gated)" if decision.skipped else ""),
+                          highlight=False)
 
 
 def report(

@@ -78,6 +78,8 @@ class BenchConfig:
     max_concurrency: int | None = None  # --max-concurrency
     warmup: int = 1  # --warmup
     seed: int = 0
+    trials: int = 1  # --trials N: the workload N times (fresh prompts each), run-level intervals across them
+    steady_state: bool = False  # --steady-state: report the window between the ramp-up and the drain
     # workload
     dataset: str = "random"  # --dataset random|sharegpt|jsonl
     dataset_path: str | None = None
@@ -237,6 +239,15 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
         raise InputError(f"--input-len must be at least 1 (got {cfg.input_len})")
     if cfg.ray and cfg.workers > 1:
         raise InputError("--ray and --workers do not combine: use --ray-workers N")
+    if cfg.trials < 1:
+        raise InputError(f"--trials must be at least 1 (got {cfg.trials})")
+    if cfg.trials > 1 and cfg.reuse_prompts:
+        raise InputError("--trials sends every trial prompts of its own; --reuse-prompts would make trials 2+ "
+                         "prefix-cache hits of trial 1: drop one of them")
+    if cfg.steady_state and math.isinf(cfg.request_rate) and not cfg.max_concurrency and cfg.shape in (
+            "poisson", "constant") and cfg.dataset in ("random", "sharegpt", "jsonl"):
+        raise InputError("--steady-state needs a sustained load: all requests sent at once have a ramp-up and a "
+                         "drain but nothing between (add --max-concurrency N or --request-rate R)")
     if cfg.gpu_metrics:  # a malformed exporter URL is bad input, before anything is started or stored
         from phasescope.metrics.gpu import dcgm_url
 
@@ -276,30 +287,126 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     n_items = max(1, pool) + len(sched.warmups)
     lengths = ([(r.input_len, r.output_len) for r in sched.requests] + [(None, None)] * len(sched.warmups)
                if cfg.shape == "trace" else None)
-    status(f"building {n_items} prompts")
-    run_salt = None if cfg.reuse_prompts else secrets.token_hex(6)
 
-    async def _items() -> list[WorkItem]:
-        from phasescope.apis import new_session
+    def prompts(trial: int | None) -> tuple[str | None, list[WorkItem]]:
+        status(f"building {n_items} prompts" + (f" for trial {trial} of {cfg.trials}" if trial else ""))
+        run_salt = None if cfg.reuse_prompts else secrets.token_hex(6)
 
-        async with new_session() as s:
-            return await build_items(cfg, target, s, n_items, lengths, run_salt=run_salt)
+        async def _items() -> list[WorkItem]:
+            from phasescope.apis import new_session
 
-    from phasescope.load.loop import run_boxed
+            async with new_session() as s:
+                return await build_items(cfg, target, s, n_items, lengths, run_salt=run_salt)
 
-    items = run_boxed(_items())  # a list of every prompt: kept out of the main task's repr
+        from phasescope.load.loop import run_boxed
+
+        return run_salt, run_boxed(_items())  # a list of every prompt: kept out of the main task's repr
+
+    run_salt, items = prompts(1 if cfg.trials > 1 else None)
 
     from phasescope.lifecycle import run_output
 
     # the store and/or --out, else the fallback folder; every record written as it completes
     with run_output("bench", target, cfg.params(), out_dir=cfg.out_dir, store=cfg.store, say=status) as out:
-        return _measure(cfg, target, sched, run_salt, items, out, on_record, status, stop, build)
+        if cfg.trials <= 1:
+            summary, res, server = _measure(cfg, target, sched, run_salt, items, out, out.id, on_record, status, stop,
+                                            build)
+            return _finish(summary, res, out, server)
+        return _run_trials(cfg, target, sched, (run_salt, items), prompts, out, on_record, status, stop, build)
+
+
+class _TrialSink:
+    """The run's sink, with every record tagged ``tags.trial`` (1-based) on its way in: one stored
+    run holds all trials' records, and ``compare`` splits them again."""
+
+    def __init__(self, sink: Any, trial: int) -> None:
+        self.sink, self.trial = sink, trial
+
+    def write(self, record: RequestRecord) -> None:
+        record.tags["trial"] = self.trial
+        self.sink.write(record)
+
+    def close(self) -> None:  # the run's sink stays open for the next trial
+        pass
+
+
+class _TrialOut:
+    """The run's output as one trial sees it: its sink tags records with the trial; the rest is the run's."""
+
+    def __init__(self, out: Any, trial: int) -> None:
+        self._out = out
+        self.sink = _TrialSink(out.sink, trial)
+        self.records_subdir = f"records/trial-{trial}"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._out, name)
+
+
+def _run_trials(cfg: BenchConfig, target: Target, sched: Schedule, first: tuple[str | None, list[WorkItem]],
+                prompts: Callable[[int | None], tuple[str | None, list[WorkItem]]], out: Any,
+                on_record: ProgressFn | None, status: Callable[[str], None], stop: threading.Event,
+                build: dict[str, Any] | None) -> BenchResult:
+    """``--trials N``: the same schedule N times into one stored run, each trial with prompts of its
+    own (a fresh salt: nothing one trial sent is a prefix-cache hit for the next), its records tagged
+    ``tags.trial``; then the run-level summary (:func:`phasescope.load.trials.combine_trials`). A trial
+    cut short (Ctrl-C, a dead server) ends the run there: the trials before it and the partial one are kept."""
+    summaries: list[dict[str, Any]] = []
+    results: list[RunResult] = []
+    salt, items = first
+    cut_between = False  # Ctrl-C while the next trial's prompts were built: the trials so far stand
+    for i in range(1, cfg.trials + 1):
+        if i > 1:
+            try:
+                salt, items = prompts(i)
+            except KeyboardInterrupt:
+                cut_between = True
+                break
+        status(f"trial {i} of {cfg.trials}")
+        summary, res, server = _measure(cfg, target, sched, salt, items, _TrialOut(out, i), f"{out.id}-t{i}",
+                                        on_record, status, stop, build)
+        summary["trial"] = i
+        summary["status"] = run_status(summary, res)
+        summaries.append(summary)
+        results.append(res)
+        if stop.is_set() or res.partial or res.write_error or summary["status"] == "failed":
+            break
+    from phasescope.load.trials import combine_trials
+
+    summary = combine_trials(cfg.trials, summaries)
+    summary["run_id"] = out.id
+    last = results[-1]
+    merged = RunResult(records=[r for x in results for r in x.records],
+                       warmup_records=[r for x in results for r in x.warmup_records])
+    for k in ("interrupted", "aborted", "write_error", "hit_duration", "t0_ns", "wall_t0_ns", "health"):
+        setattr(merged, k, getattr(last, k))
+    merged.interrupted = merged.interrupted or cut_between
+    if len(summaries) < cfg.trials and not merged.partial:
+        merged.aborted = (f"trial {len(summaries)} of {cfg.trials} had no successful request; "
+                          "the trials after it were not run")
+    summary["partial"] = merged.partial
+    summary["stop_reason"] = (merged.aborted or ("interrupted (Ctrl-C)" if merged.interrupted else None)
+                              or summaries[-1].get("stop_reason"))
+    return _finish(summary, merged, out, server)
+
+
+def _finish(summary: dict[str, Any], res: RunResult, out: Any, server: ServerMetricsResult | None) -> BenchResult:
+    """Close the run's output with its summary and status (``out.finish``)."""
+    rpath = out.records_path
+    if out.out_dir is not None:
+        summary["out_dir"] = str(out.out_dir)
+    summary["records_path"] = rpath
+    summary["status"] = run_status(summary, res)
+    if summary["status"] == "failed":
+        summary["first_error"] = next((r.error_message for r in res.records if not r.ok and r.error_message), None)
+    out.finish(summary, status=summary["status"])
+    return BenchResult(summary, res.records, res, server, rpath, str(out.out_dir) if out.out_dir else None)
 
 
 def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | None, items: list[WorkItem],
-             out: Any, on_record: ProgressFn | None, status: Callable[[str], None], stop: threading.Event,
-             build: dict[str, Any] | None) -> BenchResult:
-    run_id = out.id
+             out: Any, run_id: str, on_record: ProgressFn | None, status: Callable[[str], None], stop: threading.Event,
+             build: dict[str, Any] | None) -> tuple[dict[str, Any], RunResult, ServerMetricsResult | None]:
+    """One load run (one trial) into ``out``'s sink: its summary (not yet finished), its result and
+    the server's /metrics over it."""
     recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None = None
     from phasescope.load.routing import MultiTarget, is_multi
 
@@ -361,7 +468,7 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
     if cfg.engine_flags:
         build = dict(build or {}, user_flags=cfg.engine_flags)
     summary["server_build"] = build
-    summary["run_id"] = run_id
+    summary["run_id"] = out.id
     if gpu_rec is not None:
         from phasescope.metrics.gpu_phases import finish_section
 
@@ -376,15 +483,7 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
         one = per_ep.get(ep["endpoint"])
         ep["server_metrics"] = one.to_dict() if one is not None else None
         ep["ttft_client_vs_server"] = compare_ttft(ep, one.summary) if one is not None and one.available else None
-    rpath = out.records_path
-    if out.out_dir is not None:
-        summary["out_dir"] = str(out.out_dir)
-    summary["records_path"] = rpath
-    summary["status"] = run_status(summary, res)
-    if summary["status"] == "failed":
-        summary["first_error"] = next((r.error_message for r in res.records if not r.ok and r.error_message), None)
-    out.finish(summary, status=summary["status"])
-    return BenchResult(summary, res.records, res, server, rpath, str(out.out_dir) if out.out_dir else None)
+    return summary, res, server
 
 
 def run_status(summary: dict[str, Any], res: RunResult) -> str:
@@ -446,7 +545,8 @@ def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target:
     from phasescope.lifecycle import on_sigint
     from phasescope.load.workers import run_workers
 
-    rdir = (out.out_dir / "records") if out.out_dir is not None else Path(tempfile.mkdtemp(prefix="phasescope-bench-"))
+    sub = getattr(out, "records_subdir", "records")  # a trial's workers keep files of their own
+    rdir = (out.out_dir / sub) if out.out_dir is not None else Path(tempfile.mkdtemp(prefix="phasescope-bench-"))
     with on_sigint(stop.set):
         return run_workers(sched, items, target, n_workers=cfg.workers, records_dir=rdir, sink=out.sink,
                            on_start=(lambda: recorder.start()) if recorder is not None else None,
@@ -511,9 +611,26 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
         "input_len": cfg.input_len if cfg.dataset == "random" else None,
         "output_len": cfg.output_len if cfg.output_len is not None else (None if cfg.dataset == "sharegpt" else 64),
     }
-    s = summarize(res.records, percentiles=cfg.percentiles, goodput=cfg.goodput or None,
-                  t0_ns=res.t0_ns if cfg.workers == 1 and res.t0_ns else None,
-                  requested_rate=sched.requested_rate)
+    skw: dict[str, Any] = dict(percentiles=cfg.percentiles, goodput=cfg.goodput or None,
+                               t0_ns=res.t0_ns if cfg.workers == 1 and res.t0_ns else None,
+                               requested_rate=sched.requested_rate)
+    steady_warn: list[Any] = []
+    if cfg.steady_state:  # the window between the ramp-up and the drain (load.summary.STEADY_RULE)
+        from phasescope.load.summary import steady_summary, steady_window
+        from phasescope.measure.warnings import MeasurementWarning
+
+        win = steady_window(res.records, target_concurrency=cfg.max_concurrency)
+        used = not win["empty"]
+        s = steady_summary(res.records, win, **skw) if used else summarize(res.records, **skw)
+        head["steady_state"] = {"used": used,
+                                **{k: v for k, v in win.items() if k not in ("ids", "start_ns", "end_ns")}}
+        if not used:
+            steady_warn.append(MeasurementWarning(
+                "too_few_samples", f"--steady-state: {win.get('reason')}; the figures cover the whole run",
+                {k: win.get(k) for k in ("requests_total", "target_concurrency", "start_s", "end_s")},
+                "send more requests (--num-prompts or --duration) than the concurrency several times over"))
+    else:
+        s = summarize(res.records, **skw)
     head.update(s)
     head["warmup_requests"] = len(res.warmup_records)
     head["sent"] = res.sent
@@ -528,7 +645,7 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
                                                   and cfg.shape in ("poisson", "constant")
                                                   and cfg.dataset in ("random", "sharegpt", "jsonl")),
                                            completed=s.get("completed"), host=host))
-    warn += list(s.get("count_warnings", []))
+    warn += list(s.get("count_warnings", [])) + steady_warn
     if server is not None:
         head["server_metrics"] = server.to_dict()
         head["ttft_client_vs_server"] = compare_ttft(s, server.summary) if server.available else None

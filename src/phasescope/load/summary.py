@@ -37,6 +37,8 @@ import math
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
+import numpy as np
+
 
 from phasescope.errors import InputError
 from phasescope.measure import aggregate, derive
@@ -371,3 +373,121 @@ def _peak_tokens_per_s(ok: Sequence[RequestRecord], t0_ns: int | None, same_cloc
                 sec = int((r.wall_start_ns + e.t_ns - r.t_start_ns - wbase) // 1_000_000_000)
             buckets[sec] += (e.n_tokens or 0) if known else per  # type: ignore[operator]
     return float(max(buckets.values())) if buckets else None
+
+
+# --- the steady-state window (bench --steady-state) ------------------------------------------------
+#: the rule, as the JSON and the docs state it
+STEADY_RULE = ("from the moment the requests in flight first reach the target concurrency (ramp-up over) "
+               "to the start of the last request (the drain begins: in flight only falls from there); a request "
+               "counts when it started after the ramp-up ended and finished by the time the drain began")
+
+
+def _span_ns(r: RequestRecord, wall: bool) -> tuple[int, int]:
+    """(start, end) of a request on one clock: its process's monotonic clock, or the wall clock
+    (``wall_start_ns`` + elapsed) when the run had several worker processes."""
+    if not wall:
+        return r.t_start_ns, _end_ns(r)
+    return r.wall_start_ns, r.wall_start_ns + (_end_ns(r) - r.t_start_ns)
+
+
+def steady_window(records: Sequence[RequestRecord], *, target_concurrency: int | None = None) -> dict[str, Any]:
+    """The steady-state window of a load run (:data:`STEADY_RULE`), from its records alone.
+
+    The target concurrency is ``target_concurrency`` (``--max-concurrency``) when given, capped by the
+    most requests ever in flight (fewer requests than the cap never reach it); without a cap (an
+    open-loop arrival rate) it is the median, over the requests, of how many were in flight when each
+    started (the load the run settled at). Returns the window (``start_s``/``end_s`` after the first
+    request's start, ``duration_s``), the counts it excludes (``excluded_ramp``: started during the
+    ramp-up; ``excluded_drain``: still running when the drain began) and ``ids`` of the requests inside;
+    ``empty`` is True when no request lies wholly inside (then ``reason`` says why).
+    """
+    recs = aggregate.measured(records)
+    wall = not _same_clock(recs)
+    spans = [(_span_ns(r, wall), r) for r in recs]
+    out: dict[str, Any] = {"rule": STEADY_RULE, "clock": "wall" if wall else "monotonic", "requests_total": len(recs)}
+    if len(recs) < 2:
+        out.update(empty=True, reason="fewer than two measured requests", ids=[], target_concurrency=None,
+                   start_s=None, end_s=None, duration_s=None, excluded_ramp=len(recs), excluded_drain=0)
+        return out
+    base = min(s for (s, _), _ in spans)
+    ev: list[tuple[int, int]] = []
+    for (s, e), _ in spans:
+        ev.append((s, 1))
+        ev.append((e, -1))
+    ev.sort(key=lambda x: (x[0], x[1]))  # an end before a start at the same instant
+    peak = cur = 0
+    at_start: list[int] = []
+    for _, d in ev:
+        cur += d
+        peak = max(peak, cur)
+        if d == 1:
+            at_start.append(cur)
+    if target_concurrency:
+        target = min(int(target_concurrency), peak)
+        how = "--max-concurrency" + (f" {target_concurrency}, capped by the peak in flight {peak}"
+                                     if peak < target_concurrency else "")
+    else:
+        target = max(1, int(math.ceil(float(np.median(at_start)))))
+        how = "the median number in flight when each request started (no --max-concurrency)"
+    cur = 0
+    t_ramp: int | None = None
+    for t, d in ev:
+        cur += d
+        if d == 1 and cur >= target:
+            t_ramp = t
+            break
+    t_drain = max(s for (s, _), _ in spans)
+    assert t_ramp is not None
+    inside = [r for (s, e), r in spans if s > t_ramp and e <= t_drain]
+    ramp = sum(1 for (s, _), _ in spans if s <= t_ramp)
+    drain = sum(1 for (s, e), _ in spans if s > t_ramp and e > t_drain)
+    out.update(target_concurrency=target, target_from=how, peak_concurrency=peak,
+               start_s=(t_ramp - base) / 1e9, end_s=(t_drain - base) / 1e9,
+               duration_s=max(0.0, (t_drain - t_ramp) / 1e9), requests_in_window=len(inside),
+               excluded_ramp=ramp, excluded_drain=drain, ids=[r.id for r in inside], empty=not inside,
+               start_ns=t_ramp, end_ns=t_drain)
+    if not inside:
+        out["reason"] = (f"no request both started after the ramp-up ({out['start_s']:.3f} s) and finished before the "
+                         f"drain ({out['end_s']:.3f} s): send more requests than the concurrency "
+                         f"({target}) several times over")
+    return out
+
+
+def steady_summary(records: Sequence[RequestRecord], window: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """:func:`summarize` over the requests inside ``window`` (:func:`steady_window`), with the rates
+    taken over the window itself: output tokens streamed inside it (by any request), requests that
+    finished inside it, and prompt tokens of requests whose first token came inside it, each ÷ its
+    length. Per-request latencies (TTFT, TPOT, ITL, E2EL) are those of the requests wholly inside."""
+    keep = set(window.get("ids") or [])
+    inside = [r for r in records if r.id in keep]
+    out = summarize(inside, duration_s=window.get("duration_s") or None, **kw)
+    dur = window.get("duration_s") or 0.0
+    if dur <= 0:
+        return out
+    wall = window.get("clock") == "wall"
+    lo, hi = window["start_ns"], window["end_ns"]
+
+    def on_clock(r: RequestRecord, t: int) -> int:
+        return r.wall_start_ns + (t - r.t_start_ns) if wall else t
+
+    out_tok = 0.0
+    done = 0
+    prompt_tok = 0
+    for r in aggregate.measured(records):
+        if not r.ok:
+            continue
+        if lo <= on_clock(r, _end_ns(r)) <= hi:
+            done += 1
+        tok = r.token_events()
+        n_out, _ = _output_tokens(r)
+        known = all(e.n_tokens is not None for e in tok)
+        per = (n_out / len(tok)) if tok and not known else 0.0
+        for e in tok:
+            if lo <= on_clock(r, e.t_ns) <= hi:
+                out_tok += (e.n_tokens or 0) if known else per
+        if tok and lo <= on_clock(r, tok[0].t_ns) <= hi:
+            prompt_tok += _input_tokens(r)[0] or 0
+    out["request_throughput"] = done / dur
+    out["output_throughput"] = out_tok / dur
+    out["total_token_throughput"] = (out_tok + prompt_tok) / dur
+    return out

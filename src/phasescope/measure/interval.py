@@ -223,6 +223,11 @@ def mean_interval(samples: Sequence[float | None], confidence: float = CONFIDENC
     return Interval(m, m - half, m + half, n, "mean-t", confidence, float(a.min()), float(a.max()))
 
 
+def t_quantile(df: int, confidence: float = CONFIDENCE) -> float:
+    """The two-sided Student-t quantile for ``df`` degrees of freedom at ``confidence`` (df ≥ 1)."""
+    return t975(df) if confidence == CONFIDENCE else _t_any(df, confidence)
+
+
 def _t_any(df: int, confidence: float) -> float:
     """A t quantile for another confidence: Hill's approximation through the normal quantile."""
     z = _norm_ppf(0.5 + confidence / 2)

@@ -1,32 +1,45 @@
-"""Compare two runs metric by metric, with a noise-aware verdict.
+"""Compare two runs metric by metric, with a noise-aware verdict, and the CI gate built on it.
 
 For each phase metric (see :mod:`phasescope.measure.aggregate`) and each measurement point both runs
 share — A and B are the numbers ``show`` prints for each run (:func:`~phasescope.measure.aggregate.point_value`)
-— the change is B relative to A, and the verdict comes from a bootstrap confidence interval
-(default 95 %) of the difference B − A:
+— the change is B relative to A, and the verdict comes from a confidence interval (default 95 %) of
+the difference B − A. Which interval depends on what the runs hold:
 
-* per-request metrics (TTFT, decode tok/s, TPOT, E2E, prefill tok/s): the median difference,
-  :func:`phasescope.measure.stats.bootstrap_median_diff` over the raw per-request values;
-* ITL p50/p99: the pooled-percentile difference, bootstrapped by resampling whole requests
-  (cluster bootstrap: a request's tokens are not independent of each other);
-* output throughput: the median difference of per-window token rates (the run cut into 10 windows).
+* **run-level** (``method: "trials"``), when both runs are ``bench --trials N`` runs with at least two
+  complete trials each: every trial gives one value of the metric (its own median TTFT, ITL p99, …;
+  the records carry ``tags.trial``), A and B are the means across trials, and the interval of B − A is
+  Welch's t interval of the difference of the two means. This is the interval that sees run-to-run
+  noise (a machine whose load drifts between runs), which no resampling of one run's requests can.
+* **request-level bootstrap** (``method: "bootstrap"``) otherwise, over the raw per-request values:
 
-Verdict: ``better`` / ``worse`` when the interval excludes zero *and* the change is at least
-``min_change`` (default 1 %) of A — a statistically clear but negligible shift stays
-``within noise``; otherwise ``within noise``. ``too few samples`` below :data:`MIN_SAMPLES` per side.
+  - per-request metrics (TTFT, decode tok/s, TPOT, E2E, prefill tok/s): the median difference,
+    :func:`phasescope.measure.stats.bootstrap_median_diff`;
+  - ITL p50/p99: the pooled-percentile difference, bootstrapped by resampling whole requests
+    (cluster bootstrap: a request's tokens are not independent of each other);
+  - output throughput: the median difference of per-window token rates (the run cut into 10 windows).
+
+Verdict: ``better`` / ``worse`` when the interval excludes zero *and* the change is at least the
+metric's **minimum effect** (:data:`MIN_EFFECT`: 5 % for medians and rates, 10 % for p99 tails;
+``--min-change`` sets one value for every metric) — a statistically clear but smaller shift stays
+``within noise``; ``too few samples`` below :data:`MIN_SAMPLES` per side. A row is ``unstable`` when
+a run-level interval of either run is wider than ±:data:`UNSTABLE_REL` of its mean (its trials
+disagree), or when a run carries an ``unstable`` warning naming the metric (or naming none).
 
 What else differs between the runs, and when that makes a verdict ``not comparable``, is
-:mod:`phasescope.report.comparability`.
+:mod:`phasescope.report.comparability`; the verdict the numbers alone gave is kept as ``raw_verdict``.
 
-``gate(cmp, metrics)`` lists the chosen metrics whose verdict is ``worse`` — ``compare --fail-on
-worse`` exits 1 when there is any; :func:`to_markdown` renders the table for a pull-request comment.
+:func:`phasescope.report.gate.decide` is ``compare --fail-on worse``: ``worse`` (exit 5) when a gated
+metric is worse in a comparable row; else ``inconclusive`` (exit 6) when a gated metric is not comparable or unstable
+(unless ``allow_incomparable``: then those rows are judged by their raw verdict) or when no gated
+metric could be judged at all; else ``pass``. :func:`to_markdown` renders the table for a
+pull-request comment.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,13 +57,28 @@ from phasescope.measure.aggregate import (
     run_samples,
     samples_of,
 )
+from phasescope.report.runlevel import by_trial, complete_trials, run_level as run_level_of
 from phasescope.report.comparability import ALL_METRICS, nc_warning, comparability, environment_warnings, param_changes
 from phasescope.store import RunInfo
+
+if TYPE_CHECKING:
+    from phasescope.report.gate import GateResult
 
 MIN_SAMPLES = 3
 #: a tail percentile (TTFT p99) needs this many requests per side
 MIN_TAIL_SAMPLES = 20
 VERDICTS = ("better", "worse", "within noise", "too few samples", "not comparable")
+#: the smallest relative change (of A) a verdict calls better/worse, per metric, unless --min-change sets
+#: one for all: below it a shift is not worth failing a build over, however clear. Tails (p99) move more
+#: between two runs of the same server than medians do, so theirs is larger.
+MIN_EFFECT: dict[str, float] = {
+    "ttft_s": 0.05, "ttft_p99_s": 0.10, "prefill_tok_s": 0.05, "decode_tok_s": 0.05, "tpot_s": 0.05,
+    "itl_p50_s": 0.05, "itl_p99_s": 0.10, "e2e_s": 0.05, "throughput_tok_s": 0.05,
+}
+#: a run-level interval (across trials) wider than ±this of its mean: the trials disagree, the metric is unstable
+UNSTABLE_REL = 0.25
+#: the gate's three answers (``compare --fail-on worse``), and their exit codes (phasescope.errors)
+GATE_VERDICTS = ("pass", "worse", "inconclusive")
 #: what users type for --metrics → the metric key
 METRIC_ALIASES = {
     "ttft": "ttft_s", "ttft_p50": "ttft_s", "ttft_median": "ttft_s", "ttft_p99": "ttft_p99_s",
@@ -79,6 +107,16 @@ class MetricComparison:
     ci_high: float | None
     verdict: str
     why: str | None = None  # for "not comparable": what differs between the runs
+    #: "trials" (run-level: one value per trial, Welch's interval of the means) or "bootstrap" (over requests)
+    method: str = "bootstrap"
+    trials_a: int | None = None  # complete trials behind a run-level A (None: request-level)
+    trials_b: int | None = None
+    a_ci: list[float] | None = None  # run-level interval of A's mean across trials
+    b_ci: list[float] | None = None
+    min_effect: float = 0.0  # the smallest relative change this row's verdict counts
+    unstable: bool = False
+    unstable_why: str | None = None
+    raw_verdict: str | None = None  # the verdict from the numbers alone (before "not comparable")
 
 
 @dataclass
@@ -89,8 +127,15 @@ class Comparison:
     warnings: list[MeasurementWarning] = field(default_factory=list)
     param_changes: dict[str, list[Any]] = field(default_factory=dict)
     confidence: float = 0.95
-    min_change: float = 0.01
+    min_change: float | None = None  # --min-change (one value for every metric), None: MIN_EFFECT per metric
     not_comparable: dict[str, list[str]] = field(default_factory=dict)  # metric → why
+    #: how the intervals were computed: {"method": "trials"|"bootstrap", "a": trials, "b": trials, "why": …}
+    run_level: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def min_effect(self) -> dict[str, float]:
+        """The minimum effect each metric's verdict used."""
+        return {k: min_effect_of(k, self.min_change) for k in MIN_EFFECT}
 
     def to_dict(self) -> dict[str, Any]:
         def run(i: RunInfo) -> dict[str, Any]:
@@ -103,6 +148,8 @@ class Comparison:
             "b": run(self.b),
             "confidence": self.confidence,
             "min_change": self.min_change,
+            "min_effect": self.min_effect,
+            "run_level": self.run_level,
             "param_changes": self.param_changes,
             "warnings": to_json(self.warnings),
             "not_comparable": self.not_comparable,
@@ -118,6 +165,66 @@ def _used_api(run: RunInfo) -> dict[str, Any]:
     return p
 
 
+def min_effect_of(metric: str, min_change: float | None) -> float:
+    """The smallest relative change a verdict on ``metric`` counts: ``--min-change`` when given,
+    else the metric's :data:`MIN_EFFECT` (5 % where a metric is not listed)."""
+    return float(min_change) if min_change is not None else MIN_EFFECT.get(metric, 0.05)
+
+
+#: bench summary figures (``--trials`` names them in its ``unstable`` warnings) → the compare metric they are
+FIGURE_METRIC = {"median_ttft_ms": "ttft_s", "p99_ttft_ms": "ttft_p99_s", "median_tpot_ms": "tpot_s",
+                 "median_itl_ms": "itl_p50_s", "p99_itl_ms": "itl_p99_s", "median_e2el_ms": "e2e_s",
+                 "output_throughput": "throughput_tok_s", "ttft_s": "ttft_s", "decode_tok_s": "decode_tok_s",
+                 "prefill_tok_s": "prefill_tok_s"}
+
+
+def _unstable_warned(info: RunInfo) -> set[str] | None:
+    """The metrics a run's own ``unstable`` warnings name (``evidence.metric``/``figure``: a metric key, an
+    alias or a bench figure of :data:`FIGURE_METRIC`); every metric when a warning names no figure at all
+    (a figure compare has no metric for, such as ``p95_ttft_ms``, names none of them); None when the run
+    has no such warning."""
+    hit: set[str] = set()
+    found = False
+    for w in info.warnings:
+        if w.get("kind") != "unstable":
+            continue
+        ev = w.get("evidence") or {}
+        names = [ev.get(k) for k in ("metric", "figure", "key") if isinstance(ev.get(k), str)]
+        names += [f for f in ev.get("figures") or [] if isinstance(f, str)]
+        if not names:
+            found = True
+            hit |= set(ALL_METRICS)
+            continue
+        for n in names:
+            key = FIGURE_METRIC.get(n, METRIC_ALIASES.get(n.lower(), n))
+            if key in ALL_METRICS:
+                found = True
+                hit.add(key)
+    return hit if found else None
+
+
+def steady_records(info: RunInfo, records: list[RequestRecord]) -> list[RequestRecord]:
+    """A ``bench --steady-state`` run's records inside its steady-state window (each trial's own window;
+    :func:`phasescope.load.summary.steady_window`, the rule the bench used), so compare reads what the
+    bench reported; any other run's records as they are."""
+    from phasescope.load.summary import steady_window
+
+    s = info.summary if isinstance(info.summary, dict) else {}
+    trials = s.get("trials") if isinstance(s.get("trials"), list) else None
+    if not (isinstance(s.get("steady_state"), dict) or (trials and any(isinstance(t, dict) and t.get("steady_state")
+                                                                       for t in trials))):
+        return records
+    cap = s.get("max_concurrency") if isinstance(s.get("max_concurrency"), int) else None
+    parts: dict[Any, list[RequestRecord]] = {}
+    for r in measured(records):
+        parts.setdefault(r.tags.get("trial") if trials else None, []).append(r)
+    keep: set[str] = set()
+    for rs in parts.values():
+        w = steady_window(rs, target_concurrency=cap)
+        keep |= set(w["ids"]) if not w["empty"] else {r.id for r in rs}  # an empty window: the bench used all
+    return [r for r in records if r.id in keep]
+
+
 def compare_runs(
     a: RunInfo,
     records_a: list[RequestRecord],
@@ -125,13 +232,17 @@ def compare_runs(
     records_b: list[RequestRecord],
     *,
     confidence: float = 0.95,
-    min_change: float = 0.01,
+    min_change: float | None = None,
     n_boot: int = 2000,
     seed: int = 0,
 ) -> Comparison:
-    """Compare run B against run A (A is the reference)."""
+    """Compare run B against run A (A is the reference). ``min_change``: one minimum effect for
+    every metric (None: :data:`MIN_EFFECT` per metric). A ``--steady-state`` run is read inside its
+    window (:func:`steady_records`)."""
+    records_a, records_b = steady_records(a, records_a), steady_records(b, records_b)
     warnings: list[MeasurementWarning] = environment_warnings(a, records_a, b, records_b)
     changes = param_changes(_used_api(a), _used_api(b))
+    changes.pop("trials", None)  # trials change the interval, not what each request measures
     if len(changes) > 1:
         warnings.append(nc_warning(
             f"the runs differ in {len(changes)} parameters ({', '.join(sorted(changes))}); "
@@ -149,16 +260,44 @@ def compare_runs(
     only = [group_label(g) for g in list(ga) + list(gb) if g and (g not in ga or g not in gb)]
     if only and any(g in gb for g in ga):
         warnings.append(nc_warning(f"measured in one run only (not compared): {', '.join(dict.fromkeys(only))}"))
+    # run-level intervals when both runs have at least two complete trials
+    tr_a, tr_b = complete_trials(a, records_a), complete_trials(b, records_b)
+    use_trials = bool(tr_a and tr_b and len(tr_a) >= 2 and len(tr_b) >= 2 and all(g in ga and g in gb
+                                                                                   for g, _, _ in pairs))
+    run_level: dict[str, Any] = {"method": "trials" if use_trials else "bootstrap",
+                                 "a": len(tr_a) if tr_a is not None else None,
+                                 "b": len(tr_b) if tr_b is not None else None}
+    if not use_trials and (tr_a is not None or tr_b is not None):
+        which = ("neither run" if not (tr_a and len(tr_a) >= 2) and not (tr_b and len(tr_b) >= 2)
+                 else "only run A" if tr_a and len(tr_a) >= 2 else "only run B")
+        run_level["why"] = (f"{which} has two or more complete trials: the intervals resample requests and cannot "
+                            "see run-to-run noise (run both with bench --trials N)")
+        warnings.append(MeasurementWarning("too_few_samples", f"compare: {run_level['why']}",
+                                           {"trials_a": run_level["a"], "trials_b": run_level["b"]},
+                                           "run both with bench --trials 3 or more"))
+    ta = by_trial(records_a, tr_a or []) if use_trials else {}
+    tb = by_trial(records_b, tr_b or []) if use_trials else {}
     # token counts are compared over the measurement points both runs share
     checks = comparability(a, records_a, b, records_b, shared=([r for _, x, _ in pairs for r in x.records],
                                                                [r for _, _, y in pairs for r in y.records]))
     warnings = [w for w, _ in checks] + warnings
+    unst_a, unst_b = _unstable_warned(a), _unstable_warned(b)
     rows: list[MetricComparison] = []
     for g, sa, sb in pairs:
         for m in METRICS:
-            row = _compare_metric(m, group_label(g), sa, sb, confidence, min_change, n_boot, seed)
-            if row is not None:
-                rows.append(row)
+            eff = min_effect_of(m.key, min_change)
+            if use_trials:
+                row = _compare_trials(m, group_label(g), ta.get(g, {}), tb.get(g, {}), confidence, eff)
+            else:
+                row = _compare_metric(m, group_label(g), sa, sb, confidence, eff, n_boot, seed)
+            if row is None:
+                continue
+            row.min_effect = eff
+            row.raw_verdict = row.verdict
+            for warned, name in ((unst_a, "A"), (unst_b, "B")):  # with trials the run-level interval decides
+                if warned is not None and m.key in warned and not row.unstable and not use_trials:
+                    row.unstable, row.unstable_why = True, f"run {name} carries an 'unstable' warning"
+            rows.append(row)
     why: dict[str, list[str]] = {}
     for w, keys in checks:
         for k in keys:
@@ -168,7 +307,23 @@ def compare_runs(
             row.verdict = "not comparable"
             row.why = "; ".join(why[row.metric])
     return Comparison(a, b, rows, warnings, changes, confidence, min_change,
-                      {k: v for k, v in why.items() if any(r.metric == k for r in rows)})
+                      {k: v for k, v in why.items() if any(r.metric == k for r in rows)}, run_level)
+
+
+def _compare_trials(m: MetricDef, group: str, ta: dict[int, Samples], tb: dict[int, Samples], confidence: float,
+                    min_change: float) -> MetricComparison | None:
+    """One row from run-level values (:func:`phasescope.report.runlevel.run_level`)."""
+    d = run_level_of(m, ta, tb, confidence)
+    if d is None:
+        return None
+    if d["ci_low"] is None:
+        verdict = "too few samples"
+    else:
+        verdict = _verdict(m, d["diff"], d["change"], d["ci_low"], d["ci_high"], min_change)
+    return MetricComparison(m.key, m.label, m.unit, group, m.higher_is_better, d["a"], d["b"], d["n_a"], d["n_b"],
+                            d["change"], d["diff"], d["ci_low"], d["ci_high"], verdict, method="trials",
+                            trials_a=d["n_a"], trials_b=d["n_b"], a_ci=d["a_ci"], b_ci=d["b_ci"],
+                            unstable=d["unstable"] is not None, unstable_why=d["unstable"])
 
 
 def _n(s: Samples, m: MetricDef) -> int:
@@ -286,13 +441,19 @@ def parse_metrics(text: str | None) -> list[str] | None:
     return out
 
 
-def to_markdown(cmp: Comparison, failed: list[MetricComparison] | None = None) -> str:
-    """A markdown report for a pull-request comment: what makes the runs differ first, then the table."""
-    from phasescope.report.console import fmt_change, fmt_ci, fmt_value
+def to_markdown(cmp: Comparison, failed: list[MetricComparison] | None = None,
+                decision: GateResult | None = None) -> str:
+    """A markdown report for a pull-request comment: the gate's verdict, what makes the runs differ,
+    then the table."""
+    from phasescope.report.console import fmt_change, fmt_ci, fmt_value, interval_words
 
     lines = [f"### phasescope compare: `{cmp.b.id}` vs `{cmp.a.id}` (reference)", ""]
     if failed:
         lines += [f"**Regression:** {', '.join(f'{m.label} {fmt_change(m.change)}' for m in failed)} worse beyond noise.", ""]
+    if decision is not None and decision.verdict == "inconclusive":
+        lines += [f"**Inconclusive:** {decision.reason}.", ""]
+    elif decision is not None and decision.verdict == "pass":
+        lines += ["**Gate passed:** no gated metric is worse beyond noise and its minimum effect.", ""]
     nc = [w for w in cmp.warnings if w.kind == "runs_not_comparable"]
     other = [w for w in cmp.warnings if w.kind != "runs_not_comparable"]
     for w in nc + other:
@@ -302,51 +463,9 @@ def to_markdown(cmp: Comparison, failed: list[MetricComparison] | None = None) -
     lines += ["| group | metric | A | B | change | CI of B − A | verdict |", "|---|---|---:|---:|---:|---:|---|"]
     for m in cmp.metrics:
         v = f"**{m.verdict}**" if m.verdict in ("worse", "not comparable") else m.verdict
+        if m.unstable:
+            v += " (unstable)"
         lines.append(f"| {m.group or 'all'} | {m.label} {'↑' if m.higher_is_better else '↓'} | {fmt_value(m.a, m.unit)} | "
                      f"{fmt_value(m.b, m.unit)} | {fmt_change(m.change)} | {fmt_ci(m.ci_low, m.ci_high, m.unit, ref=max(abs(m.a or 0.0), abs(m.b or 0.0)) or None)} | {v} |")
-    lines += ["", f"_{cmp.confidence:.0%} bootstrap CI of B − A; better/worse when it excludes 0 and |change| ≥ "
-                  f"{cmp.min_change:.0%}; not comparable when the runs differ in more than the change under test._"]
+    lines += ["", f"_{interval_words(cmp)}; not comparable when the runs differ in more than the change under test._"]
     return "\n".join(lines) + "\n"
-
-
-# --- which two runs ---------------------------------------------------------------------------
-@dataclass
-class Pair:
-    """What ``phasescope compare`` resolved: two runs to compare, or only a message (a baseline
-    was just marked)."""
-
-    a: RunInfo | None
-    b: RunInfo | None
-    message: str | None = None
-
-
-def resolve_pair(store: Any, ids: list[str], baseline: str | None = None, set_baseline: bool = False) -> Pair:
-    """``compare A B`` → (A, B). ``compare RUN --baseline NAME`` → (baseline, RUN); when NAME is not
-    set yet RUN becomes baseline NAME. ``compare --baseline NAME`` → (baseline, the latest other run
-    of its kind). ``--set`` marks RUN as baseline NAME (replacing it)."""
-    from phasescope.errors import InputError
-
-    if set_baseline:
-        if not baseline or len(ids) != 1:
-            raise InputError("--set needs --baseline NAME and exactly one run id")
-        info = store.set_baseline(baseline, ids[0])
-        return Pair(None, None, f"marked {info.id} as baseline {baseline!r}")
-    if baseline is None:
-        if len(ids) != 2:
-            raise InputError("compare needs two run ids (A B), or one run and --baseline NAME")
-        return Pair(store.get(ids[0]), store.get(ids[1]))
-    if len(ids) > 1:
-        raise InputError("with --baseline NAME give at most one run id (the run to compare against the baseline)")
-    base = store.get_baseline(baseline)
-    if base is None:
-        if not ids:
-            known = ", ".join(store.baselines()) or "none"
-            raise InputError(f"no baseline named {baseline!r} (known: {known}); mark one with `compare RUN --baseline {baseline}`")
-        info = store.set_baseline(baseline, ids[0])
-        return Pair(None, None, f"marked {info.id} as baseline {baseline!r}; later runs compare against it with --baseline {baseline}")
-    if ids:
-        return Pair(base, store.get(ids[0]))
-    later = [r for r in store.list_runs(kind=base.kind, limit=2) if r.id != base.id]
-    if not later:
-        raise InputError(f"no {base.kind} run other than baseline {baseline!r} ({base.id}) to compare")
-    return Pair(base, later[0])

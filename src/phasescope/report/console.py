@@ -205,6 +205,18 @@ _VERDICT_STYLE = {"better": "green", "worse": "red", "within noise": "dim", "too
                   "not comparable": "bold yellow"}
 
 
+def interval_words(cmp: "Comparison") -> str:
+    """The footnote under a comparison table: which interval, and the verdict rule."""
+    how = ("95 % Welch interval of the difference of the trial means (run-level)"
+           if cmp.run_level.get("method") == "trials"
+           else f"{cmp.confidence:.0%} bootstrap CI of B − A over requests")
+    if cmp.run_level.get("method") == "trials" and cmp.confidence != 0.95:
+        how = how.replace("95 %", f"{cmp.confidence:.0%}")
+    eff = (f"|change| ≥ {cmp.min_change:.0%}" if cmp.min_change is not None
+           else "|change| ≥ the metric's minimum effect (5 %; 10 % for p99)")
+    return f"{how}; better/worse when it excludes 0 and {eff}"
+
+
 def compare_renderable(c: Comparison) -> RichGroup:
     head = Text.assemble(
         ("A ", "bold"), c.a.id, f"  {c.a.kind} · {c.a.model or '?'} · {c.a.started_iso}\n",
@@ -221,9 +233,10 @@ def compare_renderable(c: Comparison) -> RichGroup:
                           "change under test (first lines below)", style="bold yellow"))
     for w in nc + [w for w in c.warnings if w.kind != "runs_not_comparable"]:
         parts.append(Text(f"warning: {w.line()}", style="yellow"))
-    t = Table(show_edge=False, header_style="bold",
-              caption=f"verdict: {c.confidence:.0%} bootstrap CI of B − A excludes 0 and |change| ≥ {c.min_change:.0%}",
-              caption_justify="left")
+    if c.run_level.get("method") == "trials":
+        parts.append(Text(f"run-level intervals: {c.run_level.get('a')} trials (A) and {c.run_level.get('b')} "
+                          "trials (B); A and B are the means across trials", style="bold"))
+    t = Table(show_edge=False, header_style="bold", caption=f"verdict: {interval_words(c)}", caption_justify="left")
     for col in ("group", "metric", "A", "B", "change", f"{c.confidence:.0%} CI of B − A", "verdict"):
         t.add_column(col, justify="left" if col in ("group", "metric", "verdict") else "right", no_wrap=True)
     last = None
@@ -234,7 +247,7 @@ def compare_renderable(c: Comparison) -> RichGroup:
             Text(g if g != last else ""),
             m.label + (" ↑" if m.higher_is_better else " ↓"),
             fmt_value(m.a, m.unit), fmt_value(m.b, m.unit), fmt_change(m.change), ci,
-            Text(m.verdict, style=_VERDICT_STYLE.get(m.verdict, "")),
+            Text(m.verdict + (" (unstable)" if m.unstable else ""), style=_VERDICT_STYLE.get(m.verdict, "")),
         )
         last = g
     if not c.metrics:

@@ -443,7 +443,8 @@ def endpoints_html(runs: list[Run]) -> str:
 
 # --- the comparison view ------------------------------------------------------------------------------
 #: Comparison.to_dict() keys rendered in their own way; any other key is shown generically
-_KNOWN = {"a", "b", "confidence", "min_change", "param_changes", "warnings", "metrics", "baseline"}
+_KNOWN = {"a", "b", "confidence", "min_change", "min_effect", "run_level", "param_changes", "warnings", "metrics",
+          "baseline", "gate"}
 #: summary keys that describe the host or the server's settings (whichever a run stored)
 HOST_KEYS = ("host", "host_contention")
 SERVER_KEYS = ("server_settings", "server_props", "props")
@@ -541,8 +542,11 @@ def comparison_html(runs: list[Run], comparisons: list[dict[str, Any]]) -> str:
         conf = _f(c.get("confidence"))
         mc = _f(c.get("min_change"))
         if conf is not None:
-            parts.append(f"<p class=note>better / worse: the {conf:.0%} bootstrap interval of B − A excludes 0 and the "
-                         f"change is at least {mc or 0:.0%} of A; otherwise within noise.</p>")
+            how = ("Welch interval of the difference of the trial means (run-level)"
+                   if (c.get("run_level") or {}).get("method") == "trials" else "bootstrap interval of B − A")
+            least = f"{mc:.0%}" if mc is not None else "the metric's minimum effect (5 %; 10 % for p99)"
+            parts.append(f"<p class=note>better / worse: the {conf:.0%} {how} excludes 0 and the "
+                         f"change is at least {least} of A; otherwise within noise.</p>")
     rows = environment_rows(runs, extra)
     differ = _side_by_side(rows, ["", *ids], only_diff=True)
     n_same = sum(1 for k, vals in rows if len({field_text(k, v) if v is not None else "—" for v in vals}) <= 1)
