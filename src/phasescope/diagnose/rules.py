@@ -391,6 +391,12 @@ def _capacity(q: Any) -> tuple[int | None, str]:
     return None, ""
 
 
+def _queue_share(q: Any) -> float | None:
+    """The share of all TTFT spent waiting (Σ waiting ÷ Σ TTFT), never the median of per-request shares:
+    two requests that waited 37 s beside four that waited 15 ms spent 92 % of their TTFT waiting."""
+    return getattr(q, "ttft_queue_share_total", None)
+
+
 def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
     q, b = r.get("queue"), r.get("batching")
     found = False
@@ -402,19 +408,25 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
             ev.append(Evidence("share of samples with a queue", 100 * (q.waiting_share or 0), "%", "/metrics"))
         if q.running_max is not None:
             ev.append(Evidence("requests running at once (max)", q.running_max, "", "/metrics"))
-        if q.ttft_queue_share is not None:
-            ev.append(Evidence("share of TTFT not spent in prefill", 100 * q.ttft_queue_share, "%",
-                               "queue: client TTFT − server-timed prefill"))
+        qs = _queue_share(q)
+        if qs is not None:
+            n = len(getattr(q, "ttft_queue_shares", None) or []) or "all"
+            ev.append(Evidence("share of TTFT not spent in prefill (Σ waiting ÷ Σ TTFT)", 100 * qs, "%",
+                               f"queue: client TTFT − server-timed prefill, summed over {n} requests"))
+            if q.ttft_queue_share is not None and getattr(q, "ttft_queue_shares", None):
+                sh = q.ttft_queue_shares
+                ev.append(Evidence("per-request share of TTFT not in prefill (median, min–max)",
+                                   f"{q.ttft_queue_share:.0%} ({min(sh):.0%}–{max(sh):.0%})", "",
+                                   f"queue: {len(sh)} requests"))
         ev.append(Evidence(f"TTFT p99 at concurrency {q.concurrency}", q.ttft_p99_s, "s", "queue: client TTFT"))
         if q.kv_usage_max is not None:
             ev.append(Evidence("KV-cache usage (max)", 100 * q.kv_usage_max, "%", "/metrics"))
         waited = []
         if q.waiting_share is not None and (q.waiting_max or 0) > 0:
             waited.append(f"up to {q.waiting_max:.0f} waited in /metrics ({q.waiting_share:.0%} of samples)")
-        if q.ttft_queue_share is not None:
-            waited.append(f"waiting was {q.ttft_queue_share:.0%} of TTFT")
-        costly = (q.ttft_queue_share or 0) >= QUEUE_DOMINATES or (
-            q.ttft_queue_share is None and (q.waiting_share or 0) >= QUEUE_DOMINATES)
+        if qs is not None:
+            waited.append(f"waiting was {qs:.0%} of TTFT")
+        costly = (qs or 0) >= QUEUE_DOMINATES or (qs is None and (q.waiting_share or 0) >= QUEUE_DOMINATES)
         self_caused = cap is not None and q.concurrency is not None and q.concurrency > cap
         if self_caused:
             knee = b.knee_concurrency if b is not None else None
@@ -448,8 +460,8 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
                  Evidence("requests waiting (max)", q.waiting_max, "", "/metrics")],
                 advice_for("kv_pool_full", diag.engine)))
     elif b is not None:
-        top = next((x for x in reversed(b.levels) if x.queue_p50_s is not None and x.ttft_p50_s), None)
-        if top is not None and top.queue_p50_s / top.ttft_p50_s >= QUEUE_DOMINATES:  # type: ignore[operator]
+        top = next((x for x in reversed(b.levels) if getattr(x, "queue_share_total", None) is not None), None)
+        if top is not None and top.queue_share_total >= QUEUE_DOMINATES:  # type: ignore[operator]
             slots = b.max_concurrency_bound if b.bound_source and "slots" in b.bound_source else None
             mine = slots is not None and top.concurrency > slots
             cause = (f"At {top.concurrency} concurrent requests most of TTFT is waiting, not prefill"
@@ -457,7 +469,9 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
             diag.findings.append(Finding(
                 "ttft-queueing", "info" if mine else "problem", cause,
                 [Evidence(f"median TTFT at concurrency {top.concurrency}", top.ttft_p50_s, "s", "batching: client TTFT"),
-                 Evidence("median TTFT − server-timed prefill", top.queue_p50_s, "s", "batching: client TTFT − server prompt time")],
+                 Evidence("median TTFT − server-timed prefill", top.queue_p50_s, "s", "batching: client TTFT − server prompt time"),
+                 Evidence("share of TTFT not spent in prefill (Σ waiting ÷ Σ TTFT)", 100 * top.queue_share_total, "%",
+                          f"batching: concurrency {top.concurrency}, {top.n} requests")],
                 [] if mine else tailored("queueing", diag.engine, diag.settings)))
             found = True
     if not found and q is not None and q.queueing is None:

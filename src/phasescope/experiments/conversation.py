@@ -15,8 +15,9 @@ reported, TTFT and the decode rate.
   (``slope_share``), says which: ≤ :data:`CACHED_MAX_SHARE` → the history is served from the
   cache (``history_cached`` True); ≥ :data:`RECOMPUTED_MIN_SHARE` → every turn prefills it again
   (False); in between, or when the expected growth is within the noise (4 × the spread of the two
-  sessions' TTFTs, floor 2 ms), cannot tell (None). The server's own count (cached tokens ≥ half of
-  the previous turn's prompt) is read alongside; a disagreement is "cannot tell". A cache that
+  sessions' TTFTs, floor 2 ms), cannot tell (None). The server's own count is read alongside:
+  ``history_cached_share`` = Σ cached tokens ÷ Σ the previous turn's prompt tokens over turns 2…
+  (≥ 0.5: cached); a disagreement is "cannot tell". A cache that
   served the early turns but not the last (``evicted_at_turn``) means the history outgrew it.
 * **Sessions filling the KV pool.** With ``/metrics``, ``fill_sessions`` sessions (the server's
   slots, at most 8; 4 when it does not say) then run *concurrently* (``phase="fill"``), no more
@@ -77,6 +78,8 @@ class ConversationResult:
     noise_s: float | None = None
     history_cached: bool | None = None
     server_says_cached: bool | None = None
+    #: Σ cached tokens of turns 2… ÷ Σ the previous turns' prompt tokens (what the server says it reused)
+    history_cached_share: float | None = None
     evicted_at_turn: int | None = None
     decode_slowdown_pct: float | None = None
     predicted_slowdown_pct: float | None = None
@@ -135,13 +138,18 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             diffs.append(ts[0] - ts[1])
     res.noise_s = max(mad_sigma(diffs) if len(diffs) >= 2 else 0.0, NOISE_FLOOR_S)
     # what the server says: later turns' cached tokens against the previous turn's prompt
-    shares = []
+    shares, cached_sum, prev_sum = [], 0.0, 0.0
     for prev, cur in zip(res.turns, res.turns[1:]):
         if cur.cached_tokens is not None and prev.prompt_tokens:
             shares.append((cur.turn, cur.cached_tokens / prev.prompt_tokens))
+            cached_sum += cur.cached_tokens
+            prev_sum += prev.prompt_tokens
     if shares:
         early = [s for _, s in shares[:-1]] or [shares[0][1]]
-        res.server_says_cached = med(s for _, s in shares) >= 0.5
+        # the share of the resent history the server served from its cache, over all turns (Σ ÷ Σ: the
+        # long late turns weigh by their tokens, not one vote per turn)
+        res.history_cached_share = cached_sum / prev_sum
+        res.server_says_cached = res.history_cached_share >= 0.5
         if med(early) >= 0.5 and shares[-1][1] < 0.5 and len(shares) >= 2:
             res.evicted_at_turn = shares[-1][0]
     # decode as the history grows

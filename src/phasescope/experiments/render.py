@@ -160,7 +160,10 @@ def _q(e: dict[str, Any]) -> Table:
     t.add_row("share of samples with a queue", _f(e.get("waiting_share"), "{:.0%}"))
     t.add_row("KV usage max", _f(e.get("kv_usage_max"), "{:.0%}"))
     t.add_row("TTFT p50 / p99 s", f"{_f(e.get('ttft_p50_s'))} / {_f(e.get('ttft_p99_s'))}")
-    t.add_row("share of TTFT outside prefill", _f(e.get("ttft_queue_share"), "{:.0%}"))
+    t.add_row("share of all TTFT outside prefill (Σ waiting ÷ Σ TTFT)", _f(e.get("ttft_queue_share_total"), "{:.0%}"))
+    sh = [x for x in e.get("ttft_queue_shares") or [] if isinstance(x, (int, float))]
+    t.add_row("per request: median (min–max)",
+              f"{_f(e.get('ttft_queue_share'), '{:.0%}')} ({min(sh):.0%}–{max(sh):.0%})" if sh else "–")
     t.caption = e.get("reason", "")
     return t
 
