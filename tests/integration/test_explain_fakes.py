@@ -162,6 +162,7 @@ def test_one_slot_server_skips_interference():
 
 
 # -- the command ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_explain_json_against_a_fake(tmp_path):
     b = Behaviour(slots=2, prefix_cache=False, **FAST)
     env = {**os.environ, "PHASESCOPE_STORE": str(tmp_path / "runs.db")}
@@ -187,7 +188,9 @@ def test_explain_json_against_a_fake(tmp_path):
     assert doc["run_id"] and os.path.exists(doc["records_path"])
     with open(doc["records_path"]) as fh:
         assert sum(1 for _ in fh) > 20  # every raw record saved
-    assert doc["duration_s"] < 25 * 1.6  # the suite keeps to its budget (loosely: loaded machines)
+    # issue 30 item 5, the contract: the whole run within +10 % of --budget (requests still running at the
+    # hard deadline are stopped, so a loaded machine makes the run leaner, not longer)
+    assert doc["duration_s"] <= 1.1 * 25, doc["duration_s"]
 
 
 def test_experiment_json_keys_and_bad_name():
