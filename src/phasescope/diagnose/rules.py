@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from phasescope.diagnose.claims import (CANNOT_TELL, LOWER, differ, overlap_reason, rate_fmt, s_fmt, step_rate, stored,
+                                        unstable)
 from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.queue_rules import rule_queue
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
@@ -96,6 +98,10 @@ def _decode_with_the_prompt(ps: Any, pts: Any) -> str:
     span = f"{chg:+.0f} % from {pts[0].prompt_tokens} to {pts[-1].prompt_tokens} prompt tokens"
     if abs(chg) < DECODE_HARDLY_PCT:
         return f"decode speed hardly moves with the prompt ({span})."
+    if getattr(ps, "decode_change_verdict", None) == CANNOT_TELL:  # a change the intervals do not support
+        a, b = step_rate(pts[0]), step_rate(pts[-1])
+        return overlap_reason("decode moves with the prompt", f"decode at {pts[0].prompt_tokens} tokens", a,
+                              f"at {pts[-1].prompt_tokens}", b, rate_fmt) + f" ({span})."
     if chg < 0:
         growth = f", against TTFT ×{ps.ttft_growth_x:.1f}" if ps.ttft_growth_x else ""
         return (f"decode also slows with the prompt ({span}{growth}): every step attends over the longer "
@@ -146,12 +152,23 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
             ev, advice_for("prefill_slow", diag.engine)))
     # When the server times its own prefill, the overhead is what lies outside it (measured per
     # request); otherwise the fit's intercept a.
+    a_iv = None
     if ps.client_overhead_s is not None:
         a, a_ev = ps.client_overhead_s, Evidence("TTFT − server-timed prefill (median)", ps.client_overhead_s, "s",
                                                  "prompt-scaling: client TTFT − server prompt time")
+        a_iv = stored(ps.client_overhead_s, getattr(ps, "client_overhead_s_ci", None),
+                      getattr(ps, "client_overhead_n", 0), getattr(ps, "client_overhead_range", None))
     else:
         a, a_ev = ps.fixed_overhead_s or 0.0, Evidence("fixed TTFT overhead a", ps.fixed_overhead_s, "s", src)
-    if pts and pts[0].ttft_s and a >= OVERHEAD_MIN_S and a / pts[0].ttft_s >= OVERHEAD_MIN_SHARE:
+    big = pts and pts[0].ttft_s and a >= OVERHEAD_MIN_S and a / pts[0].ttft_s >= OVERHEAD_MIN_SHARE
+    if big and a_iv is not None and (unstable(a_iv) or a_iv.low < OVERHEAD_MIN_S):
+        # the cause is claimed only when the whole interval lies above the threshold, on stable repeats
+        diag.undecided.append(Undecided(
+            "ttft-fixed-overhead", f"cannot tell whether {a * 1e3:.0f} ms of every TTFT lies outside prefill: "
+                                   f"TTFT − server prefill read {a_iv.fmt(s_fmt, unit_of_n='requests', rel=0)}"
+                                   + (" (unstable: the requests disagree)" if unstable(a_iv) else
+                                      f", an interval reaching below {OVERHEAD_MIN_S * 1e3:.0f} ms")))
+    elif big:
         diag.findings.append(Finding(
             "ttft-fixed-overhead", "problem",
             f"{a * 1e3:.0f} ms of every TTFT does not depend on the prompt: it is spent outside prefill.",
@@ -199,6 +216,21 @@ def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | Non
                               "for the embedded engine) so the decode speed can be set against it"))
         return
     share = d / ceil.decode_ceiling_tok_s
+    ps = r.get("prompt-scaling")
+    d_iv = step_rate(ps.points[0]) if ps is not None and ps.points and src.startswith("prompt-scaling") else None
+
+    def band(x: float) -> str:
+        return "at" if x >= CEILING_AT else ("far below" if x < CEILING_FAR_BELOW else "near")
+
+    if d_iv is not None and (unstable(d_iv) or band(d_iv.low / ceil.decode_ceiling_tok_s) !=
+                             band(d_iv.high / ceil.decode_ceiling_tok_s)):
+        diag.undecided.append(Undecided(
+            "decode-ceiling", f"cannot tell whether decode is at, near or far below the memory-bandwidth ceiling: "
+                              f"single-stream decode {d_iv.value:.1f} tok/s has an interval of {d_iv.low:.1f}–"
+                              f"{d_iv.high:.1f} tok/s ({d_iv.n} token gaps), {d_iv.low / ceil.decode_ceiling_tok_s:.0%}–"
+                              f"{d_iv.high / ceil.decode_ceiling_tok_s:.0%} of the {ceil.decode_ceiling_tok_s:.0f} tok/s "
+                              f"ceiling, across the {CEILING_FAR_BELOW:.0%} / {CEILING_AT:.0%} lines"))
+        return
     ev = [Evidence("single-stream decode", d, "tok/s", src),
           Evidence("bandwidth ceiling (bandwidth ÷ bytes per token)", ceil.decode_ceiling_tok_s, "tok/s", ceil.source),
           Evidence("share of the ceiling", 100 * share, "%", "measured ÷ ceiling")]

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, select
 from phasescope.measure import derive
+from phasescope.measure.interval import median_interval, to_ci
 from phasescope.measure.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -62,6 +63,10 @@ class TurnStat:
     cached_tokens: float | None
     ttft_s: float | None
     decode_tok_s: float | None
+    #: 95 % intervals over the sessions (``measure.interval.median_interval``) and the samples' range
+    ttft_s_ci: list[float] | None = None
+    decode_tok_s_ci: list[float] | None = None
+    decode_tok_s_range: list[float] | None = None
 
 
 @dataclass
@@ -100,8 +105,11 @@ def _per_turn(recs: Sequence[RequestRecord]) -> list[TurnStat]:
     out = []
     for t in sorted(by):
         rs = by[t]
+        dec = median_interval([derive.decode_tok_s(r) for r in rs])
         out.append(TurnStat(t, len(rs), med(r.prompt_tokens for r in rs), med(derive.cached_prompt_tokens(r) for r in rs),
-                            med(derive.ttft_s(r) for r in rs), med(derive.decode_tok_s(r) for r in rs)))
+                            med(derive.ttft_s(r) for r in rs), med(derive.decode_tok_s(r) for r in rs),
+                            ttft_s_ci=to_ci(median_interval([derive.ttft_s(r) for r in rs])), decode_tok_s_ci=to_ci(dec),
+                            decode_tok_s_range=[dec.min, dec.max] if dec is not None and dec.min is not None else None))
     return out
 
 
