@@ -269,11 +269,11 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
             top = int(top / 1.4)
         return top
 
-    # a slow server gets shorter outputs, then shorter prompts (down to 256 tokens), before it gets one
-    # repetition: a single request per length has no interval, and no scaling is claimed without one
+    # a slow server gets shorter outputs, then shorter prompts, never fewer repetitions: a single request
+    # per length has no interval, and no scaling is claimed without one (an explicit reps=1 is kept)
     top = fit_top(reps, output_tokens)
     short = max(8, output_tokens // 2)
-    for r2, o2, enough in ((reps, output_tokens, 512), (reps, short, 512), (reps, short, 256), (1, short, 0)):
+    for r2, o2, enough in ((reps, output_tokens, 512), (reps, short, 0)):
         t2 = fit_top(r2, o2)
         reps, output_tokens, top = r2, o2, t2
         if t2 >= enough or t2 >= min(n_max or cap, cap):
