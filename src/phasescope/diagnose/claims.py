@@ -92,7 +92,7 @@ def overlap_reason(what: str, a_label: str, a: Interval | None, b_label: str, b:
         why = "one end has no interval"
     elif unstable(a) or unstable(b):
         bad = [lab for lab, iv in ((a_label, a), (b_label, b)) if unstable(iv)]
-        why = (f"the repeats at {' and '.join(bad)} disagree by more than {UNSTABLE_SPREAD:.0%} (unstable): no "
+        why = (f"the repeats of {' and of '.join(bad)} disagree by more than {UNSTABLE_SPREAD:.0%} (unstable): no "
                f"finding rests on them")
     elif a.n < 2 or b.n < 2:
         why = "one request per point gives no spread (a longer --budget repeats them)"

@@ -73,7 +73,7 @@ def rule_conversation(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
         a, b = _decode_iv(turns[0]), _decode_iv(turns[-1])
         if differ(a, b) != LOWER:  # a slowdown the sessions' intervals do not support
             diag.undecided.append(Undecided("conversation-decode-slowdown", overlap_reason(
-                "decode slows as the history grows", "decode at turn 1", a, f"at turn {turns[-1].turn}", b, rate_fmt)))
+                "decode slows as the history grows", "decode at turn 1", a, f"decode at turn {turns[-1].turn}", b, rate_fmt)))
             slow = None
     if slow is not None and slow >= CONVERSATION_DECODE_MIN_PCT and len(turns) >= 2:
         first, last = turns[0], turns[-1]

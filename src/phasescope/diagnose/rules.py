@@ -101,7 +101,7 @@ def _decode_with_the_prompt(ps: Any, pts: Any) -> str:
     if getattr(ps, "decode_change_verdict", None) == CANNOT_TELL:  # a change the intervals do not support
         a, b = step_rate(pts[0]), step_rate(pts[-1])
         return overlap_reason("decode moves with the prompt", f"decode at {pts[0].prompt_tokens} tokens", a,
-                              f"at {pts[-1].prompt_tokens}", b, rate_fmt) + f" ({span})."
+                              f"decode at {pts[-1].prompt_tokens} tokens", b, rate_fmt) + f" ({span})."
     if chg < 0:
         growth = f", against TTFT ×{ps.ttft_growth_x:.1f}" if ps.ttft_growth_x else ""
         return (f"decode also slows with the prompt ({span}{growth}): every step attends over the longer "

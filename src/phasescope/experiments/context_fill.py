@@ -197,7 +197,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             # the slowdown is claimed only where the two ends' intervals part (issue 29)
             res.reason = overlap_reason(f"decode slows from {pts[0].context_tokens} to {pts[-1].context_tokens} "
                                         f"tokens of context", f"decode at {pts[0].context_tokens}", step_rate(pts[0]),
-                                        f"at {pts[-1].context_tokens}", step_rate(pts[-1]), rate_fmt)
+                                        f"decode at {pts[-1].context_tokens}", step_rate(pts[-1]), rate_fmt)
         else:
             res.slows = True
     elif abs(res.slowdown_pct) <= FLAT_PCT and noise <= 2 * FLAT_PCT:

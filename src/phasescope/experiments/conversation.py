@@ -367,9 +367,10 @@ async def _send_chat(ctx: RunContext, req: Any, **tags: Any) -> tuple[RequestRec
     req.tags = {**(req.tags or {}), "experiment": NAME, **tags}
     req.id = ctx.next_id(NAME)
     if ctx.target.api == "ollama":
-        rec = await get_client("ollama").send(ctx.session, ctx.target, req)
+        coro = get_client("ollama").send(ctx.session, ctx.target, req)
     else:
-        rec = await oa.send_chat(ctx.session, ctx.target, req)
+        coro = oa.send_chat(ctx.session, ctx.target, req)
+    rec = await ctx.bounded(coro, req)  # stopped at the budget's hard deadline like every experiment request
     reply = str((rec.tags or {}).pop("reply_text", "") or "")
     rec.tags = {**(rec.tags or {}), **req.tags}
     ctx.keep(rec)

@@ -225,7 +225,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         if res.ttft_grows and differ(a, b) != HIGHER:  # a scaling is claimed only where the intervals part
             res.ttft_grows = None
             res.notes.append(overlap_reason("TTFT grows with the prompt", f"TTFT at {first.prompt_tokens} tokens", a,
-                                            f"at {last.prompt_tokens}", b, s_fmt))
+                                            f"TTFT at {last.prompt_tokens} tokens", b, s_fmt))
     # the server's own decode timing when it gives one (llama.cpp, Ollama): it leaves HTTP and
     # client scheduling out of a physics question; else the client's
     if first.decode_step_s and last.decode_step_s:
@@ -281,8 +281,12 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
     grid = geometric_grid(max(8, min(32, top // 4)), max(top, 16), steps)
     ctx.say(f"{NAME}: {len(grid)} prompt lengths {grid[0]}…{grid[-1]} tokens × {reps}, {output_tokens} output tokens")
     await ctx.send((await ctx.prompt(grid[0])).request(4, cache_prompt=False), NAME, phase="warmup")
-    for rep in range(reps):  # ascending, then descending: a load drift cannot pose as a length effect
-        for n in (grid if rep % 2 == 0 else grid[::-1]):
+    # ascending, then descending (a load drift cannot pose as a length effect) — the descending pass takes
+    # both ends first: the finding compares them, and a pass the budget cuts short must not leave one end
+    # with a single request (no interval)
+    down = [grid[-1], grid[0]] + grid[-2:0:-1] if len(grid) > 2 else grid[::-1]
+    for rep in range(reps):
+        for n in (grid if rep % 2 == 0 else down):
             if ctx.over():
                 break
             p = await ctx.prompt(n)
