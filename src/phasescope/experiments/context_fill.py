@@ -33,7 +33,7 @@ from typing import Sequence
 import math
 
 from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, output_tokens_of, prompt_tokens_of, select
-from phasescope.diagnose.claims import (LOWER, UNSTABLE_SPREAD, differ, overlap_reason, rate_fmt, rate_of_step,
+from phasescope.diagnose.claims import (LOWER, UNSTABLE_RATIO, differ, overlap_reason, rate_fmt, rate_of_step,
                                         step_interval, step_rate, unstable_warning)
 from phasescope.measure import derive
 from phasescope.measure.interval import Interval, to_ci
@@ -174,7 +174,9 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     rates_all = [float(p.decode_tok_s) for p in pts]  # type: ignore[arg-type]
     res.rises_pct = 100.0 * sum(max(0.0, b - a) for a, b in zip(rates_all, rates_all[1:])) / r0
     noise = max(res.noise_pct, NOISE_FLOOR_PCT)
-    shaky = [p for p in (pts[0], pts[-1]) if p.n > 1 and (p.spread or 0) > UNSTABLE_SPREAD]
+    # repetitions more than UNSTABLE_RATIO apart (spread = (max − min) / max > 1 − 1 / ratio)
+    shaky = [p for p in (pts[0], pts[-1]) if len(p.rep_decode_tok_s) > 1
+             and max(p.rep_decode_tok_s) > UNSTABLE_RATIO * min(p.rep_decode_tok_s)]
     for p in shaky:
         reps = p.rep_decode_tok_s
         res.info.warnings.append(unstable_warning(NAME, f"decode at {p.context_tokens} tokens of context", Interval(
@@ -182,8 +184,8 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             rate_fmt))
     if res.slowdown_pct >= SLOW_PCT and shaky:
         res.reason = (f"decode slowed {res.slowdown_pct:.0f}%, but the repetitions at "
-                      f"{' and '.join(str(p.context_tokens) for p in shaky)} tokens of context disagree by more than "
-                      f"{UNSTABLE_SPREAD:.0%} (unstable): cannot tell")
+                      f"{' and '.join(str(p.context_tokens) for p in shaky)} tokens of context are more than "
+                      f"{UNSTABLE_RATIO:g}× apart (unstable): cannot tell")
     elif res.slowdown_pct >= SLOW_PCT:
         if res.slowdown_pct < NOISE_K * noise:
             res.reason = (f"decode slowed {res.slowdown_pct:.0f}% but its two end points carry a spread of "
