@@ -125,7 +125,7 @@ def unstable_warning(experiment: str, figure: str, iv: Interval, f: Callable[[fl
 
 
 def s_fmt(x: float) -> str:
-    return f"{x * 1e3:.0f} ms" if abs(x) < 1 else f"{x:.2f} s"
+    return f"{x * 1e3:.3g} ms" if abs(x) < 1 else f"{x:.2f} s"
 
 
 def rate_fmt(x: float) -> str:
