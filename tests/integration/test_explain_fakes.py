@@ -81,7 +81,8 @@ def test_prefix_cache_llamacpp_flavour_reads_cache_n():
 
 # -- prompt scaling ------------------------------------------------------------------------------------
 def test_prompt_scaling_linear_and_quadratic():
-    lin = run_on(Behaviour(**FAST), lambda ctx: prompt_scaling.run(ctx, 8, n_max=2048, reps=1, steps=5))
+    # two repetitions: one request per length has no interval, and no scaling is claimed without one (issue 29)
+    lin = run_on(Behaviour(**FAST), lambda ctx: prompt_scaling.run(ctx, 8, n_max=2048, reps=2, steps=5))
     assert lin.ttft_grows is True and lin.decode_flat is True
     assert lin.prefill_tok_s == pytest.approx(1e4, rel=0.35)
     assert lin.quadratic_share < 0.3
@@ -162,6 +163,7 @@ def test_one_slot_server_skips_interference():
 
 
 # -- the command ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_explain_json_against_a_fake(tmp_path):
     b = Behaviour(slots=2, prefix_cache=False, **FAST)
     env = {**os.environ, "PHASESCOPE_STORE": str(tmp_path / "runs.db")}
@@ -187,7 +189,9 @@ def test_explain_json_against_a_fake(tmp_path):
     assert doc["run_id"] and os.path.exists(doc["records_path"])
     with open(doc["records_path"]) as fh:
         assert sum(1 for _ in fh) > 20  # every raw record saved
-    assert doc["duration_s"] < 25 * 1.6  # the suite keeps to its budget (loosely: loaded machines)
+    # issue 30 item 5, the contract: the whole run within +10 % of --budget (requests still running at the
+    # hard deadline are stopped, so a loaded machine makes the run leaner, not longer)
+    assert doc["duration_s"] <= 1.1 * 25, doc["duration_s"]
 
 
 def test_experiment_json_keys_and_bad_name():

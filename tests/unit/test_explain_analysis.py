@@ -328,3 +328,38 @@ def test_queue_from_metrics_and_from_server_timings():
     assert prompt_bound.queueing is False
     blind = queue.analyze(_q())
     assert blind.queueing is None and "cannot tell" in blind.reason
+
+
+def _issue30_queue():
+    """Issue 30 item 1: six requests at concurrency 6; two waited ~37.6 s for a slot (TTFT 37.73 s, 0.13 s of
+    server prefill: 99.7 % waiting), four waited 15 ms of a 1.5 s TTFT (1 %)."""
+    out = [rec(Q, "measure", ttft=37.73, server={"prefill_s": 0.13}, concurrency=6, worker=i) for i in range(2)]
+    out += [rec(Q, "measure", ttft=1.5, server={"prefill_s": 1.485}, concurrency=6, worker=2 + i) for i in range(4)]
+    return out
+
+
+def test_queue_share_is_time_weighted_over_requests_not_a_median_of_shares():
+    r = queue.analyze(_issue30_queue())
+    want = (2 * (37.73 - 0.13) + 4 * 0.015) / (2 * 37.73 + 4 * 1.5)
+    assert r.ttft_queue_share_total == pytest.approx(want, rel=1e-6)
+    assert r.ttft_queue_share == pytest.approx(0.01, abs=1e-6)  # the median of per-request shares stays beside it
+    assert sorted(r.ttft_queue_shares) == pytest.approx(sorted([0.01] * 4 + [37.6 / 37.73] * 2), abs=1e-4)
+    assert r.ttft_queue_share_total_ci is not None
+    lo, hi = r.ttft_queue_share_total_ci
+    assert lo <= r.ttft_queue_share_total <= hi
+    assert r.queueing is True and f"{want:.0%}" in r.reason, r.reason
+
+
+def test_conversation_server_cache_share_weighs_turns_by_their_tokens():
+    # three short turns fully reused, then two long ones the server recomputed: one vote per turn (median 100 %)
+    # said "cached"; by tokens the server reused 540 of 5,600 resent history tokens (10 %)
+    from phasescope.experiments import conversation
+
+    prompts, cached = [100, 200, 300, 2000, 3000, 3200], [None, 90, 180, 270, 0, 0]
+    recs = []
+    for s in range(2):
+        for k, (p, c) in enumerate(zip(prompts, cached)):
+            recs.append(rec(conversation.NAME, "turn", ttft=0.1 + p * 1e-4, prompt=p, cached=c, session=s, turn=k + 1))
+    r = conversation.analyze(recs, prefill_tok_s=1e4)
+    assert r.history_cached_share == pytest.approx(540 / 5600)
+    assert r.server_says_cached is False

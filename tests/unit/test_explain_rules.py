@@ -33,7 +33,8 @@ def pc(detected, first=1.0, repeat=0.1, short=0.05, says=None, reason="r"):
 def lv(c, tput, itl99=0.02, itl50=0.015, decode=50.0, ttft50=0.1, queue50=None):
     return BatchLevel(concurrency=c, n=c, n_failed=0, output_tok_s=tput, per_user_decode_tok_s=decode,
                       itl_p50_s=itl50, itl_p99_s=itl99, ttft_p50_s=ttft50, ttft_p99_s=ttft50 * 1.5,
-                      queue_p50_s=queue50, wall_s=1.0)
+                      queue_p50_s=queue50, wall_s=1.0,
+                      queue_share_total=None if queue50 is None else queue50 / ttft50)
 
 
 def bt(levels, knee, reached):
@@ -276,3 +277,48 @@ def test_decode_ceiling_prefers_the_typical_gap_over_a_disturbed_mean():
     d = diagnose({"prompt-scaling": p, "batching": b}, ceilings=Ceilings(110.0, "theory: test"))
     f = d.get("decode-at-ceiling")
     assert f is not None and f.evidence[0].value == pytest.approx(100.0)
+
+
+def test_queue_sentence_uses_the_time_weighted_share():
+    # issue 30 item 1: "waiting was 1 % of TTFT" beside "TTFT p99 at concurrency 6: 37.73 s"
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_explain_analysis import _issue30_queue
+
+    from phasescope.experiments import queue
+
+    r = queue.analyze(_issue30_queue())
+    f = diagnose({"queue": r}).get("ttft-queueing")
+    assert f is not None
+    assert "waiting was 92% of TTFT" in f.cause, f.cause
+    assert "1% of TTFT" not in f.cause
+    ev = {e.what: e for e in f.evidence}
+    assert ev["share of TTFT not spent in prefill (Σ waiting ÷ Σ TTFT)"].value == pytest.approx(92.3, abs=0.1)
+    assert f.severity == "problem"  # most of the time users spent was waiting
+
+
+def test_batching_queueing_is_judged_on_the_time_weighted_share():
+    # one request of four waited 9.9 s for a slot, three waited 50 ms: the median request's share (12 %) says
+    # "no queue", but 90 % of all TTFT at that level was waiting
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from explain_synth import rec
+
+    from phasescope.experiments import batching
+
+    recs = [rec("batching", "measure", ttft=0.2, server={"prefill_s": 0.19}, concurrency=1, worker=0, i=i)
+            for i in range(2)]
+    recs += [rec("batching", "measure", ttft=10.0, server={"prefill_s": 0.1}, concurrency=4, worker=0, i=0)]
+    recs += [rec("batching", "measure", ttft=0.4, server={"prefill_s": 0.35}, concurrency=4, worker=w, i=0)
+             for w in (1, 2, 3)]
+    b = batching.analyze(recs)
+    top = b.levels[-1]
+    assert top.queue_share_total == pytest.approx((9.9 + 3 * 0.05) / (10.0 + 3 * 0.4), rel=1e-6)
+    f = diagnose({"batching": b}).get("ttft-queueing")
+    assert f is not None, "90 % of TTFT was waiting"
+    assert any(e.what.startswith("share of TTFT not spent in prefill") and e.value == pytest.approx(89.7, abs=0.1)
+               for e in f.evidence)

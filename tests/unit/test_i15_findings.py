@@ -52,7 +52,8 @@ def q(concurrency, slots, queue_share, waiting_share, running=None):
     samples = [QueueSample(i * 0.2, 3.0 if i < waiting_share * 10 else 0.0, running, None) for i in range(10)]
     return QueueResult(ExperimentInfo(name="queue"), concurrency=concurrency, metrics_available=True,
                        metrics_source="llamacpp", samples=samples, waiting_max=3.0, waiting_share=waiting_share,
-                       running_max=running, ttft_p99_s=0.5, ttft_queue_share=queue_share, queueing=True,
+                       running_max=running, ttft_p99_s=0.5, ttft_queue_share=queue_share,
+                       ttft_queue_share_total=queue_share, queueing=True,
                        reason="waiting > 0", slots=slots, slots_source="llama.cpp /props total_slots" if slots else None)
 
 
@@ -68,7 +69,7 @@ def test_a_queue_the_experiment_made_itself_is_information_not_a_problem():
 def test_queueing_headline_agrees_with_its_evidence():
     d = diagnose({"queue": q(8, 4, 0.02, 0.8)}, engine="llamacpp")
     f = d.get("ttft-queueing")
-    share = next(e for e in f.evidence if e.what == "share of TTFT not spent in prefill")
+    share = next(e for e in f.evidence if e.what.startswith("share of TTFT not spent in prefill"))
     assert f"{share.value:.0f}%" in f.cause
 
 

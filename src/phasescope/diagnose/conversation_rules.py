@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from phasescope.diagnose.claims import LOWER, differ, overlap_reason, rate_fmt, stored
 from phasescope.diagnose.findings import Diagnosis, Evidence, Finding, Undecided
 from phasescope.diagnose.knobs import advice_for
 from phasescope.diagnose.thresholds import (
@@ -21,6 +22,11 @@ if TYPE_CHECKING:
 
 def _ms(x: float) -> float:
     return x * 1e3
+
+
+def _decode_iv(t: Any) -> Any:
+    rng = getattr(t, "decode_tok_s_range", None)
+    return stored(t.decode_tok_s, getattr(t, "decode_tok_s_ci", None), t.n, rng)
 
 
 def rule_conversation(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
@@ -63,6 +69,12 @@ def rule_conversation(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             f"({(turns[0].ttft_s or 0) * 1e3:.0f} → {(turns[-1].ttft_s or 0) * 1e3:.0f} ms) while the prompt grows "
             f"{turns[0].prompt_tokens or 0:.0f} → {turns[-1].prompt_tokens or 0:.0f} tokens.", ev))
     slow = cv.decode_slowdown_pct
+    if slow is not None and slow >= CONVERSATION_DECODE_MIN_PCT and len(turns) >= 2:
+        a, b = _decode_iv(turns[0]), _decode_iv(turns[-1])
+        if differ(a, b) != LOWER:  # a slowdown the sessions' intervals do not support
+            diag.undecided.append(Undecided("conversation-decode-slowdown", overlap_reason(
+                "decode slows as the history grows", "decode at turn 1", a, f"decode at turn {turns[-1].turn}", b, rate_fmt)))
+            slow = None
     if slow is not None and slow >= CONVERSATION_DECODE_MIN_PCT and len(turns) >= 2:
         first, last = turns[0], turns[-1]
         dev = [Evidence("decode rate at turn 1", first.decode_tok_s, "tok/s", src),

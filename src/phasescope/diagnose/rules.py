@@ -7,11 +7,13 @@ module constants, named and documented, so a test can sit on either side of each
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from phasescope.diagnose.claims import (CANNOT_TELL, LOWER, differ, overlap_reason, rate_fmt, s_fmt, step_rate, stored,
+                                        unstable)
 from phasescope.diagnose.conversation_rules import rule_conversation
+from phasescope.diagnose.queue_rules import rule_queue
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
 from phasescope.diagnose.tradeoffs import prefill_cost, reconcile
@@ -97,6 +99,10 @@ def _decode_with_the_prompt(ps: Any, pts: Any) -> str:
     span = f"{chg:+.0f} % from {pts[0].prompt_tokens} to {pts[-1].prompt_tokens} prompt tokens"
     if abs(chg) < DECODE_HARDLY_PCT:
         return f"decode speed hardly moves with the prompt ({span})."
+    if getattr(ps, "decode_change_verdict", None) == CANNOT_TELL:  # a change the intervals do not support
+        a, b = step_rate(pts[0]), step_rate(pts[-1])
+        return overlap_reason("decode moves with the prompt", f"decode at {pts[0].prompt_tokens} tokens", a,
+                              f"decode at {pts[-1].prompt_tokens} tokens", b, rate_fmt) + f" ({span})."
     if chg < 0:
         growth = f", against TTFT ×{ps.ttft_growth_x:.1f}" if ps.ttft_growth_x else ""
         return (f"decode also slows with the prompt ({span}{growth}): every step attends over the longer "
@@ -147,12 +153,23 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
             ev, tailored("prefill_slow", diag.engine, diag.settings)))
     # When the server times its own prefill, the overhead is what lies outside it (measured per
     # request); otherwise the fit's intercept a.
+    a_iv = None
     if ps.client_overhead_s is not None:
         a, a_ev = ps.client_overhead_s, Evidence("TTFT − server-timed prefill (median)", ps.client_overhead_s, "s",
                                                  "prompt-scaling: client TTFT − server prompt time")
+        a_iv = stored(ps.client_overhead_s, getattr(ps, "client_overhead_s_ci", None),
+                      getattr(ps, "client_overhead_n", 0), getattr(ps, "client_overhead_range", None))
     else:
         a, a_ev = ps.fixed_overhead_s or 0.0, Evidence("fixed TTFT overhead a", ps.fixed_overhead_s, "s", src)
-    if pts and pts[0].ttft_s and a >= OVERHEAD_MIN_S and a / pts[0].ttft_s >= OVERHEAD_MIN_SHARE:
+    big = pts and pts[0].ttft_s and a >= OVERHEAD_MIN_S and a / pts[0].ttft_s >= OVERHEAD_MIN_SHARE
+    if big and a_iv is not None and (unstable(a_iv) or a_iv.low < OVERHEAD_MIN_S):
+        # the cause is claimed only when the whole interval lies above the threshold, on stable repeats
+        diag.undecided.append(Undecided(
+            "ttft-fixed-overhead", f"cannot tell whether {a * 1e3:.0f} ms of every TTFT lies outside prefill: "
+                                   f"TTFT − server prefill read {a_iv.fmt(s_fmt, unit_of_n='requests', rel=0)}"
+                                   + (" (unstable: the requests disagree)" if unstable(a_iv) else
+                                      f", an interval reaching below {OVERHEAD_MIN_S * 1e3:.0f} ms")))
+    elif big:
         diag.findings.append(Finding(
             "ttft-fixed-overhead", "problem",
             f"{a * 1e3:.0f} ms of every TTFT does not depend on the prompt: it is spent outside prefill.",
@@ -200,6 +217,21 @@ def rule_decode_ceiling(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | Non
                               "for the embedded engine) so the decode speed can be set against it"))
         return
     share = d / ceil.decode_ceiling_tok_s
+    ps = r.get("prompt-scaling")
+    d_iv = step_rate(ps.points[0]) if ps is not None and ps.points and src.startswith("prompt-scaling") else None
+
+    def band(x: float) -> str:
+        return "at" if x >= CEILING_AT else ("far below" if x < CEILING_FAR_BELOW else "near")
+
+    if d_iv is not None and (unstable(d_iv) or band(d_iv.low / ceil.decode_ceiling_tok_s) !=
+                             band(d_iv.high / ceil.decode_ceiling_tok_s)):
+        diag.undecided.append(Undecided(
+            "decode-ceiling", f"cannot tell whether decode is at, near or far below the memory-bandwidth ceiling: "
+                              f"single-stream decode {d_iv.value:.1f} tok/s has an interval of {d_iv.low:.1f}–"
+                              f"{d_iv.high:.1f} tok/s ({d_iv.n} token gaps), {d_iv.low / ceil.decode_ceiling_tok_s:.0%}–"
+                              f"{d_iv.high / ceil.decode_ceiling_tok_s:.0%} of the {ceil.decode_ceiling_tok_s:.0f} tok/s "
+                              f"ceiling, across the {CEILING_FAR_BELOW:.0%} / {CEILING_AT:.0%} lines"))
+        return
     ev = [Evidence("single-stream decode", d, "tok/s", src),
           Evidence("bandwidth ceiling (bandwidth ÷ bytes per token)", ceil.decode_ceiling_tok_s, "tok/s", ceil.source),
           Evidence("share of the ceiling", 100 * share, "%", "measured ÷ ceiling")]
@@ -381,88 +413,6 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
         f"{pi.stall_s * 1e3:.0f} ms ({pi.spike_x:.1f}× their usual gap).{how}", ev,
         tailored("interference", diag.engine, diag.settings, prompt_tokens=pi.injected_prompt_tokens,
                  chunked=pi.chunked_prefill_likely, cost=prefill_cost(r, pi))))
-
-
-def _capacity(q: Any) -> tuple[int | None, str]:
-    """How many requests the server runs at once: its reported slots, else the most /metrics saw running."""
-    if getattr(q, "slots", None):
-        return int(q.slots), q.slots_source or "the server's slots"
-    if q.running_max:
-        return int(q.running_max), "the most requests /metrics showed running at once"
-    return None, ""
-
-
-def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
-    q, b = r.get("queue"), r.get("batching")
-    found = False
-    if q is not None and q.queueing:
-        cap, cap_src = _capacity(q)
-        ev = []
-        if q.metrics_available:
-            ev.append(Evidence("requests waiting (max)", q.waiting_max, "", f"/metrics {q.metrics_source or ''}, {len(q.samples)} samples".strip()))
-            ev.append(Evidence("share of samples with a queue", 100 * (q.waiting_share or 0), "%", "/metrics"))
-        if q.running_max is not None:
-            ev.append(Evidence("requests running at once (max)", q.running_max, "", "/metrics"))
-        if q.ttft_queue_share is not None:
-            ev.append(Evidence("share of TTFT not spent in prefill", 100 * q.ttft_queue_share, "%",
-                               "queue: client TTFT − server-timed prefill"))
-        ev.append(Evidence(f"TTFT p99 at concurrency {q.concurrency}", q.ttft_p99_s, "s", "queue: client TTFT"))
-        if q.kv_usage_max is not None:
-            ev.append(Evidence("KV-cache usage (max)", 100 * q.kv_usage_max, "%", "/metrics"))
-        waited = []
-        if q.waiting_share is not None and (q.waiting_max or 0) > 0:
-            waited.append(f"up to {q.waiting_max:.0f} waited in /metrics ({q.waiting_share:.0%} of samples)")
-        if q.ttft_queue_share is not None:
-            waited.append(f"waiting was {q.ttft_queue_share:.0%} of TTFT")
-        costly = (q.ttft_queue_share or 0) >= QUEUE_DOMINATES or (
-            q.ttft_queue_share is None and (q.waiting_share or 0) >= QUEUE_DOMINATES)
-        self_caused = cap is not None and q.concurrency is not None and q.concurrency > cap
-        if self_caused:
-            knee = b.knee_concurrency if b is not None else None
-            lv_cap = next((x for x in (b.levels if b is not None else []) if x.concurrency == cap), None)
-            lv_1 = next((x for x in (b.levels if b is not None else []) if x.concurrency == 1), None)
-            gain = (lv_cap.output_tok_s / lv_1.output_tok_s) if lv_cap and lv_1 and lv_cap.output_tok_s and \
-                lv_1.output_tok_s and cap > 1 else None
-            # a limit worth raising: batching still paid right up to it, and it is small
-            limited = (knee is not None and knee == cap and gain is not None and gain >= 1.15 ** math.log2(cap)
-                       and cap < q.concurrency)
-            cause = (f"The server runs at most {cap} requests at once ({cap_src}); this experiment sent {q.concurrency} "
-                     f"on purpose, so the others waited: {'; '.join(waited) or q.reason}.")
-            if limited:
-                cause += (f" Batching still gave {gain:.1f}× the single-stream throughput at {cap}, the knee is at that "
-                          f"limit: more concurrent requests per server would add throughput.")
-                ev.append(Evidence(f"throughput gain at concurrency {cap} over 1", gain, "×", "batching"))
-            diag.findings.append(Finding(
-                "ttft-queueing", "problem" if limited else "info", cause, ev,
-                tailored("queueing", diag.engine, diag.settings) if limited else []))
-        else:
-            cause = (f"At {q.concurrency} concurrent requests{f' (the server runs {cap} at once)' if cap else ''}, "
-                     f"requests waited before their prefill started: {'; '.join(waited) or q.reason}.")
-            diag.findings.append(Finding("ttft-queueing", "problem" if costly else "info", cause, ev,
-                                         tailored("queueing", diag.engine, diag.settings)))
-        found = True
-        if q.kv_pool_full and (q.waiting_max or 0) > 0:
-            diag.findings.append(Finding(
-                "kv-pool-full", "problem",
-                "The KV-cache pool was full while requests waited: the pool, not compute, limits concurrency.",
-                [Evidence("KV-cache usage (max)", 100 * (q.kv_usage_max or 0), "%", "/metrics"),
-                 Evidence("requests waiting (max)", q.waiting_max, "", "/metrics")],
-                advice_for("kv_pool_full", diag.engine)))
-    elif b is not None:
-        top = next((x for x in reversed(b.levels) if x.queue_p50_s is not None and x.ttft_p50_s), None)
-        if top is not None and top.queue_p50_s / top.ttft_p50_s >= QUEUE_DOMINATES:  # type: ignore[operator]
-            slots = b.max_concurrency_bound if b.bound_source and "slots" in b.bound_source else None
-            mine = slots is not None and top.concurrency > slots
-            cause = (f"At {top.concurrency} concurrent requests most of TTFT is waiting, not prefill"
-                     + (f" — more than the server's {slots} slots, as this experiment sent on purpose." if mine else "."))
-            diag.findings.append(Finding(
-                "ttft-queueing", "info" if mine else "problem", cause,
-                [Evidence(f"median TTFT at concurrency {top.concurrency}", top.ttft_p50_s, "s", "batching: client TTFT"),
-                 Evidence("median TTFT − server-timed prefill", top.queue_p50_s, "s", "batching: client TTFT − server prompt time")],
-                [] if mine else tailored("queueing", diag.engine, diag.settings)))
-            found = True
-    if not found and q is not None and q.queueing is None:
-        diag.undecided.append(Undecided("ttft-queueing", q.reason or "no queue signal"))
 
 
 def rule_model_load(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None, records: Sequence[Any] = ()) -> None:

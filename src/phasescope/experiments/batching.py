@@ -8,7 +8,9 @@ loop: each worker sends its next request when the previous finishes). Per level:
 * ``itl_p50_s`` / ``itl_p99_s`` — per-token inter-token latency over every stream
   (``measure.derive.itl_s``), ``ttft_p50_s`` / ``ttft_p99_s`` — time to first token.
 * ``queue_p50_s`` — median of TTFT − server-timed prefill, when the server times its prefill
-  (llama.cpp ``prompt_ms``): time spent waiting for a slot plus transport.
+  (llama.cpp ``prompt_ms``): time spent waiting for a slot plus transport; ``queue_share_total`` =
+  Σ (TTFT − server prefill) ÷ Σ TTFT over the level's requests, the share of all TTFT spent waiting
+  (a ratio of sums: the median of per-request shares hides the few requests that waited longest).
 
 The knee: the lowest level after which no higher level adds ``KNEE_GAIN`` (15 %) aggregate
 throughput per doubling of concurrency. ``knee_concurrency`` is ``None`` with ``knee_reached = False`` when throughput
@@ -48,6 +50,8 @@ class BatchLevel:
     ttft_p99_s: float | None
     queue_p50_s: float | None
     wall_s: float | None
+    #: Σ (TTFT − server prefill) ÷ Σ TTFT over the level's server-timed requests
+    queue_share_total: float | None = None
 
 
 @dataclass
@@ -77,11 +81,12 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
     for r in good:
         itls.extend(derive.itl_s(r))
     ttfts = [derive.ttft_s(r) for r in good]
-    queues = []
+    queues, timed = [], []
     for r in good:
         t, p = derive.ttft_s(r), server_prefill_s(r)
         if t is not None and p is not None:
             queues.append(max(0.0, t - p))
+            timed.append(t)
     return BatchLevel(
         concurrency=c, n=len(good), n_failed=len(rs) - len(good),
         output_tok_s=(out_total / wall) if wall and wall > 0 else None,
@@ -89,6 +94,7 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
         itl_p50_s=pct(itls, 50), itl_p99_s=pct(itls, 99),
         ttft_p50_s=pct(ttfts, 50), ttft_p99_s=pct(ttfts, 99),
         queue_p50_s=med(queues) if queues else None, wall_s=wall,
+        queue_share_total=(sum(queues) / sum(timed)) if timed and sum(timed) > 0 else None,
     )
 
 

@@ -48,6 +48,40 @@ class Calibration:
     probe_prompt_tokens: int
 
 
+#: a request still in flight at this multiple of its experiment's budget is stopped
+HARD_X = 1.2
+#: the whole run may end this share of the budget late at most (the stop of requests in flight, then the
+#: analysis); ``explain --json`` ``duration_s`` ≤ (1 + RUN_GRACE) × budget plus the analysis
+RUN_GRACE = 0.05
+
+
+@dataclass
+class Budget:
+    """The run's time budget on one clock: ``start`` and ``seconds``. Nothing new is sent past ``end``,
+    and a request in flight at ``hard_end`` (:data:`RUN_GRACE` later) is stopped, so a run of
+    ``--budget B`` ends within (1 + RUN_GRACE)·B plus its analysis — the +10 % ``explain`` promises."""
+
+    start: float
+    seconds: float
+    clock: Callable[[], float] = time.monotonic
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
+
+    @property
+    def hard_end(self) -> float:
+        return self.end + RUN_GRACE * self.seconds
+
+    def left(self) -> float:
+        return self.end - self.clock()
+
+    def allot(self, share: float, rest_shares: float) -> float:
+        """Seconds for an experiment whose share is ``share`` of the ``rest_shares`` still to run: its
+        part of the time left (an experiment that finished early leaves more for the next)."""
+        return max(0.0, self.left()) * share / rest_shares if rest_shares > 0 else 0.0
+
+
 @dataclass
 class RunContext:
     target: Target
@@ -60,6 +94,15 @@ class RunContext:
     seed: int = 0
     #: monotonic time after which the running experiment sends nothing new (set per experiment)
     deadline: float | None = None
+    #: monotonic time at which a request still in flight is stopped (the experiment's hard end; see
+    #: :class:`Budget`); None: never
+    hard_deadline: float | None = None
+    #: the whole run's budget (explain): every experiment's clock is capped by it
+    budget: "Budget | None" = None
+    #: the clock every deadline is read on (a test swaps in a simulated one)
+    clock: Callable[[], float] = time.monotonic
+    #: requests stopped in flight at a hard deadline (kept as ``stopped_by_client`` records)
+    n_cut: int = 0
     _prompts: PromptBuilder | None = None
     _prompt_session: aiohttp.ClientSession | None = None
     _n: int = 0
@@ -83,12 +126,27 @@ class RunContext:
         if self.progress is not None:
             self.progress(msg)
 
-    def start_clock(self, budget_s: float, slack: float = 1.15) -> None:
-        """Start an experiment's clock: past ``slack × budget_s`` it stops sending new requests."""
-        self.deadline = time.monotonic() + slack * budget_s
+    def start_clock(self, budget_s: float, slack: float = 1.0) -> None:
+        """Start an experiment's clock: past ``slack × budget_s`` it sends nothing new, and a request
+        still in flight at :data:`HARD_X` × its budget is stopped — both capped by the run's own
+        :class:`Budget` when there is one, so no experiment can spend another's time."""
+        now = self.clock()
+        self.deadline = now + slack * budget_s
+        self.hard_deadline = now + HARD_X * budget_s
+        if self.budget is not None:
+            self.deadline = min(self.deadline, self.budget.end)
+            self.hard_deadline = min(self.hard_deadline, self.budget.hard_end)
 
     def over(self) -> bool:
-        return self.deadline is not None and time.monotonic() > self.deadline
+        return self.deadline is not None and self.clock() > self.deadline
+
+    def hard_left(self) -> float | None:
+        """Seconds until a request in flight is stopped (None: no hard deadline)."""
+        return None if self.hard_deadline is None else self.hard_deadline - self.clock()
+
+    def past_hard(self) -> bool:
+        left = self.hard_left()
+        return left is not None and left <= 0
 
     def ctx_limit(self, default: int = 4096) -> int:
         """Tokens one sequence may hold (prompt + output)."""
@@ -110,13 +168,47 @@ class RunContext:
         if self.target.api == "chat":
             from phasescope.apis import openai as oa
 
-            rec = await oa.send_chat(self.session, self.target, req)
+            coro = oa.send_chat(self.session, self.target, req)
         else:
-            rec = await get_client(self.target.api).send(self.session, self.target, req)
+            coro = get_client(self.target.api).send(self.session, self.target, req)
+        rec = await self.bounded(coro, req)
         rec.tags = {**(rec.tags or {}), **req.tags}
         self.records.append(rec)
         if self.sink is not None:
             self.sink(rec)
+        return rec
+
+    async def bounded(self, coro: Any, req: GenRequest) -> RequestRecord:
+        """Await one request, stopping it at the hard deadline: the record read so far is kept, marked
+        ``stopped_by_client`` (a request cut by the budget is data, not a failure of the server)."""
+        import asyncio
+
+        left = self.hard_left()
+        if left is None:
+            return await coro
+        task = asyncio.ensure_future(coro)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
+        except asyncio.CancelledError:  # the experiment stops its own request (prefill-interference)
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        rec = LIVE.get(req.id or "")
+        task.cancel()
+        try:
+            await task
+        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopped on purpose
+            pass
+        if rec is None:  # not started yet (still connecting): an empty record says it was sent
+            from phasescope.measure.clock import now_ns
+
+            rec = RequestRecord(id=req.id or "", api=self.target.api, target=self.target.display_url,
+                                model=self.target.model, max_tokens=req.max_tokens, t_start_ns=now_ns())
+        rec.ok, rec.error_kind = False, "stopped_by_client"
+        rec.error_message = "stopped at the time budget (explain --budget) while still running"
+        rec.t_done_ns = rec.t_done_ns or (rec.token_events()[-1].t_ns if rec.token_events() else rec.t_start_ns)
+        self.n_cut += 1
         return rec
 
     async def prompt(self, n_tokens: int, *, fresh: bool = True) -> Prompt:

@@ -16,7 +16,8 @@ the bandwidth model predicts
     predicted_slowdown_pct(L) = 100·(1 − (W + L_min·KV) / (W + L·KV))
 
 and ``measured_over_predicted`` compares it with what the server did. ``slows`` is ``True`` when
-decode at the longest context is at least ``SLOW_PCT`` slower than at the shortest, ``False`` when
+decode at the longest context is at least ``SLOW_PCT`` slower than at the shortest — and the 95 %
+intervals of the two ends' typical steps do not overlap (``decode_tok_s_ci``) —, ``False`` when
 it is within ``FLAT_PCT``, ``None`` in between. A slowdown seen from one request per point is never
 taken on its own: both end points are measured once more first (load only slows decode, and each
 point keeps its best repetition), so one request slowed by the host cannot make the finding.
@@ -32,7 +33,10 @@ from typing import Sequence
 import math
 
 from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, output_tokens_of, prompt_tokens_of, select
+from phasescope.diagnose.claims import (LOWER, UNSTABLE_RATIO, differ, overlap_reason, rate_fmt, rate_of_step,
+                                        step_interval, step_rate, unstable_warning)
 from phasescope.measure import derive
+from phasescope.measure.interval import Interval, to_ci
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import fit_linear
 
@@ -65,6 +69,12 @@ class ContextPoint:
     spread: float | None = None
     #: the decode rate of each repetition (same estimator), for the record
     rep_decode_tok_s: list[float] = field(default_factory=list)
+    #: 95 % interval of ``decode_tok_s``: the best repetition's typical step (median of its gaps) with
+    #: its order-statistic / log-t interval over ``decode_step_n`` gaps, inverted
+    decode_tok_s_ci: list[float] | None = None
+    decode_step_s: float | None = None
+    decode_step_s_ci: list[float] | None = None
+    decode_step_n: int = 0
 
 
 @dataclass
@@ -121,12 +131,15 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         sd = med(derive.server_decode_tok_s(r) for r in rs)
         rates: list[float] = []
         within: list[float] = []
+        best: tuple[float, list[float]] | None = None
         for r in rs:
             g = finite(derive.itl_s(r))
             if len(g) >= 4 and med(g):
                 m = float(med(g))  # type: ignore[arg-type]
                 rates.append(1.0 / m)
                 within.append(mad_sigma(g) / math.sqrt(len(g)) / m)
+                if best is None or m < best[0]:
+                    best = (m, g)
             else:
                 v = derive.server_decode_tok_s(r)
                 if v:
@@ -137,10 +150,13 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             spread = (max(rates) - min(rates)) / max(rates)
         elif within:
             spread = min(within)
+        siv = step_interval(best[1]) if best is not None and rate and abs(1.0 / best[0] - rate) < 1e-9 * rate else None
+        riv = rate_of_step(siv)
         res.points.append(ContextPoint(
             context_tokens=int(round(p + o / 2)), prompt_tokens=int(round(p)), n=len(rs),
             decode_tok_s=rate, server_decode_tok_s=sd, per_token_s=(1.0 / rate) if rate else None,
-            spread=spread, rep_decode_tok_s=[round(x, 3) for x in rates],
+            spread=spread, rep_decode_tok_s=[round(x, 3) for x in rates], decode_tok_s_ci=to_ci(riv),
+            decode_step_s=siv.value if siv else None, decode_step_s_ci=to_ci(siv), decode_step_n=siv.n if siv else 0,
         ))
     pts = [p for p in res.points if p.per_token_s is not None]
     if len(pts) < 2:
@@ -158,7 +174,19 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     rates_all = [float(p.decode_tok_s) for p in pts]  # type: ignore[arg-type]
     res.rises_pct = 100.0 * sum(max(0.0, b - a) for a, b in zip(rates_all, rates_all[1:])) / r0
     noise = max(res.noise_pct, NOISE_FLOOR_PCT)
-    if res.slowdown_pct >= SLOW_PCT:
+    # repetitions more than UNSTABLE_RATIO apart (spread = (max − min) / max > 1 − 1 / ratio)
+    shaky = [p for p in (pts[0], pts[-1]) if len(p.rep_decode_tok_s) > 1
+             and max(p.rep_decode_tok_s) > UNSTABLE_RATIO * min(p.rep_decode_tok_s)]
+    for p in shaky:
+        reps = p.rep_decode_tok_s
+        res.info.warnings.append(unstable_warning(NAME, f"decode at {p.context_tokens} tokens of context", Interval(
+            float(p.decode_tok_s), min(reps), max(reps), len(reps), "repeats", min=min(reps), max=max(reps)),
+            rate_fmt))
+    if res.slowdown_pct >= SLOW_PCT and shaky:
+        res.reason = (f"decode slowed {res.slowdown_pct:.0f}%, but the repetitions at "
+                      f"{' and '.join(str(p.context_tokens) for p in shaky)} tokens of context are more than "
+                      f"{UNSTABLE_RATIO:g}× apart (unstable): cannot tell")
+    elif res.slowdown_pct >= SLOW_PCT:
         if res.slowdown_pct < NOISE_K * noise:
             res.reason = (f"decode slowed {res.slowdown_pct:.0f}% but its two end points carry a spread of "
                           f"±{res.noise_pct:.0f}% ({'over repetitions' if pts[0].n > 1 else 'within each request'}): "
@@ -167,6 +195,11 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             res.reason = (f"decode should only fall as the context grows, but between neighbouring points it rose "
                           f"{res.rises_pct:.0f}% in all against a {res.slowdown_pct:.0f}% fall end to end: "
                           f"the points are noisier than the effect (a busy machine?)")
+        elif differ(step_rate(pts[0]), step_rate(pts[-1])) != LOWER:
+            # the slowdown is claimed only where the two ends' intervals part (issue 29)
+            res.reason = overlap_reason(f"decode slows from {pts[0].context_tokens} to {pts[-1].context_tokens} "
+                                        f"tokens of context", f"decode at {pts[0].context_tokens}", step_rate(pts[0]),
+                                        f"decode at {pts[-1].context_tokens}", step_rate(pts[-1]), rate_fmt)
         else:
             res.slows = True
     elif abs(res.slowdown_pct) <= FLAT_PCT and noise <= 2 * FLAT_PCT:

@@ -15,8 +15,9 @@ reported, TTFT and the decode rate.
   (``slope_share``), says which: ≤ :data:`CACHED_MAX_SHARE` → the history is served from the
   cache (``history_cached`` True); ≥ :data:`RECOMPUTED_MIN_SHARE` → every turn prefills it again
   (False); in between, or when the expected growth is within the noise (4 × the spread of the two
-  sessions' TTFTs, floor 2 ms), cannot tell (None). The server's own count (cached tokens ≥ half of
-  the previous turn's prompt) is read alongside; a disagreement is "cannot tell". A cache that
+  sessions' TTFTs, floor 2 ms), cannot tell (None). The server's own count is read alongside:
+  ``history_cached_share`` = Σ cached tokens ÷ Σ the previous turn's prompt tokens over turns 2…
+  (≥ 0.5: cached); a disagreement is "cannot tell". A cache that
   served the early turns but not the last (``evicted_at_turn``) means the history outgrew it.
 * **Sessions filling the KV pool.** With ``/metrics``, ``fill_sessions`` sessions (the server's
   slots, at most 8; 4 when it does not say) then run *concurrently* (``phase="fill"``), no more
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, select
 from phasescope.measure import derive
+from phasescope.measure.interval import median_interval, to_ci
 from phasescope.measure.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -61,6 +63,10 @@ class TurnStat:
     cached_tokens: float | None
     ttft_s: float | None
     decode_tok_s: float | None
+    #: 95 % intervals over the sessions (``measure.interval.median_interval``) and the samples' range
+    ttft_s_ci: list[float] | None = None
+    decode_tok_s_ci: list[float] | None = None
+    decode_tok_s_range: list[float] | None = None
 
 
 @dataclass
@@ -77,6 +83,8 @@ class ConversationResult:
     noise_s: float | None = None
     history_cached: bool | None = None
     server_says_cached: bool | None = None
+    #: Σ cached tokens of turns 2… ÷ Σ the previous turns' prompt tokens (what the server says it reused)
+    history_cached_share: float | None = None
     evicted_at_turn: int | None = None
     decode_slowdown_pct: float | None = None
     predicted_slowdown_pct: float | None = None
@@ -97,8 +105,11 @@ def _per_turn(recs: Sequence[RequestRecord]) -> list[TurnStat]:
     out = []
     for t in sorted(by):
         rs = by[t]
+        dec = median_interval([derive.decode_tok_s(r) for r in rs])
         out.append(TurnStat(t, len(rs), med(r.prompt_tokens for r in rs), med(derive.cached_prompt_tokens(r) for r in rs),
-                            med(derive.ttft_s(r) for r in rs), med(derive.decode_tok_s(r) for r in rs)))
+                            med(derive.ttft_s(r) for r in rs), med(derive.decode_tok_s(r) for r in rs),
+                            ttft_s_ci=to_ci(median_interval([derive.ttft_s(r) for r in rs])), decode_tok_s_ci=to_ci(dec),
+                            decode_tok_s_range=[dec.min, dec.max] if dec is not None and dec.min is not None else None))
     return out
 
 
@@ -135,13 +146,18 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
             diffs.append(ts[0] - ts[1])
     res.noise_s = max(mad_sigma(diffs) if len(diffs) >= 2 else 0.0, NOISE_FLOOR_S)
     # what the server says: later turns' cached tokens against the previous turn's prompt
-    shares = []
+    shares, cached_sum, prev_sum = [], 0.0, 0.0
     for prev, cur in zip(res.turns, res.turns[1:]):
         if cur.cached_tokens is not None and prev.prompt_tokens:
             shares.append((cur.turn, cur.cached_tokens / prev.prompt_tokens))
+            cached_sum += cur.cached_tokens
+            prev_sum += prev.prompt_tokens
     if shares:
         early = [s for _, s in shares[:-1]] or [shares[0][1]]
-        res.server_says_cached = med(s for _, s in shares) >= 0.5
+        # the share of the resent history the server served from its cache, over all turns (Σ ÷ Σ: the
+        # long late turns weigh by their tokens, not one vote per turn)
+        res.history_cached_share = cached_sum / prev_sum
+        res.server_says_cached = res.history_cached_share >= 0.5
         if med(early) >= 0.5 and shares[-1][1] < 0.5 and len(shares) >= 2:
             res.evicted_at_turn = shares[-1][0]
     # decode as the history grows
@@ -351,9 +367,10 @@ async def _send_chat(ctx: RunContext, req: Any, **tags: Any) -> tuple[RequestRec
     req.tags = {**(req.tags or {}), "experiment": NAME, **tags}
     req.id = ctx.next_id(NAME)
     if ctx.target.api == "ollama":
-        rec = await get_client("ollama").send(ctx.session, ctx.target, req)
+        coro = get_client("ollama").send(ctx.session, ctx.target, req)
     else:
-        rec = await oa.send_chat(ctx.session, ctx.target, req)
+        coro = oa.send_chat(ctx.session, ctx.target, req)
+    rec = await ctx.bounded(coro, req)  # stopped at the budget's hard deadline like every experiment request
     reply = str((rec.tags or {}).pop("reply_text", "") or "")
     rec.tags = {**(rec.tags or {}), **req.tags}
     ctx.keep(rec)

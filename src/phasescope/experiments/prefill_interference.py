@@ -316,7 +316,7 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
                 break
             if counts and min(counts) == 0 and max(counts) >= PRE_TOKENS + 6:
                 break  # some streams decode while others have not started: the server queued them
-            if any(tasks[r].done() for r in ids):
+            if any(tasks[r].done() for r in ids) or ctx.past_hard():
                 break
             await asyncio.sleep(poll)
         counts = {r: live_tokens(r) for r in ids}
@@ -352,11 +352,11 @@ async def run(ctx: RunContext, budget_s: float, *, streams: int | None = None, i
             # 2. the injected request's first token, then POST_GAPS more gaps of the streams
             limit = max(10 * (t_inj + c.overhead_s) + 2.0, 0.5 * budget_s)
             while not inj_task.done() and live_tokens(irq.id) == 0 and time.monotonic() - t_inj0 < limit:
-                if all(tasks[r].done() for r in ids):
+                if all(tasks[r].done() for r in ids) or ctx.past_hard():
                     break
                 await asyncio.sleep(poll)
             t_after = time.monotonic() + POST_GAPS * gap * 1.5
-            while time.monotonic() < t_after and not all(tasks[r].done() for r in ids):
+            while time.monotonic() < t_after and not all(tasks[r].done() for r in ids) and not ctx.past_hard():
                 await asyncio.sleep(poll)
         for r in ids:
             await stop(r)

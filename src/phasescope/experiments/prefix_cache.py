@@ -13,8 +13,9 @@ Two groups (two different S) give two cold samples. Then
     saved_s           = TTFT(cold) − TTFT(repeat)
     saved_fraction    = saved_s / TTFT(cold)
 
-``cache_detected`` is ``True`` when repeats save at least half of the expected saving, ``False``
-when they save at most a fifth of it, and ``None`` (cannot tell) when the expected saving is not
+``cache_detected`` is ``True`` when repeats save at least half of the expected saving (and the 95 %
+intervals of the cold and repeat TTFTs do not overlap), ``False`` when they save at most a fifth of it
+(and the system prompt's cost shows: the intervals of the user turn alone and the cold request part), and ``None`` (cannot tell) when the expected saving is not
 clearly above the noise (4 × robust σ of the repeat TTFTs, floor 2 ms), the saving is in between,
 or the timing verdict contradicts what the server itself reports (``agrees_with_server`` False).
 
@@ -41,7 +42,9 @@ from phasescope.experiments.common import (
     select,
     server_prefill_s,
 )
+from phasescope.diagnose.claims import HIGHER, LOWER, differ, overlap_reason, s_fmt, unstable, unstable_warning
 from phasescope.measure import derive
+from phasescope.measure.interval import median_interval, to_ci
 from phasescope.measure.records import RequestRecord
 
 
@@ -87,6 +90,11 @@ class PrefixCacheResult:
     reason: str = ""
     server: ServerCacheView = field(default_factory=ServerCacheView)
     agrees_with_server: bool | None = None
+    #: 95 % intervals of the three median TTFTs (``measure.interval.median_interval``)
+    ttft_first_s_ci: list[float] | None = None
+    ttft_repeat_s_ci: list[float] | None = None
+    ttft_short_s_ci: list[float] | None = None
+    n_short: int = 0
 
     name: str = NAME
 
@@ -134,6 +142,12 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     t_cold = finite(derive.ttft_s(r) for r in cold)
     t_rep = finite(derive.ttft_s(r) for r in rep)
     res.ttft_short_s, res.ttft_first_s, res.ttft_repeat_s = med(t_short), med(t_cold), med(t_rep)
+    ivs = {k: median_interval(v) for k, v in (("short", t_short), ("first", t_cold), ("repeat", t_rep))}
+    res.ttft_short_s_ci, res.ttft_first_s_ci, res.ttft_repeat_s_ci = (to_ci(ivs[k]) for k in ("short", "first", "repeat"))
+    res.n_short = len(t_short)
+    for k, label in (("short", "TTFT of the user turn alone"), ("first", "cold TTFT"), ("repeat", "repeat TTFT")):
+        if ivs[k] is not None and unstable(ivs[k]):
+            res.info.warnings.append(unstable_warning(NAME, label, ivs[k], s_fmt))
     res.server = _server_view(cold, rep, res.system_prompt_tokens, metrics_delta)
     if res.ttft_first_s is None or res.ttft_repeat_s is None:
         res.reason = "no successful cold or repeat request"
@@ -150,7 +164,14 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
                       f"({res.noise_s * 1e3:.1f} ms); a longer system prompt would tell")
     else:
         share = res.saved_s / res.expected_saving_s
-        if share >= HIT_MIN_SHARE:
+        cold, rep, short = ivs["first"], ivs["repeat"], ivs["short"]
+        if share >= HIT_MIN_SHARE and differ(cold, rep) != LOWER:  # a saving the intervals do not support
+            res.reason = overlap_reason("repeats are faster than the cold request", "cold TTFT", cold, "repeat TTFT",
+                                        rep, s_fmt)
+        elif share <= MISS_MAX_SHARE and differ(short, cold) != HIGHER:  # the prompt's cost is not shown
+            res.reason = overlap_reason("the system prompt costs anything to prefill", "user turn alone", short,
+                                        "with the system prompt", cold, s_fmt)
+        elif share >= HIT_MIN_SHARE:
             res.cache_detected = True
             res.reason = f"repeats saved {share:.0%} of the system prompt's prefill"
         elif share <= MISS_MAX_SHARE:

@@ -44,7 +44,10 @@ from phasescope.experiments.common import (
     select,
     server_prefill_s,
 )
+from phasescope.diagnose.claims import (HIGHER, differ, overlap_reason, s_fmt, step_interval, step_rate, stored, unstable,
+                                        unstable_warning)
 from phasescope.measure import derive
+from phasescope.measure.interval import Interval, median_interval, to_ci
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import QuadFit, fit_quadratic_nonneg
 
@@ -73,6 +76,13 @@ class ScalingPoint:
     server_decode_best_tok_s: float | None = None
     #: the typical decode step: median gap between tokens within a request, best repetition
     decode_step_s: float | None = None
+    #: 95 % interval of the median TTFT over the repetitions (``measure.interval.median_interval``) and
+    #: the slowest repetition (with ``ttft_min_s``: the samples' range)
+    ttft_s_ci: list[float] | None = None
+    ttft_max_s: float | None = None
+    #: 95 % interval of that typical step (the median of the best repetition's gaps) and its gap count
+    decode_step_s_ci: list[float] | None = None
+    decode_step_n: int = 0
 
 
 @dataclass
@@ -94,6 +104,9 @@ class PromptScalingResult:
     #: median TTFT − server-timed prefill over all requests (time outside the engine's prefill:
     #: HTTP, queueing, tokenization); None when the server does not time its prefill
     client_overhead_s: float | None = None
+    client_overhead_s_ci: list[float] | None = None
+    client_overhead_n: int = 0
+    client_overhead_range: list[float] | None = None
     prefill_tok_s: float | None = None
     server_prefill_tok_s: float | None = None
     quadratic_share: float | None = None
@@ -102,6 +115,9 @@ class PromptScalingResult:
     decode_change_pct: float | None = None
     decode_flat: bool | None = None
     decode_source: str | None = None  # gaps | server | client
+    #: does decode at the longest prompt differ from the shortest, by the intervals of their typical
+    #: steps? higher | lower | cannot tell (None: not from gaps, no interval)
+    decode_change_verdict: str | None = None
     notes: list[str] = field(default_factory=list)
 
     name: str = NAME
@@ -133,6 +149,12 @@ def fit_relative(xs: Sequence[float], ys: Sequence[float]) -> QuadFit:
     return fit_quadratic_nonneg(xs, ys, weights=1.0 / y)
 
 
+def ttft_interval(p: ScalingPoint) -> Interval | None:
+    """A point's median TTFT with its interval and the range of its repetitions."""
+    rng = (p.ttft_min_s, p.ttft_max_s) if p.ttft_min_s is not None and p.ttft_max_s is not None else None
+    return stored(p.ttft_s, p.ttft_s_ci, p.n, rng)
+
+
 def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None) -> PromptScalingResult:
     """Pure: the tagged records of one run → the result (see module docstring)."""
     info = info or ExperimentInfo(name=NAME)
@@ -148,6 +170,9 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         rs = groups[key]
         n_actual = med(prompt_tokens_of(r) for r in rs)
         ttfts = [derive.ttft_s(r) for r in rs]
+        steps = [(float(med(g)), g) for g in (finite(derive.itl_s(r)) for r in rs) if len(g) >= 4]  # type: ignore[arg-type]
+        best_gaps = min(steps, key=lambda x: x[0])[1] if steps else []
+        step_iv = step_interval(best_gaps) if best_gaps else None
         res.points.append(
             ScalingPoint(
                 prompt_tokens=int(round(n_actual)) if n_actual is not None else key,
@@ -161,8 +186,14 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
                 decode_best_tok_s=max(finite(derive.decode_tok_s(r) for r in rs), default=None),
                 server_decode_best_tok_s=max(finite(derive.server_decode_tok_s(r) for r in rs), default=None),
                 decode_step_s=min(finite(med(derive.itl_s(r)) for r in rs if len(derive.itl_s(r)) >= 4), default=None),
+                ttft_s_ci=to_ci(median_interval(ttfts)), ttft_max_s=max(finite(ttfts), default=None),
+                decode_step_s_ci=to_ci(step_iv), decode_step_n=step_iv.n if step_iv else 0,
             )
         )
+    for p in res.points:
+        iv = ttft_interval(p)
+        if iv is not None and unstable(iv):
+            res.info.warnings.append(unstable_warning(NAME, f"TTFT at {p.prompt_tokens} prompt tokens", iv, s_fmt))
     pts = [p for p in res.points if p.ttft_s is not None]
     if len(pts) < 3:
         res.notes.append(f"only {len(pts)} prompt lengths answered; the fit needs at least 3")
@@ -182,10 +213,19 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     res.server_prefill_tok_s = pts[-1].server_prefill_tok_s
     outside = [t - p for t, p in ((derive.ttft_s(r), server_prefill_s(r)) for r in measured) if t is not None and p is not None]
     res.client_overhead_s = med(outside) if outside else None
+    oiv = median_interval(outside) if outside else None
+    res.client_overhead_s_ci = to_ci(oiv)
+    res.client_overhead_n = oiv.n if oiv else 0
+    res.client_overhead_range = [oiv.min, oiv.max] if oiv and oiv.min is not None else None
     first, last = pts[0], pts[-1]
     if first.ttft_min_s and last.ttft_min_s:
         res.ttft_growth_x = last.ttft_min_s / first.ttft_min_s
         res.ttft_grows = res.ttft_growth_x >= TTFT_GROWTH_MIN_X
+        a, b = ttft_interval(first), ttft_interval(last)
+        if res.ttft_grows and differ(a, b) != HIGHER:  # a scaling is claimed only where the intervals part
+            res.ttft_grows = None
+            res.notes.append(overlap_reason("TTFT grows with the prompt", f"TTFT at {first.prompt_tokens} tokens", a,
+                                            f"TTFT at {last.prompt_tokens} tokens", b, s_fmt))
     # the server's own decode timing when it gives one (llama.cpp, Ollama): it leaves HTTP and
     # client scheduling out of a physics question; else the client's
     if first.decode_step_s and last.decode_step_s:
@@ -197,6 +237,8 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     if d0 and d1:
         res.decode_change_pct = 100.0 * (d1 - d0) / d0
         res.decode_flat = abs(res.decode_change_pct) <= DECODE_FLAT_PCT
+        if res.decode_source == "gaps":
+            res.decode_change_verdict = differ(step_rate(first), step_rate(last))
     else:
         res.notes.append("decode speed not measurable (need ≥ 2 output tokens per request)")
     return res
@@ -227,18 +269,24 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
             top = int(top / 1.4)
         return top
 
-    # a slow server gets fewer repetitions and shorter outputs before it gets shorter prompts
+    # a slow server gets shorter outputs, then shorter prompts, never fewer repetitions: a single request
+    # per length has no interval, and no scaling is claimed without one (an explicit reps=1 is kept)
     top = fit_top(reps, output_tokens)
-    for r2, o2 in ((reps, output_tokens), (1, output_tokens), (1, max(8, output_tokens // 2))):
+    short = max(8, output_tokens // 2)
+    for r2, o2, enough in ((reps, output_tokens, 512), (reps, short, 0)):
         t2 = fit_top(r2, o2)
         reps, output_tokens, top = r2, o2, t2
-        if t2 >= 512 or t2 >= min(n_max or cap, cap):
+        if t2 >= enough or t2 >= min(n_max or cap, cap):
             break
     grid = geometric_grid(max(8, min(32, top // 4)), max(top, 16), steps)
     ctx.say(f"{NAME}: {len(grid)} prompt lengths {grid[0]}…{grid[-1]} tokens × {reps}, {output_tokens} output tokens")
     await ctx.send((await ctx.prompt(grid[0])).request(4, cache_prompt=False), NAME, phase="warmup")
-    for rep in range(reps):  # ascending, then descending: a load drift cannot pose as a length effect
-        for n in (grid if rep % 2 == 0 else grid[::-1]):
+    # ascending, then descending (a load drift cannot pose as a length effect) — the descending pass takes
+    # both ends first: the finding compares them, and a pass the budget cuts short must not leave one end
+    # with a single request (no interval)
+    down = [grid[-1], grid[0]] + grid[-2:0:-1] if len(grid) > 2 else grid[::-1]
+    for rep in range(reps):
+        for n in (grid if rep % 2 == 0 else down):
             if ctx.over():
                 break
             p = await ctx.prompt(n)

@@ -7,10 +7,15 @@ requests and KV-cache usage (vLLM ``kv_cache_usage_perc``, SGLang ``token_usage`
 none since #13660). The seed's sign of a full pool: waiting > 0 while KV usage ≈ 1.
 
 Client side, on every request: TTFT and, when the server times its prefill, the share of TTFT that
-was not prefill (``ttft_queue_share`` = median of (TTFT − server prefill) / TTFT).
+was not prefill, weighted by the time spent: ``ttft_queue_share_total`` = Σ (TTFT − server prefill) ÷
+Σ TTFT over the measured requests (with a bootstrap interval over requests,
+``ttft_queue_share_total_ci``). Beside it, the per-request distribution: ``ttft_queue_shares`` (each
+request's (TTFT − prefill) / TTFT) and their median ``ttft_queue_share``. The sentences use the total:
+two requests that waited 37 s of 37.7 s beside four that waited 15 ms of 1.5 s spent 92 % of all their
+TTFT waiting, although the median request waited 1 %.
 
 ``queueing`` is ``True`` when waiting > 0 in at least ``WAIT_SHARE_MIN`` of the samples or the
-queue share of TTFT ≥ 0.5; ``False`` when /metrics was read and waiting stayed 0 (and no queue share
+time-weighted queue share of TTFT ≥ 0.5; ``False`` when /metrics was read and waiting stayed 0 (and no queue share
 says otherwise); ``None`` when neither channel is available.
 """
 
@@ -20,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from dataclasses import dataclass, field
 from typing import Sequence
+
+from phasescope.measure.interval import Interval
 
 from phasescope.experiments.common import ExperimentInfo, med, ok, pct, select, server_prefill_s
 from phasescope.measure import derive
@@ -61,7 +68,13 @@ class QueueResult:
     preemptions: float | None = None
     ttft_p50_s: float | None = None
     ttft_p99_s: float | None = None
+    #: median of the per-request shares (TTFT − server prefill) / TTFT: what the typical request saw
     ttft_queue_share: float | None = None
+    #: Σ (TTFT − server prefill) ÷ Σ TTFT: the share of all time-to-first-token spent waiting (the sentences use it)
+    ttft_queue_share_total: float | None = None
+    ttft_queue_share_total_ci: list[float] | None = None
+    #: each measured request's share, in the order sent (the distribution beside the two summaries)
+    ttft_queue_shares: list[float] = field(default_factory=list)
     queueing: bool | None = None
     reason: str = ""
     #: the server's reported slots (llama.cpp /props); None when it does not say
@@ -81,12 +94,16 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
     res.concurrency = int(cs[0]) if cs else None
     ttfts = [derive.ttft_s(r) for r in rs]
     res.ttft_p50_s, res.ttft_p99_s = pct(ttfts, 50), pct(ttfts, 99)
-    shares = []
+    pairs = []
     for r in rs:
         t, p = derive.ttft_s(r), server_prefill_s(r)
         if t and p is not None and t > 0:
-            shares.append(max(0.0, (t - p) / t))
-    res.ttft_queue_share = med(shares) if shares else None
+            pairs.append((max(0.0, t - p), t))
+    res.ttft_queue_shares = [round(w / t, 6) for w, t in pairs]
+    res.ttft_queue_share = med(w / t for w, t in pairs) if pairs else None
+    total = share_total(pairs)
+    if total is not None:
+        res.ttft_queue_share_total, res.ttft_queue_share_total_ci = total.value, total.ci
     w = [s.waiting for s in samples if s.waiting is not None]
     res.metrics_available = bool(w)
     if w:
@@ -104,14 +121,15 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
                and res.running_max >= res.concurrency)
     if all_ran:  # every request ran at once at some point: they waited for a scheduler step, not for room
         by_metrics = False
-    by_client = None if res.ttft_queue_share is None else res.ttft_queue_share >= QUEUE_SHARE_MIN
+    by_client = None if res.ttft_queue_share_total is None else res.ttft_queue_share_total >= QUEUE_SHARE_MIN
     if by_metrics or by_client:
         res.queueing = True
         parts = []
         if by_metrics:
             parts.append(f"waiting > 0 in {res.waiting_share:.0%} of /metrics samples (max {res.waiting_max:.0f})")
         if by_client:
-            parts.append(f"{res.ttft_queue_share:.0%} of TTFT was not prefill")
+            parts.append(f"{res.ttft_queue_share_total:.0%} of all TTFT was not prefill (Σ waiting ÷ Σ TTFT; "
+                         f"the median request: {res.ttft_queue_share:.0%})")
         res.reason = "; ".join(parts)
     elif by_metrics is False:
         res.queueing = False
@@ -120,10 +138,31 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
                       if all_ran else "waiting stayed at 0 in /metrics")
     elif by_client is False:
         res.queueing = False
-        res.reason = f"only {res.ttft_queue_share:.0%} of TTFT was outside the server's prefill"
+        res.reason = f"only {res.ttft_queue_share_total:.0%} of all TTFT was outside the server's prefill"
     else:
         res.reason = "no /metrics queue gauge and no server-timed prefill: cannot tell"
     return res
+
+
+def share_total(pairs: Sequence[tuple[float, float]], *, n_boot: int = 2000, seed: int = 0) -> Interval | None:
+    """Σ part ÷ Σ whole over ``(part, whole)`` pairs (e.g. (TTFT − prefill, TTFT) per request), with a
+    percentile-bootstrap interval over the pairs: the share of the time spent, not of the requests."""
+    import numpy as np
+
+    from phasescope.measure.interval import CONFIDENCE, single
+
+    a = np.asarray([(float(w), float(t)) for w, t in pairs if t and t > 0], dtype=float)
+    if a.size == 0:
+        return None
+    v = float(a[:, 0].sum() / a[:, 1].sum())
+    n = len(a)
+    if n == 1:
+        return single(v)
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    boots = a[idx, 0].sum(axis=1) / a[idx, 1].sum(axis=1)
+    lo, hi = float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
+    shares = a[:, 0] / a[:, 1]
+    return Interval(v, min(lo, v), max(hi, v), n, "bootstrap", CONFIDENCE, float(shares.min()), float(shares.max()))
 
 
 async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = None, prompt_tokens: int = 64,

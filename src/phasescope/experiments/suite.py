@@ -4,7 +4,10 @@ The budget is split by fixed shares (:data:`SHARES`); before each experiment its
 still left is recomputed, so an experiment that finished early leaves more for the next. Each
 experiment sizes itself (prompt lengths, concurrency levels, injected prompt) from the calibrated
 prefill/decode speed — a fast GPU server gets long prompts and high concurrency, a 2-core CPU
-gets short ones — so the whole suite ends near the budget on any server.
+gets short ones — so the whole suite ends near the budget on any server. The budget
+(:class:`~phasescope.experiments.context.Budget`) counts from the run's start, engine start and
+calibration included; each experiment's clock is capped by it, and a request still running at the
+hard deadline is stopped (:meth:`RunContext.bounded`), so ``duration_s`` ≤ 1.1 × ``budget_s``.
 
 With no URL the embedded engine is started with :data:`EMBEDDED_ENGINE` (4 slots, 8192 tokens of
 context each). Runs are recorded through :func:`phasescope.lifecycle.run_output` (kind ``explain``):
@@ -39,6 +42,8 @@ SHARES = {"prompt-scaling": 0.20, "prefix-cache": 0.15, "context-fill": 0.20, "b
           "prefill-interference": 0.12, "queue": 0.13, "conversation": 0.12}
 #: below this many seconds an experiment is skipped rather than run badly
 MIN_EXPERIMENT_S = 2.0
+#: the calibration's clock: its requests are stopped past this share of the budget
+CALIBRATION_SHARE = 0.1
 #: how the embedded engine is started for explain: enough slots for batching and context per slot
 EMBEDDED_ENGINE = {"parallel": 4, "ctx_size": 32768}
 
@@ -156,22 +161,26 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
         queue,
     )
 
-    t0 = time.monotonic()
+    from phasescope.experiments.context import Budget
+
+    if ctx.budget is None:  # the run's budget starts now unless the caller started it earlier (run_explain)
+        ctx.budget = Budget(ctx.clock(), budget_s, ctx.clock)
     if ctx.calib is None:
+        ctx.start_clock(max(MIN_EXPERIMENT_S, CALIBRATION_SHARE * ctx.budget.left()))
         await calibrate(ctx)
     results: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     todo = list(names)
     while todo:
         name = todo[0]
-        left = budget_s - (time.monotonic() - t0)
-        share = SHARES[name] / sum(SHARES[n] for n in todo)
-        b = left * share
+        left = ctx.budget.left()
+        b = ctx.budget.allot(SHARES[name], sum(SHARES[n] for n in todo))
         todo.pop(0)
         if b < MIN_EXPERIMENT_S:
             skipped[name] = budget_skip_reason(left)
             ctx.say(f"{name}: skipped, {skipped[name]}")
             continue
+        cut0 = ctx.n_cut
         if name == "prompt-scaling":
             results[name] = await prompt_scaling.run(ctx, b)
         elif name == "prefix-cache":
@@ -193,8 +202,17 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
             results[name] = await conversation.run(ctx, b, weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes_per_token)
         else:  # pragma: no cover - names are validated by the caller
             raise InputError(f"unknown experiment {name!r}")
+        if ctx.n_cut > cut0:
+            from phasescope.measure.warnings import MeasurementWarning
+
+            results[name].info.warnings.append(MeasurementWarning(
+                "partial_run", f"{ctx.n_cut - cut0} request(s) still running at the end of its {b:.0f} s were "
+                f"stopped, so the run keeps to --budget; they are kept as stopped_by_client and left out of its "
+                f"figures", {"budget_s": round(b, 3), "stopped": ctx.n_cut - cut0},
+                "give explain a longer --budget (the server was slower than its calibration)"))
         if results[name].info.skipped:
             skipped[name] = results[name].info.skipped
+    ctx.deadline = ctx.hard_deadline = None
     return results, skipped
 
 
@@ -301,7 +319,11 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
             f"/metrics {'yes' if facts.metrics else 'no'}")
         # a disk flush on a thread of its own never stalls the loop timestamping other streams
         sink = ThreadedSink(out.sink, name="explain-records")
-        ctx = RunContext(target=target, session=session, facts=facts, sink=sink.write, progress=say)
+        from phasescope.experiments.context import Budget
+
+        # the budget counts from the start of the run (the embedded engine's start and discovery included)
+        ctx = RunContext(target=target, session=session, facts=facts, sink=sink.write, progress=say,
+                         budget=Budget(t_start, budget_s))
         from phasescope.measure.host import HostSampler
 
         host = HostSampler(target.base_url).start()

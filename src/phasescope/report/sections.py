@@ -208,36 +208,13 @@ def _bench_card(s: dict[str, Any]) -> str:
     return _card_table(["", "this run"], rows)
 
 
-def _pick(points: list[dict[str, Any]], n: int = 4) -> list[dict[str, Any]]:
-    """At most ``n`` points, first and last always, evenly between."""
-    if len(points) <= n:
-        return points
-    idx = sorted({round(i * (len(points) - 1) / (n - 1)) for i in range(n)})
-    return [points[i] for i in idx]
-
-
 def _explain_card(exps: dict[str, Any]) -> str:
     """explain: its prompt-scaling points (TTFT, prefill and decode per prompt size) and its
-    context-fill points (decode per context, next to the bandwidth prediction), as stored."""
-    parts = []
-    ps = exps.get("prompt-scaling") if isinstance(exps.get("prompt-scaling"), dict) else {}
-    pts = _pick([p for p in ps.get("points") or [] if isinstance(p, dict)])
-    if pts:
-        rows: list[tuple[str, list[str]]] = [
-            ("PREFILL", []),
-            ("TTFT", [fmt_ms(p.get("ttft_s")) for p in pts]),
-            ("prefill tok/s (server)", [fmt_rate(p.get("server_prefill_tok_s")) for p in pts]),
-            ("DECODE", []),
-            ("decode tok/s", [fmt_rate(p.get("server_decode_tok_s") or p.get("decode_tok_s")) for p in pts]),
-        ]
-        parts.append(_card_table(["prompt-scaling"] + [f"{p.get('prompt_tokens')}-token prompt" for p in pts], rows))
-    cf = exps.get("context-fill") if isinstance(exps.get("context-fill"), dict) else {}
-    cpts = _pick([p for p in cf.get("points") or [] if isinstance(p, dict)])
-    if cpts:
-        rows = [("decode tok/s", [fmt_rate(p.get("server_decode_tok_s") or p.get("decode_tok_s")) for p in cpts]),
-                ("bandwidth-roof prediction", [fmt_rate(p.get("predicted_decode_tok_s")) for p in cpts])]
-        parts.append(_card_table(["context-fill"] + [f"{p.get('context_tokens')} tokens of context" for p in cpts], rows))
-    return "".join(parts)
+    context-fill points (decode per context, next to the bandwidth prediction): rows of the very views
+    the console prints (:func:`phasescope.experiments.view.card_tables`), cell for cell."""
+    from phasescope.experiments.view import card_tables
+
+    return "".join(_card_table(head, rows) for head, rows in card_tables(exps))
 
 
 def _tune_card(s: dict[str, Any]) -> str:
@@ -371,6 +348,8 @@ def params_html(runs: list[Run]) -> str:
 
 
 def _ev_text(e: Any) -> str:
+    if isinstance(e, dict) and isinstance(e.get("text"), str):
+        return e["text"]  # the finding's own text (Evidence.text()): the words the console printed
     if isinstance(e, dict):
         v, u = e.get("value"), e.get("unit") or ""
         if isinstance(v, float):
@@ -389,7 +368,8 @@ def findings_html(runs: list[Run]) -> str:
     parts = []
     for info, _ in runs:
         fs = findings_of(info.summary)
-        if not fs:
+        und = (info.summary if isinstance(info.summary, dict) else {}).get("undecided")
+        if not fs and not und:
             continue
         items = []
         for f in fs:
@@ -403,6 +383,10 @@ def findings_html(runs: list[Run]) -> str:
                 f'<li class="finding sev-{sev}"><span class="sev">{sev}</span> <b>{esc(f.get("cause") or f.get("id"))}</b>'
                 + (f"<ul class=evidence>{ev}</ul>" if ev else "") + (f"<div class=advice>change:<ul>{adv}</ul></div>" if adv else "")
                 + "</li>")
+        for u in und if isinstance(und, list) else []:  # what the console prints as "cannot tell", with its reason
+            if isinstance(u, dict):
+                items.append(f'<li class="finding undecided"><span class="sev">cannot tell</span> '
+                             f'<b>{esc(u.get("id", ""))}</b>: {esc(u.get("reason", ""))}</li>')
         parts.append(f"<h3>Findings · {esc(info.id)}</h3><ul class=findings>{''.join(items)}</ul>")
     return "".join(parts)
 
