@@ -45,6 +45,7 @@ from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RecordSink, RequestRecord, ThreadedSink
+from phasescope.redact import from_server
 
 SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
 OnRecord = Callable[[RequestRecord], None]
@@ -280,7 +281,8 @@ async def send_recorded(send: Any, session: aiohttp.ClientSession, target: Targe
     except Exception as exc:
         return RequestRecord(id=req.id or "", api=target.api, target=target.display_url, model=target.model,
                              t_start_ns=t_slot, wall_start_ns=wall_ns(), ok=False,
-                             error_kind=error_kind(exc), error_message=f"{type(exc).__name__}: {exc}")
+                             error_kind=error_kind(exc), error_message=from_server(f"{type(exc).__name__}: {exc}",
+                                                                                     one_line=True))
 
 
 class ConnectionWatch:

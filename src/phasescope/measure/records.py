@@ -157,10 +157,21 @@ class RequestRecord:
         return rec
 
     def to_json(self) -> str:
-        """One JSONL line; encodable and with every secret masked (the records' write boundary)."""
-        from phasescope.redact import clean
+        """One JSONL line; encodable and with every secret masked (the records' write boundary).
 
-        return clean(json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")))
+        Redacted value by value (:func:`phasescope.redact.redact_field`: the strings here are server-
+        supplied names and error bodies, where a key can appear); keys and numbers are never rewritten."""
+        from phasescope.redact import encodable, redact_field, redact_obj
+
+        d = self.to_dict()
+        for name in _TEXT_FIELDS:
+            v = d.get(name)
+            if isinstance(v, str) and v:
+                d[name] = redact_field(v)
+        for name in ("tags", "server"):
+            if d.get(name):
+                d[name] = redact_obj(d[name], field=True)
+        return encodable(json.dumps(d, ensure_ascii=False, separators=(",", ":")))
 
     # -- convenience views (raw only; metrics live in measure.derive) ------------------------
     def token_events(self) -> list[Event]:
@@ -168,6 +179,9 @@ class RequestRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+#: the record's free-text fields (server-supplied names and messages among them)
+_TEXT_FIELDS = ("id", "api", "target", "model", "prompt_tokens_source", "output_tokens_source", "finish_reason",
+                "error_kind", "error_message", "worker")
 _SCALARS = (str, int, float, bool)
 _NOT_PLAIN = object()
 

@@ -79,6 +79,7 @@ from phasescope.store.recording import is_warmup as _is_warmup
 from phasescope.store.scrub import URL_RE as _URL
 from phasescope.store.scrub import redact_target as _redact
 from phasescope.store.scrub import scrub
+from phasescope.store.scrub import scrub_name as _scrub_name
 from phasescope.store.scrub import secrets_of as _secrets_of
 
 __all__ = [
@@ -382,8 +383,8 @@ class RunStore:
             "api": api,
             "engine": engine,
             "engine_version": engine_version,
-            "model": model,
-            "device": device,
+            "model": _scrub_name(model),
+            "device": _scrub_name(device),
             "phasescope_version": __version__,
             "params": dumps(scrub(params or {}, sec)),
             "started_at": time.time(),
