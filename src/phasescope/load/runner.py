@@ -52,6 +52,11 @@ OnRecord = Callable[[RequestRecord], None]
 
 #: error kinds that mean "the server is not there any more" (used for the dead-server stop)
 CONNECTION_ERRORS = frozenset({"connect", "connect_timeout", "stream_broken"})
+#: error kinds that mean "the server stopped answering": a frozen server (SIGSTOP) times out every
+#: request, a broken one ends streams without a token; counted with CONNECTION_ERRORS for the stop
+STREAM_FAILURES = CONNECTION_ERRORS | frozenset({"first_token_timeout", "inter_token_timeout", "deadline",
+                                                 "malformed_event", "server_error_event", "no_token", "overrun"})
+_TIMEOUTS = frozenset({"connect_timeout", "first_token_timeout", "inter_token_timeout", "deadline"})
 
 
 @dataclass
@@ -287,8 +292,9 @@ async def send_recorded(send: Any, session: aiohttp.ClientSession, target: Targe
 
 class ConnectionWatch:
     """Gives up on a server that keeps failing: ``limit`` measured requests in a row failing to
-    connect or cut mid-stream (``CONNECTION_ERRORS``) set ``res.aborted`` with the last one's error;
-    a success resets it."""
+    connect, cut mid-stream, timing out or ending without a token (``STREAM_FAILURES``) set
+    ``res.aborted`` with the last one's error; a success resets it. Refusals (HTTP 4xx/5xx, 429) are
+    answers, not a dead server: they neither count nor reset."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -296,12 +302,16 @@ class ConnectionWatch:
 
     def see(self, rec: RequestRecord, res: "RunResult") -> bool:
         """Count ``rec``; True when the run must stop now (it just gave up)."""
-        if not rec.ok and rec.error_kind in CONNECTION_ERRORS:
+        if not rec.ok and rec.error_kind in STREAM_FAILURES:
             self.in_a_row += 1
             if self.in_a_row >= self.limit and res.aborted is None:
                 # what failed is the evidence: refused connections, timeouts, or streams cut after
                 # tokens came back (that server did answer), so the sentence claims no more than that
+                what = ("timed out: the server stopped answering" if rec.error_kind in _TIMEOUTS else "failed")
                 res.aborted = (f"the server failed {self.in_a_row} requests in a row "
+                               f"({rec.error_kind}: {rec.error_message or 'no detail'})"
+                               if what == "failed" else
+                               f"{self.in_a_row} requests in a row {what} "
                                f"({rec.error_kind}: {rec.error_message or 'no detail'})")
                 return True
         elif rec.ok:
