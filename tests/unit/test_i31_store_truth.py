@@ -144,3 +144,30 @@ def test_hostile_rows_are_one_line_each(tmp_path: Path, capsys: pytest.CaptureFi
     t0 = time.monotonic()
     code, out, err = cli(["show", rid], capsys, monkeypatch)
     assert time.monotonic() - t0 < 10 and code == 2 and "not a regular file" in err
+
+
+def test_report_on_a_full_disk_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _, rid = _store_with_run(tmp_path)
+    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "store"))
+
+    def full(self: Path, *a: object, **k: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    code, out, err = cli(["report", rid, "-o", str(tmp_path / "r.html")], capsys, monkeypatch)
+    assert code == 3 and "No space left on device" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("r.html*"))
+
+
+def test_watch_csv_on_a_full_disk_is_one_output_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from phasescope.errors import OutputError
+    from phasescope.metrics.watch import CsvLog
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OutputError) as ei:
+        CsvLog(tmp_path / "w.csv")
+    assert "w.csv" in str(ei.value) and "No space left" in str(ei.value) and ei.value.exit_code == 3
