@@ -204,8 +204,12 @@ def write_report(runs: list[Run], out: str | os.PathLike[str], *, png_dir: str |
         from phasescope.errors import OutputError
         from phasescope.safeio import os_cause
 
+        import errno
+
         with contextlib.suppress(OSError, UnboundLocalError):
             tmp.unlink()
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG):
+            raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None  # the path given is wrong
         raise OutputError(f"cannot write the report {out}: {os_cause(exc)}") from None
     res = ReportResult(out, out.stat().st_size, [p.name for p in plots], skipped,
                        compared=[f"{(c.get('b') or {}).get('id')} vs {(c.get('a') or {}).get('id')}" for c in comparisons or []])
