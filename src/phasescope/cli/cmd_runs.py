@@ -31,7 +31,7 @@ def runs(
     kind: Optional[str] = typer.Option(None, "--kind", help="Only runs of this kind (probe, bench, explain, ...)."),
     target: Optional[str] = typer.Option(None, "--target", help="Only runs whose target URL contains this."),
     model: Optional[str] = typer.Option(None, "--model", help="Only runs whose model name contains this."),
-    status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status: running, complete, partial or failed (no request succeeded)."),
+    status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status: running, complete, partial, failed (no request succeeded) or interrupted (its process is gone)."),
     limit: int = typer.Option(50, "--limit", "-n", help="At most this many runs, newest first (0 = all)."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON on stdout."),
