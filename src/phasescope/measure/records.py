@@ -382,7 +382,8 @@ class ThreadedSink:
 
     ``write`` only enqueues. The first failure is kept in ``error`` (one line: "cannot write records
     to PATH: cause") and passed to ``on_error`` (the runner stops sending there); later records still
-    reach a fan-out's healthy sinks (the store's copy when ``--out`` is full), and are dropped otherwise. ``close`` waits until every record handed in was written; it does not close
+    reach a fan-out's healthy sinks (the store's copy when ``--out`` is full), and are dropped otherwise.
+    ``close`` waits until every record handed in was written; it does not close
     ``sink``, which belongs to whoever opened it (the run's :func:`~phasescope.lifecycle.run_output`)."""
 
     def __init__(self, sink: RecordSink | None, on_error: Callable[[str], None] | None = None,
