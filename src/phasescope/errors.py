@@ -142,6 +142,10 @@ class StreamBrokenError(TargetError):
     """The stream ended before completion ([DONE]/done) — connection cut or server died."""
 
 
+class NoTokenError(TargetError):
+    """The response ended in good form but carried no output token (only ``[DONE]``, only empty text)."""
+
+
 class MalformedEventError(TargetError):
     """An event in the stream could not be parsed (not JSON, or not the expected shape)."""
 
@@ -173,6 +177,7 @@ def error_kind(exc: BaseException) -> str:
         (WrongApiError, "wrong_api"),
         (HttpError, "http"),
         (StreamBrokenError, "stream_broken"),
+        (NoTokenError, "no_token"),
         (MalformedEventError, "malformed_event"),
         (ServerStreamError, "server_error_event"),
         (TargetError, "target"),

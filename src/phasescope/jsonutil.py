@@ -24,8 +24,10 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def dumps(obj: Any, *, indent: int | None = None) -> str:
-    """JSON text of ``obj``, encodable and with every secret masked (:func:`phasescope.redact.clean`):
-    every JSON document phasescope prints or writes passes through here."""
-    from phasescope.redact import clean
+    """JSON text of ``obj``, encodable and with every secret masked in its string values
+    (:func:`phasescope.redact.redact_obj`: keys and numbers are data, never rewritten — a key ``mean``
+    leaves ``mean_ttft_ms`` and ``1234`` leaves ``12345`` alone): every JSON document phasescope
+    prints or writes passes through here."""
+    from phasescope.redact import encodable, redact_obj
 
-    return clean(json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, allow_nan=False))
+    return encodable(json.dumps(redact_obj(to_jsonable(obj)), indent=indent, ensure_ascii=False, allow_nan=False))

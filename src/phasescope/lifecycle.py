@@ -120,11 +120,14 @@ class RunOutput:
         from phasescope.jsonutil import dumps
         from phasescope.safeio import write_text
 
-        errors: list[BaseException] = []
+        # a records file that failed is the news (which file, how many records it kept), before
+        # whatever the same full disk then did to the summary
+        errors: list[BaseException] = self.record_errors()
         self._close_writer()
         if self.out_dir is not None:
             try:
-                write_text(self.out_dir / "summary.json", dumps(summary, indent=2) + "\n", what="summary")
+                write_text(self.out_dir / "summary.json", dumps(summary, indent=2) + "\n", what="summary",
+                           json_doc=True)
             except OutputError as exc:  # keep the store's copy; report the failure after it
                 errors.append(exc)
         if self.recording is not None:
@@ -136,7 +139,19 @@ class RunOutput:
         self.finished = True
         self.status = status
         if errors:
-            raise errors[0]
+            first = errors[0]
+            if len(errors) > 1:
+                rest = "; ".join(str(e) for e in errors[1:])
+                raise OutputError(f"{first}; then: {rest}") from None
+            raise first
+
+    def record_errors(self) -> list[BaseException]:
+        """One :class:`OutputError` per records file that failed (its path and the records it kept)."""
+        out: list[BaseException] = []
+        for w in (self._writer, getattr(self.recording, "_writer", None)):
+            if isinstance(w, RecordWriter) and w.error is not None:
+                out.append(w._output_error(w.error))
+        return out
 
     def _close_writer(self) -> None:
         if self._writer is not None:

@@ -60,12 +60,14 @@ def os_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file") -> Path:
-    """Write ``text`` (encodable, redacted) to ``path`` atomically; :class:`OutputError` on failure."""
-    from phasescope.redact import clean
+def write_text(path: str | os.PathLike[str], text: str, *, what: str = "file", json_doc: bool = False) -> Path:
+    """Write ``text`` (encodable, redacted) to ``path`` atomically; :class:`OutputError` on failure.
+    ``json_doc``: ``text`` is a JSON document already redacted value by value
+    (:func:`phasescope.jsonutil.dumps`): no text-level pass that could rewrite a key equal to a secret."""
+    from phasescope.redact import clean, encodable
 
     p = Path(path)
-    data = clean(text).encode("utf-8")
+    data = (encodable(text) if json_doc else clean(text)).encode("utf-8")
     tmp = p.with_name(f".{p.name}.{_secrets.token_hex(4)}.tmp")
     try:
         with open(tmp, "wb") as fh:

@@ -19,6 +19,7 @@ The library keeps its own checks (it is called without the CLI too); these come 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -422,9 +423,12 @@ def check_params(command: str, params: list[Any], values: dict[str, Any], given:
             elif isinstance(one, str) or kind in ("str", "Path") or hasattr(one, "__fspath__"):
                 text = str(one)
                 if flag == "--api-key":
-                    from phasescope.redact import register
+                    from phasescope.redact import register, weak_key_warning
 
-                    register(text)  # masked in everything printed or written from here on
+                    if register(text):  # masked in everything printed or written from here on
+                        warn = weak_key_warning(text, "--api-key")  # too short to mask in free text
+                        if warn:
+                            print(warn, file=sys.stderr)
                 explicit = given(name)
                 if explicit or text:
                     check_text(flag, text, empty_ok=flag in EMPTY_OK or not explicit)

@@ -165,7 +165,7 @@ def test_exception_and_ctrl_c_leave_partial(tmp_path: Path) -> None:
     assert s.get(run.id).status == "partial" and s.get(run.id).summary == {"n": 1}
 
 
-def test_killed_process_leaves_partial_with_records(tmp_path: Path) -> None:
+def test_killed_process_leaves_interrupted_with_records(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import sys, time
@@ -192,10 +192,11 @@ def test_killed_process_leaves_partial_with_records(tmp_path: Path) -> None:
     p.send_signal(signal.SIGKILL)
     p.wait()
     info = s.get(run_id)
-    assert info.status == "partial" and "died" in (info.error or "")
+    # issue 31: a run whose process is gone is `interrupted`, with which process it was
+    assert info.status == "interrupted" and f"pid {p.pid}" in (info.error or "")
     assert info.n_records >= n
     assert len(s.load_records(run_id)) == info.n_records
-    assert [r.status for r in s.list_runs(status="partial")] == ["partial"]
+    assert [r.status for r in s.list_runs(status="interrupted")] == ["interrupted"]
 
 
 def _thread_writer(path: Path, k: int, out: list[str]) -> None:

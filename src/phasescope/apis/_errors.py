@@ -98,9 +98,10 @@ def parse_retry_after(value: str | None) -> float | None:
 
 def http_error(status: int, body: bytes, headers: Any, target: Target, path: str) -> E.TargetError:
     """Map an HTTP error status to the error class a user can act on."""
-    from phasescope.redact import redact
+    from phasescope.redact import from_server
 
-    msg = redact(_error_text(body))  # 401 bodies may echo "Bearer <key>"
+    # 401 bodies may echo "Bearer <key>"; a hostile body may carry terminal escapes
+    msg = from_server(_error_text(body), one_line=True)
     where = f"{target.display_url}{path}"
     if status in (401, 403):
         what = "unauthorized (401)" if status == 401 else "forbidden (403)"
@@ -121,11 +122,12 @@ def http_error(status: int, body: bytes, headers: Any, target: Target, path: str
 
 
 def fail(rec: RequestRecord, exc: E.PhasescopeError) -> None:
-    from phasescope.redact import redact
+    from phasescope.redact import from_server
 
     rec.ok = False
     rec.error_kind = E.error_kind(exc)
-    rec.error_message = redact(str(exc))  # a server's error body may echo the Authorization header
+    # a server's error body may echo the Authorization header, or carry terminal escapes
+    rec.error_message = from_server(str(exc), one_line=True)
     if isinstance(exc, E.OverloadedError):
         rec.retry_after_s = exc.retry_after_s
     if isinstance(exc, E.HttpError):

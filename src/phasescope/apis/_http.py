@@ -239,6 +239,19 @@ def _decode_json(payload: bytes, target: Target, path: str) -> Any:
         raise E.MalformedEventError(f"{target.display_url}{path}: malformed event (not JSON): {shown!r}") from None
 
 
+def _settle(rec: RequestRecord, proto: Protocol) -> None:
+    """A response that ended in good form: negative server counts dropped (then counted from the
+    events), and :class:`~phasescope.errors.NoTokenError` when it carried no token at all."""
+    from phasescope.apis._records import fill_fallback_counts
+    from phasescope.measure.derive import distrust_bad_counts, no_token_reason
+
+    if distrust_bad_counts(rec):
+        fill_fallback_counts(rec, proto.req)
+    why = no_token_reason(rec)
+    if why is not None:
+        raise E.NoTokenError(f"{proto.target.display_url}{proto.path}: {why}")
+
+
 async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRecord:
     """Send ``proto``'s request and fill ``proto.rec``; never raises for server-side failures."""
     target, req, rec = proto.target, proto.req, proto.rec
@@ -266,6 +279,7 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
         if rec.t_done_ns is None:
             rec.t_done_ns = now_ns()
         proto.finish()
+        _settle(rec, proto)  # success means tokens; a negative count is not one
         rec.ok = True
     except asyncio.CancelledError:
         if not dog.fired:

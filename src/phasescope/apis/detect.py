@@ -113,6 +113,9 @@ async def detect(session: aiohttp.ClientSession, base_url: str, *, api_key: str 
         for m in obj["data"]:
             if isinstance(m, dict) and m.get("id"):
                 models.append(str(m["id"]))
+                from phasescope.redact import register_tainted
+
+                register_tainted(models[-1])  # a model id holding the key is masked whole, everywhere
                 owned = owned or m.get("owned_by")
                 if meta is None and isinstance(m.get("meta"), dict):
                     meta = m["meta"]

@@ -83,9 +83,10 @@ def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
 
 
 def _say(line: str) -> None:
-    from phasescope.redact import clean
+    from phasescope.redact import encodable, printable, redact_field
 
-    print(clean(line), file=sys.stderr)
+    # an error line may quote a server's body: every secret masked, no terminal escape kept
+    print(printable(redact_field(encodable(line))), file=sys.stderr)
 
 
 def _command_path(argv: list[str]) -> str:

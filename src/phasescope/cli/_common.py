@@ -16,7 +16,10 @@ err_console = Console(stderr=True)
 
 def print_json(obj: Any) -> None:
     """Print one JSON document to stdout (the ``--json`` contract)."""
-    sys.stdout.write(dumps(obj, indent=2) + "\n")
+    from phasescope.redact import write_json_text
+
+    # redacted value by value in dumps; the console guard must not rewrite a key that equals a secret
+    write_json_text(sys.stdout, dumps(obj, indent=2) + "\n")
     sys.stdout.flush()
 
 

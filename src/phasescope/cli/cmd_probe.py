@@ -59,7 +59,14 @@ def probe(
 
     sizes = _sizes(prompt_tokens)
     timeouts = Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout)
-    progress = None if json_out else (lambda s: err_console.print(f"[dim]· {s}[/dim]"))
+    def progress_line(s: str) -> None:  # server-supplied names (model id, version) in it: no markup, no escapes
+        from rich.markup import escape
+
+        from phasescope.redact import printable
+
+        err_console.print(f"[dim]· {escape(printable(s, one_line=True))}[/dim]", highlight=False)
+
+    progress = None if json_out else progress_line
     result = run_probe(url, api=api, model=model, api_key=api_key or None, timeouts=timeouts, sizes=sizes,
                        max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat, warmup=warmup, retries=retries,
                        out_dir=out,

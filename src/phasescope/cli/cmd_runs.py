@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 
@@ -30,7 +31,7 @@ def runs(
     kind: Optional[str] = typer.Option(None, "--kind", help="Only runs of this kind (probe, bench, explain, ...)."),
     target: Optional[str] = typer.Option(None, "--target", help="Only runs whose target URL contains this."),
     model: Optional[str] = typer.Option(None, "--model", help="Only runs whose model name contains this."),
-    status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status: running, complete, partial or failed (no request succeeded)."),
+    status: Optional[str] = typer.Option(None, "--status", help="Only runs with this status: running, complete, partial, failed (no request succeeded) or interrupted (its process is gone)."),
     limit: int = typer.Option(50, "--limit", "-n", help="At most this many runs, newest first (0 = all)."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON on stdout."),
@@ -58,10 +59,25 @@ def runs(
     if json_out:
         print_json({"store": str(st.db_path), "runs": runs_json(found, bases)})
         return
+    for why in getattr(st, "malformed", []):  # a hostile or edited row: said, not a crash
+        err_console.print(f"note: {why}; left out", highlight=False, markup=False)
     if not found:
         err_console.print(f"no runs in {st.db_path}" + (" match" if any((kind, target, model, status)) else ""))
         return
     wide(console).print(runs_table(found, bases))
+
+
+@contextlib.contextmanager
+def _stored(what: str) -> Iterator[None]:
+    """Rendering what the store holds: a row with values of the wrong types (edited by hand, written by
+    something else) is one line naming the run, not a crash."""
+    from phasescope.errors import InputError
+
+    try:
+        yield
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        raise InputError(f"{what}: the stored summary is malformed ({type(exc).__name__}: {str(exc)[:120]})",
+                         hint="`phasescope show RUN --json` prints the row as stored") from None
 
 
 def show(
@@ -77,10 +93,11 @@ def show(
     info = st.get(run_id)
     metrics = metric_table(st.load_records(info.id))
     names = [n for n, rid in st.baselines().items() if rid == info.id]
-    if json_out:
-        print_json({"run": info.to_dict(), "baselines": names, "metrics": metrics})
-        return
-    wide(console).print(show_renderable(info, metrics, names))
+    with _stored(f"run {info.id}"):
+        if json_out:
+            print_json({"run": info.to_dict(), "baselines": names, "metrics": metrics})
+            return
+        wide(console).print(show_renderable(info, metrics, names))
 
 
 def compare(
@@ -141,9 +158,10 @@ def compare(
     if pair.a.id == pair.b.id:  # allowed (it shows A's numbers, #16's one-number check), but said
         err_console.print(f"note: run A and run B are the same run ({pair.a.id}): the verdicts say nothing about a change",
                           highlight=False)
-    cmp = compare_runs(pair.a, st.load_records(pair.a.id), pair.b, st.load_records(pair.b.id),
-                       confidence=confidence, min_change=min_change)
-    decision = decide(cmp, chosen, allow_incomparable=allow_incomparable)
+    with _stored(f"runs {pair.a.id} and {pair.b.id}"):
+        cmp = compare_runs(pair.a, st.load_records(pair.a.id), pair.b, st.load_records(pair.b.id),
+                           confidence=confidence, min_change=min_change)
+        decision = decide(cmp, chosen, allow_incomparable=allow_incomparable)
     if html_out is not None:
         from phasescope.report.html import write_report
 
@@ -163,7 +181,8 @@ def compare(
 
         sys.stdout.write(to_markdown(cmp, decision.worse if fail_on else None, decision if fail_on else None))
     else:
-        wide(console).print(compare_renderable(cmp))
+        with _stored(f"runs {pair.a.id} and {pair.b.id}"):
+            wide(console).print(compare_renderable(cmp))
     if not fail_on:
         return
     if decision.verdict == "worse":

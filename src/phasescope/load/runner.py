@@ -45,12 +45,18 @@ from phasescope.load.schedule import Schedule, ScheduledRequest
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RecordSink, RequestRecord, ThreadedSink
+from phasescope.redact import from_server
 
 SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
 OnRecord = Callable[[RequestRecord], None]
 
 #: error kinds that mean "the server is not there any more" (used for the dead-server stop)
 CONNECTION_ERRORS = frozenset({"connect", "connect_timeout", "stream_broken"})
+#: error kinds that mean "the server stopped answering": a frozen server (SIGSTOP) times out every
+#: request, a broken one ends streams without a token; counted with CONNECTION_ERRORS for the stop
+STREAM_FAILURES = CONNECTION_ERRORS | frozenset({"first_token_timeout", "inter_token_timeout", "deadline",
+                                                 "malformed_event", "server_error_event", "no_token", "overrun"})
+_TIMEOUTS = frozenset({"connect_timeout", "first_token_timeout", "inter_token_timeout", "deadline"})
 
 
 @dataclass
@@ -280,13 +286,15 @@ async def send_recorded(send: Any, session: aiohttp.ClientSession, target: Targe
     except Exception as exc:
         return RequestRecord(id=req.id or "", api=target.api, target=target.display_url, model=target.model,
                              t_start_ns=t_slot, wall_start_ns=wall_ns(), ok=False,
-                             error_kind=error_kind(exc), error_message=f"{type(exc).__name__}: {exc}")
+                             error_kind=error_kind(exc), error_message=from_server(f"{type(exc).__name__}: {exc}",
+                                                                                     one_line=True))
 
 
 class ConnectionWatch:
     """Gives up on a server that keeps failing: ``limit`` measured requests in a row failing to
-    connect or cut mid-stream (``CONNECTION_ERRORS``) set ``res.aborted`` with the last one's error;
-    a success resets it."""
+    connect, cut mid-stream, timing out or ending without a token (``STREAM_FAILURES``) set
+    ``res.aborted`` with the last one's error; a success resets it. Refusals (HTTP 4xx/5xx, 429) are
+    answers, not a dead server: they neither count nor reset."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -294,12 +302,16 @@ class ConnectionWatch:
 
     def see(self, rec: RequestRecord, res: "RunResult") -> bool:
         """Count ``rec``; True when the run must stop now (it just gave up)."""
-        if not rec.ok and rec.error_kind in CONNECTION_ERRORS:
+        if not rec.ok and rec.error_kind in STREAM_FAILURES:
             self.in_a_row += 1
             if self.in_a_row >= self.limit and res.aborted is None:
                 # what failed is the evidence: refused connections, timeouts, or streams cut after
                 # tokens came back (that server did answer), so the sentence claims no more than that
+                what = ("timed out: the server stopped answering" if rec.error_kind in _TIMEOUTS else "failed")
                 res.aborted = (f"the server failed {self.in_a_row} requests in a row "
+                               f"({rec.error_kind}: {rec.error_message or 'no detail'})"
+                               if what == "failed" else
+                               f"{self.in_a_row} requests in a row {what} "
                                f"({rec.error_kind}: {rec.error_message or 'no detail'})")
                 return True
         elif rec.ok:

@@ -341,6 +341,15 @@ def summarize(
             "The server sent no usage counts: output tokens were counted from streamed events "
             "(one event = one token unless the event said otherwise).",
             {"requests": len(ok)}, None))
+    untrusted = [r for r in recs if isinstance(r.tags, dict) and r.tags.get("untrusted_counts")]
+    if untrusted:  # issue 31: a negative usage count is dropped where it is read (measure.derive)
+        warnings.append(MeasurementWarning(
+            "token_count_mismatch",
+            f"The server reported negative token counts for {len(untrusted)} of {len(recs)} requests "
+            f"(e.g. {untrusted[0].tags['untrusted_counts']}): not trusted; those requests are counted from the "
+            "streamed events and the prompt that was sent.",
+            {"which": "negative", "requests": len(untrusted), "example": untrusted[0].tags["untrusted_counts"]},
+            "check the server's usage reporting"))
     out["count_warnings"] = [w.to_dict() for w in warnings]
     out["percentiles"] = list(pct)
     return out

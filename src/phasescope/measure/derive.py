@@ -197,3 +197,41 @@ def phase_spans_ns(r: RequestRecord) -> dict[str, int | None] | None:
     arrived = r.t_scheduled_ns if r.t_scheduled_ns is not None and r.t_scheduled_ns <= r.t_start_ns else r.t_start_ns
     return {"arrived": arrived, "sent": r.t_start_ns, "prefill_start": prefill_start, "first_token": first,
             "last_token": last}
+
+
+# --- what a record may claim (issue 31) --------------------------------------------------------------
+#: the server-supplied counts a record keeps; a negative one is not a count
+COUNT_FIELDS = ("prompt_tokens", "output_tokens", "cached_prompt_tokens", "reasoning_tokens")
+
+
+def distrust_bad_counts(r: RequestRecord) -> dict[str, int]:
+    """Drop every negative count the server reported (``usage.completion_tokens = -300``), so no total
+    or throughput goes negative; returns what was dropped (kept in ``tags["untrusted_counts"]``)."""
+    bad: dict[str, int] = {}
+    for name in COUNT_FIELDS:
+        v = getattr(r, name)
+        if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+            bad[name] = v
+            setattr(r, name, None)
+            if name in ("prompt_tokens", "output_tokens"):
+                setattr(r, f"{name}_source", None)
+    if bad:
+        r.tags = {**(r.tags or {}), "untrusted_counts": bad}
+    return bad
+
+
+def no_token_reason(r: RequestRecord) -> str | None:
+    """Why a response that ended in good form is still no success, or None: success means tokens.
+    A stream with no token-carrying event (only ``[DONE]``, only empty text), or a non-streamed answer
+    whose server count says 0 output tokens, had nothing to measure. ``max_tokens=0`` asks for none."""
+    if r.max_tokens == 0:
+        return None
+    if r.stream:
+        if any(e.kind in ("content", "reasoning") for e in r.events):
+            return None
+        kinds = sorted({e.kind for e in r.events})
+        return ("the stream ended without a single token "
+                + (f"(events: {', '.join(kinds)})" if kinds else "(no event before its end)"))
+    if r.output_tokens == 0:
+        return "the response carried no output token (the server counted 0)"
+    return None

@@ -22,6 +22,7 @@ Which sinks a run gets, and what happens to them at the end, is decided in one p
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -157,10 +158,21 @@ class RequestRecord:
         return rec
 
     def to_json(self) -> str:
-        """One JSONL line; encodable and with every secret masked (the records' write boundary)."""
-        from phasescope.redact import clean
+        """One JSONL line; encodable and with every secret masked (the records' write boundary).
 
-        return clean(json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")))
+        Redacted value by value (:func:`phasescope.redact.redact_field`: the strings here are server-
+        supplied names and error bodies, where a key can appear); keys and numbers are never rewritten."""
+        from phasescope.redact import encodable, redact_field, redact_obj
+
+        d = self.to_dict()
+        for name in _TEXT_FIELDS:
+            v = d.get(name)
+            if isinstance(v, str) and v:
+                d[name] = redact_field(v)
+        for name in ("tags", "server"):
+            if d.get(name):
+                d[name] = redact_obj(d[name], field=True)
+        return encodable(json.dumps(d, ensure_ascii=False, separators=(",", ":")))
 
     # -- convenience views (raw only; metrics live in measure.derive) ------------------------
     def token_events(self) -> list[Event]:
@@ -168,6 +180,9 @@ class RequestRecord:
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))
+#: the record's free-text fields (server-supplied names and messages among them)
+_TEXT_FIELDS = ("id", "api", "target", "model", "prompt_tokens_source", "output_tokens_source", "finish_reason",
+                "error_kind", "error_message", "worker")
 _SCALARS = (str, int, float, bool)
 _NOT_PLAIN = object()
 
@@ -226,7 +241,9 @@ class RecordWriter:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh: IO[str] = open(self.path, "a", encoding="utf-8")
+            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_CLOEXEC, 0o644)
+            #: bytes of whole records in the file: a write that fails is cut back to here
+            self._size = _whole_lines_size(self._fd)
         except OSError as exc:
             from phasescope.errors import OutputError
             from phasescope.safeio import os_cause
@@ -239,24 +256,38 @@ class RecordWriter:
         self.count = 0
         self.error: OSError | None = None
 
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
     def write(self, record: RequestRecord) -> None:
-        """Append one record; a failed write (disk full, a size limit) is an
-        :class:`~phasescope.errors.OutputError` naming the file, and every later write fails fast."""
-        line = record.to_json() + "\n"
+        """Append one record, whole or not at all: the line and its newline go out in one ``write``
+        and a write that fails part-way (disk full, a size limit) is cut back off the file, so the file
+        never ends in half a record. The failure is an :class:`~phasescope.errors.OutputError` naming
+        the file and how many records it kept; every later write fails fast."""
+        data = (record.to_json() + "\n").encode("utf-8")
         with self._lock:
             if self.error is not None:
                 raise self._output_error(self.error)
+            fd = self._fd
+            if fd is None:
+                raise ValueError(f"{self.path} is closed")
             try:
-                self._fh.write(line)
-                self._fh.flush()
+                view = memoryview(data)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
                 if self._fsync:
                     now = time.monotonic_ns()
                     if now - self._last_fsync_ns >= self._fsync_interval_ns:
-                        os.fsync(self._fh.fileno())
+                        os.fsync(fd)
                         self._last_fsync_ns = now
             except OSError as exc:
                 self.error = exc
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._size)  # no torn tail: the record is not in the file at all
                 raise self._output_error(exc) from None
+            self._size += len(data)
             self.count += 1
 
     def _output_error(self, exc: OSError) -> Exception:
@@ -267,29 +298,47 @@ class RecordWriter:
                            f"({self.count} records written before it are kept)")
 
     def close(self) -> None:
-        """Flush and close. After a write failure this only releases the file (what reached the
-        disk stays; a last partial line is skipped by :func:`iter_records`)."""
+        """Sync and close. After a write failure this only releases the file (what reached the
+        disk stays, whole records only)."""
         with self._lock:
-            if self._fh.closed:
+            fd, self._fd = self._fd, None
+            if fd is None:
                 return
             try:
-                self._fh.flush()
                 if self._fsync:
-                    os.fsync(self._fh.fileno())
+                    os.fsync(fd)
             except OSError as exc:
                 if self.error is None:
                     self.error = exc
             finally:
-                try:
-                    self._fh.close()
-                except OSError:
-                    pass
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def __enter__(self) -> "RecordWriter":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _whole_lines_size(fd: int) -> int:
+    """The size of ``fd``'s file up to its last newline; a torn tail (half a record, left by a crash
+    or a full disk under an older writer) is cut off, so the next record starts on a line of its own."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return 0
+    back = min(size, 1 << 20)
+    tail = os.pread(fd, back, size - back)
+    if tail.endswith(b"\n"):
+        return size
+    cut = tail.rfind(b"\n")
+    keep = (size - back + cut + 1) if cut >= 0 else (0 if back == size else size)
+    if keep != size:
+        os.ftruncate(fd, keep)
+    return keep
 
 
 def sink_path(sink: Any) -> str | None:
@@ -300,18 +349,23 @@ def sink_path(sink: Any) -> str | None:
 
 class FanoutSink:
     """Writes each record to every sink in ``sinks`` (the ``--out`` JSONL and the run store). A
-    failing sink does not starve the others; the first failure is re-raised after all were tried,
-    with ``ps_path`` naming the file that failed."""
+    failing sink does not starve the others — disk full under ``--out`` never empties the store's
+    copy: the failed sink is left out from then on and the others keep every record. A sink's first
+    failure is re-raised after all were tried, with ``ps_path`` naming the file that failed."""
 
     def __init__(self, sinks: Sequence[RecordSink]) -> None:
         self.sinks = list(sinks)
+        self.failed: list[RecordSink] = []
 
     def write(self, record: RequestRecord) -> None:
         first: BaseException | None = None
         for s in self.sinks:
+            if any(s is f for f in self.failed):
+                continue
             try:
                 s.write(record)
             except Exception as exc:  # noqa: BLE001 - re-raised below with the failing path
+                self.failed.append(s)
                 if first is None:
                     first = exc
                     exc.ps_path = sink_path(s)  # type: ignore[attr-defined]
@@ -327,8 +381,9 @@ class ThreadedSink:
     """Hands records to ``sink`` on a thread of its own, so disk I/O never blocks an event loop.
 
     ``write`` only enqueues. The first failure is kept in ``error`` (one line: "cannot write records
-    to PATH: cause") and passed to ``on_error`` (the runner stops sending there); later records are
-    dropped, not retried. ``close`` waits until every record handed in was written; it does not close
+    to PATH: cause") and passed to ``on_error`` (the runner stops sending there); later records still
+    reach a fan-out's healthy sinks (the store's copy when ``--out`` is full), and are dropped otherwise.
+    ``close`` waits until every record handed in was written; it does not close
     ``sink``, which belongs to whoever opened it (the run's :func:`~phasescope.lifecycle.run_output`)."""
 
     def __init__(self, sink: RecordSink | None, on_error: Callable[[str], None] | None = None,
@@ -350,11 +405,13 @@ class ThreadedSink:
             rec = self._q.get()
             if rec is None:
                 return
-            if self.error is not None:
-                continue
+            if self.error is not None and not isinstance(self._sink, FanoutSink):
+                continue  # the one sink failed: later records are dropped, not retried
             try:
-                self._sink.write(rec)
+                self._sink.write(rec)  # a fan-out keeps writing to the sinks that still work
             except Exception as exc:  # noqa: BLE001 - a full disk must stop the run, not kill this thread
+                if self.error is not None:
+                    continue
                 from phasescope.errors import PhasescopeError
                 from phasescope.safeio import os_cause
 

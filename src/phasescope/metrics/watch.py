@@ -18,6 +18,7 @@ disabled the watch goes on from /metrics alone and says how to enable it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import datetime as _dt
 import os
@@ -131,13 +132,24 @@ class CsvLog:
             self._fh: IO[str] = open(p, "w", newline="", encoding="utf-8")  # noqa: SIM115
         except OSError as exc:
             raise InputError(f"cannot write {p}: {exc.strerror}") from None
+        self.path = p
         self._w = csv.writer(self._fh)
         self._w.writerow(self.COLUMNS)
         self._sync()
 
     def _sync(self) -> None:
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        """Flush and fsync; a full disk (or a size limit) is one OutputError naming the file (exit 3)."""
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            from phasescope.errors import OutputError
+            from phasescope.safeio import os_cause
+
+            with contextlib.suppress(OSError):
+                self._fh.close()
+            raise OutputError(f"cannot write the CSV {self.path}: {os_cause(exc)} "
+                              "(the rows written before it are kept)") from None
 
     def write(self, state: WatchState) -> None:
         snap = state.timeline.latest
@@ -150,12 +162,15 @@ class CsvLog:
         from phasescope.redact import clean  # the write boundary: no secret, encodable
 
         row = [clean(c) if isinstance(c, str) else c for c in row]
+        if self._fh.closed:
+            return
         self._w.writerow(row)
         self._sync()
 
     def close(self) -> None:
         if not self._fh.closed:
-            self._fh.close()
+            with contextlib.suppress(OSError):
+                self._fh.close()
 
 
 async def _poll_slots(scraper: Scraper, state: WatchState, api_key: str | None, timeout_s: float) -> None:

@@ -21,6 +21,8 @@ prints (:mod:`phasescope.measure.aggregate`).
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -198,8 +200,17 @@ def write_report(runs: list[Run], out: str | os.PathLike[str], *, png_dir: str |
 
         tmp.write_text(clean(page), encoding="utf-8")
         tmp.replace(out)
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    except OSError as exc:  # a full disk, a size limit, permission: the run failed to write (exit 3), not bad input
+        from phasescope.errors import OutputError
+        from phasescope.safeio import os_cause
+
+        import errno
+
+        with contextlib.suppress(OSError, UnboundLocalError):
+            tmp.unlink()
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG):
+            raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None  # the path given is wrong
+        raise OutputError(f"cannot write the report {out}: {os_cause(exc)}") from None
     res = ReportResult(out, out.stat().st_size, [p.name for p in plots], skipped,
                        compared=[f"{(c.get('b') or {}).get('id')} vs {(c.get('a') or {}).get('id')}" for c in comparisons or []])
     if png_dir is not None:

@@ -79,6 +79,7 @@ from phasescope.store.recording import is_warmup as _is_warmup
 from phasescope.store.scrub import URL_RE as _URL
 from phasescope.store.scrub import redact_target as _redact
 from phasescope.store.scrub import scrub
+from phasescope.store.scrub import scrub_name as _scrub_name
 from phasescope.store.scrub import secrets_of as _secrets_of
 
 __all__ = [
@@ -94,7 +95,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 3
-RUN_STATUSES = ("running", "complete", "partial", "failed")
+#: ``interrupted``: the recording process is gone (killed outright) and never closed the run
+RUN_STATUSES = ("running", "complete", "partial", "failed", "interrupted")
 BUSY_TIMEOUT_MS = 30_000
 # --- schema ----------------------------------------------------------------------------------
 _MIGRATIONS: dict[int, list[str]] = {
@@ -176,6 +178,39 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{pid}:{_proc_start(pid)}"
 
 
+def _proc_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+def _owner_words(owner: str | None) -> str:
+    """``pid 4242 on host, started at boot + 12,345.6 s`` from an owner string, for the run's error."""
+    try:
+        host, pid_s, start = (owner or "").rsplit(":", 2)
+        int(pid_s)
+    except ValueError:
+        return "owner unknown"
+    try:
+        ticks = int(start) / os.sysconf("SC_CLK_TCK")
+        when = f", started {ticks:,.1f} s after boot"
+    except (ValueError, OSError):
+        when = ""
+    return f"pid {pid_s} on {host}{when}"
+
+
+def _regular_file(path: Path) -> bool:
+    """A plain file (never a FIFO or a device a hostile row names: reading one would block)."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
 def _owner_alive(owner: str | None) -> bool:
     if not owner:
         return False
@@ -192,6 +227,8 @@ def _owner_alive(owner: str | None) -> bool:
         return False
     except PermissionError:
         pass
+    if _proc_state(pid) in ("Z", "X", "x"):  # killed, not yet reaped by its parent: gone all the same
+        return False
     return start == "?" or _proc_start(pid) in (start, "?")
 
 
@@ -311,6 +348,21 @@ class RunStore:
         finally:
             con.close()
 
+    def _read(self, fn: Any) -> Any:
+        """``fn(connection)`` for a read. A store on a full disk cannot make the shared-memory file a
+        WAL reader needs ("disk I/O error"): it is then read as an immutable file, so ``runs``/``show``
+        still work until space is freed (what the last writer could not commit is not there)."""
+        try:
+            with self._conn() as con:
+                return fn(con)
+        except InputError as exc:
+            if not any(w in str(exc) for w in ("disk I/O error", "unable to open", "readonly", "read-only")):
+                raise
+            try:
+                return self._immutable(fn)
+            except sqlite3.DatabaseError:
+                raise exc from None
+
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._conn() as con:
@@ -323,10 +375,25 @@ class RunStore:
             con.execute("COMMIT")
 
     def schema_version(self) -> int:
-        with self._conn() as con:
-            return _read_version(con)
+        return int(self._read(_read_version))
 
     def _migrate(self) -> None:
+        try:
+            self._migrate_now()
+        except InputError as exc:  # a full disk: readable as it is when it needs no migration
+            if "disk I/O error" not in str(exc) or self._immutable(_read_version) != SCHEMA_VERSION:
+                raise
+
+    def _immutable(self, fn: Any) -> Any:
+        from urllib.parse import quote
+
+        con = sqlite3.connect(f"file:{quote(str(self.db_path))}?immutable=1", uri=True, isolation_level=None)
+        try:
+            return fn(con)
+        finally:
+            con.close()
+
+    def _migrate_now(self) -> None:
         with self._conn() as con:
             # Switching a fresh database to WAL takes an exclusive lock and SQLite answers "database
             # is locked" at once (no busy handler) when another writer races us: retry briefly.
@@ -382,8 +449,8 @@ class RunStore:
             "api": api,
             "engine": engine,
             "engine_version": engine_version,
-            "model": model,
-            "device": device,
+            "model": _scrub_name(model),
+            "device": _scrub_name(device),
             "phasescope_version": __version__,
             "params": dumps(scrub(params or {}, sec)),
             "started_at": time.time(),
@@ -439,8 +506,7 @@ class RunStore:
 
     # -- reading ------------------------------------------------------------------------------
     def get_baseline(self, name: str) -> RunInfo | None:
-        with self._conn() as con:
-            row = con.execute("SELECT run_id FROM baselines WHERE name = ?", (name,)).fetchone()
+        row = self._read(lambda con: con.execute("SELECT run_id FROM baselines WHERE name = ?", (name,)).fetchone())
         if row is None:
             return None
         try:
@@ -449,8 +515,7 @@ class RunStore:
             return None
 
     def baselines(self) -> dict[str, str]:
-        with self._conn() as con:
-            return dict(con.execute("SELECT name, run_id FROM baselines ORDER BY name").fetchall())
+        return dict(self._read(lambda con: con.execute("SELECT name, run_id FROM baselines ORDER BY name").fetchall()))
 
     def list_runs(
         self,
@@ -480,22 +545,31 @@ class RunStore:
         sql += " ORDER BY started_at DESC, id DESC"
         if limit is not None and limit > 0:
             sql += f" LIMIT {int(limit)}"
-        with self._conn() as con:
-            rows = con.execute(sql, args).fetchall()
-        return [self._info(r) for r in rows]
+        rows = self._read(lambda con: con.execute(sql, args).fetchall())
+        out: list[RunInfo] = []
+        self.malformed: list[str] = []  # rows left out of the list, each with why (``runs`` says so)
+        for r in rows:
+            try:
+                out.append(self._info(r))
+            except MalformedRow as exc:
+                self.malformed.append(str(exc))
+        return out
 
     def get(self, run_id: str) -> RunInfo:
         """The run with id ``run_id``, a unique id prefix, or ``latest``; InputError otherwise."""
         run_id = (run_id or "").strip()
-        with self._conn() as con:
+
+        def find(con: sqlite3.Connection) -> list[Any]:
             if run_id in ("latest", "last"):
-                rows = con.execute(f"SELECT {_COLS} FROM runs ORDER BY started_at DESC, id DESC LIMIT 1").fetchall()
-            else:
-                rows = con.execute(f"SELECT {_COLS} FROM runs WHERE id = ?", (run_id,)).fetchall()
-                if not rows and run_id:
-                    rows = con.execute(
-                        f"SELECT {_COLS} FROM runs WHERE substr(id, 1, ?) = ? LIMIT 3", (len(run_id), run_id)
-                    ).fetchall()
+                return con.execute(f"SELECT {_COLS} FROM runs ORDER BY started_at DESC, id DESC LIMIT 1").fetchall()
+            rows = con.execute(f"SELECT {_COLS} FROM runs WHERE id = ?", (run_id,)).fetchall()
+            if not rows and run_id:
+                rows = con.execute(
+                    f"SELECT {_COLS} FROM runs WHERE substr(id, 1, ?) = ? LIMIT 3", (len(run_id), run_id)
+                ).fetchall()
+            return rows
+
+        rows = self._read(find)
         if not rows:
             raise InputError(f"no run {run_id!r} in {self.db_path} (see `phasescope runs`)")
         if len(rows) > 1:
@@ -506,14 +580,28 @@ class RunStore:
         info = run_id if isinstance(run_id, RunInfo) else self.get(run_id)
         if info.records_path is None or not info.records_path.exists():
             return []
-        return read_records(info.records_path)
+        if not _regular_file(info.records_path):  # a FIFO or device in a hostile row would block
+            raise InputError(f"run {info.id}: its records path {info.records_path} is not a regular file")
+        try:
+            return read_records(info.records_path)
+        except OSError as exc:
+            raise InputError(f"run {info.id}: cannot read its records {info.records_path}: "
+                             f"{exc.strerror or exc}") from None
 
     def _info(self, r: tuple[Any, ...]) -> RunInfo:
         (rid, kind, status, started, ended, target, api, engine, ev, model, device, ver, params, summary, rpath,
          n, error, owner, n_warm) = r  # fmt: skip
+        started_f, ended_f = _time_or_none(started), _time_or_none(ended)
+        if started_f is None or (ended is not None and ended_f is None):
+            bad = started if started_f is None else ended
+            raise MalformedRow(f"run {rid} in {self.db_path} is malformed: its "
+                               f"{'started_at' if started_f is None else 'ended_at'} {str(bad)[:40]!r} is not a time")
+        started, ended = started_f, ended_f
+        if not isinstance(rpath, (str, type(None))):
+            rpath = None
         path = None if not rpath else (Path(rpath) if os.path.isabs(rpath) else self.dir / rpath)
         if status == "running" and not _owner_alive(owner):
-            status, n, ended, error, n_warm = self._mark_orphan(rid, path)
+            status, n, ended, error, n_warm = self._mark_orphan(rid, path, owner)
         return RunInfo(
             id=rid,
             kind=kind,
@@ -527,27 +615,31 @@ class RunStore:
             model=model,
             device=device,
             phasescope_version=ver,
-            params=_loads(params) or {},
-            summary=_loads(summary),
+            params=p if isinstance(p := _loads(params), dict) else {},
+            summary=sm if isinstance(sm := _loads(summary), dict) else None,
             records_path=path,
-            n_records=int(n or 0),
-            error=error,
-            n_warmup=None if n_warm is None else int(n_warm),
+            n_records=_count(n),
+            error=None if error is None else str(error),
+            n_warmup=None if n_warm is None else _count(n_warm),
         )
 
-    def _mark_orphan(self, run_id: str, path: Path | None) -> tuple[str, int, float | None, str, int]:
-        """A run whose process died without closing it: partial, with the records that reached disk."""
+    def _mark_orphan(self, run_id: str, path: Path | None, owner: str | None = None
+                     ) -> tuple[str, int, float | None, str, int]:
+        """A run whose process is gone without closing it (killed outright): ``interrupted``, with the
+        records that reached disk and which process it was (the owner's PID and start time)."""
         n = n_warm = 0
         ended = None
-        error = "the recording process died"
-        if path is not None and path.exists():
-            recs = read_records(path)
-            n = len(recs)
-            n_warm = sum(1 for r in recs if _is_warmup(r))
-            ended = path.stat().st_mtime
+        error = f"the recording process is gone ({_owner_words(owner)})"
+        if path is not None and _regular_file(path):
+            with contextlib.suppress(InputError, OSError):
+                recs = read_records(path)
+                n = len(recs)
+                n_warm = sum(1 for r in recs if _is_warmup(r))
+                ended = path.stat().st_mtime
         with contextlib.suppress(InputError, sqlite3.Error):
-            self._update(run_id, status="partial", n_records=n, ended_at=ended, error=error, owner=None, n_warmup=n_warm)
-        return "partial", n, ended, error, n_warm
+            self._update(run_id, status="interrupted", n_records=n, ended_at=ended, error=error, owner=None,
+                         n_warmup=n_warm)
+        return "interrupted", n, ended, error, n_warm
 
 
 def _read_version(con: sqlite3.Connection) -> int:
@@ -558,12 +650,30 @@ def _read_version(con: sqlite3.Connection) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
+class MalformedRow(InputError):
+    """A stored row whose values have the wrong types (edited, or written by something else)."""
+
+
+def _time_or_none(v: Any) -> float | None:
+    """A stored time as Unix seconds, or None when it is none (``'yesterday'``, NaN, out of range)."""
+    import math
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) and -1e11 < f < 1e11 else None
+
+
+def _count(v: Any) -> int:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
+
+
 def _loads(s: str | None) -> Any:
-    if not s:
+    if not s or not isinstance(s, str):
         return None
     try:
         return json.loads(s)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
 
 

@@ -18,7 +18,7 @@ from phasescope.errors import InputError
 from phasescope.jsonutil import dumps
 from phasescope.measure.records import RecordWriter, RequestRecord
 from phasescope.store.scrub import redact_target as _redact
-from phasescope.store.scrub import scrub
+from phasescope.store.scrub import scrub, scrub_name
 
 if TYPE_CHECKING:
     from phasescope.store import RunInfo, RunStore
@@ -88,7 +88,7 @@ class Recording:
 
     def _clean(self, record: RequestRecord) -> RequestRecord:
         t = record.target or ""
-        dirty = ("@" in t or "?" in t) or any(s in record.to_json() for s in self._secrets)
+        dirty = ("@" in t or "?" in t) or any(s in record.to_json() for s in self._secrets if len(s) >= 3)
         if not dirty:
             return record
         return RequestRecord.from_dict(scrub(record.to_dict(), self._secrets) | {"target": _redact(t) if t else t})
@@ -104,7 +104,8 @@ class Recording:
         bad = set(fields) - allowed
         if bad:
             raise TypeError(f"unknown run fields: {sorted(bad)}")
-        cols = {k: v for k, v in fields.items() if k not in ("params", "target")}
+        # model, engine, device: names a server supplied (a model id may hold the key, or escapes)
+        cols = {k: scrub_name(v) for k, v in fields.items() if k not in ("params", "target")}
         if "params" in fields:
             cols["params"] = dumps(scrub(fields["params"] or {}, self._secrets))
         if fields.get("target"):

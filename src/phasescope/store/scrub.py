@@ -32,18 +32,19 @@ def redact_target(url: str) -> str:
 def scrub(obj: Any, secrets_: tuple[str, ...] = ()) -> Any:
     """A JSON-able copy of ``obj`` with secret-named keys dropped, URLs redacted and every known
     secret string replaced by ``***``."""
-    from phasescope.redact import redact
+    from phasescope.redact import redact_field, register
+
+    for sec in secrets_:
+        register(sec)  # idempotent: a Target registered its key already
 
     def walk(o: Any) -> Any:
-        if isinstance(o, dict):
+        if isinstance(o, dict):  # keys are data: dropped when they name a secret, never rewritten
             return {k: walk(v) for k, v in o.items() if not _SECRET_KEY.search(str(k))}
         if isinstance(o, list):
             return [walk(v) for v in o]
-        if isinstance(o, str):
+        if isinstance(o, str):  # a strong key wherever it is, a weak one ("1234", "mean") as a whole token
             s = redact_target(o) if URL_RE.match(o) and ("@" in o or "?" in o) else o
-            for sec in secrets_:
-                s = s.replace(sec, "***")
-            return redact(s)
+            return redact_field(s)
         return o
 
     return walk(to_jsonable(obj))
@@ -65,3 +66,10 @@ def secrets_of(target: Any) -> tuple[str, ...]:
             if len(v) >= 6:  # query values may be keys; short ones (e.g. "1") would wreck text
                 out.append(v)
     return tuple(s for s in out if len(s) >= 4)
+
+
+def scrub_name(name: Any) -> Any:
+    """A server-supplied name (a model id) fit for the store: secrets masked, control characters dropped."""
+    from phasescope.redact import from_server
+
+    return from_server(name, one_line=True) if isinstance(name, str) else name

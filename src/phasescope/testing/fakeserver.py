@@ -108,6 +108,7 @@ class FakeServer(LoopbackServer):
         glue_every: int | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        error_text: str = "internal engine error",
     ) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}")
@@ -132,6 +133,7 @@ class FakeServer(LoopbackServer):
         self.load_s = load_s
         self.max_model_len = max_model_len
         self.glue_every = glue_every
+        self.error_text = error_text  # the "http500" body's message (a hostile one may carry escapes)
         self.log_path = log_path
         self.host = host
         self.port = port
@@ -204,7 +206,7 @@ class FakeServer(LoopbackServer):
                                      headers={"WWW-Authenticate": f'Bearer realm="fake", error="invalid_token", token="{auth}"'})
         if fault == "http500":
             gt.status = 500
-            return web.json_response(self._err_body(500, "internal engine error", "server_error"), status=500)
+            return web.json_response(self._err_body(500, self.error_text, "server_error"), status=500)
         return None
 
     def _prompt_ids(self, prompt: Any, *, bos: bool) -> list[int]:
@@ -415,7 +417,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fault", default=None, choices=FAULTS, help="fault mode for every generation request")
     ap.add_argument("--fault-after", type=int, default=2)
     ap.add_argument("--api-key", default=None, help="require this Bearer key")
+    ap.add_argument("--echo-args", action="store_true", help="print the command line at start, as vLLM prints its args")
     a = ap.parse_args(argv)
+    if a.echo_args:
+        print(f"fake-llm: args {sys.argv[1:] if argv is None else argv}", file=sys.stderr, flush=True)
     srv = FakeServer(flavor=a.flavor, model=a.model, port=a.port, ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000,
                      tokens_per_event=a.tokens_per_event, log_path=a.log, prefill_tok_s=a.prefill_tok_s,
                      prefix_cache=a.prefix_cache, fault=a.fault, fault_after=a.fault_after, api_key=a.api_key)

@@ -152,19 +152,45 @@ def embedded(params: dict[str, str], *, say: Any = None, startup_timeout_s: floa
 
 
 def render(template: str, params: dict[str, str], port: int) -> tuple[list[str], dict[str, str]]:
-    """The template filled: (argv, environment additions)."""
-    filled = template.format(**params, port=port)
-    try:
-        words = shlex.split(filled)
-    except ValueError as exc:
-        raise InputError(f"--serve: cannot split the command ({exc})") from None
+    """The template filled: (argv, environment additions).
+
+    The template is split into arguments *first* and each placeholder filled inside its own argument,
+    so no value can add an argument (``--param "x=1 --die"``) or a program: a leading ``NAME=value``
+    argument is an environment assignment by the template's own text, and a value lands in it as the
+    variable's value only (``OLLAMA_NUM_PARALLEL={n}`` with ``n=1 sh -c …`` sets the variable to that text)."""
+    from phasescope.tune.spec import _template_words
+
+    words = _template_words(template)
+    values = {**params, "port": str(port)}
+
+    def fill(word: str) -> str:
+        try:
+            return word.format_map(values)
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            raise InputError(f"--serve: cannot fill the argument {word!r} ({type(exc).__name__}: {exc})") from None
+
     env: dict[str, str] = {}
-    while words and _ENV_WORD.match(words[0]):
-        k, _, v = words.pop(0).partition("=")
-        env[k] = v
-    if not words:
+    i = 0
+    while i < len(words) and _ENV_WORD.match(words[i]):
+        k, _, v = words[i].partition("=")
+        env[k] = fill(v)
+        i += 1
+    argv = [fill(w) for w in words[i:]]
+    if not argv:
         raise InputError("--serve: the template names no command")
-    return words, env
+    bad = next((a for a in [*argv, *env.values()] if "\x00" in a), None)
+    if bad is not None:
+        raise InputError("--serve: a --param value holds a NUL character")
+    return argv, env
+
+
+def shown(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The command as logs and the store get it: secret arguments' values masked (tune.spec)."""
+    from phasescope.tune.spec import mask_words
+
+    words = mask_words([f"{k}={v}" for k, v in env.items()] + list(argv))
+    env_shown = dict(w.partition("=")[::2] for w in words[:len(env)])
+    return words[len(env):], env_shown
 
 
 def _log_path(logs: Path, port: int) -> Path:
@@ -177,23 +203,33 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
                   say: Any = None) -> Iterator[Launched]:
     from phasescope.apis.ready import ready_sync
 
+    import threading
+
+    from phasescope.redact import secrets
+    from phasescope.tune.spec import register_template_secrets
+
+    register_template_secrets(template)  # the server's own output may print its key: masked in the log
     port = free_port()
     argv, env = render(template, params, port)
+    argv_shown, env_shown = shown(argv, env)
     log_path = _log_path(logs, port)
     t0 = time.monotonic()
+    # with a secret known, the server's output goes through a redacting pump instead of straight to the file
+    pump = bool(secrets())
     with log_path.open("ab") as log:
-        log.write(("# " + shlex.join(argv) + "\n").encode())
+        log.write(("# " + shlex.join([f"{k}={v}" for k, v in env_shown.items()] + argv_shown) + "\n").encode())
         log.flush()
-        import threading
-
-
         in_main = threading.current_thread() is threading.main_thread()
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True, env={**os.environ, **env},
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if pump else log,
+                                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                    env={**os.environ, **env},
                                     preexec_fn=PDEATHSIG_PREEXEC if in_main else None)  # noqa: PLW1509
         except OSError as exc:
-            raise SettingFailed(f"could not start {argv[0]}: {exc.strerror or exc}", log_path) from None
+            raise SettingFailed(f"could not start {argv_shown[0]}: {exc.strerror or exc}", log_path) from None
+        except ValueError as exc:  # an argument Popen refuses
+            raise SettingFailed(f"could not start {argv_shown[0]}: {exc}", log_path) from None
+    pumper = _start_pump(proc, log_path) if pump else None
     try:
         url = f"http://{HOST}:{port}"
         deadline = time.monotonic() + startup_timeout_s
@@ -203,6 +239,8 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
             if rc is not None:
                 from phasescope.engine.server import describe_exit
 
+                if pumper is not None:
+                    pumper.join(timeout=2.0)  # the log's last lines are in the file before it is read
                 tail = log_tail(log_path, 10)
                 raise SettingFailed(f"the server exited during startup ({describe_exit(rc)})"
                                     + (f": {tail[-1]}" if tail else ""), log_path, tail)
@@ -213,11 +251,41 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
                                     log_path, log_tail(log_path, 10))
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
-        yield Launched(url=url, log_path=log_path, command=argv, startup_s=time.monotonic() - t0, env=env)
+        yield Launched(url=url, log_path=log_path, command=argv_shown, startup_s=time.monotonic() - t0,
+                       env=env_shown)
         if proc.poll() is not None:
             from phasescope.engine.server import describe_exit
 
+            if pumper is not None:
+                pumper.join(timeout=2.0)
             raise SettingFailed(f"the server died during the run ({describe_exit(proc.returncode)})", log_path,
                                 log_tail(log_path, 10))
     finally:
         stop_process_group(proc, STOP_GRACE_S)
+        if pumper is not None:
+            pumper.join(timeout=5.0)
+
+
+def _start_pump(proc: subprocess.Popen[bytes], log_path: Path) -> Any:
+    """A thread copying the server's output into its log line by line, every known secret masked
+    (:func:`phasescope.redact.redact_field`); bytes that are not UTF-8 are kept as they came."""
+    import threading
+
+    from phasescope.redact import redact_field
+
+    def run() -> None:
+        out = proc.stdout
+        if out is None:
+            return
+        try:
+            with out, log_path.open("ab") as log:
+                for line in iter(lambda: out.readline(1 << 16), b""):
+                    text = line.decode("utf-8", "surrogateescape")
+                    log.write(redact_field(text).encode("utf-8", "surrogateescape"))
+                    log.flush()
+        except (OSError, ValueError):
+            return
+
+    t = threading.Thread(target=run, name="serve-log", daemon=True)
+    t.start()
+    return t

@@ -58,7 +58,13 @@ def find_tune_spec(store: Any, tid: str) -> TuneSpec:
     for info in store.list_runs(kind="tune", limit=None):
         p = info.params if isinstance(info.params, dict) else {}
         if p.get("tune_id") == tid and isinstance(p.get("spec"), dict):
-            return TuneSpec.from_dict(p["spec"])
+            spec = TuneSpec.from_dict(p["spec"])
+            from phasescope.tune.spec import has_masked_secret
+
+            if has_masked_secret(spec.serve):  # the store never held the template's key
+                raise InputError(f"--resume {tid}: its --serve template held a secret, which the store does not "
+                                 "keep; run the original `tune` command again (it continues this tune)")
+            return spec
     raise InputError(f"--resume: no tune {tid!r} in {store.db_path} (see `phasescope runs --kind tune`)")
 
 
@@ -112,12 +118,16 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
                   server_flags: str | None = None) -> tuple[str | None, str]:
     """Run the workload against ``url``: (stored run id, status). ``server_flags``: the setting's
     command line, so explain's advice is set against the values this setting runs with."""
+    from phasescope.tune.spec import template_api_key
+
     a = {**DEFAULT_WORKLOAD_ARGS[spec.workload], **spec.workload_args}
+    key = template_api_key(spec.serve)  # a server started with --api-key K is asked with K
     if spec.workload == "probe":
         from phasescope.probe import probe
 
         res = probe(url, sizes=list(a["prompt_tokens"]), max_tokens=int(a["max_tokens"]), repeat=a["repeat"],
-                    warmup=True, save=True, progress=say, model_spec=a.get("model_spec"), device=a.get("device"))
+                    warmup=True, save=True, progress=say, model_spec=a.get("model_spec"), device=a.get("device"),
+                    api_key=key)
         sizes = res.get("sizes") or []
         ok = any(s.get("ok") for s in sizes)
         return res.get("run_id"), "complete" if ok else "failed"
@@ -125,6 +135,7 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
         from phasescope.load.bench import run_bench
 
         cfg = bench_config(a, url, label=f"tune {tune_id(spec)}")
+        cfg.api_key = key
         res = run_bench(cfg, on_status=say)
         if res.run.interrupted:
             raise KeyboardInterrupt
@@ -135,7 +146,7 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
 
     names = [n.strip() for n in str(a["only"]).split(",") if n.strip()] if a.get("only") else list(NAMES)
     rep = run_explain(url, budget_s=float(a["budget_s"]), names=names, save=True, progress=say,
-                      server_flags=server_flags)
+                      server_flags=server_flags, api_key=key)
     return rep.run_id, "complete"
 
 
@@ -223,7 +234,10 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
         tell(f"tune {tid}: {len(finished)} of {len(settings)} settings already in the store; continuing with "
              f"{todo[0].label() if todo else 'none'}")
     logs = store.dir / "logs" / tid
-    params = {"tune_id": tid, "spec": spec.to_dict(), "settings": [s.params for s in settings]}
+    from phasescope.tune.spec import masked_template, register_template_secrets
+
+    register_template_secrets(spec.serve)  # the template's own key: masked in everything printed or written
+    params = {"tune_id": tid, "spec": spec.stored_dict(), "settings": [s.params for s in settings]}
     rows: dict[int, dict[str, Any]] = {}
     with run_output("tune", None, params, store=True, say=tell) as out:
         t0 = time.monotonic()
@@ -278,7 +292,7 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
         result = {
             "tune_id": tid, "run_id": out.store_id, "workload": spec.workload,
             "mode": "one-at-a-time" if spec.one_at_a_time else "grid",
-            "serve": spec.serve, "baseline": dict(settings[0].params),
+            "serve": masked_template(spec.serve), "baseline": dict(settings[0].params),
             "settings": ordered, "pareto": pareto(ordered), "slo": dict(slo or {}),
             "recommended": recommend(ordered, slo), "finding": finding(ordered) + _prediction_lines(ordered, prediction, prediction_sentence),
             "prediction": prediction,

@@ -26,8 +26,10 @@ from typing import Any, Sequence
 
 from phasescope.errors import InputError
 
-__all__ = ["ENGINE_PARAMS", "EngineParam", "Setting", "TuneSpec", "canonical_name", "check_template", "expand", "parse_param",
-           "setting_key", "template_fields", "tune_id"]
+__all__ = ["ENGINE_PARAMS", "EngineParam", "Setting", "TuneSpec", "canonical_name", "check_template", "expand",
+           "has_masked_secret", "mask_words", "masked_template", "parse_param", "register_template_secrets",
+           "secret_positions", "template_api_key",
+           "setting_key", "template_fields", "template_secrets", "tune_id"]
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,100 @@ def check_template(template: str, names: Sequence[str]) -> None:
         raise InputError(f"--serve: the template's {{{unfilled[0]}}} has no --param {unfilled[0]}=…")
 
 
+#: a template argument whose value is a secret: ``--api-key K``/``--api-key=K``, ``--hf-token``, ``--password``…
+_SECRET_FLAG = re.compile(r"^--?[A-Za-z0-9_-]*(api[_-]?key|token|passw(or)?d|secret)([_-][A-Za-z0-9_-]*)?$", re.I)
+#: an environment assignment whose value is a secret: ``HF_TOKEN=…``, ``OPENAI_API_KEY=…``, ``DB_PASSWORD=…``
+_SECRET_ENV = re.compile(r"^(?:[A-Za-z0-9]+_)*(KEY|APIKEY|TOKEN|PASSWORD|PASSWD|SECRET)(?:_[A-Za-z0-9]+)*=", re.I)
+MASK = "***"
+
+
+def _template_words(template: str) -> list[str]:
+    import shlex
+
+    try:
+        return shlex.split(template)
+    except ValueError as exc:
+        raise InputError(f"--serve: cannot split the command ({exc})") from None
+
+
+def secret_positions(words: Sequence[str]) -> list[tuple[int, int]]:
+    """``(word index, offset of the value in that word)`` of every secret argument of a split template:
+    the word after ``--api-key`` (offset 0), the value of ``--api-key=K`` or of ``HF_TOKEN=K``."""
+    out: list[tuple[int, int]] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        flag, eq, _ = w.partition("=")
+        if _SECRET_FLAG.match(flag):
+            if eq:
+                out.append((i, len(flag) + 1))
+            elif i + 1 < len(words):
+                out.append((i + 1, 0))
+                i += 1
+        elif _SECRET_ENV.match(w):
+            out.append((i, len(flag) + 1))
+        i += 1
+    return out
+
+
+def template_secrets(template: str | None) -> list[str]:
+    """The secret values a ``--serve`` template holds (placeholders are no secret)."""
+    if not template:
+        return []
+    words = _template_words(template)
+    vals = [words[i][off:] for i, off in secret_positions(words)]
+    return [v for v in vals if v and v != MASK and not re.fullmatch(r"\{[A-Za-z_][A-Za-z0-9_-]*\}", v)]
+
+
+def mask_words(words: Sequence[str]) -> list[str]:
+    """A split command with its secret arguments' values as ``***`` (what logs and the store get)."""
+    out = list(words)
+    for i, off in secret_positions(out):
+        if out[i][off:]:
+            out[i] = out[i][:off] + MASK
+    return out
+
+
+def masked_template(template: str | None) -> str | None:
+    """The template as it may be stored or printed: each secret argument's value replaced by ``***``
+    (structurally, whatever its length); a template without one comes back unchanged."""
+    if not template or not template_secrets(template):
+        return template
+    import shlex
+
+    return " ".join(w if w == MASK or w.endswith("=" + MASK) or re.fullmatch(r"[\w@%+=:,./{}-]+", w)
+                    else shlex.quote(w) for w in mask_words(_template_words(template)))
+
+
+def template_api_key(template: str | None) -> str | None:
+    """The ``--api-key`` a template starts its server with: the key the workload must send."""
+    if not template:
+        return None
+    words = _template_words(template)
+    for i, off in secret_positions(words):
+        flag = words[i][:off - 1] if off else words[i - 1]
+        v = words[i][off:]
+        if flag.lstrip("-").lower().replace("_", "-") == "api-key" and v and v != MASK and "{" not in v:
+            return v
+    return None
+
+
+def has_masked_secret(template: str | None) -> bool:
+    """A stored template whose secret arguments were masked: it cannot be launched again as it is."""
+    if not template:
+        return False
+    words = _template_words(template)
+    return any(words[i][off:] == MASK for i, off in secret_positions(words))
+
+
+def register_template_secrets(template: str | None) -> None:
+    """Register the template's secrets for redaction (the server's own output may print them)."""
+    from phasescope.redact import register
+
+    for v in template_secrets(template):
+        register(v)
+
+
 @dataclass
 class TuneSpec:
     """Everything that defines a tune (what its id is a hash of)."""
@@ -212,6 +308,10 @@ class TuneSpec:
         return {"params": [[n, list(v)] for n, v in self.params], "workload": self.workload,
                 "workload_args": self.workload_args, "serve": self.serve, "one_at_a_time": self.one_at_a_time,
                 "salt": self.salt}
+
+    def stored_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` as the store keeps it: the ``--serve`` template's secrets masked."""
+        return {**self.to_dict(), "serve": masked_template(self.serve)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TuneSpec":

@@ -26,6 +26,10 @@ FAULTS = (
     "echo_key",  # 401 on generation endpoints whose body echoes the request's Authorization header
     "endless",  # streams tokens past max_tokens forever: no finish_reason, no [DONE]
     "silent",  # sends the response headers, then nothing at all (for stall_s)
+    # issue 31: streams that succeed in form but carry no token, and counts that cannot be
+    "done_only",  # a stream of nothing but [DONE] (OpenAI formats) / done:true (Ollama)
+    "empty_text",  # every token event's text is empty ("" deltas), then a normal end
+    "neg_usage",  # a normal stream whose usage says prompt_tokens -5, completion_tokens -300
 )
 #: the faults that strike inside a stream, after ``fault_after`` token events
 MID_STREAM = ("cut", "malformed", "error_event", "stall", "no_done")

@@ -120,6 +120,8 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
     srv._counters["prompt"] += len(ids) - cached
 
     def usage(n: int) -> dict[str, Any]:
+        if fault == "neg_usage":
+            return {"prompt_tokens": -5, "total_tokens": -305, "completion_tokens": -300}
         u: dict[str, Any] = {"prompt_tokens": len(ids), "total_tokens": len(ids) + n, "completion_tokens": n}
         if srv.prefix_cache and srv.flavor in ("vllm", "sglang"):
             u["prompt_tokens_details"] = {"cached_tokens": cached}
@@ -160,6 +162,10 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         async def send(d: Any) -> None:
             await resp.write(b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n")
 
+        if fault == "done_only":  # a well-formed end, and not one token before it
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
         if fault == "silent":  # headers out, then nothing
             await asyncio.sleep(srv.stall_s)
             return resp
@@ -183,7 +189,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                              usage(0) if continuous else None))
 
         async def emit(i: int, k: int, sent: int) -> None:
-            text = srv.words(i, i + k)
+            text = "" if fault == "empty_text" else srv.words(i, i + k)
             if chat:
                 delta = {reasoning_key: text} if i < srv.reasoning_tokens else {"content": text}
                 ch: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
