@@ -1,4 +1,7 @@
-"""``phasescope bench [URL]``: load benchmark at parity with ``vllm bench serve`` (parse, call, print)."""
+"""``phasescope bench [URL]``: load benchmark at parity with ``vllm bench serve`` (parse, call, print).
+
+One job: bench's flags in and its console out; every flag is declared here, so its help stays in one place.
+"""
 
 from __future__ import annotations
 

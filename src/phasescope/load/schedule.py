@@ -375,7 +375,23 @@ def read_trace(path: str | Path) -> list[TraceEntry]:
         out.append(TraceEntry(off, length(il, "input_len", ln), length(ol, "output_len", ln)))
     if not out:
         raise InputError(f"trace file is empty: {p}")
-    from phasescope.load.traces import check_span  # far-future timestamps: exit 2, not a hang or an overflow
 
     check_span(out, p)
     return out
+
+
+#: the longest a trace may span (trace seconds, before --trace-speed): the bound of --trace-start
+MAX_TRACE_SPAN_S = 366 * 86400
+
+
+def check_span(entries: Sequence[TraceEntry], path: str | Path) -> None:
+    """Refuse a trace whose arrivals span more than :data:`MAX_TRACE_SPAN_S` (far-future timestamps
+    would keep a replay waiting for years, and their nanoseconds overflow): one line, exit 2."""
+    if not entries:
+        return
+    offs = [e.offset_s for e in entries]
+    lo, hi = min(offs), max(offs)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo > MAX_TRACE_SPAN_S:
+        raise InputError(f"{path}: the trace's arrivals span {hi - lo:,.0f} s, more than {MAX_TRACE_SPAN_S:,} s "
+                         "(366 days): its timestamps are not seconds or milliseconds from the trace's start",
+                         hint="fix the timestamps, or cut a window with --trace-start/--trace-duration")

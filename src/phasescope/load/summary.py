@@ -2,6 +2,8 @@
 the numbers it lacks (per-event gaps apart from per-token ITL, client queue time, achieved rate,
 errors by kind, token-count sources).
 
+One job: records in, one summary dict out, with every definition documented here beside its code.
+
 Definitions (vLLM: ``vllm/benchmarks/serve.py:calculate_metrics``; per-record math in
 :mod:`phasescope.measure.derive`):
 

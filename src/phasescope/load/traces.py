@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from phasescope.errors import InputError
-from phasescope.load.schedule import TraceEntry
+from phasescope.load.schedule import MAX_TRACE_SPAN_S, TraceEntry, check_span  # noqa: F401 (re-exported)
 from phasescope.load.workload import WorkItem, part_salt
 
 DATASETS = ("mooncake", "burstgpt")
@@ -138,23 +138,6 @@ def read_burstgpt_rows(path: str | Path) -> tuple[list[HashedEntry], dict[str, i
         raise InputError(f"BurstGPT trace has no usable row: {p}" + (f" ({left})" if left else ""))
     check_span(out, p)
     return out, why
-
-
-#: the longest a trace may span (trace seconds, before --trace-speed): the bound of --trace-start
-MAX_TRACE_SPAN_S = 366 * 86400
-
-
-def check_span(entries: Sequence[TraceEntry], path: str | Path) -> None:
-    """Refuse a trace whose arrivals span more than :data:`MAX_TRACE_SPAN_S` (far-future timestamps
-    would keep a replay waiting for years, and their nanoseconds overflow): one line, exit 2."""
-    if not entries:
-        return
-    offs = [e.offset_s for e in entries]
-    lo, hi = min(offs), max(offs)
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi - lo > MAX_TRACE_SPAN_S:
-        raise InputError(f"{path}: the trace's arrivals span {hi - lo:,.0f} s, more than {MAX_TRACE_SPAN_S:,} s "
-                         "(366 days): its timestamps are not seconds or milliseconds from the trace's start",
-                         hint="fix the timestamps, or cut a window with --trace-start/--trace-duration")
 
 
 def window(entries: Sequence[TraceEntry], *, start_s: float | None = None, duration_s: float | None = None,

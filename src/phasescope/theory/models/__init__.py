@@ -17,14 +17,17 @@ One module a job:
 * :mod:`~phasescope.theory.models.hf_config` — the Hugging Face ``config.json`` parser,
 * :mod:`~phasescope.theory.models.gguf` — GGUF metadata (a file's header, or the same keys from a server),
 * :mod:`~phasescope.theory.models.servers` — adapters for what Ollama and llama-server report,
-* :mod:`~phasescope.theory.models.catalog` — the catalog and :func:`load_model_spec`.
+* :mod:`~phasescope.theory.models.catalog` — the catalog,
+* :mod:`~phasescope.theory.models.names` — served names read as catalog shapes, and the local HF cache,
+* :mod:`~phasescope.theory.models.load` — :func:`load_model_spec`, the one door from what a user types.
 
 ``from phasescope.theory.models import X`` keeps working for every name in ``__all__`` (users import them).
 """
 
 from __future__ import annotations
 
-from phasescope.theory.models.catalog import get_catalog_ids_match, get_catalog_model, list_models, load_model_spec
+from phasescope.theory.models.catalog import get_catalog_ids_match, get_catalog_model, list_models
+from phasescope.theory.models.load import load_model_spec
 from phasescope.theory.models.gguf import spec_from_gguf
 from phasescope.theory.models.hf_config import spec_from_config, spec_from_config_file
 from phasescope.theory.models.names import (find_cached_config, near_misses, resolve_served_name,

@@ -1,6 +1,5 @@
-"""The model catalog (package data ``phasescope/data/models.csv``, a source per row) and
-:func:`load_model_spec`, which turns what the user typed (a catalog id, a ``config.json`` path or its
-directory, a ``.gguf`` path) into a ModelSpec.
+"""The model catalog (package data ``phasescope/data/models.csv``, a source per row): look-up by id or
+repository name. What the user typed becomes a ModelSpec in :func:`phasescope.theory.models.load.load_model_spec`.
 """
 
 from __future__ import annotations
@@ -10,11 +9,8 @@ import difflib
 import io
 from functools import lru_cache
 from importlib.resources import files
-from pathlib import Path
 
-from phasescope.errors import InputError, UnknownModelError
-from phasescope.theory.models.gguf import spec_from_gguf
-from phasescope.theory.models.hf_config import spec_from_config_file
+from phasescope.errors import UnknownModelError
 from phasescope.theory.models.spec import ModelSpec
 
 
@@ -84,46 +80,6 @@ def get_catalog_model(model_id: str) -> ModelSpec:
     close = difflib.get_close_matches(key, list(cat), n=3, cutoff=0.5)
     hint = ("did you mean " + ", ".join(close) + "?") if close else "see `phasescope models`, or pass a config.json / .gguf path"
     raise UnknownModelError(f"unknown model {model_id!r}", hint=hint)
-
-
-def load_model_spec(spec: str) -> ModelSpec:
-    """A ModelSpec from a catalog id, a ``config.json`` path (or its directory), or a ``.gguf`` path."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise InputError("empty model spec")
-    s = spec.strip()
-    p = Path(s).expanduser()
-    try:
-        return _load_model_spec(s, p)
-    except OSError as exc:  # a name too long for a path, a file we may not read
-        raise InputError(f"cannot read the model spec {s[:80]!r}: {exc.strerror or exc}") from None
-
-
-def _load_model_spec(s: str, p: Path) -> ModelSpec:
-    if p.exists() and not p.is_dir():
-        from phasescope.safeio import user_file
-
-        user_file(p, "model file")  # a FIFO or a device (/dev/zero) is named as such, never read
-    if s.lower().endswith(".gguf"):
-        return spec_from_gguf(p)
-    if s.lower().endswith(".json") or p.is_dir():
-        return spec_from_config_file(p)
-    if p.is_file():
-        with p.open("rb") as fh:
-            magic = fh.read(4)
-        if magic == b"GGUF":
-            return spec_from_gguf(p)
-        return spec_from_config_file(p)
-    if s.startswith((".", "/", "~")) or s.lower().endswith((".json", ".gguf")):
-        raise InputError(f"file not found: {s}")  # a path that does not exist
-    if get_catalog_ids_match(s):
-        return get_catalog_model(s)
-    # a name as a server reports it: its cached config.json, else the catalog shape it normalises to
-    from phasescope.theory.models import names
-
-    spec = names.spec_for_served_name(s)
-    if spec is not None:
-        return spec
-    raise names.no_shape_error(s)
 
 
 def get_catalog_ids_match(s: str) -> bool:
