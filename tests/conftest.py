@@ -73,3 +73,14 @@ def _isolated_hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def _no_secrets_from_earlier_tests() -> Iterator[None]:
+    """The redaction registry is process-wide (a CLI run registers its keys once): a key one in-process test
+    registered (``--api-key nan``) must not mask another test's text."""
+    from phasescope import redact
+
+    redact.forget_all()
+    yield
+    redact.forget_all()

@@ -84,4 +84,4 @@ def test_report_card_shows_the_stored_ceilings(local_l40s):
     assert "bench stores none" not in html and "512-token prefill ≥" in html
     s2 = {}
     add_bench_ceilings(SimpleNamespace(url="http://10.0.0.1:8000"), Target("http://10.0.0.1:8000", model="x"), RECS, s2)
-    assert "model shape unknown" in _bench_card(s2) or "remote" in _bench_card(s2)
+    assert "no shape for x: pass --model-spec" in _bench_card(s2)

@@ -27,6 +27,7 @@ import asyncio
 from typing import Any, Sequence
 
 from phasescope.measure import aggregate, derive
+from phasescope.theory.inputs import CEILING_FLAGS
 
 #: the console's words for prompt ÷ TTFT measured under load
 PROMPT_RATE_LABEL = "Prompt tokens per TTFT second, under load (tok/s)"
@@ -157,7 +158,7 @@ def card_cell(s: dict[str, Any]) -> str:
     """The report card's ``ceilings`` cell of a bench run (plain text; the card escapes it)."""
     c = s.get("ceilings") or {}
     if not c:
-        return "— (a bench stored before issue 30: no ceilings)"
+        return f"— (a bench stored before ceilings were added to bench: probe {CEILING_FLAGS})"
     if not c.get("available"):
         return f"— ({c.get('reason')})"
     row = (c.get("sizes") or [{}])[0]
