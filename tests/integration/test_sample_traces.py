@@ -75,3 +75,20 @@ def test_plain_trace_and_sharegpt_samples(tmp_path, capsys, monkeypatch):
         s, _ = _bench(srv.url, tmp_path, capsys, monkeypatch, "--dataset", "sharegpt", "--dataset-path",
                       str(TRACES / "sharegpt.json"), "-n", "4", "--warmup", "0")
         assert s["completed"] == 4
+
+
+def test_plain_trace_replay_says_what_it_skipped(tmp_path, capsys, monkeypatch):
+    """--load-shape trace with a window and -n: the summary and console name the rows left out, by reason."""
+    with FakeServer(flavor="vllm", ttft_s=0.002, itl_s=0.001).running() as srv:
+        d, _ = _bench(srv.url, tmp_path, capsys, monkeypatch, "--load-shape", "trace", "--trace",
+                      str(TRACES / "requests.jsonl"), "--trace-speed", "20", "--warmup", "0",
+                      "--trace-start", "0.4", "-n", "3")
+        out = _console(srv.url, tmp_path, capsys, monkeypatch, "--load-shape", "trace", "--trace",
+                       str(TRACES / "requests.jsonl"), "--trace-speed", "20", "--warmup", "0",
+                       "--trace-start", "0.4", "-n", "3")
+    tr = d["trace"]
+    # 6 rows: the first is before the window (0.0 < 0.4), then 5 left, of which -n 3 replays 3
+    assert tr["rows_in_file"] == 6 and tr["entries_replayed"] == 3 == d["completed"] == d["num_prompts"]
+    assert tr["skipped"] == {"outside_window": 1, "beyond_num_prompts": 2}
+    assert "3 of 6 rows replayed; 3 skipped: 1 outside the --trace-start/--trace-duration window, 2 beyond --num-prompts" \
+        in " ".join(out.split())

@@ -48,7 +48,8 @@ def _load_words(s: dict[str, Any]) -> str:
     if s.get("trace"):
         t = s["trace"]
         rows = t.get("rows_in_file", t["entries_in_file"])
-        return (f"{t['dataset']} trace replay of {t['entries_replayed']} of {rows} "
+        what = "trace" if t.get("dataset") == "trace" else f"{t['dataset']} trace"
+        return (f"{what} replay of {t['entries_replayed']} of {rows} "
                 f"rows (span {t['span_s']:.1f} s, speed ×{t['trace_speed']:g}), {tail}")
     if s.get("load_shape") == "trace":
         return f"trace replay, {tail}"

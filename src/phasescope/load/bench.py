@@ -206,6 +206,7 @@ def make_schedule(cfg: BenchConfig, n_items: int | None = None) -> Schedule:
 
         return workload_schedule(cfg)
     trace = read_trace(cfg.trace_path) if cfg.shape == "trace" else None
+    rows_read = len(trace) if trace is not None else 0
     if trace is not None and (cfg.trace_start is not None or cfg.trace_duration is not None):
         from phasescope.load.traces import window
 
@@ -217,11 +218,22 @@ def make_schedule(cfg: BenchConfig, n_items: int | None = None) -> Schedule:
         # closed loop bounded by --duration only: cycle through enough distinct prompts that a
         # repeated prompt is not a prefix-cache hit within a few rounds
         n_items = max(4 * cfg.max_concurrency, 64)
-    return build_schedule(
+    sched = build_schedule(
         cfg.default_num_prompts(), rate=cfg.request_rate, burstiness=cfg.burstiness, shape=cfg.shape,
         ramp_start_rate=cfg.ramp_start_rate, ramp_end_rate=cfg.ramp_end_rate, duration_s=cfg.duration_s,
         max_concurrency=cfg.max_concurrency, num_items=n_items, warmup=cfg.warmup, trace=trace,
         trace_speed=cfg.trace_speed, seed=cfg.seed)
+    if trace is not None:  # every replay says how many rows it skipped and why (issue 30)
+        skipped = {k: n for k, n in (("outside_window", rows_read - len(trace)),
+                                     ("beyond_num_prompts", max(0, len(trace) - len(sched.requests)))) if n}
+        offs = [e.offset_s for e in trace]
+        sched.trace_facts = {"dataset": "trace", "path": str(cfg.trace_path), "rows_in_file": rows_read,
+                             "entries_in_file": rows_read, "entries_replayed": len(sched.requests),
+                             "skipped": skipped, "skipped_total": sum(skipped.values()),
+                             "trace_speed": cfg.trace_speed, "trace_start_s": cfg.trace_start,
+                             "trace_duration_s": cfg.trace_duration,
+                             "span_s": (max(offs) - min(offs)) if offs else 0.0}
+    return sched
 
 
 def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_status: Callable[[str], None] | None = None,
@@ -461,6 +473,8 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
         from phasescope.load.traffic import add_workload_sections
 
         add_workload_sections(cfg, summary, res)
+    elif sched.trace_facts is not None:
+        summary["trace"] = dict(sched.trace_facts)
     from phasescope.load.bench_ceilings import add_bench_ceilings
 
     add_bench_ceilings(cfg, target, res.records, summary)  # prompt ÷ TTFT named honestly, + ceilings (issue 30)

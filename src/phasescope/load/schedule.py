@@ -130,6 +130,8 @@ class Schedule:
     seed: int = 0
     #: the requests after ``requests``, generated as the runner reaches them (None: none)
     tail: _Arrivals | None = None
+    #: a ``--trace`` replay: rows read, rows replayed, and rows skipped by reason (the summary's ``trace``)
+    trace_facts: dict[str, Any] | None = None
 
     @property
     def total(self) -> int | None:
