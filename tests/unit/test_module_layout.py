@@ -156,3 +156,14 @@ def test_no_docstring_cites_a_file_outside_the_repository() -> None:
                 citing.add(name)
     assert not citing - PENDING_CITES, f"docstrings cite files outside the repository: {sorted(citing - PENDING_CITES)}"
     assert not PENDING_CITES - citing, f"take them off PENDING_CITES: {sorted(PENDING_CITES - citing)}"
+
+
+def test_test_file_names_are_unique_across_tiers() -> None:
+    """tests/ has no __init__.py: two test files of one basename in two tiers stop pytest's collection
+    ('import file mismatch'), so the whole suite runs nothing."""
+    from collections import Counter
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    names = Counter(p.name for p in root.rglob("test_*.py"))
+    assert not [n for n, c in names.items() if c > 1]
