@@ -151,8 +151,8 @@ def test_a_server_that_never_answers_costs_the_calibration_and_the_run_not_a_war
     """A keep-alive server that never sends a first token, ``bench -n 3`` with 4 s timeouts: the
     prompt calibration waited its timeout (its body cut at --itl-timeout), then the warm-up request
     waited it again, then the run (about 13 s). The calibration that ran out of the timeouts already
-    says the server does not answer, so the warm-up is skipped (said in the JSON and as a warning): counted on the server, one
-    unstreamed calibration request and the run's 3 streams, no fourth; each record ends
+    says the server does not answer, so the warm-up is skipped (said in the JSON and as a warning):
+    counted on the server, one unstreamed calibration request and the run's 3 streams, no fourth; each record ends
     ``first_token_timeout``, exit 3; from the first generation request on, the command ends within
     2.5 timeouts (calibration + run; the old code took 3+)."""
     import json
