@@ -114,6 +114,8 @@ class PromptBuilder:
         self.tokenizer = Tokenizer(session, target)
         self._calib: tuple[float, float] | None = None  # tokens = a + b * words
         self._calib_failed = False  # tried once and got no usable counts: estimate from then on
+        #: "<error kind> (<message>)" of a calibration request that ran out of the user's timeouts (None: none did)
+        self.timed_out: str | None = None
         self._word_ids: dict[str, int] | None = None  # WORDS → id (see word_ids)
         self._word_ids_failed = False
         self._specials: list[int] = []
@@ -258,6 +260,8 @@ class PromptBuilder:
             # so say so now (exit 3) instead of waiting the same timeouts again for each of them
             from phasescope.errors import TargetError
 
+            self.timed_out = f"{rec.error_kind} ({rec.error_message})" if rec.error_message else rec.error_kind
+
             raise TargetError(f"prompt calibration: {rec.error_message or rec.error_kind}",
                               hint="the server did not answer a 1-token request within the timeouts given")
         if not rec.ok or rec.prompt_tokens_source not in ("usage", "server"):
@@ -311,6 +315,9 @@ class WordPromptMaker:
     source = "estimate"
     #: tokens the server adds to every prompt of this maker (BOS, chat template); see :func:`measure_overhead`
     overhead = 0
+    #: why words are used: the usage calibration's request ran out of the user's timeouts ("<error kind>
+    #: (<message>)"), so the server does not answer a 1-token request in time (bench then skips its warm-up)
+    calibration_timed_out: str | None = None
 
     async def make(self, n_tokens: int, salt: int, *, first: bool = True) -> tuple[str, list[int] | None]:
         return filler(n_tokens, random.Random(salt)), None
@@ -376,12 +383,15 @@ async def prompt_maker_for(session: aiohttp.ClientSession, target: Target, *,
         await measure_overhead(session, target, m)
         return m
     if calibrate:
+        cm = CalibratedPromptMaker(session, target)
         try:
-            cm = CalibratedPromptMaker(session, target)
             await cm.make(8, 0)  # runs the calibration once; words if the server gives no counts
             return cm
         except Exception:  # noqa: BLE001 - no calibration: words
-            pass
+            if cm._pb.timed_out is not None:
+                wm = WordPromptMaker()
+                wm.calibration_timed_out = cm._pb.timed_out
+                return wm
     return WordPromptMaker()
 
 

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from phasescope._version import __version__
-from phasescope.errors import InputError
+from phasescope.errors import InputError, OutputError, PhasescopeError
 from phasescope.jsonutil import dumps
 from phasescope.measure.records import RequestRecord, read_records
 from phasescope.store.recording import Recording
@@ -325,10 +325,13 @@ class RunStore:
         self.db_path = Path(db_path)
         self.dir = self.db_path.parent
         self.records_dir = self.dir / "records"
+        #: why this store cannot be written (a read-only file system), or None; reads work either way
+        self.read_only: str | None = None
         try:
             self.records_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise InputError(f"cannot create the run store at {self.dir}: {exc.strerror or exc}") from None
+            if not self.db_path.is_file():  # an existing store on a read-only file system is still read
+                raise InputError(f"cannot create the run store at {self.dir}: {exc.strerror or exc}") from None
         self._migrate()
 
     # -- connections / schema ---------------------------------------------------------------
@@ -356,7 +359,7 @@ class RunStore:
             with self._conn() as con:
                 return fn(con)
         except InputError as exc:
-            if not any(w in str(exc) for w in ("disk I/O error", "unable to open", "readonly", "read-only")):
+            if "disk I/O error" not in str(exc) and not _read_only_error(exc):
                 raise
             try:
                 return self._immutable(fn)
@@ -365,14 +368,24 @@ class RunStore:
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._conn() as con:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
+        try:
+            with self._conn() as con:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    yield con
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                con.execute("COMMIT")
+        except InputError as exc:
+            if not _read_only_error(exc):
                 raise
-            con.execute("COMMIT")
+            # a store on a read-only file system (or a file this user may not write): a result could
+            # not be written — one line naming the store, exit 3; reading it still works (_read)
+            from phasescope.errors import OutputError
+
+            raise OutputError(f"run store {self.db_path} is read-only: cannot write to it "
+                              f"({self.read_only or str(exc).rsplit(': ', 1)[-1]})") from None
 
     def schema_version(self) -> int:
         return int(self._read(_read_version))
@@ -380,9 +393,18 @@ class RunStore:
     def _migrate(self) -> None:
         try:
             self._migrate_now()
-        except InputError as exc:  # a full disk: readable as it is when it needs no migration
-            if "disk I/O error" not in str(exc) or self._immutable(_read_version) != SCHEMA_VERSION:
+        except InputError as exc:  # a full disk or a read-only one: readable as it is when it needs no migration
+            read_only = _read_only_error(exc)
+            if "disk I/O error" not in str(exc) and not read_only:
                 raise
+            try:
+                current = self._immutable(_read_version)
+            except sqlite3.DatabaseError:
+                raise exc from None
+            if current != SCHEMA_VERSION:
+                raise
+            if read_only:
+                self.read_only = str(exc).rsplit(": ", 1)[-1]
 
     def _immutable(self, fn: Any) -> Any:
         from urllib.parse import quote
@@ -636,10 +658,15 @@ class RunStore:
                 n = len(recs)
                 n_warm = sum(1 for r in recs if _is_warmup(r))
                 ended = path.stat().st_mtime
-        with contextlib.suppress(InputError, sqlite3.Error):
+        with contextlib.suppress(PhasescopeError, sqlite3.Error):  # a read-only store: said, not stored
             self._update(run_id, status="interrupted", n_records=n, ended_at=ended, error=error, owner=None,
                          n_warmup=n_warm)
         return "interrupted", n, ended, error, n_warm
+
+
+def _read_only_error(exc: BaseException) -> bool:
+    """Whether SQLite refused because the store cannot be written (a read-only file system or file)."""
+    return any(w in str(exc) for w in ("unable to open", "readonly", "read-only"))
 
 
 def _read_version(con: sqlite3.Connection) -> int:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from typing import Any, Iterator
 
 MODES = (
@@ -42,6 +43,8 @@ class HostileServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: (method, path, streamed) of every request, in arrival order
         self.requests: list[tuple[str, str, bool]] = []
+        #: time.monotonic() of each request's arrival, parallel to :attr:`requests`
+        self.arrived: list[float] = []
 
     @property
     def url(self) -> str:
@@ -103,6 +106,7 @@ class HostileServer:
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body = await reader.readexactly(int(headers.get("content-length") or 0))
                 self.requests.append((method, path, b'"stream":true' in body.replace(b" ", b"")))
+                self.arrived.append(time.monotonic())
                 await self._answer(method, path.split("?", 1)[0], body, writer)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
