@@ -34,7 +34,9 @@ def lv(c, tput, itl99=0.02, itl50=0.015, decode=50.0, ttft50=0.1, queue50=None):
     return BatchLevel(concurrency=c, n=c, n_failed=0, output_tok_s=tput, per_user_decode_tok_s=decode,
                       itl_p50_s=itl50, itl_p99_s=itl99, ttft_p50_s=ttft50, ttft_p99_s=ttft50 * 1.5,
                       queue_p50_s=queue50, wall_s=1.0,
-                      queue_share_total=None if queue50 is None else queue50 / ttft50)
+                      queue_share_total=None if queue50 is None else queue50 / ttft50,
+                      # a tight interval from the level's requests (issue 29): these levels are clear cases
+                      output_tok_s_ci=[tput * 0.98, tput * 1.02], output_tok_s_n=max(3, 2 * c))
 
 
 def bt(levels, knee, reached):
