@@ -137,7 +137,10 @@ def pi(interference, chunked=None, spike=25.0):
     return InterferenceResult(info("prefill-interference"), n_streams=3, injected_prompt_tokens=2000,
                               injected_ttft_s=0.5, itl_baseline_s=0.02, itl_max_during_s=0.02 * spike,
                               spike_x=spike, stall_s=0.02 * spike - 0.02, spike_duration_s=0.5,
-                              interference=interference, chunked_prefill_likely=chunked, reason="because")
+                              interference=interference, chunked_prefill_likely=chunked, reason="because",
+                              # a tight baseline interval (issue 29): a clear case
+                              itl_baseline_s_ci=[0.019, 0.021], itl_baseline_n=40,
+                              spike_x_ci=[0.02 * spike / 0.021, 0.02 * spike / 0.019])
 
 
 def test_interference_rule():

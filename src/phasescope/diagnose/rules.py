@@ -388,6 +388,7 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     pi = r.get("prefill-interference")
     if pi is None:
         return
+    from phasescope.experiments.prefill_interference import SPIKE_MIN_X
     if pi.interference is None:
         diag.undecided.append(Undecided("prefill-interference", pi.reason or "could not measure"))
         return
@@ -409,6 +410,20 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             f"their longest gap during its prefill was {pi.spike_x:.1f}× the usual "
             f"({pi.itl_max_during_s * 1e3:.0f} vs {pi.itl_baseline_s * 1e3:.0f} ms) — the engine mixes the prefill "
             f"into decode steps (chunked prefill).", ev))
+        return
+    sx = getattr(pi, "spike_x_ci", None)
+    if not sx or sx[0] < SPIKE_MIN_X:
+        # the stall is claimed only when the longest gap stands SPIKE_MIN_X above the whole interval of the
+        # usual gap (issue 29), not above its point value alone
+        bc = getattr(pi, "itl_baseline_s_ci", None)
+        spread = (f"{bc[0] * 1e3:.1f}–{bc[1] * 1e3:.1f} ms over {getattr(pi, 'itl_baseline_n', 0)} gaps"
+                  if bc else "no interval (too few gaps)")
+        ratio = f"{sx[0]:.1f}–{sx[1]:.1f}×" if sx else "unknown"
+        diag.undecided.append(Undecided(
+            "prefill-interference", f"cannot tell whether the {pi.injected_prompt_tokens}-token prompt stalled the running "
+                                    f"streams: their longest gap during its prefill was {pi.itl_max_during_s * 1e3:.0f} ms "
+                                    f"against a usual gap of {pi.itl_baseline_s * 1e3:.1f} ms ({spread}), {ratio} it — "
+                                    f"the 95 % interval reaches below the {SPIKE_MIN_X:g}× a stall needs"))
         return
     ev = base + [Evidence("spike duration", pi.spike_duration_s, "s", src), ttft]
     if pre is not None:
