@@ -165,7 +165,8 @@ def _conv(rng, slope: float, sigma: float, turns: int = 5):
 def _slope_iv(recs):
     """A percentile bootstrap (``measure.interval``) of the fit slope, the (prompt, TTFT) points resampled."""
     pts = np.asarray([(r.prompt_tokens, derive.ttft_s(r)) for r in recs], dtype=float)
-    iv = bootstrap_interval(list(range(len(pts))), lambda i: fit_linear(pts[i.astype(int), 0], pts[i.astype(int), 1]).slope)
+    iv = bootstrap_interval(list(range(len(pts))),
+                            lambda i: fit_linear(pts[i.astype(int), 0], pts[i.astype(int), 1]).slope)
     return iv.low, iv.high
 
 

@@ -58,10 +58,11 @@ def rule_conversation(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
         ev = []
     if cv.history_cached is None:
         diag.undecided.append(Undecided("conversation", cv.reason or "the conversation's cache use could not be decided"))
-    elif cv.history_cached is False and not _slope_excludes_zero(cv):
+    elif cv.history_cached is False and cv.evicted_at_turn is None and not _slope_excludes_zero(cv):
         # "every turn prefills the history again" rests on a fit slope: claimed only when its interval excludes 0
         ci = getattr(cv, "ttft_slope_s_per_token_ci", None)
-        spread = (f"{ci[0] * 1e6:.0f}–{ci[1] * 1e6:.0f} µs per token over {getattr(cv, 'ttft_slope_n', 0)} turns"
+        spread = (f"{ci[0] * 1e6:.0f}–{ci[1] * 1e6:.0f} µs per token over {getattr(cv, 'ttft_slope_n', 0)} "
+                  f"(prompt, TTFT) points"
                   if ci else "no interval")
         diag.undecided.append(Undecided(
             "conversation", f"cannot tell whether each turn prefills the history again: TTFT grew "

@@ -420,10 +420,11 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
                   if bc else "no interval (too few gaps)")
         ratio = f"{sx[0]:.1f}–{sx[1]:.1f}×" if sx else "unknown"
         diag.undecided.append(Undecided(
-            "prefill-interference", f"cannot tell whether the {pi.injected_prompt_tokens}-token prompt stalled the running "
-                                    f"streams: their longest gap during its prefill was {pi.itl_max_during_s * 1e3:.0f} ms "
-                                    f"against a usual gap of {pi.itl_baseline_s * 1e3:.1f} ms ({spread}), {ratio} it — "
-                                    f"the 95 % interval reaches below the {SPIKE_MIN_X:g}× a stall needs"))
+            "prefill-interference",
+            f"cannot tell whether the {pi.injected_prompt_tokens}-token prompt stalled the running streams: their "
+            f"longest gap during its prefill was {pi.itl_max_during_s * 1e3:.0f} ms against a usual gap of "
+            f"{pi.itl_baseline_s * 1e3:.1f} ms ({spread}), {ratio} it — the 95 % interval reaches below the "
+            f"{SPIKE_MIN_X:g}× a stall needs"))
         return
     ev = base + [Evidence("spike duration", pi.spike_duration_s, "s", src), ttft]
     if pre is not None:
