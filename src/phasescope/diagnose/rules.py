@@ -335,7 +335,7 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
         "knee" if b.knee_reached else "scales")
     why = batching_gate(kind, lv, b.knee_concurrency, KNEE_GAIN)
     if why is not None:  # the levels' intervals do not support the verdict their point values give
-        diag.undecided.append(Undecided(f"batching-{kind}", why))
+        diag.undecided.append(Undecided("batching", why))
     elif kind == "no-gain":
         nxt = lv[1]
         diag.findings.append(Finding(
