@@ -52,13 +52,25 @@ def test_ttft_grows_with_the_prompt_and_decode_changes_far_less(engine):
     for _ in range(2):
         r = run_on(engine.url, lambda ctx: prompt_scaling.run(ctx, 120, n_max=1024, steps=4, reps=3, output_tokens=24))
         attempts.append(r)
-        if r.decode_change_pct is not None and r.ttft_growth_x and r.ttft_growth_x - 1 >= 4 * (step_growth(r) - 1):
+        if (r.ttft_grows is True and r.decode_change_pct is not None and r.ttft_growth_x
+                and r.ttft_growth_x - 1 >= 4 * (step_growth(r) - 1)):
             break
-    r = min(attempts, key=lambda x: abs(x.decode_change_pct if x.decode_change_pct is not None else 1e9))
-    assert r.ttft_grows is True and r.ttft_growth_x > 3, [(p.prompt_tokens, p.ttft_min_s) for p in r.points]
+    # Every claim is drawn from intervals (issue 29): on a loaded box a repeat stalled 2x makes its point
+    # unstable and the experiment says "cannot tell" rather than a growth it cannot prove. That is right,
+    # not a failure; what must never happen is a wrong claim, and a claim made must hold.
+    for x in attempts:
+        assert x.ttft_grows is not False, [(p.prompt_tokens, p.ttft_min_s) for p in x.points]
+        if x.ttft_grows is None:
+            assert x.notes or x.info.warnings, "a 'cannot tell' names its reason"
+    claimed = [x for x in attempts if x.ttft_grows is True]
+    if not claimed:
+        return
+    r = min(claimed, key=lambda x: abs(x.decode_change_pct if x.decode_change_pct is not None else 1e9))
+    assert r.ttft_growth_x > 3, [(p.prompt_tokens, p.ttft_min_s) for p in r.points]
     assert r.fit is not None and r.fit.b_s_per_token > 0 and r.prefill_tok_s > 10
     assert r.decode_source in ("gaps", "server")
-    assert r.decode_change_pct is not None
+    if r.decode_change_pct is None:  # decode's own interval could not be read: no decode claim to check
+        return
     assert r.ttft_growth_x - 1 >= 4 * (step_growth(r) - 1), [
         (x.ttft_growth_x, x.decode_change_pct, [(p.prompt_tokens, p.decode_step_s) for p in x.points]) for x in attempts]
     # the sentence explain prints states the same numbers it was judged on
@@ -68,9 +80,16 @@ def test_ttft_grows_with_the_prompt_and_decode_changes_far_less(engine):
 
 def test_shared_system_prompt_is_cached(engine):
     r = run_on(engine.url, lambda ctx: prefix_cache.run(ctx, 90, system_tokens=512, repeats=3, groups=2))
-    assert r.cache_detected is True, r.reason
-    assert r.server.says_cached is True and r.agrees_with_server is True  # timings.cache_n
+    # the truth is the server's own counter (timings.cache_n), which load cannot change
+    assert r.server.says_cached is True
     assert r.server.cached_tokens_repeat >= 0.9 * 512
+    # the timing verdict is drawn from intervals: right, or "cannot tell" when a stalled cold request
+    # makes them overlap on a loaded box (issue 29) -- never "no cache"
+    assert r.cache_detected is not False, r.reason
+    if r.cache_detected is None:
+        assert "cannot tell" in r.reason, r.reason
+        return
+    assert r.agrees_with_server is True
     assert "prefix-cache-working" in diagnose({"prefix-cache": r}, engine="llamacpp").ids()
 
 
