@@ -102,20 +102,27 @@ def ttft_populations(recs: list[RequestRecord]) -> list[tuple[tuple[Any, ...], s
     return sorted(out, key=lambda p: p[0])
 
 
+def in_flight_steps(spans: list[tuple[float, float]]) -> tuple[list[float], list[int]]:
+    """Step function: how many of the [start, end) spans are open at each change point (from 0, with 0 open).
+    A zero-length span opens and closes at one instant and counts nowhere."""
+    ev = sorted([(a, 1) for a, b in spans if b > a] + [(b, -1) for a, b in spans if b > a], key=lambda e: (e[0], e[1]))
+    xs, ys, n = [0.0], [0], 0
+    for t, d in ev:
+        n += d
+        if xs[-1] == t:
+            ys[-1] = n
+        else:
+            xs.append(t)
+            ys.append(n)
+    return xs, ys
+
+
 def decoding_alone(recs: list[RequestRecord]) -> set[int]:
     """``id()`` of each record that decoded alone: no other request of the run was in flight (sent,
     not yet done) at any moment between its first and last token. Only those measure the speed of
     one stream at their context; the others' rate is their share of a batch."""
-    spans = sorted((r.t_start_ns, r.t_done_ns or derive.last_token_ns(r) or r.t_start_ns) for r in recs)
-    ev = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
-    times, counts, n = [], [], 0
-    for t, d in ev:
-        n += d
-        if times and times[-1] == t:
-            counts[-1] = n
-        else:
-            times.append(t)
-            counts.append(n)
+    times, counts = in_flight_steps([(r.t_start_ns, r.t_done_ns or derive.last_token_ns(r) or r.t_start_ns)
+                                     for r in recs])
     out = set()
     for r in recs:
         ft, lt = derive.first_token_ns(r), derive.last_token_ns(r)

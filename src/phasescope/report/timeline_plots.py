@@ -10,6 +10,7 @@ from typing import Any
 
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
+from phasescope.report.populations import in_flight_steps
 from phasescope.report.figure import (
     DASH,
     METRIC_LABEL,
@@ -37,20 +38,6 @@ def _overlapping(recs: list[RequestRecord]) -> bool:
             return True
         end = max(end, b)
     return False
-
-
-def _in_phase(spans: list[tuple[float, float]]) -> tuple[list[float], list[int]]:
-    """Step function: how many of the [start, end) spans are open at each change point."""
-    ev = sorted([(a, 1) for a, b in spans if b > a] + [(b, -1) for a, b in spans if b > a], key=lambda e: (e[0], e[1]))
-    xs, ys, n = [0.0], [0], 0
-    for t, d in ev:
-        n += d
-        if xs and xs[-1] == t:
-            ys[-1] = n
-        else:
-            xs.append(t)
-            ys.append(n)
-    return xs, ys
 
 
 def plot_request_timeline(runs: list[Run]) -> Plot | str:
@@ -105,7 +92,7 @@ def plot_request_timeline(runs: list[Run]) -> Plot | str:
         fig.update_yaxes(title_text="request", autorange="reversed", row=row, col=1)
         c = colour(k)
         for phase, spans in (("prefill", pre_spans), ("decode", dec_spans)):
-            xs, ys = _in_phase(spans)
+            xs, ys = in_flight_steps(spans)
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": c, "dash": DASH[phase], "shape": "hv"},
                                      name=f"{label(info)} · in {phase}", legendgroup=info.id, meta={"metric": phase},
                                      hovertemplate=f"%{{x:.3f}} s<br>%{{y}} in {phase}<extra></extra>"), row=n + 1, col=1)

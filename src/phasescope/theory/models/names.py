@@ -26,11 +26,13 @@ import difflib
 import os
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
-from phasescope.errors import InputError, UnknownModelError
-from phasescope.theory.models.catalog import list_models
+from phasescope.errors import InputError, UnknownModelError, UnknownQuantError
+from phasescope.theory.models.catalog import get_catalog_model, list_models
 from phasescope.theory.models.spec import ModelSpec
+from phasescope.theory.quant import get_quant
 
 #: suffixes that change nothing a ceiling reads (compared case-insensitively, after a - _ . or :)
 _SHAPELESS = ("instruct", "it", "chat", "hf", "base", "gguf", "mlx", "latest", "dynamic", "pt")
@@ -73,8 +75,10 @@ def _key(s: str) -> str:
     return re.sub(r"[-_:\s/]+", "", s.strip().lower())
 
 
+@lru_cache(maxsize=1)
 def _candidates() -> dict[str, str]:
-    """normalised key → catalog id, for every catalog id and repository base name."""
+    """normalised key → catalog id, for every catalog id and repository base name (the catalog is package
+    data: built once)."""
     out: dict[str, str] = {}
     for m in list_models():
         out.setdefault(_key(m.id), m.id)
@@ -91,11 +95,9 @@ def _quant_of(token: str) -> str | None:
         if t == suf:
             return q
     if _GGUF_TYPE.match(t):
-        from phasescope.theory.quant import get_quant
-
         try:
             return get_quant(t).name
-        except Exception:  # noqa: BLE001 — an unknown GGUF type names no format we can price
+        except UnknownQuantError:  # an unknown GGUF type names no format we can price
             return None
     return None
 
@@ -159,7 +161,7 @@ def resolve_served_name(name: str) -> NameMatch | None:
     for probe in (full, full.split("/")[-1]):
         cid = cands.get(_key(probe))
         if cid is not None:
-            spec = _spec(cid)
+            spec = get_catalog_model(cid)
             return NameMatch(full, cid, spec, (full.rsplit("/", 1)[0] + "/",) if "/" in full and probe != full else (),
                              None)
     base, dropped, quant = _strip(full)
@@ -178,18 +180,14 @@ def resolve_served_name(name: str) -> NameMatch | None:
                 dropped = dropped + tuple(inner)
     if cid is None:
         return None
-    spec = _spec(cid)
-    if quant and quant != spec.dtype:
+    spec = get_catalog_model(cid)
+    if quant == spec.dtype:
+        quant = None  # the name says what the catalog already stores: nothing to change
+    if quant:
         spec = replace(spec, dtype=quant, expert_dtype=None, file_weight_bytes=None, file_read_bytes_batch1=None,
                        file_routed_expert_bytes=None,
                        notes=tuple(spec.notes) + (f"weights {quant}, read from the served name {full!r}",))
-    return NameMatch(full, cid, spec, dropped, quant if quant and quant != _spec(cid).dtype else None)
-
-
-def _spec(cid: str) -> ModelSpec:
-    from phasescope.theory.models.catalog import get_catalog_model
-
-    return get_catalog_model(cid)
+    return NameMatch(full, cid, spec, dropped, quant)
 
 
 def near_misses(name: str, n: int = 3) -> list[str]:
