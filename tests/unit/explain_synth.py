@@ -37,7 +37,8 @@ def rec(experiment: str, phase: str, *, ttft: float, t0: float = 0.0, n_out: int
 def lv(c: int, tput: float, itl99: float = 0.02) -> BatchLevel:
     """One level of the batching experiment: ``c`` streams, ``tput`` output tok/s, p99 ITL ``itl99`` s."""
     return BatchLevel(concurrency=c, n=c, n_failed=0, output_tok_s=tput, per_user_decode_tok_s=tput / c,
-                      itl_p50_s=0.015, itl_p99_s=itl99, ttft_p50_s=0.1, ttft_p99_s=0.15, queue_p50_s=None, wall_s=1.0)
+                      itl_p50_s=0.015, itl_p99_s=itl99, ttft_p50_s=0.1, ttft_p99_s=0.15, queue_p50_s=None, wall_s=1.0,
+                      output_tok_s_ci=[tput * 0.98, tput * 1.02], output_tok_s_n=max(3, 2 * c))  # a clear case
 
 
 def bt(levels: list[BatchLevel], bound: int | None, src: str, knee: int | None = None, reached: bool = False) -> BatchingResult:

@@ -34,7 +34,9 @@ def lv(c, tput, itl99=0.02, itl50=0.015, decode=50.0, ttft50=0.1, queue50=None):
     return BatchLevel(concurrency=c, n=c, n_failed=0, output_tok_s=tput, per_user_decode_tok_s=decode,
                       itl_p50_s=itl50, itl_p99_s=itl99, ttft_p50_s=ttft50, ttft_p99_s=ttft50 * 1.5,
                       queue_p50_s=queue50, wall_s=1.0,
-                      queue_share_total=None if queue50 is None else queue50 / ttft50)
+                      queue_share_total=None if queue50 is None else queue50 / ttft50,
+                      # a tight interval from the level's requests (issue 29): these levels are clear cases
+                      output_tok_s_ci=[tput * 0.98, tput * 1.02], output_tok_s_n=max(3, 2 * c))
 
 
 def bt(levels, knee, reached):
@@ -135,7 +137,10 @@ def pi(interference, chunked=None, spike=25.0):
     return InterferenceResult(info("prefill-interference"), n_streams=3, injected_prompt_tokens=2000,
                               injected_ttft_s=0.5, itl_baseline_s=0.02, itl_max_during_s=0.02 * spike,
                               spike_x=spike, stall_s=0.02 * spike - 0.02, spike_duration_s=0.5,
-                              interference=interference, chunked_prefill_likely=chunked, reason="because")
+                              interference=interference, chunked_prefill_likely=chunked, reason="because",
+                              # a tight baseline interval (issue 29): a clear case
+                              itl_baseline_s_ci=[0.019, 0.021], itl_baseline_n=40,
+                              spike_x_ci=[0.02 * spike / 0.021, 0.02 * spike / 0.019])
 
 
 def test_interference_rule():

@@ -19,7 +19,8 @@ def pi(prompt):
     return InterferenceResult(ExperimentInfo(name="prefill-interference"), n_streams=3, injected_prompt_tokens=prompt,
                               injected_ttft_s=0.5, injected_prefill_s=0.49, itl_baseline_s=0.02,
                               itl_max_during_s=0.5, spike_x=25.0, stall_s=0.48, spike_duration_s=0.5,
-                              interference=True, chunked_prefill_likely=False, reason="r")
+                              interference=True, chunked_prefill_likely=False, reason="r",
+                              itl_baseline_s_ci=[0.019, 0.021], itl_baseline_n=40, spike_x_ci=[23.8, 26.3])
 
 
 def test_no_batch_size_advice_that_would_not_split_the_prompt():

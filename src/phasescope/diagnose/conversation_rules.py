@@ -29,6 +29,11 @@ def _decode_iv(t: Any) -> Any:
     return stored(t.decode_tok_s, getattr(t, "decode_tok_s_ci", None), t.n, rng)
 
 
+def _slope_excludes_zero(cv: Any) -> bool:
+    ci = getattr(cv, "ttft_slope_s_per_token_ci", None)
+    return bool(ci) and ci[0] is not None and ci[0] > 0
+
+
 def rule_conversation(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
     """Experiment ``conversation`` (issue 17): is the history of a chat paid again every turn, and how
     much does decode slow as it grows?"""
@@ -53,6 +58,16 @@ def rule_conversation(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
         ev = []
     if cv.history_cached is None:
         diag.undecided.append(Undecided("conversation", cv.reason or "the conversation's cache use could not be decided"))
+    elif cv.history_cached is False and cv.evicted_at_turn is None and not _slope_excludes_zero(cv):
+        # "every turn prefills the history again" rests on a fit slope: claimed only when its interval excludes 0
+        ci = getattr(cv, "ttft_slope_s_per_token_ci", None)
+        spread = (f"{ci[0] * 1e6:.0f}–{ci[1] * 1e6:.0f} µs per token over {getattr(cv, 'ttft_slope_n', 0)} "
+                  f"(prompt, TTFT) points"
+                  if ci else "no interval")
+        diag.undecided.append(Undecided(
+            "conversation", f"cannot tell whether each turn prefills the history again: TTFT grew "
+                            f"{(cv.ttft_slope_s_per_token or 0) * 1e6:.0f} µs per prompt token ({spread}), an interval "
+                            f"that does not exclude 0 (no growth) — the turns' TTFTs are noisier than the effect"))
     elif cv.history_cached is False or cv.evicted_at_turn is not None:
         why = (f"the history is cached for the first turns but not at turn {cv.evicted_at_turn}: it outgrew what the "
                "server keeps" if cv.history_cached and cv.evicted_at_turn is not None else

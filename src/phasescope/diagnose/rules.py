@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from phasescope.diagnose.claims import (CANNOT_TELL, LOWER, differ, overlap_reason, rate_fmt, s_fmt, step_rate, stored,
                                         unstable)
+from phasescope.diagnose.batching_rules import batching_gate, level_interval
 from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.queue_rules import rule_queue
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
@@ -311,7 +312,11 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
     src = "batching: aggregate output tok/s per concurrency level"
     by_c = {x.concurrency: x for x in lv}
     first, last = lv[0], lv[-1]
-    ev = [Evidence(f"output tok/s at concurrency {x.concurrency}", x.output_tok_s, "tok/s", src) for x in lv]
+    ev = []
+    for x in lv:
+        iv = level_interval(x)
+        spread = f" ({iv.low:.1f}–{iv.high:.1f}, {iv.n} requests)" if iv is not None and iv.n >= 2 else ""
+        ev.append(Evidence(f"output tok/s at concurrency {x.concurrency}{spread}", x.output_tok_s, "tok/s", src))
     if first.itl_p99_s and last.itl_p99_s:
         ev.append(Evidence(f"p99 ITL at concurrency {first.concurrency} → {last.concurrency}",
                            f"{_ms(first.itl_p99_s):.0f} → {_ms(last.itl_p99_s):.0f}", "ms", "batching: per-token ITL over all streams"))
@@ -324,14 +329,21 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
                         f"{first.concurrency} to at best {best.output_tok_s:.1f} at {best.concurrency}: more streams do "
                         f"not make a server slower in total, so the levels are noisier than the effect (a busy host?)"))
         return
-    if b.knee_reached and b.knee_concurrency == first.concurrency:
+    from phasescope.experiments.batching import KNEE_GAIN
+
+    kind = "no-gain" if b.knee_reached and b.knee_concurrency == first.concurrency else (
+        "knee" if b.knee_reached else "scales")
+    why = batching_gate(kind, lv, b.knee_concurrency, KNEE_GAIN)
+    if why is not None:  # the levels' intervals do not support the verdict their point values give
+        diag.undecided.append(Undecided("batching", why))
+    elif kind == "no-gain":
         nxt = lv[1]
         diag.findings.append(Finding(
             "batching-no-gain", "problem",
             f"Concurrent requests gain nothing over one at a time: {nxt.concurrency} streams deliver "
             f"{(nxt.output_tok_s or 0) / (first.output_tok_s or 1):.2f}× the throughput of {first.concurrency}.",
             ev, tailored("batching_no_gain", diag.engine, diag.settings)))
-    elif b.knee_reached:
+    elif kind == "knee":
         k = b.knee_concurrency
         knee = by_c.get(k) if k is not None else None
         cause = (f"Throughput stops growing past {k} concurrent streams "
@@ -376,6 +388,7 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     pi = r.get("prefill-interference")
     if pi is None:
         return
+    from phasescope.experiments.prefill_interference import SPIKE_MIN_X
     if pi.interference is None:
         diag.undecided.append(Undecided("prefill-interference", pi.reason or "could not measure"))
         return
@@ -397,6 +410,21 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
             f"their longest gap during its prefill was {pi.spike_x:.1f}× the usual "
             f"({pi.itl_max_during_s * 1e3:.0f} vs {pi.itl_baseline_s * 1e3:.0f} ms) — the engine mixes the prefill "
             f"into decode steps (chunked prefill).", ev))
+        return
+    sx = getattr(pi, "spike_x_ci", None)
+    if not sx or sx[0] < SPIKE_MIN_X:
+        # the stall is claimed only when the longest gap stands SPIKE_MIN_X above the whole interval of the
+        # usual gap (issue 29), not above its point value alone
+        bc = getattr(pi, "itl_baseline_s_ci", None)
+        spread = (f"{bc[0] * 1e3:.1f}–{bc[1] * 1e3:.1f} ms over {getattr(pi, 'itl_baseline_n', 0)} gaps"
+                  if bc else "no interval (too few gaps)")
+        ratio = f"{sx[0]:.1f}–{sx[1]:.1f}×" if sx else "unknown"
+        diag.undecided.append(Undecided(
+            "prefill-interference",
+            f"cannot tell whether the {pi.injected_prompt_tokens}-token prompt stalled the running streams: their "
+            f"longest gap during its prefill was {pi.itl_max_during_s * 1e3:.0f} ms against a usual gap of "
+            f"{pi.itl_baseline_s * 1e3:.1f} ms ({spread}), {ratio} it — the 95 % interval reaches below the "
+            f"{SPIKE_MIN_X:g}× a stall needs"))
         return
     ev = base + [Evidence("spike duration", pi.spike_duration_s, "s", src), ttft]
     if pre is not None:

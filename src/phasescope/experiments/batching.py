@@ -15,6 +15,12 @@ loop: each worker sends its next request when the previous finishes). Per level:
 The knee: the lowest level after which no higher level adds ``KNEE_GAIN`` (15 %) aggregate
 throughput per doubling of concurrency. ``knee_concurrency`` is ``None`` with ``knee_reached = False`` when throughput
 was still rising at the highest level tested. A knee at 1 means batching gave nothing at all.
+
+Each level's figures carry a 95 % interval from its per-request samples (issue 29), stored beside them:
+``output_tok_s_ci`` (a bootstrap interval of the mean per-request throughput — output tokens ÷ the
+request's own duration — scaled to the aggregate, over ``output_tok_s_n`` requests),
+``per_user_decode_tok_s_ci`` and ``ttft_p50_s_ci`` (intervals of the medians). The explain rules claim a
+knee, no gain or scaling only where these intervals part (:mod:`phasescope.diagnose.batching_rules`).
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from phasescope.experiments.common import ExperimentInfo, finite, med, ok, output_tokens_of, pct, select, server_prefill_s
 from phasescope.measure import derive
+from phasescope.measure.interval import bootstrap_interval, median_interval, to_ci
 from phasescope.measure.records import RequestRecord
 
 
@@ -52,6 +61,11 @@ class BatchLevel:
     wall_s: float | None
     #: Σ (TTFT − server prefill) ÷ Σ TTFT over the level's server-timed requests
     queue_share_total: float | None = None
+    #: 95 % intervals from the level's per-request samples (see the module docstring)
+    output_tok_s_ci: list[float] | None = None
+    output_tok_s_n: int = 0
+    per_user_decode_tok_s_ci: list[float] | None = None
+    ttft_p50_s_ci: list[float] | None = None
 
 
 @dataclass
@@ -87,14 +101,28 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
         if t is not None and p is not None:
             queues.append(max(0.0, t - p))
             timed.append(t)
+    agg = (out_total / wall) if wall and wall > 0 else None
+    per_req = []  # each request's own throughput: output tokens ÷ its duration (start → last token)
+    for r, e in zip(good, ends):
+        o = output_tokens_of(r)
+        if o and e and e > r.t_start_ns:
+            per_req.append(o / ((e - r.t_start_ns) / 1e9))
+    tput_ci = None
+    boot = bootstrap_interval(per_req, np.mean) if agg is not None and len(per_req) >= 2 else None
+    if boot is not None and boot.value > 0:
+        k = agg / boot.value  # the aggregate moves with the mean per-request rate (c streams at once)
+        tput_ci = [min(agg, boot.low * k), max(agg, boot.high * k)]
     return BatchLevel(
         concurrency=c, n=len(good), n_failed=len(rs) - len(good),
-        output_tok_s=(out_total / wall) if wall and wall > 0 else None,
+        output_tok_s=agg,
         per_user_decode_tok_s=med(derive.decode_tok_s(r) for r in good),
         itl_p50_s=pct(itls, 50), itl_p99_s=pct(itls, 99),
         ttft_p50_s=pct(ttfts, 50), ttft_p99_s=pct(ttfts, 99),
         queue_p50_s=med(queues) if queues else None, wall_s=wall,
         queue_share_total=(sum(queues) / sum(timed)) if timed and sum(timed) > 0 else None,
+        output_tok_s_ci=tput_ci, output_tok_s_n=len(per_req) if tput_ci else 0,
+        per_user_decode_tok_s_ci=to_ci(median_interval([derive.decode_tok_s(r) for r in good])),
+        ttft_p50_s_ci=to_ci(median_interval(ttfts)),
     )
 
 

@@ -36,9 +36,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+import numpy as np
+
 from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, select
 from phasescope.measure import derive
-from phasescope.measure.interval import median_interval, to_ci
+from phasescope.measure.interval import bootstrap_interval, median_interval, to_ci
 from phasescope.measure.records import RequestRecord
 
 if TYPE_CHECKING:
@@ -77,6 +79,9 @@ class ConversationResult:
     turn_tokens: int | None = None
     output_tokens: int | None = None
     ttft_slope_s_per_token: float | None = None
+    #: 95 % bootstrap interval of that slope (the (prompt, TTFT) points resampled), over ``ttft_slope_n`` points
+    ttft_slope_s_per_token_ci: list[float] | None = None
+    ttft_slope_n: int = 0
     expected_slope_s_per_token: float | None = None
     slope_share: float | None = None
     expected_growth_s: float | None = None
@@ -137,6 +142,16 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
 
     fit = fit_linear([float(p) for p, _ in pts], [float(t) for _, t in pts])
     res.ttft_slope_s_per_token = fit.slope
+    xs = np.asarray([float(p) for p, _ in pts])
+    ys = np.asarray([float(t) for _, t in pts])
+
+    def _slope(idx: np.ndarray) -> float:  # the fit over a resample of the points (by index)
+        i = idx.astype(int)
+        return fit_linear(xs[i], ys[i]).slope
+
+    s_iv = bootstrap_interval(list(range(len(pts))), _slope)
+    if s_iv is not None and s_iv.n >= 2:
+        res.ttft_slope_s_per_token_ci, res.ttft_slope_n = to_ci(s_iv), s_iv.n
     first, last = res.turns[0], res.turns[-1]
     # noise: how much the two sessions' TTFTs of the same turn differ (robust σ), floor 2 ms
     diffs: list[float] = []

@@ -14,7 +14,10 @@ prompt into decode steps in pieces, so the streams slow down but keep receiving 
 
 From the streams' token timestamps (per event gap, first gap excluded):
 
-* ``itl_baseline_s`` — median gap before the injection was sent (median over streams);
+* ``itl_baseline_s`` — median gap before the injection was sent (median over streams), with
+  ``itl_baseline_s_ci``: the 95 % interval of the median of every stream's gaps before it (``itl_baseline_n``
+  gaps), and ``spike_x_ci`` = itl_max_during ÷ that interval's ends (issue 29: the explain rule claims a
+  stall only when the whole interval lies at or above ``SPIKE_MIN_X``);
   ``itl_quiet_max_s`` — the longest gap before it (how long gaps get without any injection).
 * ``injected_prefill_s`` — the injected TTFT minus the calibrated fixed overhead.
 * ``itl_max_during_s`` — the longest gap overlapping [injection sent, its first token + 3 gaps].
@@ -46,6 +49,7 @@ from typing import Sequence
 
 from phasescope.experiments.common import ClientStalls, ExperimentInfo, med, ok, prompt_tokens_of, select, read_late_ns
 from phasescope.measure import derive
+from phasescope.measure.interval import median_interval
 from phasescope.measure.records import RequestRecord
 
 
@@ -76,8 +80,11 @@ class InterferenceResult:
     injected_prompt_tokens: int | None = None
     injected_ttft_s: float | None = None
     itl_baseline_s: float | None = None
+    itl_baseline_s_ci: list[float] | None = None
+    itl_baseline_n: int = 0
     itl_max_during_s: float | None = None
     spike_x: float | None = None
+    spike_x_ci: list[float] | None = None
     stall_s: float | None = None
     extra_delay_s: float | None = None
     spike_duration_s: float | None = None
@@ -137,6 +144,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         res.injected_prefill_s = max(1e-4, dur(t0, t_first) - max(0.0, overhead_s))
     pre_s = res.injected_prefill_s or 0.0
     baselines, maxes, quiet, during, extras = [], [], [], [], []
+    pooled: list[float] = []  # every stream's gaps before the injection: the baseline gap distribution
     per_stream: list[tuple[float, list[tuple[int, int]], float]] = []
     ended_early = 0
     for r in streams:
@@ -154,6 +162,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         ts = [e.t_ns for e in r.token_events()]
         during.append(sum(1 for t in ts if t_first - int(pre_s * 1e9) <= t < t_first))
         baselines.append(base)
+        pooled.extend(pre)
         quiet.append(max(pre))
         maxes.append(max(dur(a, b) for a, b in win))
         extras.append(sum(max(0.0, dur(a, b) - base) for a, b in win))
@@ -180,6 +189,11 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     res.extra_delay_s = med(extras)
     base = res.itl_baseline_s or 0.0
     res.spike_x = res.itl_max_during_s / base if base > 0 else None
+    b_iv = median_interval([x for x in pooled if x > 0])
+    if b_iv is not None and b_iv.n >= 2 and b_iv.low > 0 and base > 0:
+        lo, hi = min(b_iv.low, base), max(b_iv.high, base)
+        res.itl_baseline_s_ci, res.itl_baseline_n = [lo, hi], b_iv.n
+        res.spike_x_ci = [res.itl_max_during_s / hi, res.itl_max_during_s / lo]
     res.stall_s = res.itl_max_during_s - base
     mx, win, b = max(per_stream, key=lambda x: x[0])
     hi = [(a, e) for a, e in win if dur(a, e) > 2 * b]
