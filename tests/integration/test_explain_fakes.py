@@ -109,10 +109,13 @@ def test_decode_slowing_with_context_is_seen_and_flat_is_not():
 
 # -- one slot: queueing, no batching gain ------------------------------------------------------------------
 def test_one_slot_queues_and_batching_gains_nothing():
+    """A one-slot server: the queue is found, batching is never said to pay, and 'no gain' is claimed
+    unless the levels' intervals (the requests' step times) overlap on a loaded box — then 'cannot tell'
+    with both spreads, never a wrong claim."""
     b = Behaviour(slots=1, **FAST)
 
     async def body(ctx: RunContext) -> Any:
-        bt = await batching.run(ctx, 12, max_concurrency=4, prompt_tokens=32, output_tokens=16, per_worker=1)
+        bt = await batching.run(ctx, 12, max_concurrency=4, prompt_tokens=32, output_tokens=24, per_worker=2)
         q = await queue.run(ctx, 8, concurrency=4, prompt_tokens=32, output_tokens=16, per_worker=2, interval_s=0.05)
         return bt, q
 
@@ -120,7 +123,11 @@ def test_one_slot_queues_and_batching_gains_nothing():
     assert bt.knee_concurrency == 1 and bt.knee_reached is True
     assert q.queueing is True and q.waiting_max >= 1
     d = diagnose({"batching": bt, "queue": q}, engine="vllm")
-    assert {"batching-no-gain", "ttft-queueing"} <= set(d.ids())
+    ids = set(d.ids())
+    assert "ttft-queueing" in ids
+    assert not ids & {"batching-scales", "batching-knee"}
+    undecided = [u.reason for u in d.undecided if u.id == "batching"]
+    assert "batching-no-gain" in ids or any("cannot tell" in u for u in undecided), (ids, undecided)
 
 
 def test_many_slots_batching_scales_and_no_queue():

@@ -4,8 +4,10 @@ Each concurrency level's aggregate throughput carries a 95 % interval from its p
 (``output_tok_s_ci`` over ``output_tok_s_n`` requests, :mod:`phasescope.experiments.batching`). The
 point-value verdict of :func:`~phasescope.experiments.batching.find_knee` becomes a finding only when:
 
-* ``batching-no-gain`` (knee at the first level): the next level's interval lies wholly below the first's
-  raised by the gain that would count (``KNEE_GAIN`` per doubling) — "no gain" is proven, not just unseen;
+* ``batching-no-gain`` (knee at the first level): the highest level's interval lies wholly below the first's
+  raised by the gain that would count there (``KNEE_GAIN`` per doubling) — "no gain" is proven, not just
+  unseen. The highest level is tested because it is fixed before the data (no picking of the level that
+  happens to part) and holds the most requests, so it is the sharpest test of a closed loop's gain;
 * ``batching-knee`` at c > first: the knee's interval lies wholly above the first level's (there was a
   gain up to it) and the next level's wholly below the knee's raised by that gain;
 * ``batching-scales``: the highest level's interval lies wholly above the one before it.
@@ -46,7 +48,7 @@ def batching_gate(kind: str, levels: Sequence[Any], knee: int | None, gain: floa
         return gain ** math.log2(b.concurrency / a.concurrency)
 
     if kind == "no-gain":
-        nxt = levels[1]
+        nxt = levels[-1]
         a, b = ivs[first.concurrency], ivs[nxt.concurrency]
         k = per_doubling(first, nxt)
         if a is not None and differ(_raised(a, k), b) == LOWER:

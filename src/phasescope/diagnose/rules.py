@@ -337,7 +337,7 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
     if why is not None:  # the levels' intervals do not support the verdict their point values give
         diag.undecided.append(Undecided("batching", why))
     elif kind == "no-gain":
-        nxt = lv[1]
+        nxt = lv[-1]  # the level batching_gate tested
         diag.findings.append(Finding(
             "batching-no-gain", "problem",
             f"Concurrent requests gain nothing over one at a time: {nxt.concurrency} streams deliver "

@@ -16,10 +16,9 @@ The knee: the lowest level after which no higher level adds ``KNEE_GAIN`` (15 %)
 throughput per doubling of concurrency. ``knee_concurrency`` is ``None`` with ``knee_reached = False`` when throughput
 was still rising at the highest level tested. A knee at 1 means batching gave nothing at all.
 
-Each level's figures carry a 95 % interval from its per-request samples (issue 29), stored beside them:
-``output_tok_s_ci`` (a bootstrap interval of the mean per-request throughput — output tokens ÷ the
-request's own duration — scaled to the aggregate, over ``output_tok_s_n`` requests),
-``per_user_decode_tok_s_ci`` and ``ttft_p50_s_ci`` (intervals of the medians). The explain rules claim a
+Each level's figures carry a 95 % interval (issue 29), stored beside them: ``output_tok_s_ci`` from the
+requests' step times (:func:`aggregate_rate_interval`, over ``output_tok_s_n`` requests — never
+per-request durations, which count a queued request's wait as slow decode), ``per_user_decode_tok_s_ci`` and ``ttft_p50_s_ci`` (intervals of the medians). The explain rules claim a
 knee, no gain or scaling only where these intervals part (:mod:`phasescope.diagnose.batching_rules`).
 """
 
@@ -29,13 +28,13 @@ from typing import TYPE_CHECKING
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from phasescope.experiments.common import ExperimentInfo, finite, med, ok, output_tokens_of, pct, select, server_prefill_s
 from phasescope.measure import derive
-from phasescope.measure.interval import bootstrap_interval, median_interval, to_ci
+from phasescope.measure.interval import Interval, median_interval, t_quantile, to_ci
 from phasescope.measure.records import RequestRecord
 
 
@@ -84,6 +83,60 @@ class BatchingResult:
     name: str = NAME
 
 
+def aggregate_rate_interval(good: Sequence[RequestRecord], agg: float | None, *, n_boot: int = 2000,
+                            seed: int = 0) -> Interval | None:
+    """The level's aggregate rate ``agg`` (tokens ÷ wall) with a 95 % interval as wide as its step times wandered.
+
+    Each request contributes its mean inter-token gap (``derive.itl_s``): its own steps, never its wait
+    for a slot (a per-request duration counts a queued request's wait as slow decode, so a one-slot
+    server's clear "no gain" would read "cannot tell"). Host load slows whole requests, so requests, not
+    tokens, are the samples. Two intervals, and the union of both is kept:
+
+    * a log-t interval of the requests' mean step time (timing noise is multiplicative), scaled onto
+      ``agg`` — honest with few requests;
+    * a bootstrap of the level's wall: each request's steps are redrawn from the observed step times,
+      each worker's busy time moves by its requests' redrawn decode, and the wall is the slowest worker's
+      end — the closed loop ends when the last stream does, so the drain's spread counts too.
+
+    None with fewer than two requests that decoded two tokens."""
+    if not agg or agg <= 0:
+        return None
+    rows = []  # (worker, mean gap, gaps, end offset)
+    for r in good:
+        g = [x for x in derive.itl_s(r) if x > 0]
+        end = derive.last_token_ns(r) or r.t_done_ns
+        if g and end:
+            rows.append((r.tags.get("worker", r.id), sum(g) / len(g), len(g), end))
+    n = len(rows)
+    if n < 2:
+        return None
+    means = np.asarray([m for _, m, _, _ in rows])
+    logs = np.log(means)
+    half = t_quantile(n - 1) * float(logs.std(ddof=1)) / math.sqrt(n)
+    lo, hi = agg * math.exp(-half), agg * math.exp(half)
+    t0 = min(r.t_start_ns for r in good)
+    workers: dict[Any, list[int]] = {}
+    for i, (w, _, _, _) in enumerate(rows):
+        workers.setdefault(w, []).append(i)
+    busy = {w: (max(rows[i][3] for i in ix) - t0) / 1e9 for w, ix in workers.items()}
+    wall = max(busy.values())
+    if wall > 0:
+        rng = np.random.default_rng(seed)
+        draws = means[rng.integers(0, n, size=(n_boot, n))]  # each request's redrawn mean step time
+        shift = (draws - means[None, :]) * np.asarray([k for _, _, k, _ in rows], dtype=float)[None, :]
+        walls = np.full(n_boot, -np.inf)
+        for w, ix in workers.items():
+            walls = np.maximum(walls, busy[w] + shift[:, ix].sum(axis=1))
+        walls = walls[walls > 0]
+        if walls.size:
+            rates = agg * wall / walls
+            lo = min(lo, float(np.quantile(rates, 0.025)))
+            hi = max(hi, float(np.quantile(rates, 0.975)))
+    spread = float(means.max() / means.min())
+    return Interval(agg, min(lo, agg), max(hi, agg), n, "log-t+bootstrap", 0.95, agg / spread ** 0.5,
+                    agg * spread ** 0.5)
+
+
 def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
     good = ok(rs)
     starts = [r.t_start_ns for r in good]
@@ -102,16 +155,8 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
             queues.append(max(0.0, t - p))
             timed.append(t)
     agg = (out_total / wall) if wall and wall > 0 else None
-    per_req = []  # each request's own throughput: output tokens ÷ its duration (start → last token)
-    for r, e in zip(good, ends):
-        o = output_tokens_of(r)
-        if o and e and e > r.t_start_ns:
-            per_req.append(o / ((e - r.t_start_ns) / 1e9))
-    tput_ci = None
-    boot = bootstrap_interval(per_req, np.mean) if agg is not None and len(per_req) >= 2 else None
-    if boot is not None and boot.value > 0:
-        k = agg / boot.value  # the aggregate moves with the mean per-request rate (c streams at once)
-        tput_ci = [min(agg, boot.low * k), max(agg, boot.high * k)]
+    tput = aggregate_rate_interval(good, agg)
+    tput_ci = to_ci(tput)
     return BatchLevel(
         concurrency=c, n=len(good), n_failed=len(rs) - len(good),
         output_tok_s=agg,
@@ -120,7 +165,7 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
         ttft_p50_s=pct(ttfts, 50), ttft_p99_s=pct(ttfts, 99),
         queue_p50_s=med(queues) if queues else None, wall_s=wall,
         queue_share_total=(sum(queues) / sum(timed)) if timed and sum(timed) > 0 else None,
-        output_tok_s_ci=tput_ci, output_tok_s_n=len(per_req) if tput_ci else 0,
+        output_tok_s_ci=tput_ci, output_tok_s_n=tput.n if tput_ci and tput else 0,
         per_user_decode_tok_s_ci=to_ci(median_interval([derive.decode_tok_s(r) for r in good])),
         ttft_p50_s_ci=to_ci(median_interval(ttfts)),
     )
