@@ -23,7 +23,8 @@ Ray actors, whose records come back to the parent — all go through :func:`run_
    or Ray actor, a full disk) or ``failed`` (no request succeeded; the CLI exits 3). Both copies are
    tried; the first failure is one :class:`~phasescope.errors.OutputError` raised after both.
 4. **Leaving without finish** (an exception; Ctrl-C or SIGTERM arriving as KeyboardInterrupt) closes
-   the files with what reached the disk and marks the stored run ``partial`` with why it stopped.
+   the files with what reached the disk and marks the stored run ``partial`` with why it stopped
+   (``failed`` when no measured request had succeeded and it was not Ctrl-C).
 
 Signals: :func:`on_sigint` is the one place SIGINT is caught — a load run turns Ctrl-C into its stop
 event, so in-flight requests are cancelled and the summary of what finished is still written;
@@ -158,11 +159,12 @@ class RunOutput:
             self._writer.close()
 
     def close(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> None:
-        """Close the files; a run not finished is kept as ``partial`` with why (module docstring, step 4)."""
+        """Close the files; a run not finished is kept as ``partial`` with why, ``failed`` when an
+        error came before any measured request succeeded (module docstring, step 4)."""
         self._close_writer()
         if self.recording is not None and not self.finished:
             self.recording.__exit__(exc_type, exc, tb)
-            self.status = "partial"
+            self.status = getattr(self.recording, "status", None) or "partial"
 
     def __enter__(self) -> "RunOutput":
         return self
