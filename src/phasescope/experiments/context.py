@@ -50,6 +50,8 @@ class Calibration:
 
 #: a request still in flight at this multiple of its experiment's budget is stopped
 HARD_X = 1.2
+#: a record that ran out of the user's timeouts: the server did not answer in time
+NO_ANSWER = frozenset({"connect_timeout", "first_token_timeout", "inter_token_timeout", "deadline"})
 #: the whole run may end this share of the budget late at most (the stop of requests in flight, then the
 #: analysis); ``explain --json`` ``duration_s`` ≤ (1 + RUN_GRACE) × budget plus the analysis
 RUN_GRACE = 0.05
@@ -339,6 +341,15 @@ async def calibrate(ctx: RunContext) -> Calibration:
     """Warm up, then a short and a longer prompt: fixed overhead, prefill and decode rates."""
     ctx.say("calibrating: a warm-up and two probe requests")
     warm = await ctx.send((await ctx.prompt(16)).request(8), "calibrate", phase="warmup")
+    if not warm.ok and (warm.error_kind in NO_ANSWER or (warm.error_kind == "stopped_by_client"
+                                                         and not warm.token_events())):
+        # the warm-up got no token within the user's timeouts (or the calibration's time): the two
+        # probe requests would wait as long again, so the run ends at the first (issue 31)
+        from phasescope.errors import NoAnswerError
+
+        raise NoAnswerError(f"the server did not answer the calibration's warm-up request: "
+                            f"{warm.error_message or warm.error_kind}",
+                            hint="it took the connection but sent no token; raise --ttft-timeout if it is only slow")
     short = await ctx.send((await ctx.prompt(16)).request(16), "calibrate", phase="short")
     n = min(256, max(32, ctx.ctx_limit() // 4))
     long_ = await ctx.send((await ctx.prompt(n)).request(16), "calibrate", phase="long")
