@@ -10,7 +10,9 @@ Ray actors, whose records come back to the parent — all go through :func:`run_
 1. **Open.** The run store's :class:`~phasescope.store.Recording` (unless ``store`` is false; a
    store that cannot be opened is said once through ``say`` and skipped — a run is never lost over
    it) and the user's ``--out`` folder (``records.jsonl`` + ``summary.json``; a file in its place
-   is bad input, before anything is started). When neither takes the records they go to the
+   is bad input, before anything is started; a folder on a full disk is one
+   :class:`~phasescope.errors.OutputError` naming its ``records.jsonl``, before the store's row is
+   made or anything is sent, :func:`phasescope.safeio.check_space`). When neither takes the records they go to the
    **fallback folder**, one rule for every kind: ``$PHASESCOPE_RUNS_DIR`` (default
    ``./phasescope-runs``) ``/<kind>-<UTC second>-<8 hex>/``, created exclusively
    (:func:`phasescope.safeio.new_run_dir`), so two runs started in the same second never share one.
@@ -180,12 +182,14 @@ def run_output(kind: str, target: Any, params: dict[str, Any] | None, out_dir: s
     a Target, a URL or ``None``; ``params``: the run's parameters (secrets dropped by the store);
     ``out_dir``: the user's ``--out``; ``store``: True (the default store), a store path, or False;
     ``row``: model, api, engine, engine_version, device for the store's row. Use it as a context manager."""
-    from phasescope.safeio import new_run_dir, prepare_out_dir
+    from phasescope.safeio import check_space, new_run_dir, prepare_out_dir
 
     tell = say or (lambda _m: None)
     if _TAGS.get():
         params = {**(params or {}), **(_TAGS.get() or {})}
     folder = prepare_out_dir(out_dir) if out_dir is not None else None
+    if folder is not None:  # a full disk is found here, before the store's row exists or a request is sent
+        check_space(folder)
     recording = None
     why_not: str | None = None
     if store:
@@ -199,6 +203,7 @@ def run_output(kind: str, target: Any, params: dict[str, Any] | None, out_dir: s
     fallback = recording is None and folder is None
     if fallback:
         folder = new_run_dir(fallback_parent(), f"{kind}-")
+        check_space(folder)
     if why_not is not None:
         tell(f"run store unavailable ({why_not}); records go to {folder}")
     try:

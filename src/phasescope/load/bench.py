@@ -505,8 +505,9 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
 
 def run_status(summary: dict[str, Any], res: RunResult) -> str:
     """``complete``; ``partial`` (stopped early: Ctrl-C, a dead server, a write failure); ``failed``
-    (no request succeeded — the CLI exits 3 with the error kinds counted)."""
-    if not summary.get("completed") and not res.interrupted:
+    (no request succeeded — the CLI exits 3 with the error kinds counted). A run a full disk stopped
+    before any measured request finished is ``partial``: the disk stopped it, not the server."""
+    if not summary.get("completed") and not res.interrupted and not res.write_error:
         return "failed"
     return "partial" if res.partial else "complete"
 
