@@ -138,6 +138,12 @@ class InterTokenTimeout(TimeoutError_):
     """The stream went silent for longer than ``--itl-timeout`` between tokens."""
 
 
+class NoAnswerError(TimeoutError_):
+    """A request before the run (a ``/tokenize`` probe, the prompt calibration, a warm-up) ran out of
+    the user's timeouts: the server takes the connection but does not answer, so every later request
+    would wait the same timeouts again — the command ends at the first (issue 31)."""
+
+
 class StreamBrokenError(TargetError):
     """The stream ended before completion ([DONE]/done) — connection cut or server died."""
 

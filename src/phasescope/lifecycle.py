@@ -10,7 +10,9 @@ Ray actors, whose records come back to the parent — all go through :func:`run_
 1. **Open.** The run store's :class:`~phasescope.store.Recording` (unless ``store`` is false; a
    store that cannot be opened is said once through ``say`` and skipped — a run is never lost over
    it) and the user's ``--out`` folder (``records.jsonl`` + ``summary.json``; a file in its place
-   is bad input, before anything is started). When neither takes the records they go to the
+   is bad input, before anything is started; a folder on a full disk is one
+   :class:`~phasescope.errors.OutputError` naming its ``records.jsonl``, before the store's row is
+   made or anything is sent, :func:`phasescope.safeio.check_space`). When neither takes the records they go to the
    **fallback folder**, one rule for every kind: ``$PHASESCOPE_RUNS_DIR`` (default
    ``./phasescope-runs``) ``/<kind>-<UTC second>-<8 hex>/``, created exclusively
    (:func:`phasescope.safeio.new_run_dir`), so two runs started in the same second never share one.
@@ -23,7 +25,8 @@ Ray actors, whose records come back to the parent — all go through :func:`run_
    or Ray actor, a full disk) or ``failed`` (no request succeeded; the CLI exits 3). Both copies are
    tried; the first failure is one :class:`~phasescope.errors.OutputError` raised after both.
 4. **Leaving without finish** (an exception; Ctrl-C or SIGTERM arriving as KeyboardInterrupt) closes
-   the files with what reached the disk and marks the stored run ``partial`` with why it stopped.
+   the files with what reached the disk and marks the stored run ``partial`` with why it stopped
+   (``failed`` when no measured request had succeeded and it was not Ctrl-C).
 
 Signals: :func:`on_sigint` is the one place SIGINT is caught — a load run turns Ctrl-C into its stop
 event, so in-flight requests are cancelled and the summary of what finished is still written;
@@ -158,11 +161,12 @@ class RunOutput:
             self._writer.close()
 
     def close(self, exc_type: Any = None, exc: Any = None, tb: Any = None) -> None:
-        """Close the files; a run not finished is kept as ``partial`` with why (module docstring, step 4)."""
+        """Close the files; a run not finished is kept as ``partial`` with why, ``failed`` when an
+        error came before any measured request succeeded (module docstring, step 4)."""
         self._close_writer()
         if self.recording is not None and not self.finished:
             self.recording.__exit__(exc_type, exc, tb)
-            self.status = "partial"
+            self.status = getattr(self.recording, "status", None) or "partial"
 
     def __enter__(self) -> "RunOutput":
         return self
@@ -178,12 +182,14 @@ def run_output(kind: str, target: Any, params: dict[str, Any] | None, out_dir: s
     a Target, a URL or ``None``; ``params``: the run's parameters (secrets dropped by the store);
     ``out_dir``: the user's ``--out``; ``store``: True (the default store), a store path, or False;
     ``row``: model, api, engine, engine_version, device for the store's row. Use it as a context manager."""
-    from phasescope.safeio import new_run_dir, prepare_out_dir
+    from phasescope.safeio import check_space, new_run_dir, prepare_out_dir
 
     tell = say or (lambda _m: None)
     if _TAGS.get():
         params = {**(params or {}), **(_TAGS.get() or {})}
     folder = prepare_out_dir(out_dir) if out_dir is not None else None
+    if folder is not None:  # a full disk is found here, before the store's row exists or a request is sent
+        check_space(folder)
     recording = None
     why_not: str | None = None
     if store:
@@ -197,6 +203,7 @@ def run_output(kind: str, target: Any, params: dict[str, Any] | None, out_dir: s
     fallback = recording is None and folder is None
     if fallback:
         folder = new_run_dir(fallback_parent(), f"{kind}-")
+        check_space(folder)
     if why_not is not None:
         tell(f"run store unavailable ({why_not}); records go to {folder}")
     try:

@@ -41,6 +41,7 @@ import aiohttp
 
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.tokenize import Tokenizer
+from phasescope.errors import NoAnswerError
 
 #: short, common English words (one token each after a space in the Gemma, Llama-3 and GPT-2 vocabularies)
 WORDS = (
@@ -114,8 +115,6 @@ class PromptBuilder:
         self.tokenizer = Tokenizer(session, target)
         self._calib: tuple[float, float] | None = None  # tokens = a + b * words
         self._calib_failed = False  # tried once and got no usable counts: estimate from then on
-        #: "<error kind> (<message>)" of a calibration request that ran out of the user's timeouts (None: none did)
-        self.timed_out: str | None = None
         self._word_ids: dict[str, int] | None = None  # WORDS → id (see word_ids)
         self._word_ids_failed = False
         self._specials: list[int] = []
@@ -258,12 +257,8 @@ class PromptBuilder:
         if not rec.ok and rec.error_kind in TIMED_OUT:
             # a 1-token request that ran out of the user's timeouts: every measured request would too,
             # so say so now (exit 3) instead of waiting the same timeouts again for each of them
-            from phasescope.errors import TargetError
-
-            self.timed_out = f"{rec.error_kind} ({rec.error_message})" if rec.error_message else rec.error_kind
-
-            raise TargetError(f"prompt calibration: {rec.error_message or rec.error_kind}",
-                              hint="the server did not answer a 1-token request within the timeouts given")
+            raise NoAnswerError(f"prompt calibration: {rec.error_message or rec.error_kind}",
+                                hint="the server did not answer a 1-token request within the timeouts given")
         if not rec.ok or rec.prompt_tokens_source not in ("usage", "server"):
             return None
         return rec.prompt_tokens
@@ -315,9 +310,6 @@ class WordPromptMaker:
     source = "estimate"
     #: tokens the server adds to every prompt of this maker (BOS, chat template); see :func:`measure_overhead`
     overhead = 0
-    #: why words are used: the usage calibration's request ran out of the user's timeouts ("<error kind>
-    #: (<message>)"), so the server does not answer a 1-token request in time (bench then skips its warm-up)
-    calibration_timed_out: str | None = None
 
     async def make(self, n_tokens: int, salt: int, *, first: bool = True) -> tuple[str, list[int] | None]:
         return filler(n_tokens, random.Random(salt)), None
@@ -387,11 +379,10 @@ async def prompt_maker_for(session: aiohttp.ClientSession, target: Target, *,
         try:
             await cm.make(8, 0)  # runs the calibration once; words if the server gives no counts
             return cm
+        except NoAnswerError:  # its 1-token request ran out of the timeouts: so would every request
+            raise
         except Exception:  # noqa: BLE001 - no calibration: words
-            if cm._pb.timed_out is not None:
-                wm = WordPromptMaker()
-                wm.calibration_timed_out = cm._pb.timed_out
-                return wm
+            pass
     return WordPromptMaker()
 
 
@@ -415,8 +406,13 @@ async def measure_overhead(session: aiohttp.ClientSession, target: Target, maker
         req = GenRequest(prompt=text, max_tokens=1, prompt_token_ids=ids, stream=False, ignore_eos=False,
                          id=f"{OVERHEAD_ID}-{random.SystemRandom().randrange(1 << 32):08x}", tags={"calibration": True})
         rec = await get_client(target.api).send(session, target, req)
+    except NoAnswerError:
+        raise
     except Exception:  # noqa: BLE001 - a failed check leaves the lengths as built
         return 0
+    if not rec.ok and rec.error_kind in TIMED_OUT:  # a 1-token request that ran out of the timeouts
+        raise NoAnswerError(f"prompt length check: {rec.error_message or rec.error_kind}",
+                            hint="the server did not answer a 1-token request within the timeouts given")
     if not rec.ok or rec.prompt_tokens is None or rec.prompt_tokens_source not in ("usage", "server"):
         return 0
     extra = int(rec.prompt_tokens) - built

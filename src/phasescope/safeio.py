@@ -108,6 +108,42 @@ def new_run_dir(parent: str | os.PathLike[str], prefix: str) -> Path:
     raise OutputError(f"cannot create a fresh output folder under {base}")
 
 
+#: bytes a run's folder must take before the run starts (a few records' worth): a disk already full is
+#: found before anything is sent, not at the first record
+SPACE_CHECK_BYTES = 16384
+
+
+def check_space(folder: str | os.PathLike[str], name: str = "records.jsonl") -> None:
+    """Refuse a folder that cannot take :data:`SPACE_CHECK_BYTES` more (a full disk, a quota, a file
+    size limit): :class:`OutputError` naming ``folder/name``, which nothing has been written to yet.
+    A scratch file is written and removed; a disk that fills later is still caught at its record."""
+    import errno
+
+    p = Path(folder)
+    probe = p / f".{name}.{_secrets.token_hex(4)}.space"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise OutputError(f"cannot write records to {p / name}: {os_cause(exc)}",
+                          hint="found before the run started: no record was written and no run stored") from None
+    try:
+        view = memoryview(bytes(SPACE_CHECK_BYTES))
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS):
+            raise OutputError(f"cannot write records to {p / name}: {os_cause(exc)}",
+                              hint="found before the run started: no record was written and no run "
+                                   "stored") from None
+        raise
+    finally:
+        os.close(fd)
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
 def prepare_out_dir(path: str | os.PathLike[str], *, flag: str = "--out") -> Path:
     """A user's output folder: created if missing; a file there is bad input (exit 2)."""
     p = Path(path)

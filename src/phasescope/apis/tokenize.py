@@ -30,7 +30,9 @@ tokens as the server counts them.
 The flavor is found once per target: the engine's own first (llama.cpp → ``content``, vLLM/SGLang →
 ``prompt``, TGI → ``inputs``), then the others; a 404/405/501, a 4xx or an empty answer for a
 non-empty text means "not this flavor". Ollama has no tokenizer endpoint. Transient failures
-(5xx, a dropped connection, a timeout) are retried up to :data:`ATTEMPTS` times.
+(5xx, a dropped connection) are retried up to :data:`ATTEMPTS` times. A call that gets no answer at
+all within the user's first-token timeout raises :class:`~phasescope.errors.NoAnswerError` (exit 3):
+the server takes the connection but does not answer, and every request after it would wait as long.
 """
 
 from __future__ import annotations
@@ -110,7 +112,13 @@ class Tokenizer:
                 break
             self.last_error = f"{path}: " + (f"HTTP {status}" if status is not None else why)
             if status is None and why.startswith("no answer within"):
-                break
+                # not a byte back within the user's first-token timeout: the generation requests that
+                # tokenization precedes would wait it too, so the command ends here (issue 31)
+                from phasescope.errors import NoAnswerError
+
+                raise NoAnswerError(f"{self.target.display_url}{path}: {why}",
+                                    hint="the server took the connection but did not answer; raise --ttft-timeout "
+                                         "if it is only slow")
         return status, obj
 
     async def _find_flavor(self) -> None:

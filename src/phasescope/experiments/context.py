@@ -2,7 +2,10 @@
 facts (slots, context per sequence, /metrics) and a first calibration of its speed.
 
 Experiments send through :meth:`RunContext.send`, which tags the record, hands it to the sink (the
-run store's JSONL, fsync'd as each request completes) and keeps it in memory for the analysis.
+run store's JSONL, fsync'd as each request completes) and keeps it in memory for the analysis. It
+also gives up on a dead server as bench does (:data:`ABORT_AFTER` requests in a row failing to
+connect, cut, timing out or ending without a token; refusals are answers): ``aborted`` says why, the
+running experiment's clock stops at once, and the suite runs no further experiment.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class Calibration:
 
 #: a request still in flight at this multiple of its experiment's budget is stopped
 HARD_X = 1.2
+#: requests in a row failing as a dead server's do after which explain stops (bench's --abort rule, 8)
+ABORT_AFTER = 8
+#: a record that ran out of the user's timeouts: the server did not answer in time
+NO_ANSWER = frozenset({"connect_timeout", "first_token_timeout", "inter_token_timeout", "deadline"})
 #: the whole run may end this share of the budget late at most (the stop of requests in flight, then the
 #: analysis); ``explain --json`` ``duration_s`` ≤ (1 + RUN_GRACE) × budget plus the analysis
 RUN_GRACE = 0.05
@@ -103,6 +110,9 @@ class RunContext:
     clock: Callable[[], float] = time.monotonic
     #: requests stopped in flight at a hard deadline (kept as ``stopped_by_client`` records)
     n_cut: int = 0
+    #: why the run stopped early: the server failed :data:`ABORT_AFTER` requests in a row (None: it did not)
+    aborted: str | None = None
+    _watch: Any = None
     _prompts: PromptBuilder | None = None
     _prompt_session: aiohttp.ClientSession | None = None
     _n: int = 0
@@ -133,12 +143,27 @@ class RunContext:
         now = self.clock()
         self.deadline = now + slack * budget_s
         self.hard_deadline = now + HARD_X * budget_s
+        if self.aborted is not None:  # the server is gone: nothing more is sent
+            self.deadline = self.hard_deadline = now
         if self.budget is not None:
             self.deadline = min(self.deadline, self.budget.end)
             self.hard_deadline = min(self.hard_deadline, self.budget.hard_end)
 
     def over(self) -> bool:
-        return self.deadline is not None and self.clock() > self.deadline
+        return self.aborted is not None or (self.deadline is not None and self.clock() > self.deadline)
+
+    def _see(self, rec: RequestRecord) -> None:
+        """Count ``rec`` toward the dead-server stop (bench's :class:`~phasescope.load.runner.ConnectionWatch`,
+        which sets ``self.aborted``); on the stop nothing new is sent and what is in flight is stopped."""
+        if rec.error_kind == "stopped_by_client":  # stopped by explain itself: says nothing of the server
+            return
+        if self._watch is None:
+            from phasescope.load.runner import ConnectionWatch
+
+            self._watch = ConnectionWatch(ABORT_AFTER)
+        if self._watch.see(rec, self):
+            self.say(f"stopping: {self.aborted}")
+            self.deadline = self.hard_deadline = self.clock()
 
     def hard_left(self) -> float | None:
         """Seconds until a request in flight is stopped (None: no hard deadline)."""
@@ -176,6 +201,7 @@ class RunContext:
         self.records.append(rec)
         if self.sink is not None:
             self.sink(rec)
+        self._see(rec)
         return rec
 
     async def bounded(self, coro: Any, req: GenRequest) -> RequestRecord:
@@ -206,7 +232,8 @@ class RunContext:
             rec = RequestRecord(id=req.id or "", api=self.target.api, target=self.target.display_url,
                                 model=self.target.model, max_tokens=req.max_tokens, t_start_ns=now_ns())
         rec.ok, rec.error_kind = False, "stopped_by_client"
-        rec.error_message = "stopped at the time budget (explain --budget) while still running"
+        rec.error_message = (f"stopped while still running: {self.aborted}" if self.aborted is not None else
+                             "stopped at the time budget (explain --budget) while still running")
         rec.t_done_ns = rec.t_done_ns or (rec.token_events()[-1].t_ns if rec.token_events() else rec.t_start_ns)
         self.n_cut += 1
         return rec
@@ -339,6 +366,15 @@ async def calibrate(ctx: RunContext) -> Calibration:
     """Warm up, then a short and a longer prompt: fixed overhead, prefill and decode rates."""
     ctx.say("calibrating: a warm-up and two probe requests")
     warm = await ctx.send((await ctx.prompt(16)).request(8), "calibrate", phase="warmup")
+    if not warm.ok and (warm.error_kind in NO_ANSWER or (warm.error_kind == "stopped_by_client"
+                                                         and not warm.token_events())):
+        # the warm-up got no token within the user's timeouts (or the calibration's time): the two
+        # probe requests would wait as long again, so the run ends at the first (issue 31)
+        from phasescope.errors import NoAnswerError
+
+        raise NoAnswerError(f"the server did not answer the calibration's warm-up request: "
+                            f"{warm.error_message or warm.error_kind}",
+                            hint="it took the connection but sent no token; raise --ttft-timeout if it is only slow")
     short = await ctx.send((await ctx.prompt(16)).request(16), "calibrate", phase="short")
     n = min(256, max(32, ctx.ctx_limit() // 4))
     long_ = await ctx.send((await ctx.prompt(n)).request(16), "calibrate", phase="long")

@@ -68,6 +68,8 @@ class ExplainReport:
     gpu: dict[str, Any] | None = None  # GPU telemetry per phase (metrics/gpu_phases.py); None: no source
     host: dict[str, Any] | None = None  # CPU contention during the run (phasescope.measure.host)
     server_build: dict[str, Any] | None = None  # engine build, flags, model file (phasescope.load.hygiene)
+    status: str = "complete"  # complete · partial (stopped early: a dead server, a full disk) · failed (no success)
+    stop_reason: str | None = None  # why it stopped early or failed (None: it did not)
 
     def warnings(self) -> list[dict[str, Any]]:
         """Every experiment's warnings (prefixed with its name) and ``host_busy``, as dicts."""
@@ -87,6 +89,7 @@ class ExplainReport:
             "host": self.host, "warnings": self.warnings(), "server_build": self.server_build,
             "target": self.target, "engine": self.engine, "model": self.model, "api": self.api,
             "budget_s": self.budget_s, "duration_s": self.duration_s, "run_id": self.run_id,
+            "status": self.status, "stop_reason": self.stop_reason,
             "records_path": self.records_path,
             "findings": d["findings"], "undecided": d["undecided"],
             "ceilings": self.ceilings, "server": self.facts, "calibration": self.calibration,
@@ -212,6 +215,10 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
                 "give explain a longer --budget (the server was slower than its calibration)"))
         if results[name].info.skipped:
             skipped[name] = results[name].info.skipped
+        if ctx.aborted is not None:  # the server is gone: the experiments after this one are not run
+            for rest in todo:
+                skipped[rest] = f"not run: {ctx.aborted}"
+            break
     ctx.deadline = ctx.hard_deadline = None
     return results, skipped
 
@@ -351,9 +358,40 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
         duration_s=time.monotonic() - t_start, skipped=skipped, gpu=gpu_doc, host=host_d,
         server_build=_server_build(det))
     if sink.error is not None:  # a record could not be written (a full disk): partial, and said
+        report.status, report.stop_reason = "partial", f"stopped: {sink.error}"
         out.finish(report.to_json(), status="partial")
         from phasescope.errors import OutputError
 
         raise OutputError(f"{sink.error}; the explain run is kept as partial", hint=f"records: {rp}")
+    failure = _run_failure(ctx)
+    if failure is not None:  # bench's rule: a dead server's stop is partial, no success at all failed; exit 3
+        report.status, report.stop_reason = failure
+        out.finish(report.to_json(), status=report.status)
+        from phasescope.errors import TargetError
+
+        what = "stopped there" if ctx.aborted is not None else "ended"
+        raise TargetError(f"{report.stop_reason}; the explain run {what} and is kept as {report.status} "
+                          f"({len(ctx.records)} records)", hint=f"records: {rp}")
     out.finish(report.to_json())
     return report
+
+
+def _run_failure(ctx: RunContext) -> tuple[str, str] | None:
+    """(status, why) of a run that must not end ``complete``: the server failed ``ABORT_AFTER``
+    requests in a row (``partial``, or ``failed`` with no experiment request answered well), or no
+    experiment request succeeded (``failed``); None otherwise. The calibration sizes the run and is
+    not one of its measurements; requests explain stopped itself (``stopped_by_client``) are neither."""
+    mine = [r for r in ctx.records if (r.tags or {}).get("experiment") != "calibrate"
+            and r.error_kind != "stopped_by_client"]
+    ok = sum(1 for r in mine if r.ok)
+    if ctx.aborted is not None:
+        return ("partial" if ok else "failed"), ctx.aborted
+    if mine and not ok:
+        kinds: dict[str, int] = {}
+        for r in mine:
+            kinds[r.error_kind or "error"] = kinds.get(r.error_kind or "error", 0) + 1
+        first = next((r.error_message for r in mine if r.error_message), None)
+        return "failed", (f"no experiment request succeeded ({len(mine)} failed: "
+                          + ", ".join(f"{k} {v}" for k, v in kinds.items()) + ")"
+                          + (f": {first}" if first else ""))
+    return None

@@ -131,8 +131,6 @@ class BenchConfig:
     trace_duration: float | None = None  # --trace-duration (s of trace time)
     #: the prefix-cache hit rate this workload implies (conversation, Mooncake); set by the run, read by hygiene
     implied_hit_rate: float | None = None
-    #: why the warm-up was not sent (the prompt calibration already ran out of the timeouts); set by the run
-    warmup_skipped: str | None = None
 
     def default_num_prompts(self) -> int | None:
         if self.dataset in ("conversation", "mooncake", "burstgpt"):  # sessions / the trace bound the run
@@ -168,16 +166,15 @@ ProgressFn = Callable[[RequestRecord | tuple[Any, ...]], None]
 
 async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
                       per_request_lengths: list[tuple[int | None, int | None]] | None = None,
-                      run_salt: str | None = None, notes: dict[str, Any] | None = None) -> list[WorkItem]:
+                      run_salt: str | None = None) -> list[WorkItem]:
     """The workload for ``n`` requests (see :mod:`phasescope.load.workload`). ``run_salt``: this
-    run's salt for the random prompts' texts (None: the seed's own prompts, ``--reuse-prompts``).
-    ``notes`` (filled in): ``calibration_timed_out`` when the prompt calibration's 1-token request ran
-    out of the user's timeouts (the server does not answer in time)."""
+    run's salt for the random prompts' texts (None: the seed's own prompts, ``--reuse-prompts``). A
+    server that does not answer the prompt building's first request within the user's timeouts ends
+    the command here (:class:`~phasescope.errors.NoAnswerError`, exit 3): before a run is opened, so
+    nothing is stored and no warm-up or measured request waits the same timeouts again."""
     from phasescope.prompting import prompt_maker_for
 
     maker = await prompt_maker_for(session, target)
-    if notes is not None and getattr(maker, "calibration_timed_out", None):
-        notes["calibration_timed_out"] = maker.calibration_timed_out
     if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # issue 17
         from phasescope.load.traffic import workload_items
 
@@ -306,8 +303,6 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
     lengths = ([(r.input_len, r.output_len) for r in sched.requests] + [(None, None)] * len(sched.warmups)
                if cfg.shape == "trace" else None)
 
-    notes: dict[str, Any] = {}
-
     def prompts(trial: int | None) -> tuple[str | None, list[WorkItem]]:
         status(f"building {n_items} prompts" + (f" for trial {trial} of {cfg.trials}" if trial else ""))
         run_salt = None if cfg.reuse_prompts else secrets.token_hex(6)
@@ -316,21 +311,13 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
             from phasescope.apis import new_session
 
             async with new_session() as s:
-                return await build_items(cfg, target, s, n_items, lengths, run_salt=run_salt, notes=notes)
+                return await build_items(cfg, target, s, n_items, lengths, run_salt=run_salt)
 
         from phasescope.load.loop import run_boxed
 
         return run_salt, run_boxed(_items())  # a list of every prompt: kept out of the main task's repr
 
-    cfg.warmup_skipped = None
     run_salt, items = prompts(1 if cfg.trials > 1 else None)
-    if notes.get("calibration_timed_out") and sched.warmups:
-        # the calibration's 1-token request already waited out the timeouts: a warm-up would wait them
-        # again before the run's own requests do (issue 31); the run still sends and records every request
-        cfg.warmup_skipped = (f"the prompt calibration request ended {notes['calibration_timed_out']}; "
-                              f"{len(sched.warmups)} warm-up request(s) not sent")
-        status(f"warm-up skipped: {cfg.warmup_skipped}")
-        sched.warmups = []
 
     from phasescope.lifecycle import run_output
 
@@ -518,8 +505,9 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
 
 def run_status(summary: dict[str, Any], res: RunResult) -> str:
     """``complete``; ``partial`` (stopped early: Ctrl-C, a dead server, a write failure); ``failed``
-    (no request succeeded — the CLI exits 3 with the error kinds counted)."""
-    if not summary.get("completed") and not res.interrupted:
+    (no request succeeded — the CLI exits 3 with the error kinds counted). A run a full disk stopped
+    before any measured request finished is ``partial``: the disk stopped it, not the server."""
+    if not summary.get("completed") and not res.interrupted and not res.write_error:
         return "failed"
     return "partial" if res.partial else "complete"
 
@@ -663,7 +651,9 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
         s = summarize(res.records, **skw)
     head.update(s)
     head["warmup_requests"] = len(res.warmup_records)
-    head["warmup_skipped"] = cfg.warmup_skipped  # why no warm-up was sent (None: as asked)
+    # kept for readers of older summaries: a prompt calibration that runs out of the timeouts now ends
+    # the command before the run (NoAnswerError), so no run skips its warm-up
+    head["warmup_skipped"] = None
     head["sent"] = res.sent
     head["cancelled"] = res.cancelled
     head["partial"] = res.partial
@@ -692,15 +682,6 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
     head["prefix_cache_hit_rate"] = head["prefix_cache"]["hit_rate"]
     head["host"] = host
     warn += bench_warnings(cfg, head, res.records, res.warmup_records)
-    if cfg.warmup_skipped:
-        from phasescope.measure.warnings import MeasurementWarning
-
-        warn.append(MeasurementWarning(
-            "note", f"warm-up skipped: {cfg.warmup_skipped} (the server did not answer a 1-token request within "
-                    "the timeouts; a warm-up would have waited them again)",
-            {"warmup": cfg.warmup, "warmup_sent": 0},
-            "check that the server answers (its generation endpoint, or raise --ttft-timeout for a slow first "
-            "token); the warm-up is sent again once the calibration gets an answer"))
     warn += [] if any(getattr(w, "kind", None) == "host_busy" for w in warn) else judge(host)  # once, lag included
     head["warnings"] = to_json(warn)
     return head

@@ -3,7 +3,8 @@
 :meth:`phasescope.store.RunStore.recording` opens one; each ``write`` appends a record to the run's
 JSONL (credentials removed), and the row's count follows at most every ``COUNT_FLUSH_S``;
 ``finish`` closes the row with its summary, and leaving the ``with`` block without it marks the run
-``partial`` with why.
+``partial`` with why — ``failed`` when no measured request had succeeded (an error, not Ctrl-C), the
+one rule of ``bench``'s summaries: some success and a stop → partial, none → failed.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ class Recording:
         self._writer: RecordWriter | None = RecordWriter(records_path)
         self._last_flush = 0.0
         self.n_warmup = 0
+        #: measured (non-warm-up) records that succeeded: a run left by an error with none is ``failed``
+        self.n_ok = 0
+        #: how the row was closed (None: still running)
+        self.status: str | None = None
         self.finished = False
         self.summary: dict[str, Any] | None = None
 
@@ -71,6 +76,8 @@ class Recording:
         self._writer.write(self._clean(record))
         if is_warmup(record):
             self.n_warmup += 1
+        elif record.ok:
+            self.n_ok += 1
         now = time.monotonic()
         if now - self._last_flush >= COUNT_FLUSH_S:
             self._last_flush = now
@@ -114,11 +121,18 @@ class Recording:
 
     def finish(self, summary: dict[str, Any] | None = None, *, status: str = "complete") -> None:
         """Mark the run complete with its summary (JSON-able; NaN → null). ``status="partial"``
-        keeps a summary of a run that stopped early (e.g. the server died) as partial."""
+        keeps a summary of a run that stopped early (e.g. the server died) as partial; the row's
+        ``error`` is then the summary's ``stop_reason`` (``first_error`` for a failed run), so a
+        stopped run says why in ``runs`` as one left by an exception does."""
         if status not in ("complete", "partial", "failed"):
             raise ValueError(f"status must be complete, partial or failed, not {status!r}")
         self.summary = summary
-        self._close(status, summary)
+        why = None
+        if status != "complete" and isinstance(summary, dict):
+            why = next((v for v in (summary.get("stop_reason"), summary.get("first_error"))
+                        if isinstance(v, str) and v), None)
+        self._close(status, summary, why)
+        self.status = status
         self.finished = True
 
     def _close(self, status: str, summary: dict[str, Any] | None, error: str | None = None) -> None:
@@ -143,14 +157,18 @@ class Recording:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if self.finished:
             return
+        status = "partial"
         if exc_type is None:
             why = "the run ended without a summary"
         elif issubclass(exc_type, KeyboardInterrupt):
             why = "interrupted"
         else:
             why = f"{exc_type.__name__}: {exc}"[:500]
+            if self.n_ok == 0:  # an error before any measured request succeeded: nothing to stand on
+                status = "failed"
+        self.status = status
         with contextlib.suppress(Exception):
-            self._close("partial", self.summary, why)
+            self._close(status, self.summary, why)
 
     def info(self) -> "RunInfo":
         return self.store.get(self.id)

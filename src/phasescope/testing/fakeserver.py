@@ -20,6 +20,7 @@ Constructor (all keyword arguments)::
         fault=None,               # see FAULTS
         fault_after=2,            # token events sent before cut / malformed / error_event / stall
         fault_count=None,         # only the first N requests get the fault (None = all) — for retry tests
+        fault_skip=0,             # the first N generation requests are answered well (a server that dies later)
         retry_after=1,            # Retry-After seconds for overloaded / unavailable (None = header omitted)
         stall_s=3600.0,           # how long "stall" stays silent
         ping_s=None,              # during a stall, SSE keep-alive comments ":\n\n" every ping_s (llama.cpp sse_ping_interval)
@@ -98,6 +99,7 @@ class FakeServer(LoopbackServer):
         fault: str | None = None,
         fault_after: int = 2,
         fault_count: int | None = None,
+        fault_skip: int = 0,
         retry_after: float | None = 1,
         stall_s: float = 3600.0,
         ping_s: float | None = None,
@@ -127,6 +129,8 @@ class FakeServer(LoopbackServer):
         self.fault = fault
         self.fault_after = fault_after
         self.fault_count = fault_count
+        self.fault_skip = fault_skip
+        self._fault_seen = 0  # generation requests that asked for a fault (fault_skip counts them)
         self.retry_after = retry_after
         self.stall_s = stall_s
         self.ping_s = ping_s
@@ -182,6 +186,9 @@ class FakeServer(LoopbackServer):
 
     def _take_fault(self) -> str | None:
         if self.fault is None:
+            return None
+        self._fault_seen += 1
+        if self._fault_seen <= self.fault_skip:
             return None
         if self.fault_count is not None and self._faulted >= self.fault_count:
             return None
@@ -416,6 +423,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prefix-cache", action="store_true", help="vLLM/SGLang automatic prefix caching (16-token blocks)")
     ap.add_argument("--fault", default=None, choices=FAULTS, help="fault mode for every generation request")
     ap.add_argument("--fault-after", type=int, default=2)
+    ap.add_argument("--fault-skip", type=int, default=0, help="answer the first N generation requests well")
     ap.add_argument("--api-key", default=None, help="require this Bearer key")
     ap.add_argument("--echo-args", action="store_true", help="print the command line at start, as vLLM prints its args")
     a = ap.parse_args(argv)
@@ -423,7 +431,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"fake-llm: args {sys.argv[1:] if argv is None else argv}", file=sys.stderr, flush=True)
     srv = FakeServer(flavor=a.flavor, model=a.model, port=a.port, ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000,
                      tokens_per_event=a.tokens_per_event, log_path=a.log, prefill_tok_s=a.prefill_tok_s,
-                     prefix_cache=a.prefix_cache, fault=a.fault, fault_after=a.fault_after, api_key=a.api_key)
+                     prefix_cache=a.prefix_cache, fault=a.fault, fault_after=a.fault_after, api_key=a.api_key,
+                     fault_skip=a.fault_skip)
 
     asyncio.run(serve_until_signal(srv))
 

@@ -1,7 +1,8 @@
 """A misbehaving OpenAI-compatible server on raw asyncio streams, for the modes aiohttp's server
 cannot produce (issue 31): an interim ``100 Continue`` before every answer, info endpoints that
 stall, never end, nest 100,000 levels deep or hold a 5,000-digit integer, and non-stream bodies
-that trickle forever.
+that trickle forever, and a server that takes every POST and never sends a byte back (``post_silent``;
+``gen_silent``: only generation, its ``/tokenize`` answers).
 
     async with HostileServer(mode="continue") as srv: ...      # inside a loop
     with HostileServer(mode="models_deep").running() as srv: ... # from sync code (its own thread)
@@ -28,6 +29,8 @@ MODES = (
     "models_endless",  # GET /v1/models: headers, then a body that never ends
     "models_huge_int",  # GET /v1/models: an integer of 5,000 digits
     "body_endless",  # POST non-stream: headers, then a body that never ends; streams never send a token
+    "post_silent",  # every POST (/tokenize, generation) is read and never answered: not a byte comes back
+    "gen_silent",  # /tokenize answers (vLLM's shape, one token per word); generation is never answered
 )
 TOKEN = " the"
 
@@ -45,6 +48,8 @@ class HostileServer:
         self.requests: list[tuple[str, str, bool]] = []
         #: time.monotonic() of each request's arrival, parallel to :attr:`requests`
         self.arrived: list[float] = []
+        #: the word → id map of ``gen_silent``'s /tokenize (ids from 1; 0 stands for the BOS)
+        self._vocab: dict[str, int] = {}
 
     @property
     def url(self) -> str:
@@ -126,6 +131,14 @@ class HostileServer:
 
     async def _answer(self, method: str, path: str, body: bytes, w: asyncio.StreamWriter) -> None:
         mode = self.mode
+        if method == "POST" and mode == "post_silent":
+            return await self._forever()
+        if method == "POST" and path == "/tokenize" and mode == "gen_silent":
+            text = str(json.loads(body or b"{}").get("prompt") or "")
+            ids = [0] + [self._vocab.setdefault(word, len(self._vocab) + 1) for word in text.split()]
+            w.write(self._response(200, json.dumps({"count": len(ids), "max_model_len": 32768,
+                                                    "tokens": ids}).encode()))
+            return await w.drain()
         if method == "GET" and path == "/props" and mode == "props_stall":
             return await self._forever()
         if method == "GET" and path == "/v1/models":
@@ -155,6 +168,8 @@ class HostileServer:
             n = max(1, int(req.get("max_tokens") or 16))
             prompt = req.get("prompt")
             n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt or "").split()) + 1
+            if mode == "gen_silent":
+                return await self._forever()
             if mode == "body_endless":
                 w.write(b"HTTP/1.1 200 OK\r\nContent-Type: "
                         + (b"text/event-stream" if req.get("stream") else b"application/json")
