@@ -23,7 +23,10 @@ reported, TTFT and the decode rate.
   slots, at most 8; 4 when it does not say) then run *concurrently* (``phase="fill"``), no more
   than it runs at once, while waiting requests and KV usage are sampled every 0.2 s. Requests that
   wait although no more are in flight than the server runs means the sessions' histories filled the
-  KV pool: ``fill_queue_turn`` is the turn at which waiting first appeared (None: no queue).
+  KV pool: ``fill_queue_turn`` is the turn at which waiting first appeared (None: no queue). The
+  queue must last (waiting in ≥ :data:`FILL_WAIT_SHARE_MIN` of the samples and in at least
+  :data:`FILL_MIN_SAMPLES`: a lone sample caught a request between its arrival and the next scheduler
+  step) and, where the server reports KV usage, the pool must have reached :data:`FILL_KV_MIN`.
 * **Decode as the history grows.** The decode rate of the last turn against the first
   (``decode_slowdown_pct``), next to the bandwidth model's prediction when the model's weight and
   KV bytes are known: every step reads the weights once and the sequence's KV, so
@@ -55,6 +58,12 @@ NOISE_K = 4.0
 NOISE_FLOOR_S = 0.002
 #: decode slowdown (%) from the first to the last turn worth a finding
 DECODE_SLOWDOWN_MIN_PCT = 10.0
+#: a queue in the fill phase lasts: waiting > 0 in at least this share of the /metrics samples, and in
+#: at least FILL_MIN_SAMPLES of them (one sample catches a request between arrival and the next step)
+FILL_WAIT_SHARE_MIN = 0.1
+FILL_MIN_SAMPLES = 2
+#: with a KV-usage gauge, a pool that peaked below this share was not what the requests waited for
+FILL_KV_MIN = 0.5
 
 
 @dataclass
@@ -232,6 +241,18 @@ def analyze_fill(res: ConversationResult, records: Sequence[RequestRecord], samp
     queued = [turn for _, w, _, turn, n in samples if w and w > 0 and n <= sessions]
     if not queued:
         res.fill_reason = f"no request waited with {sessions} sessions in flight"
+        return
+    if len(queued) < FILL_MIN_SAMPLES or len(queued) / len(waits) < FILL_WAIT_SHARE_MIN:
+        # a request is "waiting" from its arrival to the scheduler's next step: one sample that caught
+        # that is no queue, let alone a full pool
+        res.fill_reason = (f"only {len(queued)} of {len(waits)} /metrics samples showed a waiting request with "
+                           f"{sessions} sessions in flight (a request between its arrival and the next scheduler "
+                           f"step), under the {FILL_WAIT_SHARE_MIN:.0%} and {FILL_MIN_SAMPLES} samples a lasting "
+                           f"queue shows")
+        return
+    if kvs and max(kvs) < FILL_KV_MIN:
+        res.fill_reason = (f"requests waited with {sessions} sessions in flight, but KV-cache usage peaked at "
+                           f"{max(kvs):.0%}: the pool was not full, so something else held them")
         return
     res.fill_queue_turn = min(queued)
     fill = ok(select(records, NAME, phase="fill"))

@@ -1,11 +1,22 @@
 """A loopback LLM server whose *timing* follows a model you choose — for testing ``explain``.
 
+One job: answer as vLLM, SGLang, TGI or llama-server would while a simulated scheduler sets every
+token's time from the :class:`Behaviour` (the truth a test grades ``explain`` against).
+
 Real aiohttp HTTP on 127.0.0.1, OpenAI-compatible (``/v1/completions``, ``/v1/chat/completions``,
 SSE with ``[DONE]`` and the ``include_usage`` chunk, as vLLM 0.33 sends them, see
 :mod:`phasescope.testing.wire.openai`), plus ``/v1/models``, ``/tokenize``, ``/health``, ``/version`` and — optionally — vLLM-style
-``/metrics``. With ``flavour="llamacpp"`` it answers like llama-server instead: ``/props`` with
+``/metrics``. With ``flavour="llamacpp"`` it answers like llama-server instead: the native
+``/completion`` (``content`` / ``stop`` events, no ``[DONE]``, ``cache_prompt``), ``/props`` with
 ``total_slots``, ``timings`` (``cache_n``, ``prompt_n``, ``prompt_ms``, ``predicted_ms``) on the last
-chunk and ``llamacpp:*`` metrics.
+chunk and ``llamacpp:*`` metrics. ``flavour="sglang"`` (SGLang 0.5.23, server-apis.md §2): ``owned_by``
+``sglang``, ``sglang:*`` metrics (``num_running_reqs`` / ``num_queue_reqs`` / ``token_usage`` with the
+scheduler labels, ``prompt_tokens_total`` / ``generation_tokens_total`` / ``cached_tokens_total{cache_source}``
+counted when a request finishes), no slot count anywhere. ``flavour="tgi"`` (TGI 3.3, §3): ``owned_by``
+the model id (TGI does not name itself there; the ``tgi_`` metric prefix does), no ``max_model_len``,
+``/info``, TGI's ``/tokenize`` (``{"inputs"}`` → a list of ``{id, text, start, stop}``) and ``tgi_*``
+metrics (``tgi_queue_size``, ``tgi_batch_current_size``, counters without ``_total``, the input-length and
+generated-tokens histograms), no prefix-cache counters.
 
 Tokens are whitespace-separated words (a prompt may also be a list of token ids). One scheduler
 task simulates a continuous-batching engine, step by step:
@@ -17,7 +28,9 @@ task simulates a continuous-batching engine, step by step:
 * without ``chunked_prefill_tokens`` a prefill runs as one step during which running decodes wait
   (the stall the seed describes); with it, at most that many prompt tokens join each decode step;
 * a decode step emits one token for every decoding sequence and costs ``decode_step_s +
-  decode_s_per_seq·(B−1) + decode_s_per_ctx_token·Σ context`` (weights once, KV per sequence).
+  decode_s_per_seq·(B−1) + decode_s_per_ctx_token·Σ context`` (weights once, KV per sequence);
+* with ``jitter_s`` every step lasts an extra exponentially distributed time of that mean (a seeded
+  ``random.Random(jitter_seed)``: designed noise, the same on every run), the noise of a shared host.
 
 ``overhead_s`` is paid per request before it reaches the scheduler (HTTP, tokenization).
 Start it with ``async with BehaviourFake(Behaviour(...)) as fake: fake.url`` or, from sync code,
@@ -29,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 import zlib
 from collections import deque
@@ -43,7 +57,7 @@ from phasescope.testing._serve import LoopbackServer
 @dataclass
 class Behaviour:
     model: str = "fake-llm"
-    flavour: str = "vllm"  # vllm | llamacpp
+    flavour: str = "vllm"  # vllm | sglang | tgi | llamacpp
     slots: int = 8
     prefix_cache: bool = True
     cache_block: int = 16
@@ -64,6 +78,17 @@ class Behaviour:
     #: at least this many tokens decodes ``slow_factor`` times slower (every step it runs in)
     slow_first_prompt_over: int | None = None
     slow_factor: float = 1.0
+    #: designed noise: each scheduler step lasts an extra Exp(mean ``jitter_s``) seconds (seeded)
+    jitter_s: float = 0.0
+    jitter_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.flavour not in FLAVOURS:
+            raise ValueError(f"unknown flavour {self.flavour!r}; choose from {', '.join(FLAVOURS)}")
+
+
+#: the servers the behaviour fake can answer as
+FLAVOURS = ("vllm", "sglang", "tgi", "llamacpp")
 
 
 @dataclass
@@ -80,6 +105,7 @@ class _Seq:
     t_last: float | None = None
     cancelled: bool = False
     slowed: bool = False
+    use_cache: bool = True  # llama.cpp ``cache_prompt``: false computes the whole prompt
 
 
 @dataclass
@@ -92,6 +118,10 @@ class FakeCounters:
     requests_finished: int = 0
     max_running: int = 0
     max_waiting: int = 0
+    #: at request finish (SGLang's and TGI's counters move then, vLLM's and llama.cpp's at admission)
+    finished_prompt_tokens: int = 0
+    finished_cached_tokens: int = 0
+    finished_generation_tokens: int = 0
 
 
 def tokenize(text: str) -> list[str]:
@@ -114,6 +144,7 @@ class _Engine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._slowed_one = False
+        self._rng = random.Random(b.jitter_seed)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop())
@@ -190,7 +221,7 @@ class _Engine:
                 self.waiting.popleft()
             while self.waiting and len(self.running) < self.b.slots and self._fits(self.waiting[0]):
                 s = self.waiting.popleft()
-                s.n_cached = self._lookup(s.tokens)
+                s.n_cached = self._lookup(s.tokens) if s.use_cache else 0
                 s.prefilled = s.n_cached
                 self.c.prefix_queries += len(s.tokens)
                 self.c.prefix_hits += s.n_cached
@@ -230,6 +261,8 @@ class _Engine:
                         finished_prefill.append(s)
                 advance_decode = decoding
                 step += self.decode_cost(decoding)
+            if self.b.jitter_s > 0:
+                step += self._rng.expovariate(1.0 / self.b.jitter_s)
             t_next = max(t_next, time.perf_counter() - 0.002) + step
             delay = t_next - time.perf_counter()
             if delay > 0:
@@ -247,6 +280,9 @@ class _Engine:
                 if done:
                     self.running.remove(s)
                     self.c.requests_finished += 1
+                    self.c.finished_prompt_tokens += len(s.tokens)
+                    self.c.finished_cached_tokens += s.n_cached
+                    self.c.finished_generation_tokens += s.generated
                     s.events.put_nowait(("done", None, True))
 
 
@@ -287,6 +323,10 @@ class BehaviourFake(LoopbackServer):
         r.add_get("/metrics", self._metrics)
         if self.b.flavour == "llamacpp":
             r.add_get("/props", self._props)
+            r.add_post("/completion", self._native_completion)
+            r.add_post("/completions", self._native_completion)
+        elif self.b.flavour == "tgi":
+            r.add_get("/info", self._info)
         else:
             r.add_get("/version", self._version)
 
@@ -303,10 +343,17 @@ class BehaviourFake(LoopbackServer):
         return web.json_response({"version": "0.33.0"})
 
     async def _models(self, request: web.Request) -> web.Response:
-        owned = "llamacpp" if self.b.flavour == "llamacpp" else "vllm"
-        return web.json_response({"object": "list", "data": [
-            {"id": self.b.model, "object": "model", "created": 0, "owned_by": owned,
-             "max_model_len": self.b.max_model_len}]})
+        fl = self.b.flavour
+        card: dict[str, Any] = {"id": self.b.model, "object": "model", "created": 0,
+                                "owned_by": self.b.model if fl == "tgi" else fl}
+        if fl != "tgi":  # TGI's model card has no context length (its /info has max_total_tokens)
+            card["max_model_len"] = self.b.max_model_len
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def _info(self, request: web.Request) -> web.Response:
+        return web.json_response({"model_id": self.b.model, "max_concurrent_requests": 128,
+                                  "max_input_tokens": self.b.max_model_len - 1, "max_total_tokens": self.b.max_model_len,
+                                  "version": "3.3.7", "sha": "db931fcf", "docker_label": None})
 
     async def _props(self, request: web.Request) -> web.Response:
         return web.json_response({
@@ -319,6 +366,12 @@ class BehaviourFake(LoopbackServer):
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
         text = body.get("prompt", body.get("content", ""))
+        if self.b.flavour == "tgi":  # TGI: {"inputs"} → [{id, text, start, stop}]
+            out, pos = [], 0
+            for w in tokenize(str(body.get("inputs", ""))):
+                out.append({"id": token_id(w), "text": w, "start": pos, "stop": pos + len(w)})
+                pos += len(w) + 1
+            return web.json_response(out)
         toks = [token_id(t) for t in (text if isinstance(text, list) else tokenize(str(text)))]
         if self.b.flavour == "llamacpp":
             return web.json_response({"tokens": toks})
@@ -341,6 +394,10 @@ class BehaviourFake(LoopbackServer):
             m("tokens_predicted_total", "counter", c.generation_tokens)
             m("requests_processing", "gauge", len(e.running))
             m("requests_deferred", "gauge", len(e.waiting))
+        elif self.b.flavour == "sglang":
+            lines.extend(self._sglang_metrics(e))
+        elif self.b.flavour == "tgi":
+            lines.extend(self._tgi_metrics(e))
         else:
             lab = f'{{engine="0",model_name="{self.b.model}"}}'
 
@@ -361,6 +418,46 @@ class BehaviourFake(LoopbackServer):
                           f'enable_prefix_caching="{pc}",engine="0",gpu_memory_utilization="0.9"}} 1.0'])
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
+    def _sglang_metrics(self, e: _Engine) -> list[str]:
+        """SGLang 0.5.23's families (server-apis.md §2.2, §2.4): scheduler gauges with the scheduler
+        labels, tokenizer counters (at request finish) with ``is_streaming``."""
+        c, mdl = e.c, self.b.model
+        sched = f'{{engine_type="unified",model_name="{mdl}",moe_ep_rank="0",pp_rank="0",tp_rank="0"}}'
+        tok = f'{{engine_type="unified",is_streaming="true",model_name="{mdl}"}}'
+        out: list[str] = []
+
+        def m(name: str, kind: str, help_: str, labels: str, v: float) -> None:
+            out.extend([f"# HELP sglang:{name} {help_}", f"# TYPE sglang:{name} {kind}", f"sglang:{name}{labels} {float(v)!r}"])
+        m("prompt_tokens_total", "counter", "Number of prefill tokens processed.", tok, c.finished_prompt_tokens)
+        m("generation_tokens_total", "counter", "Number of generation tokens processed.", tok, c.finished_generation_tokens)
+        m("cached_tokens_total", "counter", "Number of cached prompt tokens by source (device/host/storage).",
+          f'{{cache_source="device",engine_type="unified",model_name="{mdl}"}}', c.finished_cached_tokens)
+        m("num_requests_total", "counter", "Number of requests processed.", tok, c.requests_finished)
+        m("num_running_reqs", "gauge", "The number of running requests.", sched, len(e.running))
+        m("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", sched, len(e.waiting))
+        m("token_usage", "gauge", "The token usage.", sched, e.kv_usage())
+        return out
+
+    def _tgi_metrics(self, e: _Engine) -> list[str]:
+        """TGI's families (server-apis.md §3.2, §3.3): bare counter names, no labels, histograms with
+        ``le`` last; no KV or prefix-cache figures."""
+        c = e.c
+        out: list[str] = []
+
+        def m(name: str, kind: str, help_: str, v: float) -> None:
+            out.extend([f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {v!r}" if kind == "gauge" else f"{name} {int(v)}"])
+
+        def h(name: str, help_: str, total: float, n: int) -> None:
+            out.extend([f"# HELP {name} {help_}", f"# TYPE {name} histogram", f'{name}_bucket{{le="+Inf"}} {n}',
+                        f"{name}_sum {float(total)!r}", f"{name}_count {n}"])
+        m("tgi_request_count", "counter", "Total number of requests", self.requests_seen)
+        m("tgi_request_success", "counter", "Number of successful requests", c.requests_finished)
+        m("tgi_queue_size", "gauge", "Current queue size", float(len(e.waiting)))
+        m("tgi_batch_current_size", "gauge", "Current batch size", float(len(e.running)))
+        h("tgi_request_input_length", "Input length per request", c.finished_prompt_tokens, c.requests_finished)
+        h("tgi_request_generated_tokens", "Generated tokens per request", c.finished_generation_tokens, c.requests_finished)
+        return out
+
     # -- generation ---------------------------------------------------------------------------------
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -377,20 +474,76 @@ class BehaviourFake(LoopbackServer):
         tokens.append("<assistant>")
         return await self._generate(request, body, tokens, chat=True)
 
-    async def _generate(self, request: web.Request, body: dict[str, Any], tokens: list[Any], chat: bool) -> web.StreamResponse:
+    async def _submit(self, body: dict[str, Any], tokens: list[Any], max_tokens: int) -> "_Seq | web.Response":
+        """Count the request, check it, pay the overhead and hand it to the scheduler (or the error answer).
+        ``cache_prompt: false`` (llama.cpp) computes the whole prompt, whatever is cached."""
         self.requests_seen += 1
         b = self.b
         if not tokens:
             return web.json_response({"error": {"message": "empty prompt", "type": "BadRequestError", "code": 400}}, status=400)
-        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         if len(tokens) + max_tokens > b.max_model_len:
             return web.json_response({"error": {"message": f"This model's maximum context length is {b.max_model_len} tokens.",
                                                 "type": "BadRequestError", "code": 400}}, status=400)
         if b.overhead_s > 0:
             await asyncio.sleep(b.overhead_s)
         assert self.engine is not None
-        seq = _Seq(tokens=tokens, max_tokens=max_tokens, events=asyncio.Queue())
+        seq = _Seq(tokens=tokens, max_tokens=max_tokens, events=asyncio.Queue(),
+                   use_cache=body.get("cache_prompt") is not False)
         self.engine.submit(seq)
+        return seq
+
+    async def _native_completion(self, request: web.Request) -> web.StreamResponse:
+        """llama-server's native ``POST /completion``: SSE ``data:`` events (``content``, ``stop``), no
+        ``[DONE]``; the last event is ``stop: true`` with ``timings`` (server-apis.md §4)."""
+        body = await request.json()
+        p = body.get("prompt", "")
+        tokens = list(p) if isinstance(p, list) else tokenize(str(p))
+        n_predict = int(body.get("n_predict", body.get("max_tokens", -1)))
+        seq = await self._submit(body, tokens, n_predict if n_predict > 0 else 64)
+        if not isinstance(seq, _Seq):
+            return seq
+
+        def final(content: str) -> dict[str, Any]:
+            return {"index": 0, "content": content, "tokens": [], "id_slot": 0, "stop": True, "model": self.b.model,
+                    "tokens_predicted": seq.generated, "tokens_evaluated": len(seq.tokens), "stop_type": "limit",
+                    "stopping_word": "", "tokens_cached": len(seq.tokens) + seq.generated - 1,
+                    "timings": self._timings(seq)}
+        try:
+            if not body.get("stream"):
+                texts = []
+                while True:
+                    kind, n, _done = await seq.events.get()
+                    if kind == "done":
+                        break
+                    texts.append(f" w{n}")
+                return web.json_response(final("".join(texts)))
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await resp.prepare(request)
+
+            async def send(o: dict[str, Any]) -> None:
+                await resp.write(f"data: {json.dumps(o, separators=(',', ':'))}\n\n".encode())
+            while True:
+                kind, n, _done = await seq.events.get()
+                if kind == "done":
+                    break
+                await send({"index": 0, "content": f" w{n}", "tokens": [100 + n], "stop": False, "id_slot": -1,
+                            "tokens_predicted": n, "tokens_evaluated": len(seq.tokens)})
+            await send(final(""))
+            await resp.write_eof()
+            return resp
+        except asyncio.CancelledError:
+            seq.cancelled = True
+            raise
+        except ConnectionResetError:
+            seq.cancelled = True
+            return web.Response(status=499)
+
+    async def _generate(self, request: web.Request, body: dict[str, Any], tokens: list[Any], chat: bool) -> web.StreamResponse:
+        b = self.b
+        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        seq = await self._submit(body, tokens, max_tokens)
+        if not isinstance(seq, _Seq):
+            return seq
         rid = f"cmpl-{self.requests_seen}"
         created = int(time.time())
         stream = bool(body.get("stream"))
@@ -473,4 +626,4 @@ def running_behaviour_fake(behaviour: Behaviour | None = None) -> contextlib.Abs
     return BehaviourFake(behaviour).running()
 
 
-__all__ = ["Behaviour", "BehaviourFake", "FakeCounters", "running_behaviour_fake", "tokenize"]
+__all__ = ["FLAVOURS", "Behaviour", "BehaviourFake", "FakeCounters", "running_behaviour_fake", "tokenize"]
