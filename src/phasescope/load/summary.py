@@ -282,7 +282,7 @@ def summarize(
     # goodput (vLLM: SLO in ms, request good when every metric ≤ its SLO)
     if goodput:
         good = 0
-        for r, t, tp, e in _goodput_rows(ok, all_tpots):
+        for _r, t, tp, e in _goodput_rows(ok, all_tpots):
             vals = {"ttft": t, "tpot": tp, "e2el": e}
             if all(vals[k] is not None and vals[k] * 1000.0 <= slo for k, slo in goodput.items()):
                 good += 1

@@ -160,7 +160,7 @@ async def serve_until_signal(server: _Startable) -> None:
     import signal
 
     await server.start()
-    print(f"READY {getattr(server, 'url')}", flush=True)
+    print(f"READY {server.url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -649,7 +649,7 @@ def loop_factory(kind: str) -> Any:
             import uvloop
         except ImportError:
             if kind == "uvloop":
-                raise SystemExit("phasescope: error: --loop uvloop needs uvloop (pip install 'phasescope[fast]')")
+                raise SystemExit("phasescope: error: --loop uvloop needs uvloop (pip install 'phasescope[fast]')") from None
             return asyncio.new_event_loop
         return uvloop.new_event_loop
     return asyncio.new_event_loop
