@@ -382,7 +382,7 @@ def _peak_tokens_per_s(ok: Sequence[RequestRecord], t0_ns: int | None, same_cloc
                 sec = int((e.t_ns - (base or 0)) // 1_000_000_000)
             else:
                 sec = int((r.wall_start_ns + e.t_ns - r.t_start_ns - wbase) // 1_000_000_000)
-            buckets[sec] += (e.n_tokens or 0) if known else per  # type: ignore[operator]
+            buckets[sec] += (e.n_tokens or 0) if known else per  # type: ignore[operator,assignment]
     return float(max(buckets.values())) if buckets else None
 
 

@@ -386,7 +386,7 @@ class ThreadedSink:
     ``close`` waits until every record handed in was written; it does not close
     ``sink``, which belongs to whoever opened it (the run's :func:`~phasescope.lifecycle.run_output`)."""
 
-    def __init__(self, sink: RecordSink | None, on_error: Callable[[str], None] | None = None,
+    def __init__(self, sink: RecordSink | None, on_error: Callable[[str], object] | None = None,
                  name: str = "phasescope-records") -> None:
         import queue
 
