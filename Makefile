@@ -7,11 +7,12 @@ PS     := $(BIN)/phasescope
 STAMP  := $(VENV)/.phasescope-installed
 TEST_STAMP := $(VENV)/.phasescope-test-extras
 
-.PHONY: demo test venv engine browser unit clean help
+.PHONY: demo test check lint venv engine browser unit clean help
 
 help:
 	@echo "make demo   - set up, build the embedded engine (cached), measure this machine once, run 'phasescope probe'"
-	@echo "make test   - set up, build the embedded engine (cached), run the whole test suite"
+	@echo "make test   - set up, build the embedded engine (cached), lint, type-check, run the whole test suite"
+	@echo "make check  - lint (ruff), type-check (mypy) and the pure unit tier: no engine, no sockets, under 2 minutes"
 	@echo "make unit   - unit tests only (no engine needed)"
 
 # The user's install: core + the embedded engine's build tools and bundled model.
@@ -45,11 +46,20 @@ demo: engine
 	$(PS) hw --if-missing
 	$(PS) probe
 
-test: engine browser $(TEST_STAMP)
+# The linter and the type checker, configured in pyproject.toml ([tool.ruff], [tool.mypy]); both report nothing.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+test: lint engine browser $(TEST_STAMP)
 	$(BIN)/python -m pytest -q --durations=15 tests
+
+# The quick gate before a commit: lint, types and tests/unit (pure: no sockets, no processes, no engine).
+check: lint
+	$(BIN)/python -m pytest -q tests/unit
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -23,7 +23,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'phasescope[ray]')")
 
-from phasescope.prompting import OVERHEAD_ID
+from phasescope.prompting import OVERHEAD_ID  # noqa: E402
 from phasescope.load.bench import BenchConfig, run_bench  # noqa: E402
 from phasescope.load.schedule import build_schedule  # noqa: E402
 from phasescope.load.summary import summarize  # noqa: E402

@@ -114,7 +114,7 @@ def test_two_pieces_of_advice_never_pull_one_setting_opposite_ways(flags):
     s = with_defaults(parse_server_flags(flags), "llamacpp")
     d = diagnose({"prompt-scaling": _ps(), "prefill-interference": _pi()}, engine="llamacpp", settings=s)
     mv = _moves(d)
-    for _, k, dr, v in mv:
+    for _, k, dr, _v in mv:
         assert not any(k2 == k and dr2 != dr for _, k2, dr2, _ in mv), mv
     ub_up = [v for _, k, dr, v in mv if k == "n_ubatch" and dr == "raise"]
     b_down = [v for _, k, dr, v in mv if k == "n_batch" and dr == "lower"]

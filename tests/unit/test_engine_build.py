@@ -1,9 +1,8 @@
-"""Pure parts of the engine install: tool discovery errors, configure flags, cache adoption,
-quant-type names, log parsing. Fake binaries are tiny shell scripts (fault injection only)."""
+"""Pure parts of the engine install: tool discovery errors, configure flags,
+quant-type names, log parsing. Running fake binaries: tests/integration/test_engine_build_scripts.py."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from phasescope.engine import build, paths
-from phasescope.engine.binary import binary_version, find_llama_server
+from phasescope.engine.binary import find_llama_server
 from phasescope.engine.quantize import normalize_type, output_path
 from phasescope.engine.server import build_args, describe_exit, last_error_line
 from phasescope.errors import EngineError, InputError
@@ -80,51 +79,6 @@ def test_expected_build_time_scales_with_jobs_and_generator() -> None:
     assert build.expected_build_s(2, "Ninja") == pytest.approx(335.0)  # 630 core-s / 2 + 20 (measured 315 s)
     assert build.expected_build_s(4, "Ninja") < build.expected_build_s(2, "Ninja")
     assert build.expected_build_s(2, "Unix Makefiles") > 2 * build.expected_build_s(2, "Ninja") - 40
-
-
-def test_install_adopts_a_build_made_by_hand_and_is_idempotent(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for t in paths.TARGETS:
-        _script(paths.bin_dir() / t, 'echo "version: 9.9.9 (build 1, commit abc)" >&2')
-    monkeypatch.setattr(build, "find_tools", lambda **k: pytest.fail("must not build when binaries run"))
-    res = build.install(with_model=False)
-    assert res.cached and res.version == "9.9.9 (build 1, commit abc)"
-    stamp = json.loads(paths.stamp_path().read_text())
-    assert stamp["sdist_sha256"] == paths.SDIST_SHA256 and stamp["llama_server_version"] == res.version
-    mtime = paths.stamp_path().stat().st_mtime_ns
-    assert build.install(with_model=False).cached
-    assert paths.stamp_path().stat().st_mtime_ns == mtime  # nothing rewritten on a no-op
-
-
-def test_install_rebuilds_when_the_cached_binary_does_not_run(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for t in paths.TARGETS:
-        _script(paths.bin_dir() / t, "echo 'Illegal instruction' >&2; exit 132")
-
-    def no_tools(**kw: object) -> build.Tools:
-        raise EngineError("cannot build llama-server: missing cmake")
-
-    monkeypatch.setattr(build, "find_tools", no_tools)
-    steps: list[str] = []
-
-    class R(build.Reporter):
-        def step(self, message: str) -> None:
-            steps.append(message)
-
-    with pytest.raises(EngineError, match="missing cmake"):
-        build.install(with_model=False, reporter=R())
-    assert any("does not run" in s and "Illegal instruction" in s for s in steps)
-
-
-def test_external_binary_is_used_as_is(cache: Path, tmp_path: Path) -> None:
-    exe = _script(tmp_path / "bin" / "llama-server", 'echo "version: 1.2.3 (x)"')
-    res = build.install(llama_server=exe, with_model=False)
-    assert res.external and res.llama_server == exe.resolve() and res.version == "1.2.3 (x)"
-    assert not paths.version_dir().exists()  # nothing was built or downloaded
-
-
-def test_binary_version_errors_carry_the_last_line(tmp_path: Path) -> None:
-    exe = _script(tmp_path / "llama-server", "echo 'error while loading shared libraries: libgomp.so.1' >&2; exit 127")
-    with pytest.raises(EngineError, match="libgomp"):
-        binary_version(exe)
 
 
 def test_find_llama_server_order(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -104,23 +103,6 @@ def test_sampler_on_a_synthetic_proc_tree(tmp_path: Path) -> None:
     assert host["loadavg_1m_start"] == 3.5
     assert host["during"]["top_other"][0]["comm"] == "hog"
     assert [w.kind for w in judge(host)] == ["host_busy"]
-
-
-def test_listening_pid_of_a_real_socket() -> None:
-    import socket
-
-    if not os.path.isdir("/proc/net"):
-        pytest.skip("no /proc")
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    try:
-        port = srv.getsockname()[1]
-        assert os.getpid() in H.listening_pids(port)
-        assert H.loopback_port(f"http://127.0.0.1:{port}") == port
-        assert H.loopback_port("http://example.com:8000") is None
-    finally:
-        srv.close()
 
 
 def test_embedded_engine_as_client_child_is_counted_once() -> None:

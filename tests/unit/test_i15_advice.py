@@ -97,14 +97,3 @@ def test_quant_ladder_only_goes_down():
         n = next_smaller_quant(q)
         assert n is not None and bits_per_weight(n) < bits_per_weight(q)
     assert next_smaller_quant("q2_k") is None
-
-
-def test_bad_server_flags_are_one_error_line_before_anything_starts():
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-m", "phasescope", "explain", "http://127.0.0.1:9", "--server-flags", "-b lots",
-                          "--no-save"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2, out.stderr
-    assert "phasescope: error: --server-flags: -b 'lots' is not a number" in out.stderr
-    assert "Traceback" not in out.stderr

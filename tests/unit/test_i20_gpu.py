@@ -200,7 +200,7 @@ def test_gpu_section_sets_counters_against_the_phases() -> None:
 
 def test_phase_energy_and_tokens_add_up_to_the_run() -> None:
     rng = random.Random(3)
-    for trial in range(10):
+    for _trial in range(10):
         recs = []
         for i in range(rng.randint(1, 5)):
             a = rng.uniform(0, 3)
@@ -298,7 +298,7 @@ def test_warnings_name_failed_sources_and_frozen_counters() -> None:
     text = " ".join(w.message + " " + (w.fix or "") for w in ws)
     assert "http://h:9400/metrics" in text and "-c 1000" in text
     # counters that change with the load raise no staleness warning
-    for i, r in enumerate(rows):
+    for _i, r in enumerate(rows):
         r["dram_active"] = 0.3 if r["phase"] == "prefill" else 0.86
     assert not any("did not change" in w.message for w in gpu_warnings(sec))
 

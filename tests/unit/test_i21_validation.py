@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import math
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -121,14 +119,6 @@ def test_invalid_utf8_label_is_bad_input(capsys: pytest.CaptureFixture[str], mon
     label = b"run-\xff\xfe".decode("utf-8", "surrogateescape")  # how Python hands undecodable argv to us
     code, _, err = cli(["bench", DEAD, "--label", label], capsys, monkeypatch)
     assert code == 2 and "UTF-8" in err, err
-
-
-@pytest.mark.timeout(120)
-def test_plan_huge_input_len_does_not_spin() -> None:
-    """`plan --input-len 1000000000000` used to spin at 100 % CPU; now a clear error, fast."""
-    p = subprocess.run([sys.executable, "-m", "phasescope", *PLAN, "--input-len", "1000000000000"],
-                       capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and "--input-len" in p.stderr
 
 
 def test_num_rule_bounds() -> None:

@@ -65,7 +65,7 @@ def test_the_short_path_records_what_the_full_path_records(chat: bool, keep_text
     msg = SHAPES[shape]
     short, full = _proto(chat, keep_text), _proto(chat, keep_text)
     outcome = []
-    for p, fn in ((short, short.on_message), (full, full._on_message)):
+    for _p, fn in ((short, short.on_message), (full, full._on_message)):
         try:
             fn(json.loads(json.dumps(msg)), 1234)
             outcome.append(None)

@@ -187,7 +187,7 @@ def _decode_run() -> tuple[RunInfo, list]:  # type: ignore[type-arg]
     recs = []
     i = 0
     t = 10 * NS
-    for rep in range(3):
+    for _rep in range(3):
         for ctx in (2048, 512, 1024, 256):
             r = make_record(i, rng, t_start_ns=t, prompt_tokens=ctx, output_tokens=33, itl_s=0.01 * (1 + ctx / 2048),
                             tags={"experiment": "context-fill", "context_target": ctx})

@@ -125,3 +125,11 @@ def test_length_ranges() -> None:
     assert min(xs) >= 50 and max(xs) <= 150 and len(set(xs)) > 20
     with pytest.raises(InputError):
         length_range(10, 1.0)
+
+
+def test_trace_shape_without_a_file_is_bad_input_not_a_type_error() -> None:
+    # make_schedule read the trace before checking one was given: read_trace(None) raised TypeError
+    from phasescope.load.bench import BenchConfig, make_schedule
+
+    with pytest.raises(InputError, match="--load-shape trace needs --trace FILE"):
+        make_schedule(BenchConfig(url="http://127.0.0.1:1", shape="trace"))

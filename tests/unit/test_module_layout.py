@@ -167,3 +167,53 @@ def test_test_file_names_are_unique_across_tiers() -> None:
     root = Path(__file__).resolve().parents[1]
     names = Counter(p.name for p in root.rglob("test_*.py"))
     assert not [n for n, c in names.items() if c > 1]
+
+
+#: modules a unit test may not import: sockets, processes, and the modules of phasescope.testing that
+#: are servers through and through (the fakes' pure parts — wire formats, metric states, schedules — stay)
+IMPURE_MODULES = {"socket", "subprocess", "multiprocessing", "aiohttp.web", "phasescope.testing._serve",
+                  "phasescope.testing.fakeserver", "phasescope.testing.lean_fake", "phasescope.testing.hostile_fake"}
+#: calls that open a socket or start a process whatever module they come from
+IMPURE_CALLS = {"start_server", "create_server", "create_unix_server", "open_connection", "create_subprocess_exec",
+                "create_subprocess_shell", "Popen", "fork"}
+
+
+def _is_server(obj: Any) -> bool:
+    servers = tuple(getattr(importlib.import_module(f"phasescope.testing.{m}"), n)  # not imported by name: this
+                    for m, n in (("_serve", "LoopbackServer"), ("lean_fake", "LeanFake"),  # file is checked too
+                                 ("hostile_fake", "HostileServer")))
+    if isinstance(obj, type):
+        return issubclass(obj, servers)
+    return callable(obj) and getattr(obj, "__name__", "").startswith(("running_", "serve_"))
+
+
+def impure_uses(path: Path) -> list[str]:
+    """What in one test file opens a socket or starts a process: an import of :data:`IMPURE_MODULES`,
+    a server (or a function that starts one) from ``phasescope.testing``, a call in :data:`IMPURE_CALLS`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name in IMPURE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module in IMPURE_MODULES:
+                found.append(f"from {node.module} import …")
+                continue
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                if full in IMPURE_MODULES:
+                    found.append(f"from {node.module} import {a.name}")
+                elif node.module.startswith("phasescope.testing"):
+                    obj = getattr(importlib.import_module(node.module), a.name, None)
+                    if _is_server(obj):
+                        found.append(f"from {node.module} import {a.name}")
+        elif isinstance(node, ast.Attribute) and node.attr in IMPURE_CALLS:
+            found.append(f".{node.attr}")
+    return found
+
+
+def test_the_unit_tier_opens_no_socket_and_starts_no_process() -> None:
+    """tests/unit is `make check`'s pure tier: a test that needs a server, a socket or a subprocess
+    belongs in tests/integration (which `make test` runs)."""
+    unit = Path(__file__).resolve().parent
+    impure = {p.name: uses for p in sorted(unit.glob("*.py")) if (uses := impure_uses(p))}
+    assert not impure, f"move these to tests/integration (or take the server/process out): {impure}"

@@ -46,7 +46,7 @@ def _drive(w, turn_s=0.5):
 def test_prompts_grow_by_exactly_the_previous_turns():
     rows, _ = _drive(_conv())
     by_session: dict[int, list[tuple[int, int]]] = {}
-    for _, u, k, p, o, _ in rows:
+    for _, u, _k, p, o, _ in rows:
         by_session.setdefault(u, []).append((p, o))
     assert len(by_session) == 3
     for turns in by_session.values():

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 import threading
 from pathlib import Path
 
@@ -165,40 +160,6 @@ def test_exception_and_ctrl_c_leave_partial(tmp_path: Path) -> None:
     assert s.get(run.id).status == "partial" and s.get(run.id).summary == {"n": 1}
 
 
-def test_killed_process_leaves_interrupted_with_records(tmp_path: Path) -> None:
-    code = textwrap.dedent(
-        f"""
-        import sys, time
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_store import rec
-        from phasescope.store import open_store
-        s = open_store({str(tmp_path)!r})
-        with s.recording("bench", "http://127.0.0.1:9") as run:
-            print(run.id, flush=True)
-            for i in range(10_000):
-                run.add(rec(i))
-                print(i + 1, flush=True)
-                time.sleep(0.01)
-        """
-    )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    run_id = p.stdout.readline().strip()
-    n = 0
-    while n < 5:
-        n = int(p.stdout.readline())
-    s = open_store(tmp_path)
-    assert s.get(run_id).status == "running"  # alive: not mistaken for dead
-    p.send_signal(signal.SIGKILL)
-    p.wait()
-    info = s.get(run_id)
-    # issue 31: a run whose process is gone is `interrupted`, with which process it was
-    assert info.status == "interrupted" and f"pid {p.pid}" in (info.error or "")
-    assert info.n_records >= n
-    assert len(s.load_records(run_id)) == info.n_records
-    assert [r.status for r in s.list_runs(status="interrupted")] == ["interrupted"]
-
-
 def _thread_writer(path: Path, k: int, out: list[str]) -> None:
     s = open_store(path)
     for j in range(3):
@@ -222,25 +183,6 @@ def test_concurrent_threads(tmp_path: Path) -> None:
     assert all(r.status == "complete" and r.n_records == 10 for r in runs)
     assert all(len(s.load_records(r.id)) == 10 for r in runs)
     assert sorted((r.params["k"], r.params["j"]) for r in runs) == [(k, j) for k in range(8) for j in range(3)]
-
-
-def _proc_writer(path: str, k: int) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
-    _thread_writer(Path(path), k, [])
-
-
-def test_concurrent_processes(tmp_path: Path) -> None:
-    ctx = mp.get_context("spawn")  # fresh interpreters racing on a fresh database (and its migration)
-    ps = [ctx.Process(target=_proc_writer, args=(str(tmp_path), k)) for k in range(4)]
-    for p in ps:
-        p.start()
-    for p in ps:
-        p.join(60)
-    assert [p.exitcode for p in ps] == [0] * 4
-    s = open_store(tmp_path)
-    runs = s.list_runs(limit=None)
-    assert len(runs) == 12 and all(r.status == "complete" and r.n_records == 10 for r in runs)
-    assert s.schema_version() == SCHEMA_VERSION
 
 
 def test_migrates_v1_database(tmp_path: Path) -> None:

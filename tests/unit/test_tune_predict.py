@@ -41,7 +41,7 @@ def test_ratio_sentence_puts_predicted_beside_measured():
 def test_the_sentence_prints_the_rows_own_ratios(p, m):
     keys = [k for k, _ in PREDICTED_KEYS]
     s = prediction_sentence(_row(1, {"ub": "32"}, pv=dict(zip(keys, p)), mv=dict(zip(keys, m))))
-    for (key, word), a, b in zip(PREDICTED_KEYS, p, m):
+    for (_key, word), a, b in zip(PREDICTED_KEYS, p, m):
         assert f"{word} {a:.2f}×, measured {b:.2f}×" in s
 
 

@@ -18,8 +18,8 @@ event stamped right after its JSON is decoded; errors map to the same
 
 Keep-alive connections are pooled per host and port (idle ones closed after 4 s, as
 :func:`~phasescope.apis._session.new_session` does); a pooled connection the server had already
-closed before answering is retried on another, as aiohttp's path does. Optional: needs ``httptools``
-(``pip install phasescope[fast]``); :func:`available` says whether it is installed.
+closed before answering is retried on another, as aiohttp's path does. Needs ``httptools`` (a
+dependency on CPython; aiohttp's path is the fallback); :func:`available` says whether it is installed.
 """
 
 from __future__ import annotations

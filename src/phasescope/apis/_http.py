@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import json.scanner
 import math
 from typing import Any
 

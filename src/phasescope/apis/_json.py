@@ -18,7 +18,6 @@ is sent the same way everywhere and never printed.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import aiohttp

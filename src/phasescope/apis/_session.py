@@ -54,7 +54,7 @@ def trace_config() -> aiohttp.TraceConfig:
 
 def raw_path_enabled() -> bool:
     """Load runs read streams on the raw path (:mod:`phasescope.apis._fast`) when httptools is
-    installed (``pip install 'phasescope[fast]'``) and ``PHASESCOPE_HTTPTOOLS`` is not ``0``."""
+    installed (a dependency on CPython) and ``PHASESCOPE_HTTPTOOLS`` is not ``0``."""
     import os
 
     from phasescope.apis._fast import available

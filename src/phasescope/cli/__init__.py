@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
+from typing import Any
 
 import typer
 
@@ -65,7 +66,7 @@ def _discover() -> None:
 _discover()
 
 
-def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
+def _click_exception_types() -> tuple[Any, Any, Any]:  # classes of whichever click is importable
     """Usage, other click and abort exception classes: typer ≥ 0.25 vendors click as
     ``typer._click``, older typer uses the ``click`` package; catch whichever is in use."""
     mods = []

@@ -6,7 +6,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -26,8 +26,8 @@ class _CliReporter:
     """Prints install steps to stderr; build progress as a live bar on a terminal, else every 10 %."""
 
     def __init__(self) -> None:
-        self._progress = None
-        self._task = None
+        self._progress: Any = None  # rich.progress.Progress, imported when the bar first draws
+        self._task: Any = None
         self._last_decile = -1
 
     def step(self, message: str) -> None:
@@ -73,7 +73,7 @@ def install(
     from phasescope.engine.build import install as do_install
 
     t0 = time.monotonic()
-    res = do_install(llama_server=llama_server, jobs=jobs, force=force, with_model=not no_model, reporter=_CliReporter())
+    res = do_install(llama_server=llama_server, jobs=jobs, force=force, with_model=not no_model, reporter=_CliReporter())  # type: ignore[arg-type]  # duck-types build.Reporter
     out = {
         "llama_server": str(res.llama_server),
         "version": res.version,

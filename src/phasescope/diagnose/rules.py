@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from phasescope.diagnose.claims import (CANNOT_TELL, LOWER, differ, overlap_reason, rate_fmt, s_fmt, step_rate, stored,
+from phasescope.diagnose.claims import (CANNOT_TELL, overlap_reason, rate_fmt, s_fmt, step_rate, stored,
                                         unstable)
 from phasescope.diagnose.batching_rules import batching_gate, level_interval
 from phasescope.diagnose.conversation_rules import rule_conversation

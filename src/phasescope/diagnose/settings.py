@@ -145,7 +145,7 @@ _SWITCHES = {
     "--enable-prefix-caching": ("prefix_caching", True), "--no-enable-prefix-caching": ("prefix_caching", False),
     "--disable-radix-cache": ("prefix_caching", False), "--no-cache-prompt": ("prefix_caching", False),
 }
-_ENV = {"OLLAMA_NUM_PARALLEL": ("n_parallel", _int), "OLLAMA_CONTEXT_LENGTH": ("ctx_size", _int),
+_ENV: dict[str, tuple[str, Any]] = {"OLLAMA_NUM_PARALLEL": ("n_parallel", _int), "OLLAMA_CONTEXT_LENGTH": ("ctx_size", _int),
         "OLLAMA_KV_CACHE_TYPE": ("kv_cache_dtype", str), "OLLAMA_FLASH_ATTENTION": ("flash_attn", str)}
 
 

@@ -103,7 +103,7 @@ def split_cost(cost: PrefillCost | None, new: int, cur: int | None, small_kernel
 def _clash(moves: dict[str, tuple[str, int]], claimed: dict[str, tuple[str, str, int, str]]) -> tuple[str, str] | None:
     """(finding id, change) of claimed advice that ``moves`` contradicts: the same parameter moved the
     other way, or llama.cpp's -ub raised above a -b that other advice lowers (-ub must not exceed -b)."""
-    for k, (d, v) in moves.items():
+    for k, (d, _v) in moves.items():
         c = claimed.get(k)
         if c is not None and c[1] != d:
             return c[0], c[3]

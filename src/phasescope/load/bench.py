@@ -208,14 +208,14 @@ def make_schedule(cfg: BenchConfig, n_items: int | None = None) -> Schedule:
         from phasescope.load.traffic import workload_schedule
 
         return workload_schedule(cfg)
-    trace = read_trace(cfg.trace_path) if cfg.shape == "trace" else None
+    if cfg.shape == "trace" and not cfg.trace_path:  # before reading it: read_trace(None) is a TypeError
+        raise InputError("--load-shape trace needs --trace FILE")
+    trace = read_trace(cfg.trace_path) if cfg.shape == "trace" and cfg.trace_path else None
     rows_read = len(trace) if trace is not None else 0
     if trace is not None and (cfg.trace_start is not None or cfg.trace_duration is not None):
         from phasescope.load.traces import window
 
         trace = window(trace, start_s=cfg.trace_start, duration_s=cfg.trace_duration)
-    if cfg.shape == "trace" and not cfg.trace_path:
-        raise InputError("--load-shape trace needs --trace FILE")
     if (n_items is None and cfg.default_num_prompts() is None and math.isinf(cfg.request_rate)
             and cfg.max_concurrency and cfg.shape != "trace"):
         # closed loop bounded by --duration only: cycle through enough distinct prompts that a
@@ -538,7 +538,7 @@ def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target
                     recorder.t0_ns = t0
                 return t0
 
-            with on_sigint(lambda: (stop.set(), loop.call_soon_threadsafe(astop.set))):
+            with on_sigint(lambda: (stop.set(), loop.call_soon_threadsafe(astop.set))):  # type: ignore[func-returns-value]
                 return await run_load(sched, items, target, send=_send_for(target),
                                       max_concurrency=cfg.max_concurrency, writer=out.sink,
                                       on_record=on_record, stop=astop, run_id=run_id, start_gate=gate,

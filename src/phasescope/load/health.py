@@ -188,9 +188,10 @@ def _host_lag_warning(host: Mapping[str, Any], lag: str, h: RunnerHealth) -> Mea
 
 
 def missing_fast_parts() -> list[str]:
-    """What of the ``[fast]`` extra this client runs without: ``uvloop`` (the event loop) and
-    ``httptools`` (the raw receive path, :mod:`phasescope.apis._fast`), installed and not turned
-    off by ``PHASESCOPE_UVLOOP=0`` / ``PHASESCOPE_HTTPTOOLS=0`` — the same switches the run obeys."""
+    """What of the fast client this client runs without: ``uvloop`` (the event loop) and ``httptools``
+    (the raw receive path, :mod:`phasescope.apis._fast`) — core dependencies where they install, the
+    ``[fast]`` extra's two — installed and not turned off by ``PHASESCOPE_UVLOOP=0`` /
+    ``PHASESCOPE_HTTPTOOLS=0``, the same switches the run obeys."""
     from phasescope.apis._session import raw_path_enabled
     from phasescope.load.loop import uvloop_enabled
 

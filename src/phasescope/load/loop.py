@@ -46,7 +46,7 @@ class QuietGC:
 
 
 def uvloop_enabled() -> bool:
-    """Do load runs use uvloop: installed (the optional extra ``pip install 'phasescope[fast]'``)
+    """Do load runs use uvloop: installed (a dependency wherever it installs: CPython, not Windows)
     and ``PHASESCOPE_UVLOOP`` not ``0``? (Looked up, not imported.)"""
     import importlib.util
     import os

@@ -282,7 +282,7 @@ def summarize(
     # goodput (vLLM: SLO in ms, request good when every metric ≤ its SLO)
     if goodput:
         good = 0
-        for r, t, tp, e in _goodput_rows(ok, all_tpots):
+        for _r, t, tp, e in _goodput_rows(ok, all_tpots):
             vals = {"ttft": t, "tpot": tp, "e2el": e}
             if all(vals[k] is not None and vals[k] * 1000.0 <= slo for k, slo in goodput.items()):
                 good += 1
@@ -382,7 +382,7 @@ def _peak_tokens_per_s(ok: Sequence[RequestRecord], t0_ns: int | None, same_cloc
                 sec = int((e.t_ns - (base or 0)) // 1_000_000_000)
             else:
                 sec = int((r.wall_start_ns + e.t_ns - r.t_start_ns - wbase) // 1_000_000_000)
-            buckets[sec] += (e.n_tokens or 0) if known else per  # type: ignore[operator]
+            buckets[sec] += (e.n_tokens or 0) if known else per  # type: ignore[operator,assignment]
     return float(max(buckets.values())) if buckets else None
 
 

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 SCHEMA_VERSION = 1
 
@@ -386,7 +386,7 @@ class ThreadedSink:
     ``close`` waits until every record handed in was written; it does not close
     ``sink``, which belongs to whoever opened it (the run's :func:`~phasescope.lifecycle.run_output`)."""
 
-    def __init__(self, sink: RecordSink | None, on_error: Callable[[str], None] | None = None,
+    def __init__(self, sink: RecordSink | None, on_error: Callable[[str], object] | None = None,
                  name: str = "phasescope-records") -> None:
         import queue
 

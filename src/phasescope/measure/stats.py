@@ -70,7 +70,7 @@ class QuadFit:
 
 
 def fit_quadratic_nonneg(
-    xs: Sequence[float], ys: Sequence[float], *, weights: Sequence[float] | None = None
+    xs: Sequence[float], ys: Sequence[float], *, weights: Sequence[float] | np.ndarray | None = None
 ) -> QuadFit:
     """Least squares for y = a + b x + c x² with every coefficient ≥ 0.
 

@@ -11,7 +11,6 @@ series are separate gauge families in the classic format, and llama.cpp prints l
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import defaultdict

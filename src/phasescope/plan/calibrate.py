@@ -195,7 +195,7 @@ def batch_context(recs: Sequence[RequestRecord], limit: int = 500) -> list[tuple
     first ``limit`` records (same clock assumed)."""
     w = [_windows(r) for r in recs[:limit]]
     out: list[tuple[float, float]] = []
-    for i, (s0, f0, l0, _) in enumerate(w):
+    for i, (_s0, f0, l0, _) in enumerate(w):
         if f0 is None or l0 is None or l0 <= f0:
             out.append((1.0, 0.0))
             continue

@@ -272,6 +272,7 @@ def capacity(spec: PlanSpec, *, mode: str | None = None, max_users: int = 4096, 
             return {"limited_by": row.get("limited_by"),
                     "limited_by_reason": f"{fmt(answer)} (search capped, SLO still met): {row.get('limited_by_reason')}",
                     "failed_at": None, "failed_checks": []}
+        assert failing is not None  # row is the probe at `failing` (None returned above)
         checks = [k for k, c in ((row.get("_slo") or {}).get("checks") or {}).items() if not c["met"]]
         parts = []
         for k in checks:

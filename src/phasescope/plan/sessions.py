@@ -84,9 +84,9 @@ class ConversationLoop:
     session ``u`` (→ prompt, output, prefix-hit tokens from the LRU at that moment) and
     ``on_done(u, k, t)`` when that turn's last token came (→ the next turn's send time, or None)."""
 
-    def __init__(self, *, starts: Sequence[float], turns: int, system_len: int, turn_input_len: int,
+    def __init__(self, *, starts: Sequence[float] | np.ndarray, turns: int, system_len: int, turn_input_len: int,
                  output_len: int, think_time_s: float, pool_tokens: int, caching: bool) -> None:
-        self._args = dict(starts=starts, turns=turns, system_len=system_len, turn_input_len=turn_input_len,
+        self._args: dict[str, Any] = dict(starts=starts, turns=turns, system_len=system_len, turn_input_len=turn_input_len,
                           output_len=output_len, think_time_s=think_time_s, pool_tokens=pool_tokens,
                           caching=caching)
         self.starts = [float(x) for x in starts]

@@ -171,9 +171,9 @@ class Simulator:
         d = self.deploy
         if d.disaggregated:
             dc = d.decode_cost or cost
-            for i in range(d.prefill_replicas):
+            for _ in range(d.prefill_replicas):
                 self.workers.append(Replica(len(self.workers), "prefill", cost, self.sched, self))
-            for i in range(d.decode_replicas):
+            for _ in range(d.decode_replicas):
                 self.workers.append(Replica(len(self.workers), "decode", dc, self.sched, self))
             # executors: one per worker, or one for the pair on a shared device
             if d.shared_device:
@@ -226,7 +226,7 @@ class Simulator:
 
     def _last_token_time(self, s: Seq) -> float:
         best = s.tokens[-1] if s.tokens else math.nan
-        for wi, j0, j1 in s.segments:
+        for wi, _j0, j1 in s.segments:
             te = self.workers[wi].step_end[j1]
             if math.isnan(best) or te > best:
                 best = te

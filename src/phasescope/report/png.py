@@ -71,7 +71,7 @@ def write_pngs(plots: list[Plot], png_dir: Path, *, width: int = 1100, height: i
     from plotly.offline import get_plotlyjs
 
     js = get_plotlyjs()
-    done = []
+    done: list[Any] = []
     with tempfile.TemporaryDirectory(prefix="phasescope-png-") as tmp:
         for p, path, h in zip(plots, paths, heights):
             fig = p.figure.to_plotly_json()

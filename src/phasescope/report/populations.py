@@ -85,7 +85,7 @@ def ttft_populations(recs: list[RequestRecord]) -> list[tuple[tuple[Any, ...], s
             head.append(str(exps[key[0]] or "other requests"))
         if split_phase and phases[key[1]] not in ("measure", "None"):
             head.append(phases[key[1]])
-        for (k, fmt), v in zip(loads, key[2]):
+        for (_k, fmt), v in zip(loads, key[2]):
             if v[1] != "":
                 head.append(fmt.format(f"{v[1]:g}" if isinstance(v[1], float) else v[1]))
         sizes = [nominal_size(r) for r, _ in members]

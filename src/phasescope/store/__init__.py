@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from phasescope._version import __version__
-from phasescope.errors import InputError, OutputError, PhasescopeError
+from phasescope.errors import InputError, PhasescopeError
 from phasescope.jsonutil import dumps
 from phasescope.measure.records import RequestRecord, read_records
 from phasescope.store.recording import Recording

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import Iterator, Protocol, TypeVar
+from typing import Any, Iterator, Protocol, TypeVar
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -59,7 +59,7 @@ class LoopbackServer:
     def _routes(self, router: web.UrlDispatcher) -> None:
         raise NotImplementedError
 
-    def _middlewares(self) -> list[object]:
+    def _middlewares(self) -> list[Any]:
         return []
 
     async def _on_start(self) -> None:
@@ -160,7 +160,7 @@ async def serve_until_signal(server: _Startable) -> None:
     import signal
 
     await server.start()
-    print(f"READY {getattr(server, 'url')}", flush=True)
+    print(f"READY {getattr(server, 'url')}", flush=True)  # noqa: B009 (_Startable declares no url)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -269,7 +269,7 @@ class FakeServer(LoopbackServer):
 
     def _schedule(self, n_out: int) -> list[tuple[int, int]]:
         """(first token index, count) per event."""
-        out = []
+        out: list[tuple[int, int]] = []
         if n_out <= 0:
             return out
         out.append((0, 1))  # the first token always goes alone (prefill's output)
@@ -438,4 +438,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -190,7 +190,7 @@ class HostileServer:
                 return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
             for i in range(n):
-                ev = {"id": "c", "object": "text_completion", "model": self.model,
+                ev: dict[str, Any] = {"id": "c", "object": "text_completion", "model": self.model,
                       "choices": [{"index": 0, "text": TOKEN, "finish_reason": "length" if i == n - 1 else None}]}
                 if i == n - 1:
                     ev["usage"] = usage

@@ -160,6 +160,19 @@ class _Stream:
 
     __slots__ = ("conn", "gt", "head", "chat", "n_out", "sent", "t0_ns", "ttft_ns", "itl_ns",
                  "continuous", "include_usage", "n_prompt", "dead", "cid", "created", "events", "wire")
+    # set by the handler once the request is parsed (annotations only: no class attribute shadows a slot)
+    head: str
+    chat: bool
+    n_out: int
+    t0_ns: int
+    ttft_ns: int
+    itl_ns: int
+    continuous: bool
+    include_usage: bool
+    n_prompt: int
+    cid: str
+    created: int
+    wire: Any
 
     def __init__(self, conn: "_Conn", gt: dict[str, Any]) -> None:
         self.conn = conn
@@ -261,8 +274,8 @@ class _Conn(asyncio.Protocol):
     def stream_done(self) -> None:
         self.busy = None
         self._after_response()
-        if self.buf:
-            self.tr and self._parse()
+        if self.buf and self.tr:
+            self._parse()
 
 
 class LeanFake:
@@ -649,7 +662,7 @@ def loop_factory(kind: str) -> Any:
             import uvloop
         except ImportError:
             if kind == "uvloop":
-                raise SystemExit("phasescope: error: --loop uvloop needs uvloop (pip install 'phasescope[fast]')")
+                raise SystemExit("phasescope: error: --loop uvloop needs uvloop (pip install 'phasescope[fast]')") from None
             return asyncio.new_event_loop
         return uvloop.new_event_loop
     return asyncio.new_event_loop
@@ -687,4 +700,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -42,7 +42,7 @@ def render(result: dict[str, Any]) -> Group:
     # a mixed workload's own column (TTFT of the long prompts) only when a row has it
     keys = [k for k in METRIC_KEYS if k[0] not in OPTIONAL_KEYS
             or any((r.get("metrics") or {}).get(k[0]) is not None for r in result["settings"])]
-    for key, _, unit, _ in keys:
+    for key, _, _unit, _ in keys:
         t.add_column(_SHORT[key], justify="right", min_width=5)
     has_roof = False  # the roof goes on a line of its own below (80 columns)
     wide = flagged = False
