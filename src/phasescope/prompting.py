@@ -39,6 +39,7 @@ from typing import Any
 
 import aiohttp
 
+from phasescope.apis import registry
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.tokenize import Tokenizer
 from phasescope.errors import NoAnswerError
@@ -81,10 +82,9 @@ def new_nonce() -> str:
 
 
 def accepts_token_ids(target: Target) -> bool:
-    """Whether ``target``'s generation endpoint takes a list of token ids as the prompt."""
-    if target.api == "llamacpp":
-        return True
-    return target.api == "openai" and target.engine in ("vllm", "sglang", "llamacpp")
+    """Whether ``target``'s generation endpoint takes a list of token ids as the prompt (its API's spec says)."""
+    spec = registry.find(target.api)
+    return spec is not None and spec.takes_token_ids(target)
 
 
 @dataclass

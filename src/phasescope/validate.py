@@ -115,9 +115,16 @@ RULES: dict[str, Num] = {
     "--matmul-n": Num(lo=1, hi=65_536), "--port": Num(lo=0, hi=65535), "--ctx-size": Num(lo=0, hi=MAX_TOKENS),
 }
 
-#: options whose value must be one of a few words (None: any, checked by the command)
-CHOICES: dict[str, tuple[str, ...]] = {
-    "--api": ("auto", "openai", "chat", "ollama", "llamacpp"),
+def _api_names() -> tuple[str, ...]:
+    from phasescope.apis import registry
+
+    return registry.names()
+
+
+#: options whose value must be one of a few words (None: any, checked by the command); a function gives
+#: the words of a registry when the command runs (``--api``: every registered protocol)
+CHOICES: dict[str, tuple[str, ...] | Callable[[], tuple[str, ...]]] = {
+    "--api": _api_names,
     "--load-shape": ("poisson", "constant", "ramp", "trace"),
     "--dataset": ("random", "sharegpt", "jsonl", "conversation", "mooncake", "burstgpt"),
     "--system-prompt": ("shared", "per-user"),
@@ -436,6 +443,8 @@ def check_params(command: str, params: list[Any], values: dict[str, Any], given:
                 if rule_t is not None and text:
                     rule_t(text)
                 choices = CHOICES.get(f"{command} {flag}", CHOICES.get(flag))
+                if callable(choices):
+                    choices = choices()
                 if choices is not None and text not in choices:
                     raise InputError(f"unknown {flag} {text!r}; expected one of: {', '.join(choices)}")
                 if (name in URL_PARAMS or flag in URL_PARAMS) and text:

@@ -1,9 +1,11 @@
 """One module per wire protocol. Each knows its format and nothing about experiments.
 
-``get_client(api)`` returns the module whose ``send(session, target, req)`` speaks ``api``:
-``openai`` (/v1/completions) and ``chat`` (/v1/chat/completions) → :mod:`.openai`, ``ollama`` →
-:mod:`.ollama`, ``llamacpp`` → :mod:`.llamacpp`. Sessions should come from :func:`new_session`
-(it carries the trace hook that stamps ``t_conn_ready_ns``).
+Each protocol module declares its ``SPECS`` (:class:`~phasescope.apis.spec.ApiSpec`: name, detection
+probe, warm-up path, framing, chat endpoint, token-id prompts, tokenizer, ``send``), and
+:mod:`.registry` holds them: ``get_client(api)`` returns the spec whose ``send(session, target, req)``
+speaks ``api`` — ``openai`` (/v1/completions) and ``chat`` (/v1/chat/completions) from :mod:`.openai`,
+``ollama`` from :mod:`.ollama`, ``llamacpp`` from :mod:`.llamacpp`. Sessions should come from
+:func:`new_session` (it carries the trace hook that stamps ``t_conn_ready_ns``).
 
 Every request phasescope sends to a server is made in this package: generation (the client
 modules), the tokenizer (:mod:`.tokenize`), server info (:func:`.llamacpp.get_props`,
@@ -15,48 +17,50 @@ modules), the tokenizer (:mod:`.tokenize`), server info (:func:`.llamacpp.get_pr
 from __future__ import annotations
 
 import asyncio
-import importlib
-from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from phasescope.apis._session import new_session, trace_config
-from phasescope.errors import InputError
 
 if TYPE_CHECKING:
     import aiohttp
 
     from phasescope.apis.base import Target
-
-_MODULES = {"openai": "openai", "chat": "openai", "ollama": "ollama", "llamacpp": "llamacpp"}
+    from phasescope.apis.spec import ApiSpec
 
 __all__ = ["WARM_PATHS", "get_client", "new_session", "trace_config", "warm_up"]
 
 
-def get_client(api: str) -> ModuleType:
-    """The client module for a resolved API name (never ``auto``; resolve the target first)."""
-    name = _MODULES.get(api)
-    if name is None:
-        raise InputError(f"unknown API {api!r}; expected one of: openai, chat, ollama, llamacpp")
-    return importlib.import_module(f"phasescope.apis.{name}")
+def get_client(api: str) -> ApiSpec:
+    """The spec (its ``send``) for a resolved API name (never ``auto``; resolve the target first);
+    an unknown name is an :class:`~phasescope.errors.InputError` listing the registered ones."""
+    from phasescope.apis import registry
+
+    return registry.get(api)
 
 
-#: the cheap GET per API that opens pooled connections: ``GET /v1/models`` (OpenAI-compatible),
-#: ``GET /api/version`` (Ollama), ``GET /health`` (llama.cpp native)
-WARM_PATHS = {"openai": "/v1/models", "chat": "/v1/models", "ollama": "/api/version", "llamacpp": "/health"}
-#: APIs whose streams are NDJSON (aiohttp's path), not SSE (the raw path when httptools is installed)
-NDJSON_APIS = frozenset({"ollama"})
+def __getattr__(name: str) -> Any:
+    if name == "WARM_PATHS":
+        # the cheap GET per API that opens pooled connections, from the specs: ``GET /v1/models``
+        # (OpenAI-compatible), ``GET /api/version`` (Ollama), ``GET /health`` (llama.cpp native)
+        from phasescope.apis import registry
+
+        return {s.name: s.warm_path for s in registry.specs()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 async def warm_up(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
-    """Open ``n`` keep-alive connections with concurrent cheap GETs (:data:`WARM_PATHS`); how many
-    answered. On a :class:`~phasescope.apis._fast.FastSession` whose streams take the raw path, the
-    raw pool's connections are opened instead (TCP connects, no request). Failures are ignored: a
-    warm-up that fails only leaves the connects in the run."""
+    """Open ``n`` keep-alive connections with concurrent cheap GETs (the spec's ``warm_path``); how
+    many answered. On a :class:`~phasescope.apis._fast.FastSession` whose streams take the raw path
+    (the spec's ``framing`` is SSE), the raw pool's connections are opened instead (TCP connects, no
+    request). Failures are ignored: a warm-up that fails only leaves the connects in the run."""
+    from phasescope.apis import registry
     from phasescope.apis._json import try_json
 
-    url = target.base_url + WARM_PATHS.get(target.api, "/v1/models")
+    spec = registry.find(target.api)
+    url = target.base_url + (spec.warm_path if spec is not None else "/v1/models")
     pool = getattr(session, "fast_pool", None)  # a FastSession: its streams read on the raw path
-    if pool is not None and target.api not in NDJSON_APIS and url.startswith("http://"):
+    ndjson = spec is not None and spec.framing == "ndjson"
+    if pool is not None and not ndjson and url.startswith("http://"):
         # the connections the streams will take are the raw pool's, not aiohttp's (issue 22: warming
         # aiohttp's left a 1,024-stream first wave connecting inside its TTFTs)
         return await pool.warm(url, n, timeout_s)

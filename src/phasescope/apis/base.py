@@ -12,9 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-#: the API names users pass to ``--api``
-API_NAMES = ("auto", "openai", "chat", "ollama", "llamacpp")
-
 
 def redact_url(url: str) -> str:
     """The URL without user:password@ and without query strings (which may hold keys)."""
@@ -41,7 +38,7 @@ class Target:
     """A server to measure. ``base_url`` has no trailing slash; ``api_key`` never leaves memory."""
 
     base_url: str = field(repr=False)
-    api: str = "openai"  # openai | chat | ollama | llamacpp (resolved, never "auto")
+    api: str = "openai"  # a registered API name (phasescope.apis.registry), resolved, never "auto"
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
     timeouts: Timeouts = field(default_factory=Timeouts)

@@ -26,6 +26,7 @@ from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import auth_headers, fetch_json_sync, try_json
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
+from phasescope.apis.spec import ApiSpec, Detected, Prober
 from phasescope.measure.records import RequestRecord
 
 
@@ -164,3 +165,28 @@ def props_sync(base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:
     if status != 200 or not isinstance(obj, dict):
         raise ValueError(f"/props answered HTTP {status}" + ("" if isinstance(obj, dict) else " without a JSON object"))
     return obj
+
+
+async def probe(p: Prober) -> Detected | None:
+    """``GET /props`` → has ``default_generation_settings`` or ``build_info``: llama.cpp ``llama-server``
+    (the model from ``GET /v1/models``, else ``model_alias``)."""
+    try:
+        st, props, _ = await p.get("/props")
+    except aiohttp.ClientError:  # not this server; a stall (TargetError) is the server's failure
+        return None
+    if not (st == 200 and isinstance(props, dict) and ("default_generation_settings" in props or "build_info" in props)):
+        return None
+    listing = await p.models()
+    models = listing.models
+    if not models and props.get("model_alias"):
+        models = [str(props["model_alias"])]
+    return Detected("llamacpp", "llamacpp", models, version=str(props.get("build_info") or "") or None,
+                    props=props, model_meta=listing.meta, has_tokenize=True)
+
+
+#: ``--api llamacpp``: the native ``/completion`` (token-id prompts, ``timings``)
+SPECS = (
+    ApiSpec("llamacpp", "/completion", send, warm_path=HEALTH_PATH, chat_api="chat",
+            takes_token_ids=lambda t: True, probe=probe, probe_rank=20, probe_label="/props (llama.cpp)",
+            engine="llamacpp", engine_label="llama.cpp llama-server (no /props)", url_suffixes=("/completion",)),
+)

@@ -33,6 +33,7 @@ from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
+from phasescope.apis.spec import ApiSpec, Detected, Prober
 from phasescope.measure.records import RequestRecord
 
 
@@ -156,3 +157,24 @@ async def show_model(session: aiohttp.ClientSession, target: Target, timeout_s: 
 #: ``GET /api/version``: Ollama's cheapest answer (detection's first probe; the warm-up GET,
 #: :func:`phasescope.apis.warm_up`)
 VERSION_PATH = "/api/version"
+
+
+async def probe(p: Prober) -> Detected | None:
+    """``GET /api/version`` → ``{"version": ...}``: Ollama (the models from ``GET /api/tags``)."""
+    st, obj, _ = await p.get(VERSION_PATH)
+    if not (st == 200 and isinstance(obj, dict) and "version" in obj):
+        return None
+    models: list[str] = []
+    st2, tags, _ = await p.optional("/api/tags")  # optional: a stall here costs its timeout, never the run
+    if st2 == 200 and isinstance(tags, dict):
+        models = [m.get("name") or m.get("model") for m in tags.get("models", []) if isinstance(m, dict)]
+    return Detected("ollama", "ollama", [m for m in models if m], version=str(obj["version"]))
+
+
+#: ``--api ollama``: ``/api/generate``, and ``/api/chat`` for a conversation (``ollama_chat``)
+SPECS = (
+    ApiSpec("ollama", "/api/generate", send, warm_path=VERSION_PATH, framing=_Ollama.framing,
+            chat_tags={"ollama_chat": True}, tokenizer=False, probe=probe, probe_rank=10,
+            probe_label="/api/version (Ollama)", engine="ollama", engine_label="Ollama (no /api/version)",
+            url_suffixes=("/api/generate", "/api/chat")),
+)

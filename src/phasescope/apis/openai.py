@@ -34,6 +34,7 @@ from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import fetch_json, json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
+from phasescope.apis.spec import ApiSpec, Detected, Prober, engine_from_metrics
 from phasescope.measure.records import EVENT_CONTENT, Event, RequestRecord
 
 
@@ -243,6 +244,39 @@ async def send_chat(session: aiohttp.ClientSession, target: Target, req: GenRequ
 #: ``GET /v1/models``: the served models (vLLM adds ``max_model_len``, llama.cpp ``meta``); also the
 #: cheap GET that opens pooled connections before a run (:func:`phasescope.apis.warm_up`)
 MODELS_PATH = "/v1/models"
+
+#: engines whose ``/v1/completions`` take a list of token ids as the prompt (and serve ``/tokenize``)
+TOKEN_ID_ENGINES = ("vllm", "sglang", "llamacpp")
+
+
+async def probe(p: Prober) -> Detected | None:
+    """``GET /v1/models`` → ``{"data": [...]}``: an OpenAI-compatible server; ``owned_by`` (``vllm``,
+    ``sglang``, ``llamacpp``) and the ``GET /metrics`` family prefixes (the one table in
+    :mod:`phasescope.metrics.engines`) name the engine, ``GET /version`` its version (vLLM, SGLang)."""
+    listing = await p.models()
+    if not listing.ok:
+        return None
+    engine = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp"}.get(str(listing.owned_by or "").lower())
+    version = None
+    st, _, mtext = await p.optional("/metrics")  # optional: a stall here costs its timeout, never the run
+    if st == 200:
+        engine = engine_from_metrics(mtext) or engine
+    if engine in ("vllm", "sglang", None):
+        st, vobj, _ = await p.optional("/version")
+        if st == 200 and isinstance(vobj, dict) and vobj.get("version"):
+            version = str(vobj["version"])
+    return Detected(engine or "openai", "openai", listing.models, version=version, model_meta=listing.meta,
+                    has_tokenize=engine in TOKEN_ID_ENGINES)
+
+
+#: ``--api openai`` (``/v1/completions``) and ``--api chat`` (``/v1/chat/completions``)
+SPECS = (
+    ApiSpec("openai", "/v1/completions", send, warm_path=MODELS_PATH, chat_api="chat",
+            takes_token_ids=lambda t: t.engine in TOKEN_ID_ENGINES, probe=probe, probe_rank=30,
+            probe_label="/v1/models (OpenAI-compatible)", url_suffixes=("/v1/completions", "/v1")),
+    ApiSpec("chat", "/v1/chat/completions", send_chat, warm_path=MODELS_PATH,
+            url_suffixes=("/v1/chat/completions",)),
+)
 
 
 async def list_models(session: aiohttp.ClientSession, target: Target, timeout_s: float = 5.0) -> list[dict[str, Any]]:

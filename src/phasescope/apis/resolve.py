@@ -21,8 +21,9 @@ from typing import Any
 
 from phasescope import errors as E
 from phasescope.apis import detect as D
+from phasescope.apis import registry
 from phasescope.apis._session import new_session
-from phasescope.apis.base import API_NAMES, Target, Timeouts, redact_url
+from phasescope.apis.base import Target, Timeouts, redact_url
 
 
 def api_key_from_env() -> str | None:
@@ -35,7 +36,7 @@ def _normalise_url(url: str) -> str:
     if "://" not in u:
         u = "http://" + u
     u = u.rstrip("/")
-    for suffix in ("/v1/chat/completions", "/v1/completions", "/v1", "/api/generate", "/api/chat", "/completion"):
+    for suffix in registry.url_suffixes():  # an endpoint pasted after the base URL
         if u.endswith(suffix):
             u = u[: -len(suffix)]
             break
@@ -51,8 +52,8 @@ class open_target:  # noqa: N801 - used like a function: `async with open_target
     def __init__(self, url: str | None = None, *, api: str = "auto", model: str | None = None,
                  api_key: str | None = None, timeouts: Timeouts | None = None,
                  engine_kwargs: dict[str, Any] | None = None) -> None:
-        if api not in API_NAMES:
-            raise E.InputError(f"unknown --api {api!r}; expected one of: {', '.join(API_NAMES)}")
+        if api not in registry.names():
+            raise E.InputError(f"unknown --api {api!r}; expected one of: {', '.join(registry.names())}")
         self.url = _normalise_url(url) if url else None
         self.api = api
         self.model = model

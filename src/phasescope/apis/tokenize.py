@@ -41,6 +41,7 @@ from typing import Any
 
 import aiohttp
 
+from phasescope.apis import registry
 from phasescope.apis._json import try_json
 from phasescope.apis.base import Target
 
@@ -53,8 +54,10 @@ _PROBE_TEXT = " the world"
 
 
 def flavor_order(target: Target) -> tuple[str, ...]:
-    """The flavors to try for ``target``, the engine's own first; none for Ollama."""
-    if target.api == "ollama" or target.engine == "ollama":
+    """The flavors to try for ``target``, the engine's own first; none for Ollama (an API whose spec
+    says the server has no tokenizer)."""
+    spec = registry.find(target.api)
+    if (spec is not None and not spec.tokenizer) or target.engine == "ollama":
         return ()
     first = {"llamacpp": "content", "vllm": "prompt", "sglang": "prompt", "tgi": "inputs"}.get(str(target.engine))
     return ((first,) if first else ()) + tuple(f for f in FLAVORS if f != first)

@@ -128,12 +128,14 @@ def run(argv: list[str] | None = None) -> int:
     """
     import typer.main
 
+    from phasescope.cli._common import refresh_help
     from phasescope.validate import install
 
     args = list(sys.argv[1:] if argv is None else argv)
     usage_errors, click_errors, aborts = _click_exception_types()
     try:
-        cmd = install(typer.main.get_command(app))
+        # help that lists a registry (--api's protocols, the experiments) is read as the tree is built
+        cmd = install(refresh_help(typer.main.get_command(app)))
         # standalone_mode=False: click hands usage errors to us instead of drawing a panel, so bad
         # flags get the same one line as every other bad input
         code = cmd.main(args=args, prog_name="phasescope", standalone_mode=False)

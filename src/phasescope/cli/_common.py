@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -32,6 +32,53 @@ def api_key_option(help: str = "Bearer key; else $PHASESCOPE_API_KEY, else $OPEN
     import typer
 
     return typer.Option(None, "--api-key", envvar=API_KEY_ENVVARS, show_default=False, show_envvar=False, help=help)
+
+
+def api_help() -> str:
+    """``--api`` help: ``auto`` and every registered protocol with its endpoint (:mod:`phasescope.apis.registry`)."""
+    from phasescope.apis import registry
+
+    return registry.help_text()
+
+
+def api_option() -> Any:
+    """The ``--api`` option every command that talks to a server shares."""
+    import typer
+
+    return typer.Option("auto", "--api", help=api_help())
+
+
+def experiment_names() -> str:
+    """``prompt-scaling, prefix-cache, …``: every registered experiment (:mod:`phasescope.experiments.registry`)."""
+    from phasescope.experiments import registry
+
+    return ", ".join(registry.names())
+
+
+#: help texts read from the registries each time the command tree is built (:func:`refresh_help`), so a
+#: protocol or an experiment registered after import shows in ``--help``: keyed ``--flag`` (every
+#: command), ``command --flag``, ``command ARG`` (an argument, by its parameter name) or ``command`` (the
+#: command's own help)
+LIVE_HELP: dict[str, Callable[[], str]] = {"--api": api_help}
+
+
+def refresh_help(root: Any) -> Any:
+    """Set every help text :data:`LIVE_HELP` names on the click tree ``root`` (built from the typer app)."""
+
+    def walk(cmd: Any, name: str) -> None:
+        subs = getattr(cmd, "commands", None)
+        for sub_name, sub in (subs or {}).items():
+            walk(sub, sub_name)
+        if name in LIVE_HELP and not subs:
+            cmd.help = LIVE_HELP[name]()
+        for p in getattr(cmd, "params", ()):
+            for key in (f"{name} {p.name}", *(f"{name} {o}" for o in p.opts), *p.opts):
+                if key in LIVE_HELP:
+                    p.help = LIVE_HELP[key]()
+                    break
+
+    walk(root, "")
+    return root
 
 
 def print_warnings(ws: Any, *, title: str = "Warnings") -> None:

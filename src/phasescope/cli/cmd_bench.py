@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
+from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_json, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 
 
@@ -289,7 +289,7 @@ def _print_sweep(d: dict[str, Any]) -> None:
 def bench(
     url: Optional[str] = typer.Argument(None, help="Server base URL (http://host:port). Omit to use the embedded llama.cpp engine."),
     ray_address_arg: Optional[str] = typer.Argument(None, metavar="[ADDRESS]", help="With --ray: the Ray cluster address (host:6379, ray://host:10001, auto). Omit to start a local cluster on 127.0.0.1 for the run."),
-    api: str = typer.Option("auto", "--api", help="auto | openai (/v1/completions) | chat | ollama | llamacpp"),
+    api: str = api_option(),
     model: Optional[str] = typer.Option(None, "--model", help="Model name (default: the server's first model)."),
     api_key: Optional[str] = api_key_option(),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", help="Requests to send (default 50 when no --duration)."),

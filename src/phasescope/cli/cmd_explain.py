@@ -7,11 +7,37 @@ from typing import List, Optional
 import typer
 
 from phasescope.apis.base import Timeouts
-from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
+from phasescope.cli._common import (
+    LIVE_HELP,
+    api_key_option,
+    api_option,
+    console,
+    err_console,
+    experiment_names,
+    print_host_line,
+    print_json,
+    print_warnings,
+)
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
-from phasescope.experiments import NAMES
+from phasescope.experiments import registry
 
 _URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."
+
+
+def _only_help() -> str:
+    return f"Comma-separated subset of: {experiment_names()}."
+
+
+def _name_help() -> str:
+    return f"One of: {experiment_names()}."
+
+
+def _experiment_help() -> str:
+    return f"Run one experiment ({experiment_names()})."
+
+
+# the experiment lists in help are the registry's when the command tree is built (phasescope.cli.run)
+LIVE_HELP.update({"explain --only": _only_help, "experiment name": _name_help, "experiment": _experiment_help})
 
 
 def _common(url: Optional[str], names: list[str], budget: str, api: str, model: Optional[str], api_key: Optional[str],
@@ -62,8 +88,8 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
 def explain(
     url: Optional[str] = typer.Argument(None, help=_URL_HELP),
     budget: str = typer.Option("3m", "--budget", help="Time for the whole suite (e.g. 3m, 90s); experiments size themselves to it."),
-    only: Optional[str] = typer.Option(None, "--only", help=f"Comma-separated subset of: {', '.join(NAMES)}."),
-    api: str = typer.Option("auto", "--api", help="auto | openai | chat | ollama | llamacpp."),
+    only: Optional[str] = typer.Option(None, "--only", help=_only_help()),
+    api: str = api_option(),
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request (default: the server's first model)."),
     api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
@@ -80,21 +106,21 @@ def explain(
     """Run experiments that expose each prefill/decode effect, then say what to change and why."""
     from phasescope.errors import InputError
 
-    names = list(NAMES)
+    names = list(registry.names())
     if only:
         names = [n.strip() for n in only.split(",") if n.strip()]
-        bad = [n for n in names if n not in NAMES]
+        bad = [n for n in names if registry.find(n) is None]
         if bad or not names:
-            raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {', '.join(NAMES)}")
+            raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {experiment_names()}")
     _common(url, names, budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
             ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags)
 
 
 def experiment(
-    name: str = typer.Argument(..., help=f"One of: {', '.join(NAMES)}."),
+    name: str = typer.Argument(..., help=_name_help()),
     url: Optional[str] = typer.Argument(None, help=_URL_HELP),
     budget: str = typer.Option("1m", "--budget", help="Time for this experiment (e.g. 60s, 2m)."),
-    api: str = typer.Option("auto", "--api", help="auto | openai | chat | ollama | llamacpp."),
+    api: str = api_option(),
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request."),
     api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings/predictions."),
@@ -111,12 +137,12 @@ def experiment(
     """Run one experiment (its name: see the NAME argument)."""
     from phasescope.errors import InputError
 
-    if name not in NAMES:
-        raise InputError(f"unknown experiment {name!r}; choose from: {', '.join(NAMES)}")
+    if registry.find(name) is None:
+        raise InputError(f"unknown experiment {name!r}; choose from: {experiment_names()}")
     _common(url, [name], budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
             ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags)
 
 
 def register(app: typer.Typer) -> None:
     app.command("explain")(explain)
-    app.command("experiment", help=f"Run one experiment ({', '.join(NAMES)}).")(experiment)
+    app.command("experiment", help=_experiment_help())(experiment)

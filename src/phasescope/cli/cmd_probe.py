@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from phasescope.cli._common import api_key_option, console, err_console, print_host_line, print_json, print_warnings
+from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_json, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 
 
@@ -31,7 +31,7 @@ def _sizes(values: List[str]) -> list[int]:
 
 def probe(
     url: Optional[str] = typer.Argument(None, help="Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."),
-    api: str = typer.Option("auto", "--api", help="auto | openai (/v1/completions) | chat (/v1/chat/completions) | ollama | llamacpp."),
+    api: str = api_option(),
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request (default: the server's first model)."),
     api_key: Optional[str] = api_key_option(),
     prompt_tokens: List[str] = typer.Option(["200,2000"], "--prompt-tokens", "-p", help="Prompt sizes in tokens, comma-separated or repeated."),

@@ -151,11 +151,12 @@ def tune(
             args.update({k: v for k, v in given.items() if v is not None})
             _check_bench_args(args)
         else:
-            from phasescope.experiments.suite import NAMES, parse_budget
+            from phasescope.experiments import registry
+            from phasescope.experiments.suite import parse_budget
 
-            bad = [n.strip() for n in (only or "").split(",") if n.strip() and n.strip() not in NAMES]
+            bad = [n.strip() for n in (only or "").split(",") if n.strip() and registry.find(n.strip()) is None]
             if bad:
-                raise InputError(f"--only: unknown experiment {bad[0]!r}; choose from: {', '.join(NAMES)}")
+                raise InputError(f"--only: unknown experiment {bad[0]!r}; choose from: {', '.join(registry.names())}")
             args = {"budget_s": parse_budget(budget), "only": only}
         salt = None
         if fresh:

@@ -9,7 +9,7 @@ with the reason instead of a guess.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 #: severities, most urgent first. ``problem``: something to change; ``limit``: a physical limit
 #: reached (only different hardware/model/quantization helps); ``info``: how the server behaves.
@@ -117,3 +117,23 @@ class Diagnosis:
             ],
             "undecided": [{"id": u.id, "reason": u.reason} for u in self.undecided],
         }
+
+
+#: ``check(results, diag, ceilings)``: experiment name → typed result, the diagnosis to add to, the
+#: decode ceiling (:class:`phasescope.diagnose.rules.Ceilings` or None)
+RuleFn = Callable[[dict[str, Any], Diagnosis, Any], None]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One diagnosis rule: ``check(results, diag, ceilings)`` adds its findings or "cannot tell"s.
+
+    Rules run by ``order``, so findings keep one order whatever registered them; ``id`` is what the
+    rule's "cannot tell" is said under when the experiment it decides from did not run
+    (:func:`phasescope.experiments.suite.add_skipped`). An experiment's spec names its rule
+    (:class:`phasescope.experiments.spec.ExperimentSpec`); :data:`phasescope.diagnose.rules.RULES`
+    holds diagnose's own."""
+
+    id: str
+    order: int
+    check: RuleFn

@@ -15,7 +15,7 @@ from phasescope.diagnose.claims import (CANNOT_TELL, overlap_reason, rate_fmt, s
 from phasescope.diagnose.batching_rules import batching_gate, level_interval
 from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.queue_rules import rule_queue
-from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Undecided
+from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Rule, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
 from phasescope.diagnose.tradeoffs import prefill_cost, reconcile
 from phasescope.diagnose.thresholds import (  # noqa: F401  (each rule's threshold, one place)
@@ -24,6 +24,7 @@ from phasescope.diagnose.thresholds import (  # noqa: F401  (each rule's thresho
     CONVERSATION_DECODE_MIN_PCT,
     DECODE_SOURCES_AGREE_X,
     FIT_R2_FOR_SHAPE,
+    KNEE_GAIN,
     LONG_CONTEXT_PROBLEM_PCT,
     LONG_CONTEXT_WORSE_THAN_MODEL_X,
     MODEL_LOAD_MIN_S,
@@ -31,6 +32,7 @@ from phasescope.diagnose.thresholds import (  # noqa: F401  (each rule's thresho
     OVERHEAD_MIN_S,
     OVERHEAD_MIN_SHARE,
     QUEUE_DOMINATES,
+    SPIKE_MIN_X,
     TAIL_GROWTH_X,
 )
 
@@ -329,8 +331,6 @@ def rule_batching(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> 
                         f"{first.concurrency} to at best {best.output_tok_s:.1f} at {best.concurrency}: more streams do "
                         f"not make a server slower in total, so the levels are noisier than the effect (a busy host?)"))
         return
-    from phasescope.experiments.batching import KNEE_GAIN
-
     kind = "no-gain" if b.knee_reached and b.knee_concurrency == first.concurrency else (
         "knee" if b.knee_reached else "scales")
     why = batching_gate(kind, lv, b.knee_concurrency, KNEE_GAIN)
@@ -388,7 +388,6 @@ def rule_interference(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None)
     pi = r.get("prefill-interference")
     if pi is None:
         return
-    from phasescope.experiments.prefill_interference import SPIKE_MIN_X
     if pi.interference is None:
         diag.undecided.append(Undecided("prefill-interference", pi.reason or "could not measure"))
         return
@@ -454,21 +453,31 @@ def rule_model_load(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None, r
             advice_for("model_load", diag.engine)))
 
 
-RULES: list[Callable[[dict[str, Any], Diagnosis, Ceilings | None], None]] = [
-    rule_queue, rule_prefix_cache, rule_prompt_cost, rule_decode_ceiling, rule_long_context, rule_batching,
-    rule_interference, rule_conversation,
-]
+QUEUE = Rule("ttft-queueing", 10, rule_queue)
+PREFIX_CACHE = Rule("prefix-cache", 20, rule_prefix_cache)
+PROMPT_COST = Rule("prompt-cost", 30, rule_prompt_cost)
+DECODE_CEILING = Rule("decode-ceiling", 40, rule_decode_ceiling)  # reads prompt-scaling and batching
+LONG_CONTEXT = Rule("long-context-decode-penalty", 50, rule_long_context)
+BATCHING = Rule("batching", 60, rule_batching)
+INTERFERENCE = Rule("prefill-interference", 70, rule_interference)
+CONVERSATION = Rule("conversation", 80, rule_conversation)
+#: diagnose's own rules, in the order they run
+RULES: tuple[Rule, ...] = (QUEUE, PREFIX_CACHE, PROMPT_COST, DECODE_CEILING, LONG_CONTEXT, BATCHING, INTERFERENCE,
+                           CONVERSATION)
 
 
 def diagnose(results: dict[str, Any], *, engine: str | None = None, ceilings: Ceilings | None = None,
-             records: Sequence[Any] = (), settings: Any = None, facts: Any = None) -> Diagnosis:
+             records: Sequence[Any] = (), settings: Any = None, facts: Any = None,
+             rules: Sequence[Rule] = ()) -> Diagnosis:
     """Run every rule over ``results`` (experiment name → typed result) and return the diagnosis.
 
     ``settings`` (:class:`phasescope.diagnose.settings.ServerSettings`): the server's current
-    settings; advice then names them and leaves out changes that would not act."""
+    settings; advice then names them and leaves out changes that would not act. ``rules``: the
+    experiments' rules (their specs'), run with :data:`RULES` each at its ``order`` (a rule named twice
+    runs once) — how a registered experiment's own rule is heard."""
     diag = Diagnosis(engine=engine, settings=settings, facts=facts)
-    for rule in RULES:
-        rule(results, diag, ceilings)
+    for rule in sorted(dict.fromkeys([*RULES, *rules]), key=lambda r: r.order):
+        rule.check(results, diag, ceilings)
     rule_model_load(results, diag, ceilings, records)
     reconcile(diag.findings)  # two pieces of advice never pull one setting opposite ways
     return diag

@@ -25,3 +25,9 @@ DECODE_SOURCES_AGREE_X = 1.5
 MODEL_LOAD_MIN_S = 0.5
 #: decode slowdown (%) over a conversation worth a finding (experiment ``conversation``)
 CONVERSATION_DECODE_MIN_PCT = 10.0
+#: the batching knee: the lowest level no higher one beats by this factor per doubling of concurrency
+#: (experiment ``batching`` finds the knee by it, the rule gates its verdict on it)
+KNEE_GAIN = 1.15
+#: a prefill stall is claimed when the longest gap stands this many usual gaps above the whole interval
+#: (experiment ``prefill-interference`` and its rule)
+SPIKE_MIN_X = 3.0

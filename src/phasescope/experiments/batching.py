@@ -32,17 +32,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from phasescope.diagnose.thresholds import KNEE_GAIN  # per doubling (the rule gates on it too)
 from phasescope.experiments.common import ExperimentInfo, finite, med, ok, output_tokens_of, pct, select, server_prefill_s
 from phasescope.measure import derive
 from phasescope.measure.interval import Interval, median_interval, t_quantile, to_ci
 from phasescope.measure.records import RequestRecord
+from phasescope.diagnose import rules
+from phasescope.experiments import view
+from phasescope.experiments.spec import ExperimentSpec
 
 
 if TYPE_CHECKING:
     from phasescope.experiments.context import RunContext
 
 NAME = "batching"
-KNEE_GAIN = 1.15  # per doubling
 
 
 @dataclass
@@ -279,3 +282,7 @@ async def run(ctx: RunContext, budget_s: float, *, prompt_tokens: int = 64, outp
               "per_worker": per_worker, "budget_s": budget_s}
     return analyze(ctx.records, ctx.info(NAME, started, params), bound=bound, bound_source=src)
 
+
+#: explain's batching (:mod:`phasescope.experiments.spec`); ``run`` is looked up when called (tests replace it)
+SPEC = ExperimentSpec(NAME, share=0.20, run=lambda ctx, budget_s, suite: run(ctx, budget_s),
+                      analyze=analyze, view=view.batching, rule=rules.BATCHING)

@@ -190,12 +190,7 @@ class RunContext:
     async def send(self, req: GenRequest, experiment: str, **tags: Any) -> RequestRecord:
         req.tags = {**(req.tags or {}), "experiment": experiment, **tags}
         req.id = req.id or self.next_id(experiment)
-        if self.target.api == "chat":
-            from phasescope.apis import openai as oa
-
-            coro = oa.send_chat(self.session, self.target, req)
-        else:
-            coro = get_client(self.target.api).send(self.session, self.target, req)
+        coro = get_client(self.target.api).send(self.session, self.target, req)
         rec = await self.bounded(coro, req)
         rec.tags = {**(rec.tags or {}), **req.tags}
         self.records.append(rec)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import math
 
@@ -38,6 +38,9 @@ from phasescope.diagnose.claims import (LOWER, UNSTABLE_RATIO, differ, overlap_r
 from phasescope.measure import derive
 from phasescope.measure.interval import Interval, to_ci
 from phasescope.measure.records import RequestRecord
+from phasescope.diagnose import rules
+from phasescope.experiments import view
+from phasescope.experiments.spec import ExperimentSpec, SuiteInputs
 from phasescope.measure.stats import fit_linear
 
 
@@ -299,3 +302,14 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 32, step
         res = result()
     return res
 
+
+def _run_in_suite(ctx: RunContext, budget_s: float, suite: SuiteInputs) -> Any:
+    """``run`` after prefix-cache, whose verdict says whether a repeated context prefix is served from cache."""
+    pc = suite.results.get("prefix-cache")
+    return run(ctx, budget_s, cache_known=pc.cache_detected if pc is not None else None,
+               weight_bytes=suite.weight_bytes, kv_bytes_per_token=suite.kv_bytes_per_token,
+               model_source=suite.model_source)
+
+
+#: explain's context-fill (:mod:`phasescope.experiments.spec`)
+SPEC = ExperimentSpec(NAME, share=0.20, run=_run_in_suite, analyze=analyze, view=view.context_fill, rule=rules.LONG_CONTEXT)

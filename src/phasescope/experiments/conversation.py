@@ -41,10 +41,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from phasescope.apis import registry as protocols
 from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, select
 from phasescope.measure import derive
 from phasescope.measure.interval import bootstrap_interval, median_interval, to_ci
 from phasescope.measure.records import RequestRecord
+from phasescope.diagnose import rules
+from phasescope.experiments import view
+from phasescope.experiments.spec import ExperimentSpec
 
 if TYPE_CHECKING:
     from phasescope.experiments.context import RunContext
@@ -295,7 +299,7 @@ async def _fill(ctx: RunContext, n: int, turns: int, system_tokens: int, turn_to
                 return
             messages.append({"role": "user", "content": inputs[i][k]})
             req = GenRequest(prompt=inputs[i][k], max_tokens=output_tokens, messages=[dict(m) for m in messages],
-                             keep_text=True, tags={"ollama_chat": True} if ctx.target.api == "ollama" else {})
+                             keep_text=True, tags=_chat_tags(ctx))
             current[i] = k + 1
             try:
                 rec, reply = await _send_chat(ctx, req, phase="fill", session=i, turn=k + 1)
@@ -344,7 +348,6 @@ async def run(ctx: RunContext, budget_s: float, *, turns: int | None = None, tur
         turn_tokens //= 2
     ctx.say(f"{NAME}: {sessions} sessions of {turns} turns, {system_tokens}-token system prompt, "
             f"{turn_tokens} tokens in + {output_tokens} out per turn")
-    ollama = ctx.target.api == "ollama"
     for s in range(sessions):
         if s and ctx.over():
             break
@@ -356,7 +359,7 @@ async def run(ctx: RunContext, budget_s: float, *, turns: int | None = None, tur
             msg = (await ctx.prompt(turn_tokens)).text
             messages.append({"role": "user", "content": msg})
             req = GenRequest(prompt=msg, max_tokens=output_tokens, messages=[dict(m) for m in messages], keep_text=True,
-                             tags={"ollama_chat": True} if ollama else {})
+                             tags=_chat_tags(ctx))
             rec, reply = await _send_chat(ctx, req, phase="turn", session=s, turn=k + 1, system_tokens=system_tokens,
                                    turn_tokens=turn_tokens, output_tokens=output_tokens)
             if not rec.ok:
@@ -368,7 +371,7 @@ async def run(ctx: RunContext, budget_s: float, *, turns: int | None = None, tur
     if len(lens) >= 2:
         for n in (lens[0], lens[-1]):
             req = GenRequest(prompt=(await ctx.prompt(max(8, n - 8))).text, max_tokens=output_tokens,
-                             tags={"ollama_chat": True} if ollama else {})
+                             tags=_chat_tags(ctx))
             req.messages = [{"role": "user", "content": req.prompt}]
             await _send_chat(ctx, req, phase="ref", length=n)
     n_fill = fill_sessions if fill_sessions is not None else min(8, ctx.facts.slots or 4)
@@ -394,20 +397,25 @@ async def run(ctx: RunContext, budget_s: float, *, turns: int | None = None, tur
     return res
 
 
+def _chat_tags(ctx: RunContext) -> dict[str, Any]:
+    """The tags a request on the target's chat API carries (Ollama's ``/api/chat``: ``ollama_chat``)."""
+    return dict(protocols.chat_of(ctx.target.api).chat_tags)
+
+
 async def _send_chat(ctx: RunContext, req: Any, **tags: Any) -> tuple[RequestRecord, str]:
     """One request on the target's chat API, kept like every experiment request (``ctx.keep``);
     the reply text is taken out of the record first, so it is never written."""
-    from phasescope.apis import get_client
-    from phasescope.apis import openai as oa
-
     req.tags = {**(req.tags or {}), "experiment": NAME, **tags}
     req.id = ctx.next_id(NAME)
-    if ctx.target.api == "ollama":
-        coro = get_client("ollama").send(ctx.session, ctx.target, req)
-    else:
-        coro = oa.send_chat(ctx.session, ctx.target, req)
+    coro = protocols.chat_of(ctx.target.api).send(ctx.session, ctx.target, req)
     rec = await ctx.bounded(coro, req)  # stopped at the budget's hard deadline like every experiment request
     reply = str((rec.tags or {}).pop("reply_text", "") or "")
     rec.tags = {**(rec.tags or {}), **req.tags}
     ctx.keep(rec)
     return rec, reply
+
+
+#: explain's conversation (:mod:`phasescope.experiments.spec`); ``run`` is looked up when called (tests replace it)
+SPEC = ExperimentSpec(NAME, share=0.12, run=lambda ctx, budget_s, suite: run(
+        ctx, budget_s, weight_bytes=suite.weight_bytes, kv_bytes_per_token=suite.kv_bytes_per_token),
+                      analyze=analyze, view=view.conversation, rule=rules.CONVERSATION)

@@ -47,17 +47,20 @@ from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from phasescope.diagnose.thresholds import SPIKE_MIN_X  # the rule claims a stall by it too
 from phasescope.experiments.common import ClientStalls, ExperimentInfo, med, ok, prompt_tokens_of, select, read_late_ns
 from phasescope.measure import derive
 from phasescope.measure.interval import median_interval
 from phasescope.measure.records import RequestRecord
+from phasescope.diagnose import rules
+from phasescope.experiments import view
+from phasescope.experiments.spec import ExperimentSpec
 
 
 if TYPE_CHECKING:
     from phasescope.experiments.context import RunContext
 
 NAME = "prefill-interference"
-SPIKE_MIN_X = 3.0
 STALL_MIN_S = 0.03
 VISIBLE_PREFILL_GAPS = 5.0
 #: a stall covers at least this share of the injected prefill; no stall: no gap above NO_STALL_SHARE of it
@@ -400,3 +403,8 @@ async def _waiting_now(ctx: RunContext) -> float | None:
 
     snap = await scrape_snapshot(ctx)
     return gauge(snap, "waiting") if snap is not None else None
+
+
+#: explain's prefill-interference (:mod:`phasescope.experiments.spec`); ``run`` is looked up when called (tests replace it)
+SPEC = ExperimentSpec(NAME, share=0.12, run=lambda ctx, budget_s, suite: run(ctx, budget_s),
+                      analyze=analyze, view=view.prefill_interference, rule=rules.INTERFERENCE)

@@ -46,6 +46,9 @@ from phasescope.diagnose.claims import HIGHER, LOWER, differ, overlap_reason, s_
 from phasescope.measure import derive
 from phasescope.measure.interval import median_interval, to_ci
 from phasescope.measure.records import RequestRecord
+from phasescope.diagnose import rules
+from phasescope.experiments import view
+from phasescope.experiments.spec import ExperimentSpec
 
 
 if TYPE_CHECKING:
@@ -250,3 +253,7 @@ async def _scrape_counters(ctx: RunContext) -> dict[str, float]:
         return {}
     return {k: sum(snap.counters[k].values()) for k in _CACHE_COUNTERS if k in snap.counters}
 
+
+#: explain's prefix-cache (:mod:`phasescope.experiments.spec`); ``run`` is looked up when called (tests replace it)
+SPEC = ExperimentSpec(NAME, share=0.15, run=lambda ctx, budget_s, suite: run(ctx, budget_s),
+                      analyze=analyze, view=view.prefix_cache, rule=rules.PREFIX_CACHE)

@@ -49,6 +49,9 @@ from phasescope.diagnose.claims import (HIGHER, differ, overlap_reason, s_fmt, s
 from phasescope.measure import derive
 from phasescope.measure.interval import Interval, median_interval, to_ci
 from phasescope.measure.records import RequestRecord
+from phasescope.diagnose import rules
+from phasescope.experiments import view
+from phasescope.experiments.spec import ExperimentSpec
 from phasescope.measure.stats import QuadFit, fit_quadratic_nonneg
 
 
@@ -304,3 +307,7 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
             {"budget_s": budget_s}, "give explain a longer --budget"))
     return res
 
+
+#: explain's prompt-scaling (:mod:`phasescope.experiments.spec`); ``run`` is looked up when called (tests replace it)
+SPEC = ExperimentSpec(NAME, share=0.20, run=lambda ctx, budget_s, suite: run(ctx, budget_s),
+                      analyze=analyze, view=view.prompt_scaling, rule=rules.PROMPT_COST)

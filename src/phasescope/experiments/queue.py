@@ -31,6 +31,9 @@ from phasescope.measure.interval import Interval
 from phasescope.experiments.common import ExperimentInfo, med, ok, pct, select, server_prefill_s
 from phasescope.measure import derive
 from phasescope.measure.records import RequestRecord
+from phasescope.diagnose import rules
+from phasescope.experiments import view
+from phasescope.experiments.spec import ExperimentSpec
 
 
 if TYPE_CHECKING:
@@ -250,3 +253,7 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
                       f"and the budget allowed only {cq} (a longer --budget sends more)")
     return res
 
+
+#: explain's queue (:mod:`phasescope.experiments.spec`); ``run`` is looked up when called (tests replace it)
+SPEC = ExperimentSpec(NAME, share=0.13, run=lambda ctx, budget_s, suite: run(ctx, budget_s),
+                      analyze=analyze, view=view.queue, rule=rules.QUEUE)

@@ -1,7 +1,8 @@
 """Console output for ``explain`` / ``experiment``: findings first, then one table per experiment.
 
 Output only: every number shown was computed by the experiments and the diagnosis, and every table
-is a :class:`~phasescope.experiments.view.View` — the same cells the report's phase card shows.
+is a :class:`~phasescope.experiments.view.View` — the same cells the report's phase card shows — drawn
+by the experiment's spec's ``view`` (:mod:`phasescope.experiments.registry`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from phasescope.experiments import view
+from phasescope.experiments import registry, view
 
 _STYLE = {"problem": "bold red", "limit": "bold yellow", "info": "cyan"}
 
@@ -45,8 +46,9 @@ def render_findings(doc: dict[str, Any], console: Console, engine: str | None = 
 
 def render_experiments(exps: dict[str, Any], console: Console) -> None:
     for name, e in exps.items():
-        if name in view.VIEWS and isinstance(e, dict):
-            console.print(table(view.VIEWS[name](e)))
+        draw = registry.view_of(name)
+        if draw is not None and isinstance(e, dict):
+            console.print(table(draw(e)))
         info = (e.get("info") if isinstance(e, dict) else None) or {}
         if info.get("skipped"):
             console.print(f"[dim]{name}: skipped — {info['skipped']}[/dim]")

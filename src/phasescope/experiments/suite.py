@@ -1,6 +1,7 @@
 """``phasescope explain``: calibrate, run the experiments within a time budget, diagnose, save.
 
-The budget is split by fixed shares (:data:`SHARES`); before each experiment its share of the time
+The budget is split by fixed shares (each experiment's spec's ``share``, :mod:`phasescope.experiments.registry`);
+before each experiment its share of the time
 still left is recomputed, so an experiment that finished early leaves more for the next. Each
 experiment sizes itself (prompt lengths, concurrency levels, injected prompt) from the calibrated
 prefill/decode speed — a fast GPU server gets long prompts and high concurrency, a 2-core CPU
@@ -26,7 +27,7 @@ from typing import Any, Callable, Sequence
 from phasescope.apis.base import Timeouts
 from phasescope.diagnose import Ceilings, Diagnosis, diagnose
 from phasescope.errors import InputError
-from phasescope.experiments import NAMES
+from phasescope.experiments import registry
 from phasescope.experiments.context import (
     Calibration,
     RunContext,
@@ -37,9 +38,6 @@ from phasescope.experiments.context import (
 from phasescope.jsonutil import to_jsonable
 from phasescope.validate import parse_budget  # noqa: F401  (cmd_explain and the API read it here)
 
-#: share of the budget each experiment gets (renormalised over the experiments still to run)
-SHARES = {"prompt-scaling": 0.20, "prefix-cache": 0.15, "context-fill": 0.20, "batching": 0.20,
-          "prefill-interference": 0.12, "queue": 0.13, "conversation": 0.12}
 #: below this many seconds an experiment is skipped rather than run badly
 MIN_EXPERIMENT_S = 2.0
 #: the calibration's clock: its requests are stopped past this share of the budget
@@ -154,17 +152,9 @@ def budget_skip_reason(left: float) -> str:
 async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
                     weight_bytes: float | None = None, kv_bytes_per_token: float | None = None,
                     model_source: str = "theory") -> tuple[dict[str, Any], dict[str, str]]:
-    """Calibrate and run ``names`` in order within ``budget_s`` seconds."""
-    from phasescope.experiments import (
-        batching,
-        context_fill,
-        prefill_interference,
-        prefix_cache,
-        prompt_scaling,
-        queue,
-    )
-
+    """Calibrate and run ``names`` in order within ``budget_s`` seconds, each by its spec."""
     from phasescope.experiments.context import Budget
+    from phasescope.experiments.spec import SuiteInputs
 
     if ctx.budget is None:  # the run's budget starts now unless the caller started it earlier (run_explain)
         ctx.budget = Budget(ctx.clock(), budget_s, ctx.clock)
@@ -173,38 +163,20 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
         await calibrate(ctx)
     results: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    todo = list(names)
-    while todo:
-        name = todo[0]
+    suite = SuiteInputs(results, weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes_per_token,
+                        model_source=model_source)
+    specs = [_spec(n) for n in names]
+    while specs:
+        spec = specs.pop(0)
+        name = spec.name
         left = ctx.budget.left()
-        b = ctx.budget.allot(SHARES[name], sum(SHARES[n] for n in todo))
-        todo.pop(0)
+        b = ctx.budget.allot(spec.share, spec.share + sum(s.share for s in specs))
         if b < MIN_EXPERIMENT_S:
             skipped[name] = budget_skip_reason(left)
             ctx.say(f"{name}: skipped, {skipped[name]}")
             continue
         cut0 = ctx.n_cut
-        if name == "prompt-scaling":
-            results[name] = await prompt_scaling.run(ctx, b)
-        elif name == "prefix-cache":
-            results[name] = await prefix_cache.run(ctx, b)
-        elif name == "context-fill":
-            pc = results.get("prefix-cache")
-            results[name] = await context_fill.run(
-                ctx, b, cache_known=pc.cache_detected if pc is not None else None, weight_bytes=weight_bytes,
-                kv_bytes_per_token=kv_bytes_per_token, model_source=model_source)
-        elif name == "batching":
-            results[name] = await batching.run(ctx, b)
-        elif name == "prefill-interference":
-            results[name] = await prefill_interference.run(ctx, b)
-        elif name == "queue":
-            results[name] = await queue.run(ctx, b)
-        elif name == "conversation":  # issue 17
-            from phasescope.experiments import conversation
-
-            results[name] = await conversation.run(ctx, b, weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes_per_token)
-        else:  # pragma: no cover - names are validated by the caller
-            raise InputError(f"unknown experiment {name!r}")
+        results[name] = await spec.run(ctx, b, suite)
         if ctx.n_cut > cut0:
             from phasescope.measure.warnings import MeasurementWarning
 
@@ -223,39 +195,55 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
     return results, skipped
 
 
+def _spec(name: str) -> Any:
+    spec = registry.find(name)
+    if spec is None:
+        raise InputError(f"unknown experiment {name!r}; choose from: {', '.join(registry.names())}")
+    return spec
+
+
+def __getattr__(name: str) -> Any:
+    # the tables the suite used to hold, read from the specs: each experiment's budget share, the id of
+    # the rule that decides from it; and the experiment names
+    if name == "SHARES":
+        return registry.shares()
+    if name == "RULE_OF":
+        return {s.name: s.rule.id for s in registry.specs() if s.rule is not None}
+    if name == "NAMES":
+        return registry.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _server_build(det: Any) -> dict[str, Any] | None:
     from phasescope.load.hygiene import server_build
 
     return server_build(det)
 
 
-#: experiment → the id of the rule that decides from it (what "cannot tell" is said under)
-RULE_OF = {"prompt-scaling": "prompt-cost", "prefix-cache": "prefix-cache", "context-fill": "long-context-decode-penalty",
-           "batching": "batching", "prefill-interference": "prefill-interference", "queue": "ttft-queueing",
-           "conversation": "conversation"}
-
-
 def add_skipped(diag: Diagnosis, skipped: dict[str, str]) -> None:
-    """An experiment that did not run is a "cannot tell" for its rule, with the reason."""
+    """An experiment that did not run is a "cannot tell" for its rule (its spec's), with the reason."""
     from phasescope.diagnose import Undecided
 
     have = set(diag.ids()) | set(diag.undecided_ids())
     for name, why in skipped.items():
-        rid = RULE_OF.get(name, name)
+        spec = registry.find(name)
+        rid = spec.rule.id if spec is not None and spec.rule is not None else name
         if rid not in have:
             diag.undecided.append(Undecided(rid, f"{name} did not run: {why} (a longer --budget runs it)"))
 
 
-def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str] = NAMES, api: str = "auto",
+def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str] | None = None, api: str = "auto",
                 model: str | None = None, model_spec: str | None = None, device: str | None = None,
                 api_key: str | None = None, progress: Callable[[str], None] | None = None, save: bool = True,
                 timeouts: Timeouts | None = None, store_path: str | None = None,
                 gpu_metrics: list[str] | None = None, nvml: bool = True,
                 server_flags: str | None = None) -> ExplainReport:
-    """Everything ``phasescope explain`` / ``experiment`` do, synchronously."""
-    bad = [n for n in names if n not in NAMES]
+    """Everything ``phasescope explain`` / ``experiment`` do, synchronously (``names``: default every
+    registered experiment)."""
+    names = registry.names() if names is None else names
+    bad = [n for n in names if registry.find(n) is None]
     if bad:
-        raise InputError(f"unknown experiment {bad[0]!r}; choose from: {', '.join(NAMES)}")
+        raise InputError(f"unknown experiment {bad[0]!r}; choose from: {', '.join(registry.names())}")
     from phasescope.diagnose.settings import parse_server_flags
 
     parse_server_flags(server_flags)  # a bad value is one clear line before anything starts
@@ -342,7 +330,7 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
             await ctx.close()
             sink.close()  # every record is on disk before the run is finished
     diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records, settings=settings,
-                    facts=facts)
+                    facts=facts, rules=registry.rules())
     add_skipped(diag, skipped)
     from phasescope.probe.ceilings import explain_above_ceiling
 

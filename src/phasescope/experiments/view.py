@@ -2,9 +2,10 @@
 any other page render, so a number can never read one way in the terminal and another in the HTML.
 
 Every view is built from the experiment's JSON (``to_jsonable`` of its result, as the run stores it):
-the console (:mod:`phasescope.experiments.render`) turns a :class:`View` into a rich table, the
-report's phase card (:func:`card_tables`) takes rows of the same views, cell for cell. Nothing here
-computes a figure: it picks the result's own fields and formats them once.
+each experiment's spec names its view (:mod:`phasescope.experiments.spec`); the console
+(:mod:`phasescope.experiments.render`) turns a :class:`View` into a rich table, the report's phase card
+(:func:`card_tables`) takes rows of the same views, cell for cell. Nothing here computes a figure: it
+picks the result's own fields and formats them once.
 
 Pure: no I/O, no rich.
 """
@@ -184,25 +185,13 @@ def conversation(e: dict[str, Any]) -> View:
     return v
 
 
-VIEWS: dict[str, Callable[[dict[str, Any]], View]] = {
-    "prompt-scaling": prompt_scaling, "prefix-cache": prefix_cache, "context-fill": context_fill,
-    "batching": batching, "prefill-interference": prefill_interference, "queue": queue,
-    "conversation": conversation,
-}
-
-
-def views(exps: dict[str, Any]) -> list[View]:
-    """The view of every experiment in ``exps`` (name → its JSON), in the order they ran."""
-    return [VIEWS[n](e) for n, e in exps.items() if n in VIEWS and isinstance(e, dict)]
-
-
 # -- the report's phase card: rows of the same views ------------------------------------------------
-#: which columns of a points view the card shows (the card is narrow: first, last and two between)
-CARD_COLUMNS = {
-    "prompt-scaling": ("TTFT s", "server prefill tok/s", "1 / typical gap tok/s"),
-    "context-fill": (CF_DECODE, CF_PREDICTED),
+#: the experiments the card shows (it is narrow): their view, which columns of it (first, last and two
+#: points between) and the head of each point's column
+CARD: dict[str, tuple[Callable[[dict[str, Any]], View], tuple[str, ...], str]] = {
+    "prompt-scaling": (prompt_scaling, ("TTFT s", "server prefill tok/s", "1 / typical gap tok/s"), "{}-token prompt"),
+    "context-fill": (context_fill, (CF_DECODE, CF_PREDICTED), "{} tokens of context"),
 }
-CARD_HEAD = {"prompt-scaling": "{}-token prompt", "context-fill": "{} tokens of context"}
 
 
 def pick(n: int, k: int = 4) -> list[int]:
@@ -216,12 +205,15 @@ def card_tables(exps: dict[str, Any]) -> list[tuple[list[str], list[tuple[str, l
     """(header, rows) per experiment the card shows: the console's cells, transposed — each row a column
     of the view (its label and its cells at up to four points)."""
     out = []
-    for v in views(exps):
-        cols = CARD_COLUMNS.get(v.name)
-        if not cols or not v.rows:
+    for name, e in exps.items():
+        if name not in CARD or not isinstance(e, dict):
+            continue
+        draw, cols, head_of = CARD[name]
+        v = draw(e)
+        if not v.rows:
             continue
         idx = pick(len(v.rows))
-        head = [v.name] + [CARD_HEAD[v.name].format(v.rows[i][0]) for i in idx]
+        head = [v.name] + [head_of.format(v.rows[i][0]) for i in idx]
         rows = []
         for c in cols:
             cells = v.column(c)

@@ -37,6 +37,7 @@ from typing import Any, Awaitable, Callable, Sequence
 
 import aiohttp
 
+from phasescope.apis import registry
 from phasescope.apis.base import GenRequest, Target
 from phasescope.errors import InputError
 from phasescope.load.workload import WorkItem, part_salt
@@ -208,13 +209,15 @@ SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[Request
 
 
 def chat_target(target: Target) -> Target:
-    """The target on its chat API: ``/v1/chat/completions`` for OpenAI-compatible and llama.cpp
-    servers, Ollama's ``/api/chat`` (the ``ollama`` api with ``ollama_chat``) for Ollama."""
-    if target.api in ("chat", "ollama"):
+    """The target on its chat API (its spec's ``chat_api``): ``/v1/chat/completions`` for
+    OpenAI-compatible and llama.cpp servers, Ollama's ``/api/chat`` (the ``ollama`` api with its
+    ``chat_tags``, ``ollama_chat``) for Ollama."""
+    chat = registry.chat_of(target.api)
+    if chat.name == target.api:
         return target
     from dataclasses import replace
 
-    return replace(target, api="chat")
+    return replace(target, api=chat.name)
 
 
 async def run_sessions(
@@ -257,13 +260,14 @@ async def run_sessions(
     monitor = HealthMonitor()
     send_lags: list[int] = []
     conn_watch = ConnectionWatch(abort_after_errors)
-    ollama = target.api == "ollama"
+    chat = registry.find(target.api)
+    chat_tags = dict(chat.chat_tags) if chat is not None else {}  # Ollama's /api/chat: ollama_chat
     tasks: set[asyncio.Task[Any]] = set()
     sess = new_session()
     t0 = 0
 
     def base_tags() -> dict[str, Any]:
-        return {"ollama_chat": True} if ollama else {}
+        return dict(chat_tags)
 
     async def send_one(req: GenRequest, t_sched: int) -> RequestRecord:
         t_slot = now_ns()
