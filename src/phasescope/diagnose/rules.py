@@ -8,7 +8,7 @@ module constants, named and documented, so a test can sit on either side of each
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from phasescope.diagnose.claims import (CANNOT_TELL, overlap_reason, rate_fmt, s_fmt, step_rate, stored,
                                         unstable)

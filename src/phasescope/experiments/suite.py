@@ -188,8 +188,8 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
         if results[name].info.skipped:
             skipped[name] = results[name].info.skipped
         if ctx.aborted is not None:  # the server is gone: the experiments after this one are not run
-            for rest in todo:
-                skipped[rest] = f"not run: {ctx.aborted}"
+            for rest in specs:
+                skipped[rest.name] = f"not run: {ctx.aborted}"
             break
     ctx.deadline = ctx.hard_deadline = None
     return results, skipped
