@@ -13,6 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
+#: shared fixtures of both tiers (the scratch engine cache of the engine-install tests)
+pytest_plugins = ["engine_scripts"]
+
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[object]:

@@ -5,7 +5,7 @@ errors. Moved from tests/unit/test_engine_build.py (they start processes)."""
 from __future__ import annotations
 
 import json
-import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,24 +14,15 @@ from phasescope.engine import build, paths
 from phasescope.engine.binary import binary_version
 from phasescope.errors import EngineError
 
-
-def _script(path: Path, body: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n" + body + "\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine_scripts import script  # noqa: E402  (its `cache` fixture comes through tests/conftest.py)
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASESCOPE_ENGINE_DIR", str(tmp_path / "eng"))
-    monkeypatch.delenv("PHASESCOPE_LLAMA_SERVER", raising=False)
-    return tmp_path / "eng"
 
 
 def test_install_adopts_a_build_made_by_hand_and_is_idempotent(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for t in paths.TARGETS:
-        _script(paths.bin_dir() / t, 'echo "version: 9.9.9 (build 1, commit abc)" >&2')
+        script(paths.bin_dir() / t, 'echo "version: 9.9.9 (build 1, commit abc)" >&2')
     monkeypatch.setattr(build, "find_tools", lambda **k: pytest.fail("must not build when binaries run"))
     res = build.install(with_model=False)
     assert res.cached and res.version == "9.9.9 (build 1, commit abc)"
@@ -44,7 +35,7 @@ def test_install_adopts_a_build_made_by_hand_and_is_idempotent(cache: Path, monk
 
 def test_install_rebuilds_when_the_cached_binary_does_not_run(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for t in paths.TARGETS:
-        _script(paths.bin_dir() / t, "echo 'Illegal instruction' >&2; exit 132")
+        script(paths.bin_dir() / t, "echo 'Illegal instruction' >&2; exit 132")
 
     def no_tools(**kw: object) -> build.Tools:
         raise EngineError("cannot build llama-server: missing cmake")
@@ -62,13 +53,13 @@ def test_install_rebuilds_when_the_cached_binary_does_not_run(cache: Path, monke
 
 
 def test_external_binary_is_used_as_is(cache: Path, tmp_path: Path) -> None:
-    exe = _script(tmp_path / "bin" / "llama-server", 'echo "version: 1.2.3 (x)"')
+    exe = script(tmp_path / "bin" / "llama-server", 'echo "version: 1.2.3 (x)"')
     res = build.install(llama_server=exe, with_model=False)
     assert res.external and res.llama_server == exe.resolve() and res.version == "1.2.3 (x)"
     assert not paths.version_dir().exists()  # nothing was built or downloaded
 
 
 def test_binary_version_errors_carry_the_last_line(tmp_path: Path) -> None:
-    exe = _script(tmp_path / "llama-server", "echo 'error while loading shared libraries: libgomp.so.1' >&2; exit 127")
+    exe = script(tmp_path / "llama-server", "echo 'error while loading shared libraries: libgomp.so.1' >&2; exit 127")
     with pytest.raises(EngineError, match="libgomp"):
         binary_version(exe)

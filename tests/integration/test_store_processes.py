@@ -13,40 +13,19 @@ import textwrap
 import time
 from pathlib import Path
 
-from phasescope.measure.records import Event, RequestRecord, read_records
+from phasescope.measure.records import read_records
 from phasescope.store import SCHEMA_VERSION, open_store
 
-
-def rec(i: int, target: str = "http://127.0.0.1:1", **kw: object) -> RequestRecord:
-    t0 = 1_000_000 * i
-    return RequestRecord(
-        id=f"q{i}",
-        api="openai",
-        target=target,
-        ok=True,
-        t_start_ns=t0,
-        events=[Event(t0 + 50_000_000), Event(t0 + 60_000_000)],
-        output_tokens=2,
-        **kw,  # type: ignore[arg-type]
-    )
-
-
-def _thread_writer(path: Path, k: int, out: list[str]) -> None:
-    s = open_store(path)
-    for j in range(3):
-        with s.recording("bench", f"http://127.0.0.1:{k}", {"k": k, "j": j}) as run:
-            for i in range(10):
-                run.add(rec(i))
-            run.finish({"k": k, "j": j})
-        out.append(run.id)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from store_synth import thread_writer  # noqa: E402
 
 
 def test_killed_process_leaves_interrupted_with_records(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import sys, time
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_store_processes import rec
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from store_synth import rec
         from phasescope.store import open_store
         s = open_store({str(tmp_path)!r})
         with s.recording("bench", "http://127.0.0.1:9") as run:
@@ -76,8 +55,8 @@ def test_killed_process_leaves_interrupted_with_records(tmp_path: Path) -> None:
 
 
 def _proc_writer(path: str, k: int) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
-    _thread_writer(Path(path), k, [])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    thread_writer(Path(path), k, [])
 
 
 def test_concurrent_processes(tmp_path: Path) -> None:

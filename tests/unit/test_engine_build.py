@@ -4,7 +4,6 @@ quant-type names, log parsing. Running fake binaries: tests/integration/test_eng
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from pathlib import Path
 
@@ -16,19 +15,10 @@ from phasescope.engine.quantize import normalize_type, output_path
 from phasescope.engine.server import build_args, describe_exit, last_error_line
 from phasescope.errors import EngineError, InputError
 
-
-def _script(path: Path, body: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n" + body + "\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine_scripts import script  # noqa: E402  (its `cache` fixture comes through tests/conftest.py)
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PHASESCOPE_ENGINE_DIR", str(tmp_path / "eng"))
-    monkeypatch.delenv("PHASESCOPE_LLAMA_SERVER", raising=False)
-    return tmp_path / "eng"
 
 
 def test_missing_tools_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,9 +37,9 @@ def test_missing_tools_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_tools_next_to_python_come_first_and_make_is_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     venv_bin = tmp_path / "venv" / "bin"
     sysbin = tmp_path / "sys"
-    _script(venv_bin / "cmake", "exit 0")
+    script(venv_bin / "cmake", "exit 0")
     for tool in ("cc", "c++", "make", "cmake"):
-        _script(sysbin / tool, "exit 0")
+        script(sysbin / tool, "exit 0")
     monkeypatch.setattr(sys, "executable", str(venv_bin / "python"))
     monkeypatch.setenv("PATH", str(sysbin))
     monkeypatch.delenv("CC", raising=False)
@@ -57,7 +47,7 @@ def test_tools_next_to_python_come_first_and_make_is_the_fallback(tmp_path: Path
     tools = build.find_tools()
     assert tools.cmake == venv_bin / "cmake"
     assert tools.generator == "Unix Makefiles" and tools.notes  # no ninja anywhere: slower, and it says so
-    _script(venv_bin / "ninja", "exit 0")
+    script(venv_bin / "ninja", "exit 0")
     tools = build.find_tools()
     assert tools.generator == "Ninja" and tools.make_program == venv_bin / "ninja"
 
@@ -82,12 +72,12 @@ def test_expected_build_time_scales_with_jobs_and_generator() -> None:
 
 
 def test_find_llama_server_order(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cached = _script(paths.bin_dir() / "llama-server", "exit 0")
+    cached = script(paths.bin_dir() / "llama-server", "exit 0")
     assert find_llama_server() == cached
-    env_exe = _script(tmp_path / "env" / "llama-server", "exit 0")
+    env_exe = script(tmp_path / "env" / "llama-server", "exit 0")
     monkeypatch.setenv("PHASESCOPE_LLAMA_SERVER", str(env_exe))
     assert find_llama_server() == env_exe.resolve()
-    arg_exe = _script(tmp_path / "arg" / "llama-server", "exit 0")
+    arg_exe = script(tmp_path / "arg" / "llama-server", "exit 0")
     assert find_llama_server(arg_exe) == arg_exe.resolve()
     with pytest.raises(EngineError, match="--llama-server"):
         find_llama_server(tmp_path / "missing")

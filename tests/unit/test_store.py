@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 
@@ -10,23 +11,11 @@ import pytest
 
 from phasescope.apis.base import Target
 from phasescope.errors import InputError
-from phasescope.measure.records import Event, RequestRecord
 import phasescope.store as store_mod
 from phasescope.store import SCHEMA_VERSION, open_store
 
-
-def rec(i: int, target: str = "http://127.0.0.1:1", **kw: object) -> RequestRecord:
-    t0 = 1_000_000 * i
-    return RequestRecord(
-        id=f"q{i}",
-        api="openai",
-        target=target,
-        ok=True,
-        t_start_ns=t0,
-        events=[Event(t0 + 50_000_000), Event(t0 + 60_000_000)],
-        output_tokens=2,
-        **kw,  # type: ignore[arg-type]
-    )
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from store_synth import rec, thread_writer  # noqa: E402
 
 
 def test_round_trip(tmp_path: Path) -> None:
@@ -160,19 +149,9 @@ def test_exception_and_ctrl_c_leave_partial(tmp_path: Path) -> None:
     assert s.get(run.id).status == "partial" and s.get(run.id).summary == {"n": 1}
 
 
-def _thread_writer(path: Path, k: int, out: list[str]) -> None:
-    s = open_store(path)
-    for j in range(3):
-        with s.recording("bench", f"http://127.0.0.1:{k}", {"k": k, "j": j}) as run:
-            for i in range(10):
-                run.add(rec(i))
-            run.finish({"k": k, "j": j})
-        out.append(run.id)
-
-
 def test_concurrent_threads(tmp_path: Path) -> None:
     out: list[str] = []
-    ts = [threading.Thread(target=_thread_writer, args=(tmp_path, k, out)) for k in range(8)]
+    ts = [threading.Thread(target=thread_writer, args=(tmp_path, k, out)) for k in range(8)]
     for t in ts:
         t.start()
     for t in ts:
