@@ -32,10 +32,6 @@ def level_interval(x: Any) -> Interval | None:
     return stored(x.output_tok_s, getattr(x, "output_tok_s_ci", None), getattr(x, "output_tok_s_n", 0))
 
 
-def _raised(iv: Interval, k: float) -> Interval:
-    return iv.scale(k)
-
-
 def batching_gate(kind: str, levels: Sequence[Any], knee: int | None, gain: float) -> str | None:
     """None when the intervals support the ``kind`` ("no-gain", "knee", "scales") finding; else why not."""
     first = levels[0]
@@ -51,7 +47,7 @@ def batching_gate(kind: str, levels: Sequence[Any], knee: int | None, gain: floa
         nxt = levels[-1]
         a, b = ivs[first.concurrency], ivs[nxt.concurrency]
         k = per_doubling(first, nxt)
-        if a is not None and differ(_raised(a, k), b) == LOWER:
+        if a is not None and differ(a.scale(k), b) == LOWER:
             return None
         return overlap_reason(f"{nxt.concurrency} streams gain {k - 1:.0%} or more over {first.concurrency}",
                               lab(first), a, lab(nxt), b, rate_fmt)
@@ -68,7 +64,7 @@ def batching_gate(kind: str, levels: Sequence[Any], knee: int | None, gain: floa
             nxt = above[0]
             b = ivs[nxt.concurrency]
             k = per_doubling(at, nxt)
-            if kv is None or differ(_raised(kv, k), b) != LOWER:
+            if kv is None or differ(kv.scale(k), b) != LOWER:
                 return overlap_reason(f"throughput stops growing past {at.concurrency} streams (no {k - 1:.0%} "
                                       f"gain at {nxt.concurrency})", lab(at), kv, lab(nxt), b, rate_fmt)
         return None

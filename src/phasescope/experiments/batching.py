@@ -135,9 +135,10 @@ def aggregate_rate_interval(good: Sequence[RequestRecord], agg: float | None, *,
             rates = agg * wall / walls
             lo = min(lo, float(np.quantile(rates, 0.025)))
             hi = max(hi, float(np.quantile(rates, 0.975)))
-    spread = float(means.max() / means.min())
-    return Interval(agg, min(lo, agg), max(hi, agg), n, "log-t+bootstrap", 0.95, agg / spread ** 0.5,
-                    agg * spread ** 0.5)
+    # min/max: the aggregate each request's own step time would give (its mean gap against their geometric mean)
+    gm = float(np.exp(logs.mean()))
+    return Interval(agg, min(lo, agg), max(hi, agg), n, "log-t+bootstrap", 0.95, agg * gm / float(means.max()),
+                    agg * gm / float(means.min()))
 
 
 def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
@@ -168,7 +169,7 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
         ttft_p50_s=pct(ttfts, 50), ttft_p99_s=pct(ttfts, 99),
         queue_p50_s=med(queues) if queues else None, wall_s=wall,
         queue_share_total=(sum(queues) / sum(timed)) if timed and sum(timed) > 0 else None,
-        output_tok_s_ci=tput_ci, output_tok_s_n=tput.n if tput_ci and tput else 0,
+        output_tok_s_ci=tput_ci, output_tok_s_n=tput.n if tput else 0,
         per_user_decode_tok_s_ci=to_ci(median_interval([derive.decode_tok_s(r) for r in good])),
         ttft_p50_s_ci=to_ci(median_interval(ttfts)),
     )
