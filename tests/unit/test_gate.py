@@ -146,6 +146,38 @@ def test_different_host_loads_are_inconclusive_not_a_pass() -> None:
     assert decide(same, allow_incomparable=True).verdict == "pass"
 
 
+def test_a_busy_host_makes_the_tails_not_comparable_while_medians_still_gate() -> None:
+    # the gate check of stop 38: two benches of one server, both on a host 40-45 % busy (so the two loads
+    # are within HOST_NOISE of each other), and run B's ITL tail 40 % higher in every trial because other
+    # work preempted more of its token steps. The old gate failed the pair "worse" on ITL p99: a host's
+    # scheduling read as a regression. Tails on a busy host are not comparable; medians still are.
+    ra = trial_records([0.05, 0.05, 0.05], seed=40, jitter=0.10)
+    rb = trial_records([0.05, 0.05, 0.05], seed=41, jitter=0.25)
+    a, b = info("a", trial_summary(3, host=0.40)), info("b", trial_summary(3, host=0.45))
+    cmp = compare_runs(a, ra, b, rb)
+    tail = row(cmp, "itl_p99_s")
+    assert tail.raw_verdict == "worse"  # the numbers alone do differ: the rule, not the data, decides
+    assert tail.verdict == "not comparable" and "host was busy" in (tail.why or "")
+    assert row(cmp, "ttft_p99_s").verdict == "not comparable"
+    assert row(cmp, "itl_p50_s").verdict != "not comparable"
+    g = decide(cmp)
+    assert g.verdict == "inconclusive" and g.exit_code == EXIT_INCONCLUSIVE and not g.worse
+    assert any(m.metric == "itl_p99_s" and "host was busy" in why for m, why in g.inconclusive)
+    # a real doubling of ITL on the same busy host still fails on the medians
+    slow = compare_runs(a, ra, b, trial_records([0.05, 0.05, 0.05], seed=42, itl_s=0.02, jitter=0.10))
+    gs = decide(slow)
+    assert gs.verdict == "worse" and "itl_p50_s" in {m.metric for m in gs.worse}
+    assert "itl_p99_s" not in {m.metric for m in gs.worse}
+    # on a quiet host the same tail difference is a regression the gate must catch
+    quiet = compare_runs(info("a", trial_summary(3, host=0.02)), ra, info("b", trial_summary(3, host=0.03)), rb)
+    assert row(quiet, "itl_p99_s").verdict == "worse" and decide(quiet).verdict == "worse"
+    # a client_saturated warning (the client's own loop lagged) says the same of the tails
+    sat = [{"kind": "client_saturated", "message": "loop lag", "evidence": {}}]
+    lag = compare_runs(info("a", trial_summary(3, host=0.02)), ra,
+                       info("b", trial_summary(3, host=0.03), warnings=sat), rb)
+    assert row(lag, "itl_p99_s").verdict == "not comparable" and "client" in (row(lag, "itl_p99_s").why or "")
+
+
 def test_unstable_trials_are_inconclusive() -> None:
     # B's trials disagree (TTFT 50 / 50 / 150 ms): the gate cannot pass on TTFT
     ra = trial_records([0.05, 0.05, 0.05], seed=11)

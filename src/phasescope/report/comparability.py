@@ -15,6 +15,11 @@ of better/worse, and the reason is said first:
   prefill tok/s and E2E;
 * host contention (``host.during.other_cpu_share``, :mod:`phasescope.measure.host`): one run above
   the ``host_busy`` threshold and the two more than :data:`HOST_NOISE` apart → every metric;
+* either run on a busy host (above a ``host_busy`` threshold, on average or in bursts, or carrying a
+  ``host_busy`` warning) or with a saturated client (``client_saturated``), however alike the two
+  loads → the p99 tails (:data:`TAIL_SIDE`): a tail is the few requests or token steps that waited for
+  a core, so it measures the host's scheduling, and two runs of one server on a 40 % busy host were
+  seen 42 % apart on ITL p99 with every trial agreeing; the medians are still compared;
 * engine build (version, ``/props`` ``build_info``), its flags (slots, context: ``server_build``)
   or the model file (path, size, quantization) → every metric;
 * the server's prompt token counts differ by more than :data:`COUNT_NOISE` → the prefill side;
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from phasescope.measure.host import BURST_SHARE, BUSY_SHARE
 from phasescope.measure.aggregate import METRICS, cached_share, measured, median
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.warnings import MeasurementWarning
@@ -38,6 +44,7 @@ HOST_NOISE = 0.10
 COUNT_NOISE = 0.01
 PREFILL_SIDE = frozenset({"ttft_s", "ttft_p99_s", "prefill_tok_s", "e2e_s"})
 OUTPUT_SIDE = frozenset({"e2e_s", "throughput_tok_s"})
+TAIL_SIDE = frozenset({"ttft_p99_s", "itl_p99_s"})
 ALL_METRICS = frozenset(m.key for m in METRICS)
 
 # --- what else differs ------------------------------------------------------------------------
@@ -105,9 +112,27 @@ def host_share(info: RunInfo) -> tuple[float | None, float]:
     h = _summary(info).get("host") or {}
     d = h.get("during") or {} if isinstance(h, dict) else {}
     v = d.get("other_cpu_share")
-    from phasescope.measure.host import BUSY_SHARE
-
     return (float(v) if isinstance(v, (int, float)) else None), float(h.get("threshold") or BUSY_SHARE) if isinstance(h, dict) else BUSY_SHARE
+
+
+def _tail_noise(info: RunInfo, name: str) -> str | None:
+    """Why run ``name``'s p99 tails measure more than its server (a busy host, a saturated client), or None."""
+    share, thr = host_share(info)
+    h = _summary(info).get("host")
+    h = h if isinstance(h, dict) else {}
+    burst = h.get("worst_1s_other_cpu_share")
+    bt = h.get("burst_threshold")
+    burst_thr = float(bt) if isinstance(bt, (int, float)) else BURST_SHARE
+    kinds = {w.get("kind") for w in info.warnings}
+    if share is not None and share > thr:
+        return f"the host was busy during run {name} (other work took {share * 100:.0f} % of the cores)"
+    if isinstance(burst, (int, float)) and burst > burst_thr:
+        return f"the host was busy during run {name} (other work took {burst * 100:.0f} % in its worst 1-second windows)"
+    if "host_busy" in kinds:
+        return f"the host was busy during run {name} (its host_busy warning)"
+    if "client_saturated" in kinds:
+        return f"the client was saturated during run {name} (its event loop lagged)"
+    return None
 
 
 def _mean_count(recs: list[RequestRecord], which: str) -> float | None:
@@ -138,6 +163,12 @@ def comparability(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[Requ
         what = f"host contention {sa * 100:.0f} % → {sb_ * 100:.0f} % of the cores"
         out.append((nc_warning(f"{what}: other work took CPU from one run more than the other", {"what": what, "a": sa, "b": sb_,
                         "threshold": min(ta, tb), "noise": HOST_NOISE}, "rerun the busy one on a quiet machine"), ALL_METRICS))
+    shaky = [w for w in (_tail_noise(a, "A"), _tail_noise(b, "B")) if w]
+    if shaky:
+        what = "; ".join(shaky)
+        out.append((nc_warning(f"{what}: a p99 tail is the few steps that waited for a core, so it measures the host's "
+                               "scheduling, not the server (the medians are still compared)", {"what": what},
+                               "rerun both on a quiet machine to gate on the tails"), TAIL_SIDE))
     if (a.model or b.model) and a.model != b.model:
         what = f"model {a.model or '?'} → {b.model or '?'}"
         out.append((nc_warning(f"{what}: a different model is a different workload", {"what": what}), ALL_METRICS))
