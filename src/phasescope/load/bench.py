@@ -13,7 +13,7 @@ Lifecycle: the run's output is opened by :func:`phasescope.lifecycle.run_output`
 ``--out``, else the fallback folder); the runner — one process, ``--workers`` processes
 (:mod:`phasescope.load.workers`) or Ray actors (:mod:`phasescope.load.ray`) — gets its
 :class:`~phasescope.measure.records.RecordSink` and writes every record as it completes; Ctrl-C becomes
-the ``stop`` event (:func:`phasescope.lifecycle.on_sigint`), so the summary of what finished is still
+the ``stop`` event (:func:`phasescope.signals.on_sigint`), so the summary of what finished is still
 assembled and the run finishes ``partial``; an exception leaves the stored run ``partial`` with why.
 
 The result (``BenchResult.summary``) is one flat JSON object: the keys ``vllm bench serve
@@ -515,7 +515,7 @@ def run_status(summary: dict[str, Any], res: RunResult) -> str:
 def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out: Any,
                 on_record: ProgressFn | None, stop: threading.Event, run_id: str,
                 recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None) -> RunResult:
-    from phasescope.lifecycle import on_sigint
+    from phasescope.signals import on_sigint
 
     async def main() -> RunResult:
         loop = asyncio.get_running_loop()
@@ -560,7 +560,7 @@ def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target:
     record to this process, which writes it to the run's sink as it arrives (load/workers.py)."""
     import tempfile
 
-    from phasescope.lifecycle import on_sigint
+    from phasescope.signals import on_sigint
     from phasescope.load.workers import run_workers
 
     sub = getattr(out, "records_subdir", "records")  # a trial's workers keep files of their own
@@ -581,7 +581,7 @@ def _run_ray(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: T
              status: Callable[[str], None]) -> RunResult:
     """``--ray``: records reach the run's sink as the driver polls them from the actors; the /metrics
     timeline starts at t0 (driver clock). See :mod:`phasescope.load.ray`."""
-    from phasescope.lifecycle import on_sigint
+    from phasescope.signals import on_sigint
     from phasescope.load.ray import run_ray
 
     prewarm = (-(-prewarm_count(sched, cfg.max_concurrency) // cfg.ray_workers) if cfg.prewarm else 0)

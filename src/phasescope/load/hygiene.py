@@ -139,39 +139,3 @@ def server_build(detected: Any) -> dict[str, Any] | None:
         "n_ctx": dgs.get("n_ctx") or meta.get("n_ctx"),
     }
     return {k: v for k, v in out.items() if v is not None} or None
-
-
-#: warnings of a measured run that make a calibration from it suspect
-_CALIBRATION_KINDS = ("host_busy", "prefix_cache_hits", "client_saturated", "token_count_mismatch", "cold_start")
-
-
-def calibration_warnings(ref: str | None, records: Sequence[RequestRecord] | None = None) -> list[dict[str, Any]]:
-    """``plan --calibrate-from REF``: the calibration run's own warnings that bias its fit (host
-    contention, prefix-cache hits, a saturated client...), and cache hits found in its records."""
-    from phasescope.measure.warnings import coerce, to_json
-
-    if not ref:
-        return []
-    out: list[MeasurementWarning] = []
-    try:
-        from pathlib import Path
-
-        if not Path(ref).expanduser().is_file():
-            from phasescope.store import open_store
-
-            info = open_store().get(ref)
-            for w in info.warnings:
-                cw = coerce(w)
-                if cw.kind in _CALIBRATION_KINDS:
-                    out.append(MeasurementWarning(cw.kind, f"calibration run {info.id}: {cw.message}", cw.evidence,
-                                                  "calibrate from a run without this warning"))
-    except Exception:  # noqa: BLE001 - a run we cannot read has no warnings to pass on
-        pass
-    rate = cached_share(records or []) or 0.0
-    if rate > HIT_MARGIN and not any(w.kind == "prefix_cache_hits" for w in out):
-        out.append(MeasurementWarning(
-            "prefix_cache_hits",
-            f"{rate * 100:.0f} % of the calibration requests' prompt tokens came from the prefix cache: the "
-            "fitted prefill cost is too low.", {"hit_rate": rate},
-            "calibrate from a bench run with unique prompts (the default; not --reuse-prompts)"))
-    return to_json(out)

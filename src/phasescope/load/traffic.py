@@ -97,7 +97,7 @@ def run_conversation_bench(cfg: Any, items: list[WorkItem], target: Any, out: An
     tokenizer, then run them, every turn's record going to the run's sink as it completes
     (``out``: the bench's :class:`~phasescope.lifecycle.RunOutput`, as for any bench run). Ctrl-C →
     a partial result."""
-    from phasescope.lifecycle import on_sigint
+    from phasescope.signals import on_sigint
     from phasescope.load.conversation import ConversationSpec, build_sessions, run_sessions
     from phasescope.load.conversation_stats import expected_cache_share
     from phasescope.load.routing import send_for
