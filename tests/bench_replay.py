@@ -81,7 +81,7 @@ def replay(case: dict[str, Any], recs: list[RequestRecord]) -> dict[str, Any]:
         mine = [r for r in recs if r.tags.get("trial") == i] if len(trials) > 1 else recs
         res = _result(facts, mine)
         wl["before_summary"](res)
-        s = B.assemble_summary(cfg, target, res, None, sched, host=None)
+        s = wl["assemble"](cfg, target, res, None, sched, host=None)
         wl["sections"](s, res)
         s["prompt_tok_per_ttft_s"] = prompt_tok_per_ttft_s(res.records)
         if len(trials) > 1:
@@ -110,7 +110,12 @@ def _workload(cfg: BenchConfig) -> dict[str, Any]:
     if hasattr(B, "workload_for"):  # the workload × driver shape
         wl = B.workload_for(cfg)
         wl.check()
-        return {"schedule": wl.schedule, "before_summary": wl.after_run, "sections": wl.add_sections}
+
+        def assemble(cfg: Any, target: Any, res: Any, server: Any, sched: Any, host: Any = None) -> Any:
+            return B.assemble_summary(cfg, target, res, server, sched, host=host, workload=wl)
+
+        return {"schedule": wl.schedule, "before_summary": wl.after_run, "sections": wl.add_sections,
+                "assemble": assemble}
     # the shape before: dataset branches in bench.py and traffic.py
     from phasescope.load import traffic
 
@@ -135,7 +140,7 @@ def _workload(cfg: BenchConfig) -> dict[str, Any]:
         sched_box.append(B.make_schedule(cfg))
         return sched_box[0]
 
-    return {"schedule": schedule, "before_summary": before, "sections": sections}
+    return {"schedule": schedule, "before_summary": before, "sections": sections, "assemble": B.assemble_summary}
 
 
 def diff(expected: Any, got: Any, path: str = "") -> list[str]:
