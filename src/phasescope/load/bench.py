@@ -238,7 +238,7 @@ def _run_on_target(cfg: BenchConfig, wl: Workload, target: Target, on_record: Pr
     with run_output("bench", target, cfg.params(), out_dir=cfg.out_dir, store=cfg.store, say=status) as out:
         run = _Run(cfg, wl, driver, target, sched, on_record, status, stop, build)
         if cfg.trials <= 1:
-            summary, res, server = run.measure(run_salt, items, out, out.id)
+            summary, res, server = _measure(run, run_salt, items, out, out.id)
             return _finish(summary, res, out, server)
         return _run_trials(run, (run_salt, items), prompts, out)
 
@@ -256,10 +256,6 @@ class _Run:
     status: Callable[[str], None]
     stop: threading.Event
     build: dict[str, Any] | None
-
-    def measure(self, run_salt: str | None, items: list[WorkItem], out: Any,
-                run_id: str) -> tuple[dict[str, Any], RunResult, ServerMetricsResult | None]:
-        return _measure(self, run_salt, items, out, run_id)
 
 
 def _run_trials(run: _Run, first: tuple[str | None, list[WorkItem]],
@@ -283,7 +279,7 @@ def _run_trials(run: _Run, first: tuple[str | None, list[WorkItem]],
                 cut_between = True
                 break
         status(f"trial {i} of {cfg.trials}")
-        summary, res, server = run.measure(salt, items, TrialOut(out, i), f"{out.id}-t{i}")
+        summary, res, server = _measure(run, salt, items, TrialOut(out, i), f"{out.id}-t{i}")
         summary["trial"] = i
         summary["status"] = run_status(summary, res)
         summaries.append(summary)

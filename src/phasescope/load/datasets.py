@@ -394,7 +394,7 @@ class ConversationWorkload(Workload):
 
 #: ``--dataset`` → its workload: the one table that tells the datasets apart
 WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (
-    RandomWorkload, ShareGPTWorkload, JsonlWorkload, MooncakeWorkload, BurstGPTWorkload, ConversationWorkload)}
+    RandomWorkload, ShareGPTWorkload, JsonlWorkload, ConversationWorkload, MooncakeWorkload, BurstGPTWorkload)}
 
 
 def workload_for(cfg: Any) -> Workload:
