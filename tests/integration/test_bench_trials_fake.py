@@ -117,10 +117,10 @@ def test_ctrl_c_in_trial_2_keeps_trial_1_and_the_partial_trial_2(tmp_path: Path,
 
 def test_ctrl_c_between_trials_keeps_the_trials_so_far(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Ctrl-C lands while trial 2's prompts are being built (outside the runner's own SIGINT handling)
-    import phasescope.load.bench as bench_mod
+    from phasescope.load.datasets import RandomWorkload
 
     monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "store"))
-    real = bench_mod.build_items
+    real = RandomWorkload.items
     calls = {"n": 0}
 
     async def flaky(*a: Any, **kw: Any) -> Any:
@@ -129,7 +129,7 @@ def test_ctrl_c_between_trials_keeps_the_trials_so_far(tmp_path: Path, monkeypat
             raise KeyboardInterrupt
         return await real(*a, **kw)
 
-    monkeypatch.setattr(bench_mod, "build_items", flaky)
+    monkeypatch.setattr(RandomWorkload, "items", flaky)
     with FakeServer(flavor="vllm", ttft_s=0.002, itl_s=0.002).running() as srv:
         res = run_bench(BenchConfig(url=srv.url, num_prompts=4, max_concurrency=2, input_len=16, output_len=4,
                                     trials=3, metrics_interval_s=0.2))

@@ -23,10 +23,10 @@ KINDS = ("bench", "probe", "explain", "plan")
 
 
 def test_sigint_is_handled_in_one_module() -> None:
-    """Only phasescope.lifecycle touches SIGINT (testing/ holds the fake servers, processes of their own)."""
+    """Only phasescope.signals touches SIGINT (testing/ holds the fake servers, processes of their own)."""
     where = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                    if "signal.SIGINT" in p.read_text(encoding="utf-8") and p.parts[len(SRC.parts)] != "testing")
-    assert where == ["lifecycle.py"]
+    assert where == ["signals.py"]
 
 
 def test_one_sink_protocol_and_the_old_adapters_are_gone(tmp_path: Path) -> None:
@@ -281,11 +281,11 @@ def die_on_fifth(session: Any, target: Any, req: Any) -> Any:
 @pytest.mark.timeout(180)
 def test_a_killed_worker_leaves_a_partial_run_with_everything_it_finished(srv: FakeServer, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from phasescope.load import bench
+    from phasescope.load import bench, routing
     from phasescope.store import open_store
 
     monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "store"))
-    monkeypatch.setattr(bench, "_send_ref_for", lambda target: f"{__name__}:die_on_fifth")
+    monkeypatch.setattr(routing, "send_ref_for", lambda target: f"{__name__}:die_on_fifth")  # the workers' send
     cfg = bench.BenchConfig(url=srv.url, num_prompts=20, input_len=8, output_len=4, max_concurrency=2, workers=2,
                             server_metrics=False, nvml=False, out_dir=str(tmp_path / "out"))
     s = bench.run_bench(cfg).summary

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from phasescope.load.traces import HashedEntry, hit_rate_gap, read_trace_dataset, trace_console_lines, trace_section
+from phasescope.load.datasets import workload_for
+from phasescope.load.traces import HashedEntry, hit_rate_gap, trace_console_lines, trace_section
 from phasescope.measure.records import Event, RequestRecord
 
 MS = 1_000_000
@@ -19,6 +20,11 @@ def _cfg(path, dataset, **kw):
                 num_prompts=None, trace_speed=1.0)
     base.update(kw)
     return SimpleNamespace(**base)
+
+
+def read_trace_dataset(cfg):
+    """The trace workload's windowed entries and facts (load.datasets reads every trace the same way)."""
+    return workload_for(cfg).entries()
 
 
 BURST = ("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from phasescope.measure import aggregate
+from phasescope.measure import aggregate, derive
 from phasescope.measure.records import RequestRecord
 
 
@@ -92,12 +92,9 @@ def prompt_tokens_of(r: RequestRecord) -> int | None:
 
 
 def output_tokens_of(r: RequestRecord) -> int | None:
-    if r.output_tokens is not None:
-        return int(r.output_tokens)
-    tok = r.token_events()
-    if tok and all(e.n_tokens is not None for e in tok):
-        return sum(int(e.n_tokens or 0) for e in tok)
-    return len(tok) or None
+    """The request's output tokens, by :func:`phasescope.measure.derive.output_tokens`' one rule."""
+    n = derive.output_tokens(r)
+    return int(n) if n is not None else None
 
 
 def server_prefill_s(r: RequestRecord) -> float | None:

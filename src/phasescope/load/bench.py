@@ -1,19 +1,18 @@
-"""``phasescope bench`` as a library call: target → workload → schedule → runner(s) → summary.
+"""``phasescope bench`` as a library call: config → workload × driver → summary.
 
 :func:`run_bench` does one load run; :func:`phasescope.load.sweep.run_sweep` chains several. The
 CLI only parses flags into a :class:`BenchConfig`, passes a progress callback and prints.
 
-One job: one load run from its config to its summary. What it sends is built elsewhere (workloads in
-:mod:`phasescope.load.workload` and :mod:`phasescope.load.traffic`, schedules in
-:mod:`phasescope.load.schedule`), how it is sent too (runner, workers, Ray, the conversation driver),
-and what it measured is aggregated in :mod:`phasescope.load.summary`; this module is the glue that
-picks them for one config, which is why it is long.
+One job: one load run from its config to its summary, entered once. The config chooses, once, its
+**workload** (:func:`phasescope.load.datasets.workload_for`: flags checked, schedule, prompts, the
+summary's own sections) and its **driver** (:func:`phasescope.load.drivers.driver_for`: one process,
+``--workers`` processes, Ray actors, the conversation driver); what they measured is aggregated in
+:mod:`phasescope.load.summary` from the per-record rules of :mod:`phasescope.measure.derive`.
 
 Lifecycle: the run's output is opened by :func:`phasescope.lifecycle.run_output` (the run store and/or
-``--out``, else the fallback folder); the runner — one process, ``--workers`` processes
-(:mod:`phasescope.load.workers`) or Ray actors (:mod:`phasescope.load.ray`) — gets its
+``--out``, else the fallback folder); the driver gets its
 :class:`~phasescope.measure.records.RecordSink` and writes every record as it completes; Ctrl-C becomes
-the ``stop`` event (:func:`phasescope.lifecycle.on_sigint`), so the summary of what finished is still
+the ``stop`` event (:func:`phasescope.signals.on_sigint`), so the summary of what finished is still
 assembled and the run finishes ``partial``; an exception leaves the stored run ``partial`` with why.
 
 The result (``BenchResult.summary``) is one flat JSON object: the keys ``vllm bench serve
@@ -30,20 +29,20 @@ The result (``BenchResult.summary``) is one flat JSON object: the keys ``vllm be
 
 from __future__ import annotations
 
-import asyncio
 import math
 import secrets
 import threading
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Callable
 
 from phasescope.apis.base import Target, Timeouts
 from phasescope.errors import InputError
+from phasescope.load.datasets import Workload, workload_for
+from phasescope.load.drivers import Drive, Driver, driver_for, say_nothing
 from phasescope.load.health import health_warnings
-from phasescope.load.runner import RunResult, prewarm_count, run_load
-from phasescope.load.schedule import Schedule, build_schedule, read_trace
+from phasescope.load.runner import RunResult
+from phasescope.load.schedule import Schedule
 from phasescope.load.server_metrics import (
     MultiServerMetricsRecorder,
     ServerMetricsRecorder,
@@ -51,7 +50,7 @@ from phasescope.load.server_metrics import (
     compare_ttft,
 )
 from phasescope.load.summary import DEFAULT_PERCENTILES, summarize
-from phasescope.load.workload import WorkItem, jsonl_workload, random_workload, sharegpt_workload
+from phasescope.load.workload import WorkItem
 from phasescope.measure.records import RequestRecord
 
 SCHEMA = "phasescope.bench/1"
@@ -133,11 +132,9 @@ class BenchConfig:
     implied_hit_rate: float | None = None
 
     def default_num_prompts(self) -> int | None:
-        if self.dataset in ("conversation", "mooncake", "burstgpt"):  # sessions / the trace bound the run
-            return self.num_prompts
-        if self.num_prompts is None and self.duration_s is None and self.shape != "trace":
-            return 50
-        return self.num_prompts
+        """``num_prompts`` as the run reads it: 50 for a plain dataset given no bound; sessions and traces
+        bound their own runs (:meth:`phasescope.load.datasets.Workload.default_num_prompts`)."""
+        return workload_for(self).default_num_prompts()
 
     def params(self) -> dict[str, Any]:
         d = asdict(self)
@@ -164,79 +161,9 @@ class BenchResult:
 ProgressFn = Callable[[RequestRecord | tuple[Any, ...]], None]
 
 
-async def build_items(cfg: BenchConfig, target: Target, session: Any, n: int,
-                      per_request_lengths: list[tuple[int | None, int | None]] | None = None,
-                      run_salt: str | None = None) -> list[WorkItem]:
-    """The workload for ``n`` requests (see :mod:`phasescope.load.workload`). ``run_salt``: this
-    run's salt for the random prompts' texts (None: the seed's own prompts, ``--reuse-prompts``). A
-    server that does not answer the prompt building's first request within the user's timeouts ends
-    the command here (:class:`~phasescope.errors.NoAnswerError`, exit 3): before a run is opened, so
-    nothing is stored and no warm-up or measured request waits the same timeouts again."""
-    from phasescope.prompting import prompt_maker_for
-
-    maker = await prompt_maker_for(session, target)
-    if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # issue 17
-        from phasescope.load.traffic import workload_items
-
-        return await workload_items(cfg, maker, n, run_salt=run_salt)
-    if cfg.dataset == "random":
-        if per_request_lengths and any(a is not None for a, _ in per_request_lengths):
-            # trace replay: one item per trace entry with its own lengths
-            items = []
-            for i, (il, ol) in enumerate(per_request_lengths):
-                one = await random_workload(1, input_len=il or cfg.input_len, output_len=ol or cfg.output_len or 64,
-                                            maker=maker, seed=cfg.seed * 7_919 + i, run_salt=run_salt)
-                items.extend(one)
-            return items
-        return await random_workload(n, input_len=cfg.input_len, output_len=cfg.output_len or 64, maker=maker,
-                                     range_ratio=cfg.range_ratio, prefix_len=cfg.prefix_len,
-                                     prefix_groups=cfg.prefix_groups, seed=cfg.seed, run_salt=run_salt)
-    if not cfg.dataset_path:
-        raise InputError(f"--dataset {cfg.dataset} needs --dataset-path FILE")
-    if cfg.dataset == "sharegpt":
-        return await sharegpt_workload(cfg.dataset_path, n, count=maker.count, seed=cfg.seed,
-                                       output_len=cfg.output_len,
-                                       count_source=maker.source)
-    if cfg.dataset == "jsonl":
-        return await jsonl_workload(cfg.dataset_path, n, default_output_len=cfg.output_len or 64, count=maker.count,
-                                    count_source=maker.source)
-    raise InputError(f"unknown --dataset {cfg.dataset!r} (choose random, sharegpt or jsonl)")
-
-
 def make_schedule(cfg: BenchConfig, n_items: int | None = None) -> Schedule:
-    if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # issue 17
-        from phasescope.load.traffic import workload_schedule
-
-        return workload_schedule(cfg)
-    if cfg.shape == "trace" and not cfg.trace_path:  # before reading it: read_trace(None) is a TypeError
-        raise InputError("--load-shape trace needs --trace FILE")
-    trace = read_trace(cfg.trace_path) if cfg.shape == "trace" and cfg.trace_path else None
-    rows_read = len(trace) if trace is not None else 0
-    if trace is not None and (cfg.trace_start is not None or cfg.trace_duration is not None):
-        from phasescope.load.traces import window
-
-        trace = window(trace, start_s=cfg.trace_start, duration_s=cfg.trace_duration)
-    if (n_items is None and cfg.default_num_prompts() is None and math.isinf(cfg.request_rate)
-            and cfg.max_concurrency and cfg.shape != "trace"):
-        # closed loop bounded by --duration only: cycle through enough distinct prompts that a
-        # repeated prompt is not a prefix-cache hit within a few rounds
-        n_items = max(4 * cfg.max_concurrency, 64)
-    sched = build_schedule(
-        cfg.default_num_prompts(), rate=cfg.request_rate, burstiness=cfg.burstiness, shape=cfg.shape,
-        ramp_start_rate=cfg.ramp_start_rate, ramp_end_rate=cfg.ramp_end_rate, duration_s=cfg.duration_s,
-        max_concurrency=cfg.max_concurrency, num_items=n_items, warmup=cfg.warmup, trace=trace,
-        trace_speed=cfg.trace_speed, seed=cfg.seed)
-    if trace is not None:  # every replay says how many rows it skipped and why (issue 30)
-        skipped = {k: n for k, n in (("outside_window", rows_read - len(trace)),
-                                     ("beyond_num_prompts", max(0, len(trace) - len(sched.requests)))) if n}
-        offs = [e.offset_s for e in trace]
-        sched.trace_facts = {"dataset": "trace", "path": str(cfg.trace_path), "rows_in_file": rows_read,
-                             "entries_in_file": rows_read, "entries_replayed": len(sched.requests),
-                             "skipped": skipped, "skipped_total": sum(skipped.values()),
-                             "trace_speed": cfg.trace_speed, "trace_start_s": cfg.trace_start,
-                             "trace_duration_s": cfg.trace_duration,
-                             "span_s": (max(offs) - min(offs)) if offs else 0.0}
-    return sched
+    """The config's arrival plan (its workload's :meth:`~phasescope.load.datasets.Workload.schedule`)."""
+    return workload_for(cfg).schedule(n_items)
 
 
 def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_status: Callable[[str], None] | None = None,
@@ -245,7 +172,7 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
     partial result. ``target``: an already resolved target (sweeps reuse one)."""
     from phasescope.apis.resolve import open_target
 
-    status = on_status or (lambda s: None)
+    status = on_status or say_nothing
     if cfg.workers < 1:
         raise InputError("--workers must be at least 1")
     if cfg.output_len is not None and cfg.output_len < 1:
@@ -259,8 +186,9 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
     if cfg.trials > 1 and cfg.reuse_prompts:
         raise InputError("--trials sends every trial prompts of its own; --reuse-prompts would make trials 2+ "
                          "prefix-cache hits of trial 1: drop one of them")
+    wl = workload_for(cfg)  # chosen once for the run (its flags are checked below, after the common ones)
     if cfg.steady_state and math.isinf(cfg.request_rate) and not cfg.max_concurrency and cfg.shape in (
-            "poisson", "constant") and cfg.dataset in ("random", "sharegpt", "jsonl"):
+            "poisson", "constant") and wl.plain:
         raise InputError("--steady-state needs a sustained load: all requests sent at once have a ramp-up and a "
                          "drain but nothing between (add --max-concurrency N or --request-rate R)")
     if cfg.gpu_metrics:  # a malformed exporter URL is bad input, before anything is started or stored
@@ -268,17 +196,14 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
 
         for u in cfg.gpu_metrics:
             dcgm_url(u)
-    if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # issue 17: check the flags first
-        from phasescope.load.traffic import check_workload
-
-        check_workload(cfg)
+    wl.check()  # conversations and traces: their flags, and the trace read, before anything starts
     if target is not None:
-        return _run_on_target(cfg, target, on_record, status, stop)
+        return _run_on_target(cfg, wl, target, on_record, status, stop)
     if cfg.targets:
         from phasescope.load.routing import open_targets
 
         with open_targets(cfg, status) as tgt:
-            return _run_on_target(cfg, tgt, on_record, status, stop)
+            return _run_on_target(cfg, wl, tgt, on_record, status, stop)
     status("resolving target" if cfg.url else "starting the embedded engine")
     ekw = {"parallel": cfg.engine_parallel} if cfg.url is None else None
     ot = open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
@@ -286,36 +211,24 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
     with ot as tgt:
         from phasescope.load.hygiene import server_build
 
-        return _run_on_target(cfg, tgt, on_record, status, stop, build=server_build(ot.detected))
+        return _run_on_target(cfg, wl, tgt, on_record, status, stop, build=server_build(ot.detected))
 
 
-def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | None, status: Callable[[str], None],
-                   stop: threading.Event | None, build: dict[str, Any] | None = None) -> BenchResult:
+def _run_on_target(cfg: BenchConfig, wl: Workload, target: Target, on_record: ProgressFn | None,
+                   status: Callable[[str], None], stop: threading.Event | None,
+                   build: dict[str, Any] | None = None) -> BenchResult:
     stop = stop or threading.Event()
-    if cfg.dataset == "conversation":  # the history is resent on the chat API (issue 17)
-        from phasescope.load.conversation import chat_target
-
-        target = chat_target(target)
-    sched = make_schedule(cfg)
+    target = wl.prepare_target(target)
+    driver = driver_for(cfg, wl)  # chosen once for the run (every trial runs on it)
+    sched = wl.schedule()
     # warm-ups use items after the measured ones; a lazily continued schedule cycles a bounded pool
     pool = sched.tail.num_items if sched.tail is not None and sched.tail.num_items else len(sched.requests)
     n_items = max(1, pool) + len(sched.warmups)
-    lengths = ([(r.input_len, r.output_len) for r in sched.requests] + [(None, None)] * len(sched.warmups)
-               if cfg.shape == "trace" else None)
 
     def prompts(trial: int | None) -> tuple[str | None, list[WorkItem]]:
         status(f"building {n_items} prompts" + (f" for trial {trial} of {cfg.trials}" if trial else ""))
         run_salt = None if cfg.reuse_prompts else secrets.token_hex(6)
-
-        async def _items() -> list[WorkItem]:
-            from phasescope.apis import new_session
-
-            async with new_session() as s:
-                return await build_items(cfg, target, s, n_items, lengths, run_salt=run_salt)
-
-        from phasescope.load.loop import run_boxed
-
-        return run_salt, run_boxed(_items())  # a list of every prompt: kept out of the main task's repr
+        return run_salt, wl.build(target, n_items, sched, run_salt)
 
     run_salt, items = prompts(1 if cfg.trials > 1 else None)
 
@@ -323,48 +236,37 @@ def _run_on_target(cfg: BenchConfig, target: Target, on_record: ProgressFn | Non
 
     # the store and/or --out, else the fallback folder; every record written as it completes
     with run_output("bench", target, cfg.params(), out_dir=cfg.out_dir, store=cfg.store, say=status) as out:
+        run = _Run(cfg, wl, driver, target, sched, on_record, status, stop, build)
         if cfg.trials <= 1:
-            summary, res, server = _measure(cfg, target, sched, run_salt, items, out, out.id, on_record, status, stop,
-                                            build)
+            summary, res, server = _measure(run, run_salt, items, out, out.id)
             return _finish(summary, res, out, server)
-        return _run_trials(cfg, target, sched, (run_salt, items), prompts, out, on_record, status, stop, build)
+        return _run_trials(run, (run_salt, items), prompts, out)
 
 
-class _TrialSink:
-    """The run's sink, with every record tagged ``tags.trial`` (1-based) on its way in: one stored
-    run holds all trials' records, and ``compare`` splits them again."""
+@dataclass
+class _Run:
+    """What every trial of one run shares: its config, workload, driver, target, schedule and callbacks."""
 
-    def __init__(self, sink: Any, trial: int) -> None:
-        self.sink, self.trial = sink, trial
-
-    def write(self, record: RequestRecord) -> None:
-        record.tags["trial"] = self.trial
-        self.sink.write(record)
-
-    def close(self) -> None:  # the run's sink stays open for the next trial
-        pass
-
-
-class _TrialOut:
-    """The run's output as one trial sees it: its sink tags records with the trial; the rest is the run's."""
-
-    def __init__(self, out: Any, trial: int) -> None:
-        self._out = out
-        self.sink = _TrialSink(out.sink, trial)
-        self.records_subdir = f"records/trial-{trial}"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._out, name)
+    cfg: BenchConfig
+    wl: Workload
+    driver: Driver
+    target: Target
+    sched: Schedule
+    on_record: ProgressFn | None
+    status: Callable[[str], None]
+    stop: threading.Event
+    build: dict[str, Any] | None
 
 
-def _run_trials(cfg: BenchConfig, target: Target, sched: Schedule, first: tuple[str | None, list[WorkItem]],
-                prompts: Callable[[int | None], tuple[str | None, list[WorkItem]]], out: Any,
-                on_record: ProgressFn | None, status: Callable[[str], None], stop: threading.Event,
-                build: dict[str, Any] | None) -> BenchResult:
+def _run_trials(run: _Run, first: tuple[str | None, list[WorkItem]],
+                prompts: Callable[[int | None], tuple[str | None, list[WorkItem]]], out: Any) -> BenchResult:
     """``--trials N``: the same schedule N times into one stored run, each trial with prompts of its
     own (a fresh salt: nothing one trial sent is a prefix-cache hit for the next), its records tagged
     ``tags.trial``; then the run-level summary (:func:`phasescope.load.trials.combine_trials`). A trial
     cut short (Ctrl-C, a dead server) ends the run there: the trials before it and the partial one are kept."""
+    from phasescope.load.trials import TrialOut, combine_trials
+
+    cfg, stop, status = run.cfg, run.stop, run.status
     summaries: list[dict[str, Any]] = []
     results: list[RunResult] = []
     salt, items = first
@@ -377,16 +279,13 @@ def _run_trials(cfg: BenchConfig, target: Target, sched: Schedule, first: tuple[
                 cut_between = True
                 break
         status(f"trial {i} of {cfg.trials}")
-        summary, res, server = _measure(cfg, target, sched, salt, items, _TrialOut(out, i), f"{out.id}-t{i}",
-                                        on_record, status, stop, build)
+        summary, res, server = _measure(run, salt, items, TrialOut(out, i), f"{out.id}-t{i}")
         summary["trial"] = i
         summary["status"] = run_status(summary, res)
         summaries.append(summary)
         results.append(res)
         if stop.is_set() or res.partial or res.write_error or summary["status"] == "failed":
             break
-    from phasescope.load.trials import combine_trials
-
     summary = combine_trials(cfg.trials, summaries)
     summary["run_id"] = out.id
     last = results[-1]
@@ -417,11 +316,11 @@ def _finish(summary: dict[str, Any], res: RunResult, out: Any, server: ServerMet
     return BenchResult(summary, res.records, res, server, rpath, str(out.out_dir) if out.out_dir else None)
 
 
-def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | None, items: list[WorkItem],
-             out: Any, run_id: str, on_record: ProgressFn | None, status: Callable[[str], None], stop: threading.Event,
-             build: dict[str, Any] | None) -> tuple[dict[str, Any], RunResult, ServerMetricsResult | None]:
-    """One load run (one trial) into ``out``'s sink: its summary (not yet finished), its result and
-    the server's /metrics over it."""
+def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
+             run_id: str) -> tuple[dict[str, Any], RunResult, ServerMetricsResult | None]:
+    """One load run (one trial) on the run's driver into ``out``'s sink: its summary (not yet
+    finished), its result and the server's /metrics over it."""
+    cfg, wl, target, sched, build = run.cfg, run.wl, run.target, run.sched, run.build
     recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None = None
     from phasescope.load.routing import MultiTarget, is_multi
 
@@ -437,23 +336,13 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
                             server_url=target.base_url)
     if gpu_rec is not None:  # GPU telemetry, if any: none → the summary has no "gpu" key at all
         gpu_rec.start()
-    total = sched.total
-    if cfg.dataset != "conversation":
-        status(f"sending {'up to ' if cfg.duration_s else ''}{f'{total:,}' if total is not None else '∞'} requests")
     from phasescope.measure.host import HostSampler
 
     host = HostSampler(getattr(target, "base_url", None)).start()
     try:
-        if cfg.ray:
-            res: RunResult = _run_ray(cfg, sched, items, target, out, on_record, stop, run_id, recorder, status)
-        elif cfg.dataset == "conversation":  # sessions of dependent turns: their own driver (issue 17)
-            from phasescope.load.traffic import run_conversation_bench
-
-            res = run_conversation_bench(cfg, items, target, out, on_record, stop, run_id, recorder, run_salt, status)
-        elif cfg.workers == 1:
-            res = _run_single(cfg, sched, items, target, out, on_record, stop, run_id, recorder)
-        else:
-            res = _run_multi(cfg, sched, items, target, out, on_record, stop, run_id, recorder)
+        res = run.driver.run(Drive(cfg, wl, sched, items, target, out, run.on_record, run.stop, run_id, recorder,
+                                   run_salt, run.status))
+        wl.after_run(res)
     except BaseException:  # the run output marks the stored run partial on the way out
         host.stop()
         if recorder is not None:
@@ -471,13 +360,8 @@ def _measure(cfg: BenchConfig, target: Target, sched: Schedule, run_salt: str | 
                 row["t_s"] = row["wall_s"] - res.wall_t0_ns / 1e9
 
     host_d = host.stop()
-    summary = assemble_summary(cfg, target, res, server, sched, host=host_d)
-    if cfg.dataset in ("conversation", "mooncake", "burstgpt"):  # turns / conversation / trace sections (issue 17)
-        from phasescope.load.traffic import add_workload_sections
-
-        add_workload_sections(cfg, summary, res)
-    elif sched.trace_facts is not None:
-        summary["trace"] = dict(sched.trace_facts)
+    summary = assemble_summary(cfg, target, res, server, sched, host=host_d, workload=wl)
+    wl.add_sections(summary, res)  # trace; turns + conversation (issue 17)
     from phasescope.load.bench_ceilings import add_bench_ceilings
 
     add_bench_ceilings(cfg, target, res.records, summary)  # prompt ÷ TTFT named honestly, + ceilings (issue 30)
@@ -512,104 +396,12 @@ def run_status(summary: dict[str, Any], res: RunResult) -> str:
     return "partial" if res.partial else "complete"
 
 
-def _run_single(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out: Any,
-                on_record: ProgressFn | None, stop: threading.Event, run_id: str,
-                recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None) -> RunResult:
-    from phasescope.lifecycle import on_sigint
-
-    async def main() -> RunResult:
-        loop = asyncio.get_running_loop()
-        astop = asyncio.Event()
-
-        async def watch() -> None:  # the caller's threading.Event → this loop's asyncio.Event
-            while not stop.is_set():
-                await asyncio.sleep(0.05)
-            astop.set()
-
-        watcher = loop.create_task(watch())
-        try:
-            async def gate() -> int:
-                from phasescope.measure.clock import now_ns
-
-                if recorder is not None:  # after the warm-ups, so their tokens are not counted
-                    await asyncio.get_running_loop().run_in_executor(None, recorder.start)
-                t0 = now_ns()
-                if recorder is not None:
-                    recorder.t0_ns = t0
-                return t0
-
-            with on_sigint(lambda: (stop.set(), loop.call_soon_threadsafe(astop.set))):  # type: ignore[func-returns-value]
-                return await run_load(sched, items, target, send=_send_for(target),
-                                      max_concurrency=cfg.max_concurrency, writer=out.sink,
-                                      on_record=on_record, stop=astop, run_id=run_id, start_gate=gate,
-                                      abort_after_errors=cfg.abort_after_errors, drain_timeout_s=cfg.drain_timeout_s,
-                                      ignore_eos=cfg.ignore_eos,
-                                      prewarm_connections=prewarm_count(sched, cfg.max_concurrency) if cfg.prewarm else 0)
-        finally:
-            watcher.cancel()
-
-    from phasescope.load.loop import run_async
-
-    return run_async(main())  # uvloop when installed (load.loop.loop_factory)
-
-
-def _run_multi(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out: Any,
-               on_record: ProgressFn | None, stop: threading.Event, run_id: str,
-               recorder: ServerMetricsRecorder | MultiServerMetricsRecorder | None) -> RunResult:
-    """``--workers N``: each worker process keeps its own ``records/worker-<i>.jsonl`` and sends every
-    record to this process, which writes it to the run's sink as it arrives (load/workers.py)."""
-    import tempfile
-
-    from phasescope.lifecycle import on_sigint
-    from phasescope.load.workers import run_workers
-
-    sub = getattr(out, "records_subdir", "records")  # a trial's workers keep files of their own
-    rdir = (out.out_dir / sub) if out.out_dir is not None else Path(tempfile.mkdtemp(prefix="phasescope-bench-"))
-    with on_sigint(stop.set):
-        return run_workers(sched, items, target, n_workers=cfg.workers, records_dir=rdir, sink=out.sink,
-                           on_start=(lambda: recorder.start()) if recorder is not None else None,
-                           max_concurrency=cfg.max_concurrency, run_id=run_id, on_progress=on_record,  # type: ignore[arg-type]
-                           send_ref=_send_ref_for(target),
-                           stop=stop, abort_after_errors=cfg.abort_after_errors,
-                           drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos,
-                           prewarm_connections=(-(-prewarm_count(sched, cfg.max_concurrency) // cfg.workers)
-                                                if cfg.prewarm else 0))
-
-
-def _run_ray(cfg: BenchConfig, sched: Schedule, items: list[WorkItem], target: Target, out: Any,
-             on_record: ProgressFn | None, stop: threading.Event, run_id: str, recorder: Any,
-             status: Callable[[str], None]) -> RunResult:
-    """``--ray``: records reach the run's sink as the driver polls them from the actors; the /metrics
-    timeline starts at t0 (driver clock). See :mod:`phasescope.load.ray`."""
-    from phasescope.lifecycle import on_sigint
-    from phasescope.load.ray import run_ray
-
-    prewarm = (-(-prewarm_count(sched, cfg.max_concurrency) // cfg.ray_workers) if cfg.prewarm else 0)
-    with on_sigint(stop.set):
-        return run_ray(sched, items, target, n_actors=cfg.ray_workers, address=cfg.ray_address,
-                       actor_cpus=cfg.ray_actor_cpus, max_concurrency=cfg.max_concurrency, run_id=run_id,
-                       send_ref=_send_ref_for(target), writer=out.sink, on_record=on_record,
-                       on_start=(lambda t0: recorder.start(t0)) if recorder is not None else None,
-                       on_status=status, stop=stop, abort_after_errors=cfg.abort_after_errors,
-                       drain_timeout_s=cfg.drain_timeout_s, ignore_eos=cfg.ignore_eos,
-                       prewarm_connections=prewarm)
-
-
-def _send_for(target: Target) -> Any:
-    from phasescope.load.routing import send_for
-
-    return send_for(target)
-
-
-def _send_ref_for(target: Target) -> str | None:
-    from phasescope.load.routing import send_ref_for
-
-    return send_ref_for(target)
-
-
 def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: ServerMetricsResult | None,
-                     sched: Schedule, host: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Header keys as vLLM writes them, then :func:`summarize`, then phasescope's sections."""
+                     sched: Schedule, host: dict[str, Any] | None = None,
+                     workload: Workload | None = None) -> dict[str, Any]:
+    """Header keys as vLLM writes them, then :func:`summarize`, then phasescope's sections.
+    ``workload``: the run's (None: the config's)."""
+    wl = workload or workload_for(cfg)
     head: dict[str, Any] = {
         "schema": SCHEMA,
         "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
@@ -619,15 +411,14 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
         "model_id": target.model,
         "target": target.display_url,
         "engine": target.engine,
-        "num_prompts": cfg.default_num_prompts(),
+        "num_prompts": wl.default_num_prompts(),
         "request_rate": "inf" if math.isinf(cfg.request_rate) else cfg.request_rate,
         "burstiness": cfg.burstiness,
         "max_concurrency": cfg.max_concurrency,
         "load_shape": cfg.shape,
         "workers": cfg.workers,
         "dataset": cfg.dataset,
-        "input_len": cfg.input_len if cfg.dataset == "random" else None,
-        "output_len": cfg.output_len if cfg.output_len is not None else (None if cfg.dataset == "sharegpt" else 64),
+        **wl.header(),  # input_len, output_len
     }
     skw: dict[str, Any] = dict(percentiles=cfg.percentiles, goodput=cfg.goodput or None,
                                t0_ns=res.t0_ns if cfg.workers == 1 and res.t0_ns else None,
@@ -663,8 +454,7 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
     warn: list[Any] = list(health_warnings(res.health, workers=cfg.workers, achieved_rate=s.get("achieved_rate"),
                                            requested_rate=s.get("requested_rate") if cfg.max_concurrency is None else None,
                                            burst=(math.isinf(cfg.request_rate) and cfg.max_concurrency is None
-                                                  and cfg.shape in ("poisson", "constant")
-                                                  and cfg.dataset in ("random", "sharegpt", "jsonl")),
+                                                  and cfg.shape in ("poisson", "constant") and wl.plain),
                                            completed=s.get("completed"), host=host))
     warn += list(s.get("count_warnings", [])) + steady_warn
     if server is not None:
@@ -678,10 +468,10 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
     from phasescope.measure.warnings import to_json
 
     head["reuse_prompts"] = cfg.reuse_prompts
-    head["prefix_cache"] = prefix_cache_section(cfg, res.records, head["server_metrics"])
+    head["prefix_cache"] = prefix_cache_section(cfg, res.records, head["server_metrics"], workload=wl)
     head["prefix_cache_hit_rate"] = head["prefix_cache"]["hit_rate"]
     head["host"] = host
-    warn += bench_warnings(cfg, head, res.records, res.warmup_records)
+    warn += bench_warnings(cfg, head, res.records, res.warmup_records, workload=wl)
     warn += [] if any(getattr(w, "kind", None) == "host_busy" for w in warn) else judge(host)  # once, lag included
     head["warnings"] = to_json(warn)
     return head

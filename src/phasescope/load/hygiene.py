@@ -29,17 +29,24 @@ MIN_FOR_P99 = 20
 COLD_FACTOR = 3.0
 
 
-def expected_hit_rate(cfg: Any, n: int) -> float:
+def expected_hit_rate(cfg: Any, n: int, workload: Any = None) -> float:
     """The most a correct run can hit: 0 for unique prompts; with a shared prefix, every request
-    reusing its group's prefix (the warm-ups may already have cached each group's)."""
-    if getattr(cfg, "implied_hit_rate", None) is not None:  # conversations, Mooncake traces (issue 17)
-        return float(cfg.implied_hit_rate)
-    if cfg.dataset != "random" or not cfg.prefix_len or n <= 0:
-        return 0.0
-    return cfg.prefix_len / (cfg.prefix_len + cfg.input_len)
+    reusing its group's prefix (the warm-ups may already have cached each group's); a conversation's
+    or a Mooncake trace's implied rate (issue 17). The workload knows which
+    (:meth:`phasescope.load.datasets.Workload.expected_hit_rate`)."""
+    return _workload(cfg, workload).expected_hit_rate(n)
 
 
-def prefix_cache_section(cfg: Any, records: Sequence[RequestRecord], server_metrics: dict[str, Any] | None) -> dict[str, Any]:
+def _workload(cfg: Any, workload: Any) -> Any:
+    if workload is not None:
+        return workload
+    from phasescope.load.datasets import workload_for
+
+    return workload_for(cfg)
+
+
+def prefix_cache_section(cfg: Any, records: Sequence[RequestRecord], server_metrics: dict[str, Any] | None,
+                         workload: Any = None) -> dict[str, Any]:
     """``prefix_cache``: hit rate per request source and from /metrics, and what was expected."""
     ok = successful(records)
     known = [(c, r.prompt_tokens) for r in ok if r.prompt_tokens and (c := derive.cached_prompt_tokens(r)) is not None]
@@ -53,28 +60,13 @@ def prefix_cache_section(cfg: Any, records: Sequence[RequestRecord], server_metr
         "hit_rate_server_metrics": srv,
         "requests_with_hits": hits if known else None,
         "requests_known": len(known),
-        "expected_hit_rate": expected_hit_rate(cfg, len(ok)),
+        "expected_hit_rate": expected_hit_rate(cfg, len(ok), workload),
         "reuse_prompts": bool(cfg.reuse_prompts),
     }
 
 
-def _more_requests(cfg: Any) -> str:
-    """too_few_samples' fix: the flag that sends more requests of *this* workload — a conversation's
-    requests are its sessions' turns, a trace's its entries in the replayed window, a timed run's what
-    its rate fits in its duration; only a plain dataset counts them with --num-prompts."""
-    n = MIN_FOR_P99
-    if cfg.dataset == "conversation":
-        return f"run at least {n} turns (more --sessions, or longer --turns) before reading p99"
-    if cfg.dataset in ("mooncake", "burstgpt"):
-        cap = " (--num-prompts only caps the entries)" if cfg.num_prompts is not None else ""
-        return f"replay at least {n} trace entries (a longer --trace-duration window){cap} before reading p99"
-    if cfg.num_prompts is None and cfg.duration_s is not None:
-        return f"send at least {n} requests (a longer --duration, or a higher --request-rate) before reading p99"
-    return f"send at least {n} requests (--num-prompts) before reading p99"
-
-
 def bench_warnings(cfg: Any, summary: dict[str, Any], records: Sequence[RequestRecord],
-                   warmups: Sequence[RequestRecord]) -> list[MeasurementWarning]:
+                   warmups: Sequence[RequestRecord], workload: Any = None) -> list[MeasurementWarning]:
     out: list[MeasurementWarning] = []
     pc = summary.get("prefix_cache") or {}
     rate, exp = pc.get("hit_rate"), pc.get("expected_hit_rate") or 0.0
@@ -102,7 +94,7 @@ def bench_warnings(cfg: Any, summary: dict[str, Any], records: Sequence[RequestR
             f"Only {done} requests completed: a p{high[-1]:g} of {done} values is close to the maximum of a few "
             "requests, not a tail estimate.",
             {"completed": done, "percentiles": high, "min_for_p99": MIN_FOR_P99},
-            _more_requests(cfg)))
+            _workload(cfg, workload).more_requests(MIN_FOR_P99)))
     ok = sorted((r for r in records if r.ok), key=lambda r: r.t_start_ns)
     if not warmups and len(ok) >= 4:
         t = [derive.ttft_s(r) for r in ok]
@@ -139,39 +131,3 @@ def server_build(detected: Any) -> dict[str, Any] | None:
         "n_ctx": dgs.get("n_ctx") or meta.get("n_ctx"),
     }
     return {k: v for k, v in out.items() if v is not None} or None
-
-
-#: warnings of a measured run that make a calibration from it suspect
-_CALIBRATION_KINDS = ("host_busy", "prefix_cache_hits", "client_saturated", "token_count_mismatch", "cold_start")
-
-
-def calibration_warnings(ref: str | None, records: Sequence[RequestRecord] | None = None) -> list[dict[str, Any]]:
-    """``plan --calibrate-from REF``: the calibration run's own warnings that bias its fit (host
-    contention, prefix-cache hits, a saturated client...), and cache hits found in its records."""
-    from phasescope.measure.warnings import coerce, to_json
-
-    if not ref:
-        return []
-    out: list[MeasurementWarning] = []
-    try:
-        from pathlib import Path
-
-        if not Path(ref).expanduser().is_file():
-            from phasescope.store import open_store
-
-            info = open_store().get(ref)
-            for w in info.warnings:
-                cw = coerce(w)
-                if cw.kind in _CALIBRATION_KINDS:
-                    out.append(MeasurementWarning(cw.kind, f"calibration run {info.id}: {cw.message}", cw.evidence,
-                                                  "calibrate from a run without this warning"))
-    except Exception:  # noqa: BLE001 - a run we cannot read has no warnings to pass on
-        pass
-    rate = cached_share(records or []) or 0.0
-    if rate > HIT_MARGIN and not any(w.kind == "prefix_cache_hits" for w in out):
-        out.append(MeasurementWarning(
-            "prefix_cache_hits",
-            f"{rate * 100:.0f} % of the calibration requests' prompt tokens came from the prefix cache: the "
-            "fitted prefill cost is too low.", {"hit_rate": rate},
-            "calibrate from a bench run with unique prompts (the default; not --reuse-prompts)"))
-    return to_json(out)

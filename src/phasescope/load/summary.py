@@ -44,7 +44,7 @@ import numpy as np
 
 from phasescope.errors import InputError
 from phasescope.measure import aggregate, derive
-from phasescope.measure.derive import client_output_count
+from phasescope.measure.derive import client_output_count, end_ns, input_tokens_sourced, output_tokens_sourced
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.warnings import MeasurementWarning
 
@@ -120,41 +120,6 @@ def stat_block(name: str, values_s: Sequence[float], percentiles: Sequence[float
     return out
 
 
-def _output_tokens(r: RequestRecord) -> tuple[int, str]:
-    if r.output_tokens is not None:
-        return int(r.output_tokens), r.output_tokens_source or "unknown"
-    n = client_output_count(r)
-    return (n or 0), "events"
-
-
-def _input_tokens(r: RequestRecord) -> tuple[int | None, str]:
-    if r.prompt_tokens is not None:
-        return int(r.prompt_tokens), r.prompt_tokens_source or "unknown"
-    if r.prompt_tokens_requested is not None:
-        return int(r.prompt_tokens_requested), "requested"
-    return None, "unknown"
-
-
-def _end_ns(r: RequestRecord) -> int:
-    t = derive.last_token_ns(r)
-    if r.t_done_ns is not None:
-        t = max(t or 0, r.t_done_ns)
-    return t if t is not None else r.t_start_ns
-
-
-def _slot_ns(r: RequestRecord) -> int | None:
-    v = (r.tags or {}).get("t_slot_ns")
-    return int(v) if v is not None else None
-
-
-def client_queue_s(r: RequestRecord) -> float | None:
-    """Scheduled → slot free (the concurrency cap's wait); None outside bench runs."""
-    s = _slot_ns(r)
-    if r.t_scheduled_ns is None or s is None:
-        return derive.queue_s(r)
-    return max(0, s - r.t_scheduled_ns) / 1e9
-
-
 def max_concurrency_sweep(intervals: Sequence[tuple[float, float]]) -> int:
     """Exact maximum overlap of [start, end) intervals (ends sort before starts at equal times)."""
     ev: list[tuple[float, int]] = []
@@ -201,11 +166,11 @@ def summarize(
                 min(r.t_scheduled_ns for r in recs if r.t_scheduled_ns is not None) if any(
                     r.t_scheduled_ns is not None for r in recs) else min(r.t_start_ns for r in recs),
                 min(r.t_start_ns for r in recs))
-            end = max(_end_ns(r) for r in recs)
+            end = max(end_ns(r) for r in recs)
             duration_s = max(0.0, (end - start) / 1e9)
         else:
             starts = [r.wall_start_ns - (r.t_start_ns - (r.t_scheduled_ns or r.t_start_ns)) for r in recs]
-            ends = [r.wall_start_ns + (_end_ns(r) - r.t_start_ns) for r in recs]
+            ends = [r.wall_start_ns + (end_ns(r) - r.t_start_ns) for r in recs]
             duration_s = max(0.0, (max(ends) - min(starts)) / 1e9)
     dur = duration_s or 0.0
 
@@ -228,8 +193,8 @@ def summarize(
     in_compared = 0
     in_diffs: list[int] = []
     for r in ok:
-        n_out, src_out = _output_tokens(r)
-        n_in, src_in = _input_tokens(r)
+        n_out, src_out = output_tokens_sourced(r)
+        n_in, src_in = input_tokens_sourced(r)
         out_sources[src_out] += 1
         in_sources[src_in] += 1
         out_tok_total += n_out
@@ -256,7 +221,7 @@ def summarize(
             ttfts.append(t)
         if e is not None:
             e2els.append(e)
-            q = client_queue_s(r)
+            q = derive.client_queue_s(r)
             if q is not None:
                 queues.append(q)
                 e2el_q.append(e + q)
@@ -301,10 +266,10 @@ def summarize(
     if recs:
         if same:
             base = t0_ns if t0_ns is not None else min(r.t_start_ns for r in recs)
-            iv = [((r.t_start_ns - base) / 1e9, (_end_ns(r) - base) / 1e9) for r in recs]
+            iv = [((r.t_start_ns - base) / 1e9, (end_ns(r) - base) / 1e9) for r in recs]
         else:
             wbase = min(r.wall_start_ns for r in recs)
-            iv = [((r.wall_start_ns - wbase) / 1e9, (r.wall_start_ns + _end_ns(r) - r.t_start_ns - wbase) / 1e9)
+            iv = [((r.wall_start_ns - wbase) / 1e9, (r.wall_start_ns + end_ns(r) - r.t_start_ns - wbase) / 1e9)
                   for r in recs]
         out["max_concurrent_requests"] = max_concurrency_sweep(iv)
         out["max_output_tokens_per_s"] = _peak_tokens_per_s(ok, t0_ns if same else None, same)
@@ -371,18 +336,12 @@ def _peak_tokens_per_s(ok: Sequence[RequestRecord], t0_ns: int | None, same_cloc
     base = t0_ns if t0_ns is not None else min(r.t_start_ns for r in ok) if same_clock else None
     wbase = min(r.wall_start_ns for r in ok) if not same_clock else 0
     for r in ok:
-        tok = r.token_events()
-        if not tok:
-            continue
-        n_out, _ = _output_tokens(r)
-        known = all(e.n_tokens is not None for e in tok)
-        per = None if known else (n_out / len(tok) if tok else 0)
-        for e in tok:
+        for t_ns, n in derive.token_event_counts(r):
             if same_clock:
-                sec = int((e.t_ns - (base or 0)) // 1_000_000_000)
+                sec = int((t_ns - (base or 0)) // 1_000_000_000)
             else:
-                sec = int((r.wall_start_ns + e.t_ns - r.t_start_ns - wbase) // 1_000_000_000)
-            buckets[sec] += (e.n_tokens or 0) if known else per  # type: ignore[operator,assignment]
+                sec = int((r.wall_start_ns + t_ns - r.t_start_ns - wbase) // 1_000_000_000)
+            buckets[sec] += n  # type: ignore[assignment]
     return float(max(buckets.values())) if buckets else None
 
 
@@ -397,8 +356,8 @@ def _span_ns(r: RequestRecord, wall: bool) -> tuple[int, int]:
     """(start, end) of a request on one clock: its process's monotonic clock, or the wall clock
     (``wall_start_ns`` + elapsed) when the run had several worker processes."""
     if not wall:
-        return r.t_start_ns, _end_ns(r)
-    return r.wall_start_ns, r.wall_start_ns + (_end_ns(r) - r.t_start_ns)
+        return r.t_start_ns, end_ns(r)
+    return r.wall_start_ns, r.wall_start_ns + (end_ns(r) - r.t_start_ns)
 
 
 def steady_window(records: Sequence[RequestRecord], *, target_concurrency: int | None = None) -> dict[str, Any]:
@@ -487,17 +446,14 @@ def steady_summary(records: Sequence[RequestRecord], window: dict[str, Any], **k
     for r in aggregate.measured(records):
         if not r.ok:
             continue
-        if lo <= on_clock(r, _end_ns(r)) <= hi:
+        if lo <= on_clock(r, end_ns(r)) <= hi:
             done += 1
-        tok = r.token_events()
-        n_out, _ = _output_tokens(r)
-        known = all(e.n_tokens is not None for e in tok)
-        per = (n_out / len(tok)) if tok and not known else 0.0
-        for e in tok:
-            if lo <= on_clock(r, e.t_ns) <= hi:
-                out_tok += (e.n_tokens or 0) if known else per
-        if tok and lo <= on_clock(r, tok[0].t_ns) <= hi:
-            prompt_tok += _input_tokens(r)[0] or 0
+        counts = derive.token_event_counts(r)
+        for t_ns, n in counts:
+            if lo <= on_clock(r, t_ns) <= hi:
+                out_tok += n
+        if counts and lo <= on_clock(r, counts[0][0]) <= hi:
+            prompt_tok += input_tokens_sourced(r)[0] or 0
     out["request_throughput"] = done / dur
     out["output_throughput"] = out_tok / dur
     out["total_token_throughput"] = (out_tok + prompt_tok) / dur

@@ -161,35 +161,18 @@ def window(entries: Sequence[TraceEntry], *, start_s: float | None = None, durat
     return out
 
 
-def read_trace_dataset(cfg: Any) -> tuple[list[HashedEntry], dict[str, Any]]:
-    """The windowed entries of ``cfg.dataset`` (mooncake | burstgpt) and facts for the summary."""
-    if not cfg.dataset_path:
-        raise InputError(f"--dataset {cfg.dataset} needs --dataset-path FILE")
-    why: dict[str, int] = {}
-    if cfg.dataset == "mooncake":
-        entries = read_mooncake(cfg.dataset_path, block_size=int(cfg.block_size))
-    else:
-        entries, why = read_burstgpt_rows(cfg.dataset_path)
-    read = len(entries)
-    entries = window(entries, start_s=cfg.trace_start, duration_s=cfg.trace_duration)
-    why["outside_window"] = read - len(entries)
-    if cfg.num_prompts is not None:
-        why["beyond_num_prompts"] = max(0, len(entries) - cfg.num_prompts)
-        entries = entries[: cfg.num_prompts]
+def trace_facts(cfg: Any, *, dataset: str, path: Any, entries_in_file: int, rows_in_file: int,
+                entries_replayed: int, why: dict[str, int], span_s: float, rows_skipped: int = 0,
+                block_size: int | None = None) -> dict[str, Any]:
+    """The ``trace`` section's facts of any replayed trace — a plain ``--trace`` file, Mooncake, BurstGPT
+    — built in one place: what the file held, what was replayed, what was skipped and why (``why``:
+    rows by reason; reasons with 0 rows are left out), the speed and window it was replayed at."""
     skipped = {k: n for k, n in why.items() if n}
-    rows = read + why.get("zero_response_tokens", 0) + why.get("zero_request_tokens", 0)
-    facts = {"dataset": cfg.dataset, "path": str(cfg.dataset_path), "entries_in_file": read,
-             "rows_in_file": rows, "skipped": skipped, "skipped_total": sum(skipped.values()),
-             "entries_replayed": len(entries),
-             "rows_skipped": why.get("zero_response_tokens", 0) + why.get("zero_request_tokens", 0),
-             "trace_speed": cfg.trace_speed,
-             "trace_start_s": cfg.trace_start, "trace_duration_s": cfg.trace_duration,
-             "block_size": int(cfg.block_size) if cfg.dataset == "mooncake" else None,
-             "span_s": (entries[-1].offset_s - entries[0].offset_s) if entries else 0.0}
-    if cfg.dataset == "mooncake":
-        facts["implied_hit_rate"] = implied_hit_rate(entries, int(cfg.block_size))
-        facts["distinct_blocks"] = len({h for e in entries for h in e.hash_ids})
-    return entries, facts
+    return {"dataset": dataset, "path": str(path), "entries_in_file": entries_in_file,
+            "rows_in_file": rows_in_file, "skipped": skipped, "skipped_total": sum(skipped.values()),
+            "entries_replayed": entries_replayed, "rows_skipped": rows_skipped,
+            "trace_speed": cfg.trace_speed, "trace_start_s": cfg.trace_start, "trace_duration_s": cfg.trace_duration,
+            "block_size": block_size, "span_s": span_s}
 
 
 def implied_hit_rate(entries: Sequence[HashedEntry], block_size: int) -> float | None:

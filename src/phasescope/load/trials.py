@@ -132,3 +132,30 @@ def combine_trials(n_trials: int, trials: list[dict[str, Any]]) -> dict[str, Any
             {"trials_complete": len(done), "trials": n_trials}, "run again with --trials 3 or more"))
     out["warnings"] = warn + to_json(extra)
     return out
+
+
+class TrialSink:
+    """The run's sink, with every record tagged ``tags.trial`` (1-based) on its way in: one stored
+    run holds all trials' records, and ``compare`` splits them again."""
+
+    def __init__(self, sink: Any, trial: int) -> None:
+        self.sink, self.trial = sink, trial
+
+    def write(self, record: Any) -> None:
+        record.tags["trial"] = self.trial
+        self.sink.write(record)
+
+    def close(self) -> None:  # the run's sink stays open for the next trial
+        pass
+
+
+class TrialOut:
+    """The run's output as one trial sees it: its sink tags records with the trial; the rest is the run's."""
+
+    def __init__(self, out: Any, trial: int) -> None:
+        self._out = out
+        self.sink = TrialSink(out.sink, trial)
+        self.records_subdir = f"records/trial-{trial}"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._out, name)

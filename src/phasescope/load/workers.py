@@ -12,7 +12,7 @@ and/or ``--out``) at once, so the run's JSONL grows as the run goes, in arrival 
 it usable. A file, not a pipe, because a worker killed mid-write (OOM, ``kill -9``) can only leave a
 partial last line in its own file — which is skipped — where a half-written message in a shared pipe
 would corrupt every other worker's; the worker's death marks the run partial and everything it finished
-is in the run. Ctrl-C belongs to the parent (:func:`phasescope.lifecycle.ignore_sigint` in each worker),
+is in the run. Ctrl-C belongs to the parent (:func:`phasescope.signals.ignore_sigint` in each worker),
 which tells the workers to stop through an event.
 
 Clocks: every duration is a difference of one process's ``perf_counter_ns`` readings, never
@@ -81,7 +81,7 @@ def progress_of(rec: RequestRecord) -> Progress:
 def _worker_main(idx: int, part: Schedule, items: Sequence[WorkItem], target: Target, cap: int | None, path: str,
                  run_id: str, send_ref: str | None, kw: dict[str, Any], ready_q: Any, go: Any, t0_wall: Any,
                  stop_ev: Any, result_q: Any) -> None:
-    from phasescope.lifecycle import ignore_sigint
+    from phasescope.signals import ignore_sigint
 
     ignore_sigint()  # the parent owns Ctrl-C and tells us via stop_ev
     try:
@@ -204,7 +204,7 @@ def run_workers(
                           go, t0_wall, stop_ev, result_q))
         for i in range(n_workers)
     ]
-    from phasescope.lifecycle import children_start_deaf
+    from phasescope.signals import children_start_deaf
 
     with children_start_deaf():  # a Ctrl-C while they boot must not kill one half-started
         for p in procs:

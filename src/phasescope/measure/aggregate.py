@@ -232,7 +232,7 @@ def _throughput(ok: list[RequestRecord], n_windows: int) -> tuple[float | None, 
         ev = r.token_events()
         if not ev:
             continue
-        total = derive._output_tokens(r) or len(ev)
+        total = derive.output_tokens(r) or len(ev)
         known = all(e.n_tokens is not None for e in ev)
         for e in ev:
             toks.append((_wall(r, e.t_ns), float(e.n_tokens or 0) if known else total / len(ev)))

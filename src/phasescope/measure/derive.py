@@ -92,12 +92,66 @@ def client_output_count(r: RequestRecord) -> int | None:
     return len(tok)
 
 
-def _output_tokens(r: RequestRecord) -> int | None:
+def output_tokens(r: RequestRecord) -> int | None:
+    """Output tokens of a request: the server's count when it sent one, else the client's
+    (:func:`client_output_count`); None when neither knows. The one rule every summary, table and
+    experiment counts output tokens by."""
     return r.output_tokens if r.output_tokens is not None else client_output_count(r)
 
 
+def output_tokens_sourced(r: RequestRecord) -> tuple[int, str]:
+    """(:func:`output_tokens`, where the count came from): the record's ``output_tokens_source``
+    (``usage``, ``server``...; ``unknown`` when unsaid), or ``events`` when counted from the stream
+    (0 tokens when there were none)."""
+    if r.output_tokens is not None:
+        return int(r.output_tokens), r.output_tokens_source or "unknown"
+    return (client_output_count(r) or 0), "events"
+
+
+def input_tokens_sourced(r: RequestRecord) -> tuple[int | None, str]:
+    """(prompt tokens, where the count came from): the server's count, else the length that was asked
+    for (``requested``), else (None, ``unknown``)."""
+    if r.prompt_tokens is not None:
+        return int(r.prompt_tokens), r.prompt_tokens_source or "unknown"
+    if r.prompt_tokens_requested is not None:
+        return int(r.prompt_tokens_requested), "requested"
+    return None, "unknown"
+
+
+def token_event_counts(r: RequestRecord) -> list[tuple[int, float]]:
+    """(time, output tokens) per token-carrying event: each event's own count when every event has
+    one, else the request's :func:`output_tokens` spread evenly over its events."""
+    tok = r.token_events()
+    if not tok:
+        return []
+    if all(e.n_tokens is not None for e in tok):
+        return [(e.t_ns, e.n_tokens or 0) for e in tok]
+    per = output_tokens_sourced(r)[0] / len(tok)
+    return [(e.t_ns, per) for e in tok]
+
+
+def end_ns(r: RequestRecord) -> int:
+    """When a request was over on its clock: the later of its last token and its body's end (its
+    start when neither is known)."""
+    t = last_token_ns(r)
+    if r.t_done_ns is not None:
+        t = max(t or 0, r.t_done_ns)
+    return t if t is not None else r.t_start_ns
+
+
+def client_queue_s(r: RequestRecord) -> float | None:
+    """Client-side queue of a bench request: scheduled send time → a concurrency slot was free
+    (``tags.t_slot_ns``, the ``--max-concurrency`` cap's wait); without a slot time, :func:`queue_s`.
+    None outside runs that schedule their requests."""
+    v = (r.tags or {}).get("t_slot_ns")
+    s = int(v) if v is not None else None
+    if r.t_scheduled_ns is None or s is None:
+        return queue_s(r)
+    return max(0, s - r.t_scheduled_ns) / NS
+
+
 def decode_tok_s(r: RequestRecord) -> float | None:
-    n = _output_tokens(r)
+    n = output_tokens(r)
     a, b = first_token_ns(r), last_token_ns(r)
     if n is None or n < 2 or a is None or b is None or b <= a:
         return None
@@ -105,7 +159,7 @@ def decode_tok_s(r: RequestRecord) -> float | None:
 
 
 def tpot_s(r: RequestRecord) -> float | None:
-    n = _output_tokens(r)
+    n = output_tokens(r)
     t, e = ttft_s(r), e2e_s(r)
     if n is None or n < 2 or t is None or e is None:
         return None
@@ -126,7 +180,7 @@ def itl_s(r: RequestRecord) -> list[float]:
     if all(e.n_tokens is not None for e in tok):
         counts = [float(e.n_tokens or 0) for e in tok]
     else:
-        total = _output_tokens(r) or len(tok)
+        total = output_tokens(r) or len(tok)
         # the first event carries the first token; spread the rest evenly over later events
         rest = max(total - 1, len(tok) - 1)
         counts = [1.0] + [rest / (len(tok) - 1)] * (len(tok) - 1)

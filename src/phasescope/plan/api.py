@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from phasescope.errors import InputError, PhasescopeError
 from phasescope.plan.build import cost_from_theory, resolve_device, resolve_model
-from phasescope.plan.calibrate import calibrate, load_calibration_records
+from phasescope.plan.calibrate import calibrate, calibration_warnings, load_calibration_records
 from phasescope.plan.costmodel import CostModel
 from phasescope.plan.metrics import parse_slo, to_records
 from phasescope.plan.planner import (
@@ -291,8 +291,6 @@ def run_plan(o: PlanOptions, say: Callable[[str], None] | None = None) -> dict[s
         if k in sm:
             doc[k] = sm[k]
     doc["sim_wall_s"] = time.perf_counter() - t0
-    from phasescope.load.hygiene import calibration_warnings
-
     doc["warnings"] = calibration_warnings(o.calibrate_from, load_calibration_records(o.calibrate_from)
                                            if o.calibrate_from else None)
     doc["run_id"] = _save(doc, spec, res, o, say) if o.save else None

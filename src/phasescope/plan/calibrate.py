@@ -447,3 +447,41 @@ def _calibrate(records: Sequence[RequestRecord], base: CostModel, adjust: Any) -
         be0 = [smooth.step_time_s(int(round(b)), round(b) * s_) / y - 1 for s_, b, y in batched]
         res["batched_decode_rel_err_median_smooth"] = float(np.median(np.abs(be0)))
     return Calibration(new, api, n_pre, len(dec), fitted, res)
+
+
+#: warnings of a measured run that make a calibration from it suspect
+_CALIBRATION_KINDS = ("host_busy", "prefix_cache_hits", "client_saturated", "token_count_mismatch", "cold_start")
+
+
+def calibration_warnings(ref: str | None, records: Sequence[RequestRecord] | None = None) -> list[dict[str, Any]]:
+    """``plan --calibrate-from REF``: the calibration run's own warnings that bias its fit (host
+    contention, prefix-cache hits, a saturated client...), and cache hits found in its records (above
+    bench's own margin, :data:`phasescope.load.hygiene.HIT_MARGIN`). Here, not in ``load/``: it reads
+    the run store, which the runners never open."""
+    from phasescope.load.hygiene import HIT_MARGIN
+    from phasescope.measure.aggregate import cached_share
+    from phasescope.measure.warnings import MeasurementWarning, coerce, to_json
+
+    if not ref:
+        return []
+    out: list[MeasurementWarning] = []
+    try:
+        if not Path(ref).expanduser().is_file():
+            from phasescope.store import open_store
+
+            info = open_store().get(ref)
+            for w in info.warnings:
+                cw = coerce(w)
+                if cw.kind in _CALIBRATION_KINDS:
+                    out.append(MeasurementWarning(cw.kind, f"calibration run {info.id}: {cw.message}", cw.evidence,
+                                                  "calibrate from a run without this warning"))
+    except Exception:  # noqa: BLE001 - a run we cannot read has no warnings to pass on
+        pass
+    rate = cached_share(records or []) or 0.0
+    if rate > HIT_MARGIN and not any(w.kind == "prefix_cache_hits" for w in out):
+        out.append(MeasurementWarning(
+            "prefix_cache_hits",
+            f"{rate * 100:.0f} % of the calibration requests' prompt tokens came from the prefix cache: the "
+            "fitted prefill cost is too low.", {"hit_rate": rate},
+            "calibrate from a bench run with unique prompts (the default; not --reuse-prompts)"))
+    return to_json(out)

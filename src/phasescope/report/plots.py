@@ -290,7 +290,7 @@ def plot_decode_vs_context(runs: list[Run]) -> Plot | str:
         for r in ok:
             v = derive.decode_tok_s(r)
             p = r.prompt_tokens or r.prompt_tokens_requested
-            n = derive._output_tokens(r)
+            n = derive.output_tokens(r)
             if v is None or not p or not n:
                 continue
             x = p + (n - 1) / 2
