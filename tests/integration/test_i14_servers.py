@@ -68,8 +68,10 @@ def test_repeat_bench_on_a_prefix_caching_fake(tmp_path: Path) -> None:
         assert d["prefix_cache"]["hit_rate_requests"] == 0.0
         assert "prefix_cache_hits" not in _kinds(d)
     assert sum(g.cached_tokens for g in gt_two) == 0  # the server's own ground truth
-    # TTFT of the repeat is a cold TTFT (256 tokens at 4000 tok/s ≈ 64 ms), not a cached one (≈ 2 ms)
-    assert two["median_ttft_ms"] > 0.5 * one["median_ttft_ms"]
+    # TTFT of the repeat is a cold TTFT (256 tokens at 4000 tok/s ≈ 64 ms), not a cached one (≈ 2 ms): the
+    # fake sleeps the prefill it computes, so a cold TTFT is never under it, and load only adds to it
+    # (comparing the two runs' equal medians was a timing assertion a busy host turned red)
+    assert two["median_ttft_ms"] >= 0.95 * 256 / 4000 * 1e3 and one["median_ttft_ms"] >= 0.95 * 256 / 4000 * 1e3
     assert one["prompt_salt"] != two["prompt_salt"] and r1["prompt_salt"] is None
     assert one["server_build"]["user_flags"] == "--enable-prefix-caching" and "user_flags" not in (two["server_build"] or {})
     # --reuse-prompts: the same texts again → the cache answers, TTFT collapses, and the run says so
