@@ -252,7 +252,7 @@ TOKEN_ID_ENGINES = ("vllm", "sglang", "llamacpp")
 async def probe(p: Prober) -> Detected | None:
     """``GET /v1/models`` → ``{"data": [...]}``: an OpenAI-compatible server; ``owned_by`` (``vllm``,
     ``sglang``, ``llamacpp``) and the ``GET /metrics`` family prefixes (the one table in
-    :mod:`phasescope.metrics.engines`) name the engine, ``GET /version`` its version (vLLM, SGLang)."""
+    :mod:`phasescope.apis.engines`) name the engine, ``GET /version`` its version (vLLM, SGLang)."""
     listing = await p.models()
     if not listing.ok:
         return None

@@ -184,8 +184,8 @@ class Prober:
 
 def engine_from_metrics(text: str) -> str | None:
     """The engine a ``/metrics`` exposition comes from, by the one Prometheus-prefix table
-    (:func:`phasescope.metrics.engines.detect_engine`: the prefix most sample names carry)."""
-    from phasescope.metrics.engines import detect_engine
+    (:func:`phasescope.apis.engines.detect_engine`: the prefix most sample names carry)."""
+    from phasescope.apis.engines import detect_engine
 
     names = set()
     for line in text.splitlines():

@@ -299,7 +299,7 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
                       t_start: float) -> ExplainReport:
     from phasescope.experiments.context import experiment_session
     from phasescope.measure.records import ThreadedSink
-    from phasescope.metrics.gpu_phases import explain_gpu_finish
+    from phasescope.diagnose.gpu_evidence import explain_gpu_finish
 
     async with experiment_session(ot.timeouts.connect_s) as session:
         facts = await discover_facts(session, target, props=getattr(det, "props", None))
