@@ -20,6 +20,7 @@ the store; Ctrl-C or a failure keeps the partial run, marked with why it stopped
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -36,7 +37,6 @@ from phasescope.experiments.context import (
     discover_facts,
 )
 from phasescope.jsonutil import to_jsonable
-from phasescope.validate import parse_budget  # noqa: F401  (cmd_explain and the API read it here)
 
 #: below this many seconds an experiment is skipped rather than run badly
 MIN_EXPERIMENT_S = 2.0
@@ -141,6 +141,26 @@ def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, em
                  bandwidth_gb_s=dev.mem_bandwidth_gb_s, weight_bytes=w, device=dev.id)
     return c, w, kv, src
 
+
+
+def parse_budget(text: str) -> float:
+    """``3m``, ``90s``, ``90``, ``1.5m``, ``1h`` → seconds."""
+    s = str(text).strip().lower()
+    mult = 1.0
+    if s.endswith("ms"):
+        raise InputError(f"--budget {text!r} is too short; use seconds or minutes, e.g. 3m")
+    if s[-1:] in ("s", "m", "h"):
+        mult = {"s": 1.0, "m": 60.0, "h": 3600.0}[s[-1]]
+        s = s[:-1]
+    try:
+        v = float(s) * mult
+    except ValueError:
+        raise InputError(f"--budget {text!r} is not a duration (e.g. 3m, 90s)") from None
+    if not math.isfinite(v):
+        raise InputError(f"--budget {text!r} is not a finite duration (e.g. 3m, 90s)")
+    if v < 10:
+        raise InputError(f"--budget {text!r} is too short: the experiments need at least 10 s")
+    return v
 
 
 def budget_skip_reason(left: float) -> str:
@@ -261,7 +281,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                        progress: Callable[[str], None] | None, save: bool, timeouts: Timeouts | None,
                        store_path: str | None, gpu_metrics: list[str] | None = None,
                        nvml: bool = True, server_flags: str | None = None) -> ExplainReport:
-    from phasescope.apis.resolve import open_target
+    from phasescope.target import open_target
 
     say = progress or (lambda _m: None)
     if url is None:
