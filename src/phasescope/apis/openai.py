@@ -23,13 +23,12 @@ server-side timings. A ``data: {"error": ...}`` event mid-stream ends the reques
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._errors import error_message_of
+from phasescope.apis._errors import TRANSPORT, error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import fetch_json, json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
@@ -295,7 +294,7 @@ async def metrics_info_labels(session: aiohttp.ClientSession, target: Target,
     try:
         status, _, text = await fetch_json(session, target.base_url + "/metrics", headers=target.headers(),
                                            timeout_s=timeout_s)
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except TRANSPORT:
         return {}
     if status != 200:
         return {}

@@ -30,9 +30,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import aiohttp
-
 from phasescope import errors as E
+from phasescope.apis import Session
 from phasescope.apis.base import Target
 from phasescope.measure.warnings import MeasurementWarning
 
@@ -42,7 +41,7 @@ ABOVE_CEILING_TOLERANCE = 1.02
 MIN_BITS_PER_WEIGHT = 1.5
 
 
-async def discover_spec(session: aiohttp.ClientSession, target: Target, detected: Any, model_spec: str | None) -> tuple[Any, str | None]:
+async def discover_spec(session: Session, target: Target, detected: Any, model_spec: str | None) -> tuple[Any, str | None]:
     """(ModelSpec or None, reason when None)."""
     try:
         from phasescope.theory import models as M
@@ -77,7 +76,7 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
             shown = await show_model(session, target, timeout_s=30)
             if shown is not None:
                 return M.from_ollama_show(shown, model=target.model), None
-    except (E.PhasescopeError, aiohttp.ClientError, ValueError, OSError) as exc:
+    except (E.PhasescopeError, ValueError, OSError) as exc:
         return None, f"model shape not discoverable ({exc})"
     if target.model:  # why --model did not help: it names the request, and this name is no catalog id
         near = M.near_misses(target.model)
