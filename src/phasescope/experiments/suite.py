@@ -72,13 +72,12 @@ class ExplainReport:
     def warnings(self) -> list[dict[str, Any]]:
         """Every experiment's warnings (prefixed with its name) and ``host_busy``, as dicts."""
         from phasescope.measure.host import judge
-        from phasescope.measure.warnings import MeasurementWarning, coerce, to_json
+        from phasescope.measure.warnings import coerce, to_json
 
         out: list[Any] = list(judge(self.host))
         for name, r in self.experiments.items():
             for w in getattr(getattr(r, "info", None), "warnings", None) or []:
-                cw = coerce(w)
-                out.append(MeasurementWarning(cw.kind, f"{name}: {cw.message}", cw.evidence, cw.fix))
+                out.append(coerce(w).prefixed(f"{name}: "))
         return to_json(out)
 
     def to_json(self) -> dict[str, Any]:
@@ -198,13 +197,11 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
         cut0 = ctx.n_cut
         results[name] = await spec.run(ctx, b, suite)
         if ctx.n_cut > cut0:
-            from phasescope.measure.warnings import MeasurementWarning
+            from phasescope.measure.warnings import warn
 
-            results[name].info.warnings.append(MeasurementWarning(
-                "partial_run", f"{ctx.n_cut - cut0} request(s) still running at the end of its {b:.0f} s were "
-                f"stopped, so the run keeps to --budget; they are kept as stopped_by_client and left out of its "
-                f"figures", {"budget_s": round(b, 3), "stopped": ctx.n_cut - cut0},
-                "give explain a longer --budget (the server was slower than its calibration)"))
+            results[name].info.warnings.append(warn("partial_run", "stopped_in_flight",
+                                                    {"budget_s": round(b, 3), "stopped": ctx.n_cut - cut0},
+                                                    n=ctx.n_cut - cut0, budget_s=b))
         if results[name].info.skipped:
             skipped[name] = results[name].info.skipped
         if ctx.aborted is not None:  # the server is gone: the experiments after this one are not run

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, warn
 
 BUSY = 0.6  # DRAM (or tensor) this active is the binding resource
 IDLE_MEM = 0.5  # decode with DRAM below this leaves bandwidth unused
@@ -134,33 +134,21 @@ def gpu_warnings(section: dict[str, Any]) -> list[MeasurementWarning]:
     ws: list[MeasurementWarning] = []
     for s in section.get("sources") or []:
         if not s.get("ok"):
-            ws.append(MeasurementWarning("gpu_telemetry", f"GPU source {s.get('name')} ({s.get('kind')}) gave no "
-                                         f"samples: {s.get('reason')}", {"source": s.get("name")},
-                                         "check the URL (dcgm-exporter listens on :9400/metrics by default)"))
+            ws.append(warn("gpu_telemetry", "source", {"source": s.get("name")}, name=s.get("name"), kind=s.get("kind"),
+                           reason=s.get("reason")))
     rows = [r for r in section.get("timeline") or [] if r.get("in_run")]
     ph = section.get("phases") or {}
     if rows and not (ph.get("prefill", {}).get("windows") or ph.get("decode", {}).get("windows")):
-        ws.append(MeasurementWarning(
-            "gpu_telemetry", f"no sampling window was ≥ {section.get('majority', 0.6):.0%} prefill or decode: the "
-            f"interval ({section.get('interval_s')} s) is longer than the phases",
-            {"windows": len(rows), "interval_s": section.get("interval_s")},
-            "lower --metrics-interval (and dcgm-exporter's -c), or use longer prompts/outputs"))
+        ws.append(warn("gpu_telemetry", "coarse", {"windows": len(rows), "interval_s": section.get("interval_s")},
+                       majority=section.get("majority", 0.6), interval_s=section.get("interval_s")))
     stale = _longest_unchanged(rows)
     if stale >= 3:
-        ws.append(MeasurementWarning(
-            "gpu_telemetry", f"the GPU counters did not change over {stale} consecutive samples while the load did: "
-            "the exporter collects less often than phasescope scrapes", {"unchanged_samples": stale},
-            "start dcgm-exporter with -c 1000 or less (its default collect interval is 30000 ms)"))
+        ws.append(warn("gpu_telemetry", "stale", {"unchanged_samples": stale}, stale=stale))
     if rows and all(r.get("dram_active") is None for r in rows):
-        ws.append(MeasurementWarning(
-            "gpu_telemetry", "no DRAM-active counter: phase activity rests on GPU utilization only",
-            {}, "DCGM_FI_PROF_* needs a datacenter GPU (Volta or newer) and the DCP fields in dcgm-exporter's "
-                "counters CSV; NVML needs Hopper or newer for GPM"))
+        ws.append(warn("gpu_telemetry", "no_dram"))
     for d in section.get("devices") or []:
         if d.get("device_id") is None and d.get("model_name"):
-            ws.append(MeasurementWarning(
-                "gpu_telemetry", f"GPU model {d['model_name']!r} is not in the device catalog: no peak bandwidth",
-                {"model_name": d["model_name"]}, "pass --device ID (see `phasescope devices`)"))
+            ws.append(warn("gpu_telemetry", "unknown_gpu", {"model_name": d["model_name"]}, model_name=d["model_name"]))
             break
     return ws
 
