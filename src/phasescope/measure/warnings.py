@@ -23,7 +23,7 @@ from typing import Any, Iterable, Mapping
 
 @dataclass(frozen=True)
 class Template:
-    """One way a kind is said: ``message`` and ``fix`` are :meth:`str.format` templates whose fields the
+    """One way a kind is said: ``message`` and ``fix`` are ``str.format`` templates whose fields the
     call site passes (a number with its format in the template, or a phrase the call site composed)."""
 
     message: str
