@@ -37,9 +37,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
-from phasescope.apis import registry
+from phasescope.apis import Session, registry
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.tokenize import Tokenizer
 from phasescope.errors import NoAnswerError
@@ -108,7 +106,7 @@ class Prompt:
 class PromptBuilder:
     """Build exact-length prompts for one target (caches the tokenizer flavor and the calibration)."""
 
-    def __init__(self, session: aiohttp.ClientSession, target: Target, *, seed: int | None = None) -> None:
+    def __init__(self, session: Session, target: Target, *, seed: int | None = None) -> None:
         self.session = session
         self.target = target
         self.rng = random.Random(seed)
@@ -351,7 +349,7 @@ class CalibratedPromptMaker:
     the server reports no counts). The achieved length of every request is still read back from
     ``usage`` and compared in the summary."""
 
-    def __init__(self, session: aiohttp.ClientSession, target: Target, seed: int = 0) -> None:
+    def __init__(self, session: Session, target: Target, seed: int = 0) -> None:
         self._pb = PromptBuilder(session, target, seed=seed)
         self.source = "calibrated"
         self.overhead = 0  # the calibration fits the server's own count, overhead included
@@ -365,7 +363,7 @@ class CalibratedPromptMaker:
         return None
 
 
-async def prompt_maker_for(session: aiohttp.ClientSession, target: Target, *,
+async def prompt_maker_for(session: Session, target: Target, *,
                            calibrate: bool = True) -> WordPromptMaker | TokenizePromptMaker | CalibratedPromptMaker:
     """The best maker the server allows: its ``/tokenize`` if it has one, else a usage-based
     calibration (``calibrate``), else words."""
@@ -390,7 +388,7 @@ async def prompt_maker_for(session: aiohttp.ClientSession, target: Target, *,
 OVERHEAD_ID = "overhead-check"
 
 
-async def measure_overhead(session: aiohttp.ClientSession, target: Target, maker: TokenizePromptMaker) -> int:
+async def measure_overhead(session: Session, target: Target, maker: TokenizePromptMaker) -> int:
     """Tokens the server counts beyond what ``maker`` counted (a chat template's role tokens; the BOS
     is already in the count), from one 1-token request: ``usage.prompt_tokens − count``. Stored as
     ``maker.overhead`` and subtracted from every prompt, so ``--input-len L`` is L tokens as the

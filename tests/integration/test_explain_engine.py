@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
-from phasescope.apis.resolve import resolve
+from phasescope.target import resolve
 from phasescope.diagnose import diagnose
 from phasescope.experiments import batching, context_fill, prefix_cache, prompt_scaling
 from phasescope.experiments.context import RunContext, calibrate, discover_facts, experiment_session

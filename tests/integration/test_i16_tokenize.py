@@ -18,7 +18,7 @@ import pytest
 
 from phasescope.apis import get_client, new_session
 from phasescope.apis.base import GenRequest
-from phasescope.apis.resolve import open_target
+from phasescope.target import open_target
 from phasescope.load.bench import BenchConfig, run_bench
 from phasescope.prompting import PromptBuilder, prompt_maker_for
 from phasescope.testing import FakeServer

@@ -285,7 +285,7 @@ def test_no_success_exits_3_with_kinds_counted(fault: str, extra: list[str], kin
 # --- 6. the last-resort guard --------------------------------------------------------------------
 def test_unanticipated_exception_is_one_line_exit_1_and_a_saved_traceback(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import phasescope.validate as validate  # looked up per call: the patch leaves nothing behind
+    import phasescope.cli.validate as validate  # looked up per call: the patch leaves nothing behind
 
     def boom(*a: object, **k: object) -> object:
         raise RuntimeError(f"synthetic bug, Bearer {KEY}")

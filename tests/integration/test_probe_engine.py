@@ -12,7 +12,7 @@ import pytest
 
 from phasescope.apis import get_client, new_session
 from phasescope.apis.base import GenRequest
-from phasescope.apis.resolve import open_target
+from phasescope.target import open_target
 from phasescope.measure import derive as D
 from phasescope.prompting import PromptBuilder
 

@@ -200,7 +200,7 @@ def test_engine_from_metrics_names():
 
 
 def test_url_normalisation_and_api_names():
-    from phasescope.apis.resolve import _normalise_url, open_target
+    from phasescope.target import _normalise_url, open_target
 
     assert _normalise_url("127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"
     assert _normalise_url("http://h:1/api/generate") == "http://h:1"

@@ -123,7 +123,7 @@ def test_invalid_utf8_label_is_bad_input(capsys: pytest.CaptureFixture[str], mon
 
 def test_num_rule_bounds() -> None:
     from phasescope.errors import InputError
-    from phasescope.validate import POS_INF, SECONDS, Num
+    from phasescope.cli.validate import POS_INF, SECONDS, Num
 
     SECONDS.check("--t", 1.0)
     POS_INF.check("--r", math.inf)

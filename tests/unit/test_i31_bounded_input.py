@@ -160,14 +160,14 @@ def test_mooncake_huge_hash_ids_and_burstgpt_invalid_utf8_are_refused(tmp_path: 
 # --- flags -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", ["200,,300", "1e14", "10000001", "100000000000000", "0", "-3", "2.5", ","])
 def test_bad_prompt_sizes_are_refused_before_anything_is_built(value: str) -> None:
-    from phasescope.validate import parse_token_list
+    from phasescope.cli.validate import parse_token_list
 
     with pytest.raises(InputError, match="--prompt-tokens"):
         parse_token_list([value])
 
 
 def test_prompt_sizes_still_parse() -> None:
-    from phasescope.validate import parse_token_list
+    from phasescope.cli.validate import parse_token_list
 
     assert parse_token_list(["200,2000", "300 400", "1_000"]) == [200, 2000, 300, 400, 1000]
 
@@ -263,7 +263,7 @@ def test_any_config_is_a_spec_or_one_input_error(cfg: dict) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="0123456789,_ e.-x", max_size=20))
 def test_any_prompt_size_text_is_sizes_in_range_or_one_input_error(text: str) -> None:
-    from phasescope.validate import MAX_TOKENS, parse_token_list
+    from phasescope.cli.validate import MAX_TOKENS, parse_token_list
 
     try:
         sizes = parse_token_list([text])

@@ -1,6 +1,6 @@
 """The package's data flows one way, checked on the import graph (stdlib ``ast``, nothing imported).
 
-Three rules (docs/api.md, issue #16):
+Five rules (docs/api.md, issue #16, issue #32):
 
 * **No cycles**, lazy imports included: an import inside a function is the package's way to load a
   heavy part on first use, but it is a dependency all the same, and a cycle through it is a flow that
@@ -11,6 +11,11 @@ Three rules (docs/api.md, issue #16):
 * **Forbidden arrows**: the runners (``load``, ``probe``, ``experiments``, ``plan``, ``tune``) never import
   ``report`` (they hand records to a sink; report reads the store); ``measure`` and ``theory`` never
   import ``apis`` (derivation and physics do not talk to servers).
+* **Layers**: every package sits in one layer of :data:`LAYERS` (bottom first); a module imports only
+  its own package and packages of lower layers — at module level and inside functions alike (a lazy
+  import is an arrow all the same). Two packages of one layer do not import each other.
+* **aiohttp only in apis/**: every HTTP call and every aiohttp error lives in ``apis/`` (and the fakes
+  under ``testing/``); the other packages call ``apis`` functions and see :mod:`phasescope.errors`.
 """
 
 from __future__ import annotations
@@ -32,6 +37,59 @@ FORBIDDEN = {
     "measure": ("apis",),
     "theory": ("apis",),
 }
+
+
+#: the flow of data, bottom layer first (docs/ARCHITECTURE.md: Target → Workload → Runner → records →
+#: Analysis → Findings → Outputs). Each entry: the packages (or top-level modules) of one layer.
+LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(x.split()) for x in (
+    "_version errors redact",          # no phasescope import at all
+    "safeio jsonutil",                  # bounded reading and JSON, on errors and redaction
+    "measure",                          # records, clocks, stats, warnings: derivation only
+    "theory",                           # physics on a ModelSpec and a Device: no I/O to servers
+    "apis",                             # every byte to or from a server, and its error map
+    "engine metrics prompting",         # the embedded server, /metrics and GPU telemetry, prompts: on apis
+    "target",                           # what the user typed → a resolved Target (apis + engine)
+    "diagnose",                         # findings from results (experiments' rules live here)
+    "store",                            # the run store a run is written into
+    "lifecycle",                        # one run's output: the store or --out, partial, finish
+    "load", "probe", "experiments", "plan", "tune",  # the runners, each on the ones before it
+    "report",                           # reads stored runs: nothing below imports it
+    "cli", "api", "(root)", "__main__", "testing",  # the commands, the public API on top; fakes
+))
+
+#: imports against the flow still allowed, each with why. load/ is being restructured (issue 32 item
+#: 3, lane bench32) as this lands: its entries go when that lane's modules move. Nothing else.
+FLOW_ALLOWED: dict[tuple[str, str], str] = {  # (importing module prefix, imported module prefix)
+    # load/bench_ceilings asks probe.ceilings for the run's ceilings (lane bench32: a ceilings
+    # module below the runners, or the driver handed them)
+    ("phasescope.load", "phasescope.probe"): "lane bench32",
+    # the old import path of phasescope.target, kept while load/ (lane bench32) imports open_target
+    # from it; delete the shim with those three imports
+    ("phasescope.apis.resolve", "phasescope.target"): "lane bench32",
+}
+
+
+def _allowed(mod: str, dep: str) -> bool:
+    return any((mod == a or mod.startswith(a + ".")) and (dep == b or dep.startswith(b + "."))
+               for a, b in FLOW_ALLOWED)
+#: modules outside apis/ and testing/ still allowed to import aiohttp (lane bench32: the runner,
+#: the conversation driver and routing take sessions and catch asyncio/aiohttp errors)
+AIOHTTP_ALLOWED: dict[str, str] = {
+    "load": "lane bench32",
+}
+
+
+def _pkg(mod: str) -> str:
+    """The package (or top-level module) ``mod`` belongs to; ``(root)`` for ``phasescope/__init__``."""
+    return mod.split(".")[1] if "." in mod else "(root)"
+
+
+def _layer_of(mod: str) -> int:
+    key = _pkg(mod)
+    for i, layer in enumerate(LAYERS):
+        if key in layer:
+            return i
+    raise AssertionError(f"{mod}: package {key!r} is in no layer of LAYERS; add it where its imports put it")
 
 
 def _modules() -> dict[str, Path]:
@@ -206,6 +264,68 @@ def test_nothing_imports_the_facade() -> None:
     bad = [f"{m}:{line} imports {d}" for m, deps in every.items() if m not in FACADE
            for d, line in deps if d in FACADE]
     assert not bad, "the public API sits on top; import the module itself: " + "; ".join(bad)
+
+
+def against_the_flow(every: dict[str, list[tuple[str, int]]],
+                     top: dict[str, set[str]] | None = None) -> list[tuple[str, str, int, bool]]:
+    """(module, imported module, line, at module level?) for every import into the same or a
+    higher layer of another package."""
+    out = []
+    for mod, deps in every.items():
+        for dep, line in dict.fromkeys(deps):  # `from x import a, b` is one arrow
+            if _pkg(dep) == _pkg(mod):
+                continue
+            if _layer_of(dep) >= _layer_of(mod):
+                out.append((mod, dep, line, top is not None and dep in top.get(mod, set())))
+    return out
+
+
+def third_party_imports(path: Path, name: str) -> list[int]:
+    """Lines importing ``name`` (or a submodule), at any depth, ``TYPE_CHECKING`` blocks included."""
+    tree = ast.parse(path.read_text(), str(path))
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == name for a in node.names):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == name:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_layer_checker_sees_an_arrow_up_at_any_depth() -> None:
+    every = {"phasescope.apis.x": [("phasescope.engine", 3)],            # in a function: still an arrow
+             "phasescope.engine": [("phasescope.apis.x", 1)],            # down: fine
+             "phasescope.metrics.a": [("phasescope.prompting", 2)],      # one layer: peers do not
+             "phasescope.cli": [("phasescope.report.html", 9)]}          # down: fine
+    bad = against_the_flow(every, {"phasescope.apis.x": set()})
+    assert bad == [("phasescope.apis.x", "phasescope.engine", 3, False),
+                   ("phasescope.metrics.a", "phasescope.prompting", 2, False)]
+    with pytest.raises(AssertionError, match="no layer"):
+        _layer_of("phasescope.somethingnew")
+
+
+def test_every_package_has_a_layer() -> None:
+    for mod in _modules():
+        _layer_of(mod)
+
+
+def test_imports_follow_the_flow_at_module_level_and_in_functions() -> None:
+    top, every = _graph()
+    bad = [(m, d, line, t) for m, d, line, t in against_the_flow(every, top)
+           if not _allowed(m, d)]
+    lines = [f"{m}:{line} imports {d} ({'module level' if t else 'in a function'})" for m, d, line, t in bad]
+    n_top = sum(1 for *_, t in bad if t)
+    assert not bad, (f"{len(bad)} imports against the flow ({n_top} at module level, {len(bad) - n_top} in "
+                     f"functions): " + "; ".join(lines))
+
+
+def test_aiohttp_only_in_apis() -> None:
+    bad = []
+    for mod, path in _modules().items():
+        if _pkg(mod) in ("apis", "testing") or _pkg(mod) in AIOHTTP_ALLOWED:
+            continue
+        bad += [f"{mod}:{line}" for line in third_party_imports(path, "aiohttp")]
+    assert not bad, "aiohttp outside apis/ (call an apis function; catch phasescope.errors): " + "; ".join(bad)
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))

@@ -7,7 +7,7 @@ import pytest
 
 from phasescope.cli.cmd_bench import _load_levers
 from phasescope.errors import InputError, overloaded_hint
-from phasescope.validate import _bench_cross
+from phasescope.cli.validate import _bench_cross
 
 MODES = [
     {"dataset": "random", "load_shape": "poisson"},

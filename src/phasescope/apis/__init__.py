@@ -5,13 +5,17 @@ probe, warm-up path, framing, chat endpoint, token-id prompts, tokenizer, ``send
 :mod:`.registry` holds them: ``get_client(api)`` returns the spec whose ``send(session, target, req)``
 speaks ``api`` — ``openai`` (/v1/completions) and ``chat`` (/v1/chat/completions) from :mod:`.openai`,
 ``ollama`` from :mod:`.ollama`, ``llamacpp`` from :mod:`.llamacpp`. Sessions should come from
-:func:`new_session` (it carries the trace hook that stamps ``t_conn_ready_ns``).
+:func:`new_session` (it carries the trace hook that stamps ``t_conn_ready_ns``), :func:`fresh_session`
+(a new connection per request) or :func:`plain_session`; callers outside ``apis/`` type them as
+:data:`Session` and never import aiohttp. Transport failures are sorted by one table
+(:data:`._errors.TRANSPORT_ERRORS`) and reach other packages as :mod:`phasescope.errors` classes.
 
 Every request phasescope sends to a server is made in this package: generation (the client
 modules), the tokenizer (:mod:`.tokenize`), server info (:func:`.llamacpp.get_props`,
 :func:`.llamacpp.fetch_slots`, :func:`.openai.list_models`, :func:`.ollama.show_model`), detection
-(:mod:`.detect`), health (:func:`.llamacpp.health_status_sync`) and the warm-up GETs
-(:func:`warm_up`). The other packages call these functions and name no server path.
+(:mod:`.detect`), health (:func:`.llamacpp.health_status_sync`), the warm-up GETs
+(:func:`warm_up`) and ``/metrics`` scrapes (:func:`.prometheus.fetch_text`, for :mod:`phasescope.metrics`
+and the dcgm-exporter). The other packages call these functions and name no server path.
 """
 
 from __future__ import annotations
@@ -19,15 +23,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from phasescope.apis._session import new_session, trace_config
+from phasescope.apis._session import (LIVE, Session, fresh_session, live_tokens, new_session, plain_session,
+                                      trace_config)
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from phasescope.apis.base import Target
     from phasescope.apis.spec import ApiSpec
 
-__all__ = ["WARM_PATHS", "get_client", "new_session", "trace_config", "warm_up"]
+__all__ = ["LIVE", "Session", "WARM_PATHS", "fresh_session", "get_client", "live_tokens", "new_session",
+           "plain_session", "trace_config", "warm_up"]
 
 
 def get_client(api: str) -> ApiSpec:
@@ -48,7 +52,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-async def warm_up(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
+async def warm_up(session: Session, target: Target, n: int, timeout_s: float = 10.0) -> int:
     """Open ``n`` keep-alive connections with concurrent cheap GETs (the spec's ``warm_path``); how
     many answered. On a :class:`~phasescope.apis._fast.FastSession` whose streams take the raw path
     (the spec's ``framing`` is SSE), the raw pool's connections are opened instead (TCP connects, no

@@ -4,19 +4,70 @@
 overloaded with ``Retry-After``, the rest plain HTTP) with the server's own sentence
 (:func:`error_message_of` reads every engine's error body shape); :func:`fail` writes ``ok=False``,
 ``error_kind`` and a redacted one-line ``error_message`` into a record (a 401 body may echo the key).
+
+Transport failures (what aiohttp, asyncio and the socket raise) are sorted by one table,
+:data:`TRANSPORT_ERRORS` (as httpx maps httpcore's exceptions in one table): each exception class
+to the kind of failure it is. Every ``except`` in ``apis/`` that catches a transport exception reads
+its kind there (:func:`transport_kind`), and the other packages never see an aiohttp exception: they
+get a :class:`~phasescope.errors.PhasescopeError` (for an info request, :func:`transport_error`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
+
 from phasescope import errors as E
 from phasescope.apis.base import Target
 from phasescope.measure.records import RequestRecord
+
+
+# --- transport errors: one table ------------------------------------------------------------
+#: every exception the transport raises → the kind of failure, most specific first (the first class
+#: an exception is an instance of wins): ``connect_timeout`` (no connection within the connect
+#: timeout), ``not_listening`` (refused, unreachable, a host that does not resolve), ``timeout`` (the
+#: request's own timeout: no answer, or a body that did not end), ``cut`` (the connection ended
+#: mid-exchange), ``http`` (anything else aiohttp raises: a malformed answer, a bad redirect...)
+TRANSPORT_ERRORS: tuple[tuple[type[BaseException], str], ...] = (
+    (aiohttp.ConnectionTimeoutError, "connect_timeout"),
+    (aiohttp.ClientConnectorError, "not_listening"),
+    (asyncio.TimeoutError, "timeout"),  # aiohttp's ServerTimeoutError is one too
+    (aiohttp.ClientPayloadError, "cut"),
+    (aiohttp.ServerDisconnectedError, "cut"),
+    (aiohttp.ClientOSError, "cut"),
+    (ConnectionResetError, "cut"),
+    (aiohttp.ClientError, "http"),
+)
+#: every class of :data:`TRANSPORT_ERRORS`, for an ``except`` clause
+TRANSPORT: tuple[type[BaseException], ...] = tuple(cls for cls, _ in TRANSPORT_ERRORS)
+
+
+def transport_kind(exc: BaseException) -> str | None:
+    """The kind :data:`TRANSPORT_ERRORS` gives ``exc``; None when it is no transport failure."""
+    for cls, kind in TRANSPORT_ERRORS:
+        if isinstance(exc, cls):
+            return kind
+    return None
+
+
+def transport_error(exc: BaseException, shown: str, *, what: str, doing: str, timeout_s: float,
+                    hint: str | None = None) -> E.TargetError:
+    """An info request's transport failure as the one error a user reads (``what``: "the metrics
+    scrape", ``doing``: "scraping"): nothing listening (:func:`nothing_listening`, with ``hint``), no
+    answer within ``timeout_s`` (a connect timeout included), anything else as aiohttp said it."""
+    kind = transport_kind(exc)
+    if kind == "not_listening":
+        assert isinstance(exc, aiohttp.ClientConnectorError)
+        return nothing_listening(shown, exc.os_error, hint=hint)
+    if kind in ("timeout", "connect_timeout"):
+        return E.TargetError(f"{shown} did not answer {what} within {timeout_s:g} s")
+    return E.TargetError(f"{doing} {shown} failed: {exc}")
 
 
 #: body bytes kept from an HTTP error response for the message (both receive paths)

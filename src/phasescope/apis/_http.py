@@ -18,7 +18,8 @@ same way for every API:
   rescheduled timer (:class:`_Watchdog`), not a ``wait_for`` per read, so the hot loop costs a
   float store per read;
 * every failure becomes ``ok=False`` with ``error_kind`` from :func:`phasescope.errors.error_kind`
-  and a one-line ``error_message`` (:mod:`._errors`); nothing raises to the caller except cancellation.
+  and a one-line ``error_message`` (:mod:`._errors`; a transport exception by its kind in
+  :data:`~phasescope.apis._errors.TRANSPORT_ERRORS`); nothing raises to the caller except cancellation.
 
 Beside it: sessions and the pre-transfer hook (:mod:`._session`), error mapping (:mod:`._errors`),
 record filling (:mod:`._records`), plain JSON requests for info endpoints (:mod:`._json`).
@@ -40,8 +41,8 @@ from typing import Any
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._errors import (ERR_BODY_MAX, connect_timeout, cut_mid_response, error_message_of, fail,
-                                     http_error, nothing_listening)
+from phasescope.apis._errors import (ERR_BODY_MAX, TRANSPORT, connect_timeout, cut_mid_response, error_message_of,
+                                     fail, http_error, nothing_listening, transport_kind)
 from phasescope.apis._fast import Redirected
 from phasescope.apis._session import MAX_STALE_RETRIES, POOLED
 from phasescope.apis.base import GenRequest, Target
@@ -314,18 +315,18 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
         if rec.t_done_ns is None:
             rec.t_done_ns = now_ns()
         fail(rec, exc)
-    except aiohttp.ConnectionTimeoutError:
+    except TRANSPORT as exc:  # the one table's kinds (apis/_errors.py)
         rec.t_done_ns = now_ns()
-        fail(rec, connect_timeout(target))
-    except aiohttp.ClientConnectorError as exc:
-        rec.t_done_ns = now_ns()
-        fail(rec, nothing_listening(target.display_url, exc.os_error))
-    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError) as exc:
-        rec.t_done_ns = now_ns()
-        fail(rec, cut_mid_response(target, proto.path, rec, type(exc).__name__))
-    except aiohttp.ClientError as exc:
-        rec.t_done_ns = now_ns()
-        fail(rec, E.TargetError(f"{target.display_url}{proto.path}: {type(exc).__name__}: {exc}"))
+        kind = transport_kind(exc)
+        if kind == "connect_timeout":
+            fail(rec, connect_timeout(target))
+        elif kind == "not_listening":
+            assert isinstance(exc, aiohttp.ClientConnectorError)
+            fail(rec, nothing_listening(target.display_url, exc.os_error))
+        elif kind == "cut":
+            fail(rec, cut_mid_response(target, proto.path, rec, type(exc).__name__))
+        else:
+            fail(rec, E.TargetError(f"{target.display_url}{proto.path}: {type(exc).__name__}: {exc}"))
     finally:
         dog.close()
     return rec
@@ -385,7 +386,7 @@ async def _drain(content: aiohttp.StreamReader) -> None:
         return
     try:
         await asyncio.wait_for(content.read(), 0.25)
-    except (asyncio.TimeoutError, aiohttp.ClientError):
+    except TRANSPORT:
         pass
 
 

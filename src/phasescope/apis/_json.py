@@ -17,11 +17,11 @@ is sent the same way everywhere and never printed.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
 
+from phasescope.apis._errors import TRANSPORT, transport_kind
 from phasescope.errors import TargetError
 
 #: an info endpoint's body larger than this is the server's failure (``/v1/models``, ``/props`` and
@@ -100,11 +100,11 @@ async def try_json(session: aiohttp.ClientSession, url: str, *, method: str = "G
     try:
         status, obj, text = await fetch_json(session, url, method=method, body=body, headers=headers,
                                              timeout_s=timeout_s)
-    except asyncio.TimeoutError:
-        return None, None, f"no answer within {timeout_s:g} s"
     except BodyRefused as exc:
         return None, None, exc.message
-    except aiohttp.ClientError as exc:
+    except TRANSPORT as exc:
+        if transport_kind(exc) in ("timeout", "connect_timeout"):
+            return None, None, f"no answer within {timeout_s:g} s"
         return None, None, str(exc) or type(exc).__name__
     return status, obj, "" if obj is not None else text.strip()[:160]
 

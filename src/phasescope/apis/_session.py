@@ -9,12 +9,18 @@ also notes which attempts run on a reused keep-alive connection (:data:`POOLED`)
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import aiohttp
 
 from phasescope.measure.clock import now_ns
 from phasescope.measure.records import RequestRecord
+
+#: the client session every ``apis`` function takes (callers outside ``apis/`` name this, never
+#: aiohttp): from :func:`new_session` (timed requests), :func:`fresh_session` (a new connection per
+#: request) or :func:`plain_session` (info requests and scrapes)
+Session = aiohttp.ClientSession
 
 
 async def _on_conn_ready(session: Any, ctx: Any, params: Any) -> None:
@@ -81,3 +87,56 @@ def new_session(*, limit: int = 0, connect_timeout_s: float | None = 10.0, fast:
 
         return FastSession(session)
     return session
+
+
+def plain_session() -> Session:
+    """A plain session for info requests and scrapes (``/metrics``, a dcgm-exporter): aiohttp's
+    defaults, no trace hook (nothing it sends is a timed generation request)."""
+    return aiohttp.ClientSession()
+
+
+#: records of requests in flight, by record id: the client appends each token event as it reads it,
+#: so a caller can watch its own streams (the client's view) without asking the server. Filled by
+#: the sessions of :func:`fresh_session` (``live=True``).
+LIVE: "weakref.WeakValueDictionary[str, RequestRecord]" = weakref.WeakValueDictionary()
+_LIVE_TRACE: aiohttp.TraceConfig | None = None
+
+
+async def _on_request_start(session: Any, ctx: Any, params: Any) -> None:
+    rec = ctx.trace_request_ctx
+    if isinstance(rec, RequestRecord):
+        LIVE[rec.id] = rec
+
+
+def live_trace() -> aiohttp.TraceConfig:
+    """The TraceConfig that puts each request's record in :data:`LIVE` as it starts."""
+    global _LIVE_TRACE
+    if _LIVE_TRACE is None:
+        tc = aiohttp.TraceConfig()
+        tc.on_request_start.append(_on_request_start)
+        tc.freeze()
+        _LIVE_TRACE = tc
+    return _LIVE_TRACE
+
+
+def live_tokens(req_id: str) -> int:
+    """Token events received so far by the request ``req_id`` (0 before its first token)."""
+    rec = LIVE.get(req_id)
+    if rec is None:
+        return 0
+    return len(rec.token_events())
+
+
+def fresh_session(connect_timeout_s: float | None = 10.0, *, live: bool = True) -> Session:
+    """A session that opens one fresh connection per request (``force_close``), with the trace
+    hook and (``live``) the :data:`LIVE` registry.
+
+    Experiments leave connections idle for seconds between phases; llama-server (cpp-httplib)
+    closes idle keep-alive connections after 5 s, and a request written onto such a socket fails
+    before its first byte (seen as ``stream_broken``, 0 events). Loopback connects cost well under
+    a millisecond, and ``t_conn_ready_ns`` keeps that time visible in every record."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=True),
+        trace_configs=[trace_config(), live_trace()] if live else [trace_config()],
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+    )

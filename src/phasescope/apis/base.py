@@ -24,6 +24,45 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
 
 
+def check_url(value: str, flag: str = "URL") -> None:
+    """A server URL that phasescope can send to: http(s), a host, a port 1–65535 (exit 2 otherwise)."""
+    from phasescope.errors import InputError
+
+    u = value.strip()
+    if not u:
+        raise InputError(f"{flag}: empty URL")
+    full = u if "://" in u else "http://" + u
+    try:
+        parts = urlsplit(full)
+        port = parts.port
+        host = parts.hostname
+    except ValueError as exc:
+        raise InputError(f"{flag}: malformed URL {_shown(full)} ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise InputError(f"{flag}: not an http(s) URL: {_shown(full)}")
+    if not host:
+        raise InputError(f"{flag}: no host in URL {_shown(full)}")
+    if port is not None and not 1 <= port <= 65535:
+        raise InputError(f"{flag}: port {port} out of range 1-65535")
+    try:
+        if len(host) > 253 or any(len(lbl) > 63 for lbl in host.split(".")) or not host.strip("."):
+            raise UnicodeError("label too long")
+        host.encode("idna")
+    except UnicodeError:
+        raise InputError(f"{flag}: {host[:60]!r} is not a valid host name") from None
+    try:
+        redact_url(full)
+    except ValueError as exc:
+        raise InputError(f"{flag}: malformed URL ({exc})") from None
+
+
+def _shown(u: str) -> str:
+    # never echo credentials: drop anything before an @ and the query
+    head, _, rest = u.partition("://")
+    rest = rest.rsplit("@", 1)[-1].split("?", 1)[0]
+    return f"{head}://{rest}"
+
+
 @dataclass
 class Timeouts:
     """Seconds; ``None`` disables. Each maps to its own error class in :mod:`phasescope.errors`."""

@@ -11,7 +11,7 @@ sent once), and the first that recognises the server decides the family. The bui
 3. ``GET /v1/models`` → ``{"data": [...]}``: **OpenAI-compatible** (API ``openai`` =
    ``/v1/completions``); ``owned_by`` (``vllm``, ``sglang``, ``llamacpp``) and ``GET /metrics``
    family prefixes (``vllm:``, ``sglang:``, ``tgi_``, ``llamacpp:``: the one table in
-   :mod:`phasescope.metrics.engines`) refine the engine.
+   :mod:`phasescope.apis.engines`) refine the engine.
 
 Nothing listening → :class:`~phasescope.errors.ConnectError`; something that answers none of the
 probes → :class:`~phasescope.errors.WrongApiError`; 401/403 on ``/v1/models`` →

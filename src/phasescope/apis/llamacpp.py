@@ -21,7 +21,7 @@ from typing import Any
 
 import aiohttp
 
-from phasescope.apis._errors import error_message_of
+from phasescope.apis._errors import TRANSPORT, error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import auth_headers, fetch_json_sync, try_json
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
@@ -172,7 +172,7 @@ async def probe(p: Prober) -> Detected | None:
     (the model from ``GET /v1/models``, else ``model_alias``)."""
     try:
         st, props, _ = await p.get("/props")
-    except aiohttp.ClientError:  # not this server; a stall (TargetError) is the server's failure
+    except TRANSPORT:  # not this server; a stall (TargetError) is the server's failure
         return None
     if not (st == 200 and isinstance(props, dict) and ("default_generation_settings" in props or "build_info" in props)):
         return None

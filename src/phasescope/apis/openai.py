@@ -23,13 +23,12 @@ server-side timings. A ``data: {"error": ...}`` event mid-stream ends the reques
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._errors import error_message_of
+from phasescope.apis._errors import TRANSPORT, error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import fetch_json, json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
@@ -252,7 +251,7 @@ TOKEN_ID_ENGINES = ("vllm", "sglang", "llamacpp")
 async def probe(p: Prober) -> Detected | None:
     """``GET /v1/models`` → ``{"data": [...]}``: an OpenAI-compatible server; ``owned_by`` (``vllm``,
     ``sglang``, ``llamacpp``) and the ``GET /metrics`` family prefixes (the one table in
-    :mod:`phasescope.metrics.engines`) name the engine, ``GET /version`` its version (vLLM, SGLang)."""
+    :mod:`phasescope.apis.engines`) name the engine, ``GET /version`` its version (vLLM, SGLang)."""
     listing = await p.models()
     if not listing.ok:
         return None
@@ -295,7 +294,7 @@ async def metrics_info_labels(session: aiohttp.ClientSession, target: Target,
     try:
         status, _, text = await fetch_json(session, target.base_url + "/metrics", headers=target.headers(),
                                            timeout_s=timeout_s)
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except TRANSPORT:
         return {}
     if status != 200:
         return {}

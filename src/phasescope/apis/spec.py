@@ -13,14 +13,13 @@ GET's answer, so two probes reading the same path (llama.cpp's and the OpenAI-co
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 import aiohttp
 
 from phasescope import errors as E
-from phasescope.apis._errors import NOT_LISTENING_HINT, error_message_of, nothing_listening
+from phasescope.apis._errors import NOT_LISTENING_HINT, TRANSPORT, error_message_of, nothing_listening, transport_kind
 from phasescope.apis._json import auth_headers, fetch_json
 from phasescope.apis.base import Target, redact_url
 
@@ -99,6 +98,10 @@ class ModelListing:
     owned_by: Any = None
 
 
+#: what makes an optional GET "not here": a transport failure, or a stall (named by :meth:`Prober.get`)
+_OPTIONAL_MISS: tuple[type[BaseException], ...] = (*TRANSPORT, E.TargetError)
+
+
 class Prober:
     """The GETs detection sends to one URL, each at most once (answers are kept by path).
 
@@ -129,17 +132,19 @@ class Prober:
         t = self.timeout_s
         try:
             got = await fetch_json(self.session, self.base + path, headers=self.headers, timeout_s=t)
-        except aiohttp.ClientConnectorError as exc:
-            if first:
-                raise nothing_listening(self.shown, exc.os_error) from None
-            raise
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            if first:
-                raise E.ConnectTimeout(f"{self.shown} did not answer within {t:g} s",
-                                       hint="check the URL and raise --connect-timeout") from None
-            raise E.TargetError(f"{self.shown}{path} did not answer within {t:g} s (headers and body)",
-                                hint="the server stalls; check it, or raise --connect-timeout") from None
-        except aiohttp.ClientError as exc:
+        except TRANSPORT as exc:  # the one table's kinds (apis/_errors.py)
+            kind = transport_kind(exc)
+            if kind == "not_listening":
+                assert isinstance(exc, aiohttp.ClientConnectorError)
+                if first:
+                    raise nothing_listening(self.shown, exc.os_error) from None
+                raise
+            if kind in ("timeout", "connect_timeout"):
+                if first:
+                    raise E.ConnectTimeout(f"{self.shown} did not answer within {t:g} s",
+                                           hint="check the URL and raise --connect-timeout") from None
+                raise E.TargetError(f"{self.shown}{path} did not answer within {t:g} s (headers and body)",
+                                    hint="the server stalls; check it, or raise --connect-timeout") from None
             if first:
                 raise E.ConnectError(f"cannot talk HTTP to {self.shown}: {type(exc).__name__}: {exc}",
                                      hint=NOT_LISTENING_HINT) from None
@@ -152,7 +157,7 @@ class Prober:
         """``GET path`` where no answer only means "not here": a stall costs its timeout, never the run."""
         try:
             return await self.get(path)
-        except (aiohttp.ClientError, E.TargetError):
+        except _OPTIONAL_MISS:
             return None, None, ""
 
     async def models(self) -> ModelListing:
@@ -184,8 +189,8 @@ class Prober:
 
 def engine_from_metrics(text: str) -> str | None:
     """The engine a ``/metrics`` exposition comes from, by the one Prometheus-prefix table
-    (:func:`phasescope.metrics.engines.detect_engine`: the prefix most sample names carry)."""
-    from phasescope.metrics.engines import detect_engine
+    (:func:`phasescope.apis.engines.detect_engine`: the prefix most sample names carry)."""
+    from phasescope.apis.engines import detect_engine
 
     names = set()
     for line in text.splitlines():

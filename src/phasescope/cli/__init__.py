@@ -129,7 +129,7 @@ def run(argv: list[str] | None = None) -> int:
     import typer.main
 
     from phasescope.cli._common import refresh_help
-    from phasescope.validate import install
+    from phasescope.cli.validate import install
 
     args = list(sys.argv[1:] if argv is None else argv)
     usage_errors, click_errors, aborts = _click_exception_types()

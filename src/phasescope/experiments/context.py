@@ -14,13 +14,14 @@ import dataclasses
 import math
 import time
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import aiohttp
-
-from phasescope.apis import get_client
+# LIVE: records of requests in flight, by record id, filled by experiment_session's sessions; an
+# experiment watches its own streams (the client's view) with live_tokens without asking the server
+from phasescope.apis import LIVE as LIVE
+from phasescope.apis import Session, fresh_session, get_client
+from phasescope.apis import live_tokens as live_tokens
 from phasescope.apis.base import GenRequest, Target
 from phasescope.experiments.common import ExperimentInfo
 from phasescope.measure import derive
@@ -92,7 +93,7 @@ class Budget:
 @dataclass
 class RunContext:
     target: Target
-    session: aiohttp.ClientSession
+    session: Session
     facts: ServerFacts
     sink: Callable[[RequestRecord], None] | None = None
     progress: Callable[[str], None] | None = None
@@ -114,7 +115,7 @@ class RunContext:
     aborted: str | None = None
     _watch: Any = None
     _prompts: PromptBuilder | None = None
-    _prompt_session: aiohttp.ClientSession | None = None
+    _prompt_session: Session | None = None
     _n: int = 0
     _uid: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
@@ -252,50 +253,11 @@ class RunContext:
         )
 
 
-#: records of requests in flight, by record id: the client appends each token event as it reads it,
-#: so an experiment can watch its own streams (the client's view) without asking the server
-LIVE: "weakref.WeakValueDictionary[str, RequestRecord]" = weakref.WeakValueDictionary()
-_LIVE_TRACE: aiohttp.TraceConfig | None = None
-
-
-async def _on_request_start(session: Any, ctx: Any, params: Any) -> None:
-    rec = ctx.trace_request_ctx
-    if isinstance(rec, RequestRecord):
-        LIVE[rec.id] = rec
-
-
-def live_trace() -> aiohttp.TraceConfig:
-    global _LIVE_TRACE
-    if _LIVE_TRACE is None:
-        tc = aiohttp.TraceConfig()
-        tc.on_request_start.append(_on_request_start)
-        tc.freeze()
-        _LIVE_TRACE = tc
-    return _LIVE_TRACE
-
-
-def live_tokens(req_id: str) -> int:
-    """Token events received so far by the request ``req_id`` (0 before its first token)."""
-    rec = LIVE.get(req_id)
-    if rec is None:
-        return 0
-    return len(rec.token_events())
-
-
-def experiment_session(connect_timeout_s: float | None = 10.0) -> aiohttp.ClientSession:
-    """A session for experiments: one fresh connection per request (``force_close``).
-
-    Experiments leave connections idle for seconds between phases; llama-server (cpp-httplib)
-    closes idle keep-alive connections after 5 s, and a request written onto such a socket fails
-    before its first byte (seen here as ``stream_broken``, 0 events). Loopback connects cost
-    well under a millisecond, and ``t_conn_ready_ns`` keeps that time visible in every record."""
-    from phasescope.apis import trace_config
-
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=True),
-        trace_configs=[trace_config(), live_trace()],
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
-    )
+def experiment_session(connect_timeout_s: float | None = 10.0) -> Session:
+    """A session for experiments: one fresh connection per request, its records in :data:`LIVE`
+    (:func:`phasescope.apis.fresh_session`: experiments leave connections idle for seconds between
+    phases, and llama-server closes idle keep-alive connections after 5 s)."""
+    return fresh_session(connect_timeout_s)
 
 
 def join_prompts(a: Prompt, b: Prompt) -> GenRequest:
@@ -321,7 +283,7 @@ def prefix_of(p: Prompt, n_tokens: int) -> GenRequest:
     return GenRequest(prompt=" ".join(words[:k]), prompt_tokens_expected=n_tokens)
 
 
-async def discover_facts(session: aiohttp.ClientSession, target: Target, props: dict[str, Any] | None = None) -> ServerFacts:
+async def discover_facts(session: Session, target: Target, props: dict[str, Any] | None = None) -> ServerFacts:
     """Slots and context per sequence from llama.cpp ``/props`` (``total_slots``,
     ``default_generation_settings.n_ctx``) or ``/v1/models`` ``max_model_len`` (vLLM); whether
     ``/metrics`` answers."""

@@ -300,11 +300,9 @@ async def run(ctx: RunContext, budget_s: float, *, output_tokens: int = 16, step
     if res.prefill_tok_s and ctx.calib is not None:  # later experiments size from the better number
         ctx.calib.prefill_tok_s = res.prefill_tok_s
     if ctx.over():
-        from phasescope.measure.warnings import MeasurementWarning
+        from phasescope.measure.warnings import warn
 
-        res.info.warnings.append(MeasurementWarning(
-            "partial_run", "stopped at the time budget: the server was slower than its calibration",
-            {"budget_s": budget_s}, "give explain a longer --budget"))
+        res.info.warnings.append(warn("partial_run", "budget", {"budget_s": budget_s}))
     return res
 
 

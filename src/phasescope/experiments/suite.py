@@ -20,6 +20,7 @@ the store; Ctrl-C or a failure keeps the partial run, marked with why it stopped
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -36,7 +37,6 @@ from phasescope.experiments.context import (
     discover_facts,
 )
 from phasescope.jsonutil import to_jsonable
-from phasescope.validate import parse_budget  # noqa: F401  (cmd_explain and the API read it here)
 
 #: below this many seconds an experiment is skipped rather than run badly
 MIN_EXPERIMENT_S = 2.0
@@ -72,13 +72,12 @@ class ExplainReport:
     def warnings(self) -> list[dict[str, Any]]:
         """Every experiment's warnings (prefixed with its name) and ``host_busy``, as dicts."""
         from phasescope.measure.host import judge
-        from phasescope.measure.warnings import MeasurementWarning, coerce, to_json
+        from phasescope.measure.warnings import coerce, to_json
 
         out: list[Any] = list(judge(self.host))
         for name, r in self.experiments.items():
             for w in getattr(getattr(r, "info", None), "warnings", None) or []:
-                cw = coerce(w)
-                out.append(MeasurementWarning(cw.kind, f"{name}: {cw.message}", cw.evidence, cw.fix))
+                out.append(coerce(w).prefixed(f"{name}: "))
         return to_json(out)
 
     def to_json(self) -> dict[str, Any]:
@@ -143,6 +142,26 @@ def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, em
 
 
 
+def parse_budget(text: str) -> float:
+    """``3m``, ``90s``, ``90``, ``1.5m``, ``1h`` → seconds."""
+    s = str(text).strip().lower()
+    mult = 1.0
+    if s.endswith("ms"):
+        raise InputError(f"--budget {text!r} is too short; use seconds or minutes, e.g. 3m")
+    if s[-1:] in ("s", "m", "h"):
+        mult = {"s": 1.0, "m": 60.0, "h": 3600.0}[s[-1]]
+        s = s[:-1]
+    try:
+        v = float(s) * mult
+    except ValueError:
+        raise InputError(f"--budget {text!r} is not a duration (e.g. 3m, 90s)") from None
+    if not math.isfinite(v):
+        raise InputError(f"--budget {text!r} is not a finite duration (e.g. 3m, 90s)")
+    if v < 10:
+        raise InputError(f"--budget {text!r} is too short: the experiments need at least 10 s")
+    return v
+
+
 def budget_skip_reason(left: float) -> str:
     """Why an experiment did not run: the time left, or how far over the budget the earlier ones ran."""
     if left < 0:
@@ -178,13 +197,11 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
         cut0 = ctx.n_cut
         results[name] = await spec.run(ctx, b, suite)
         if ctx.n_cut > cut0:
-            from phasescope.measure.warnings import MeasurementWarning
+            from phasescope.measure.warnings import warn
 
-            results[name].info.warnings.append(MeasurementWarning(
-                "partial_run", f"{ctx.n_cut - cut0} request(s) still running at the end of its {b:.0f} s were "
-                f"stopped, so the run keeps to --budget; they are kept as stopped_by_client and left out of its "
-                f"figures", {"budget_s": round(b, 3), "stopped": ctx.n_cut - cut0},
-                "give explain a longer --budget (the server was slower than its calibration)"))
+            results[name].info.warnings.append(warn("partial_run", "stopped_in_flight",
+                                                    {"budget_s": round(b, 3), "stopped": ctx.n_cut - cut0},
+                                                    n=ctx.n_cut - cut0, budget_s=b))
         if results[name].info.skipped:
             skipped[name] = results[name].info.skipped
         if ctx.aborted is not None:  # the server is gone: the experiments after this one are not run
@@ -261,7 +278,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                        progress: Callable[[str], None] | None, save: bool, timeouts: Timeouts | None,
                        store_path: str | None, gpu_metrics: list[str] | None = None,
                        nvml: bool = True, server_flags: str | None = None) -> ExplainReport:
-    from phasescope.apis.resolve import open_target
+    from phasescope.target import open_target
 
     say = progress or (lambda _m: None)
     if url is None:
@@ -299,7 +316,7 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
                       t_start: float) -> ExplainReport:
     from phasescope.experiments.context import experiment_session
     from phasescope.measure.records import ThreadedSink
-    from phasescope.metrics.gpu_phases import explain_gpu_finish
+    from phasescope.diagnose.gpu_evidence import explain_gpu_finish
 
     async with experiment_session(ot.timeouts.connect_s) as session:
         facts = await discover_facts(session, target, props=getattr(det, "props", None))

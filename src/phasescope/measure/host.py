@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, warn
 
 #: the judgement: other work (plus hypervisor steal) above this share of the machine's CPU time → host_busy
 BUSY_SHARE = 0.25
@@ -399,9 +399,6 @@ def judge(host: Mapping[str, Any] | None, *, threshold: float | None = None) -> 
     if by_burst:
         limits.append(f"{'and' if by_avg else 'more than'} the {burst_thr * 100:.0f} % it accepts in bursts")
     where = (" when the server runs on this machine and competes for the same cores" if local else "")
-    msg = (took + " while the run measured (" + " ".join(limits) + where + named
-           + "): the client and the server waited for CPU, so latencies read high and rates low"
-           + (", and the requests or repeats that ran inside a burst disagree with the rest" if bursty else ""))
     peak = host.get("peak_other_cpu_share")
     ev = {"other_cpu_share": share, "threshold": avg_thr, "cores": cores,
           "worst_1s_other_cpu_share": burst, "burst_threshold": burst_thr,
@@ -409,9 +406,8 @@ def judge(host: Mapping[str, Any] | None, *, threshold: float | None = None) -> 
           "rule": [r for r, on in (("average", by_avg), ("bursts", by_burst)) if on],
           "steal_share": during.get("steal_share"), "loadavg_1m": host.get("loadavg_1m_start"),
           "peak_other_cpu_share": peak, "top_other": during.get("top_other") or []}
-    return [MeasurementWarning("host_busy", msg, ev,
-                               "rerun on a quiet machine (stop the other jobs, or pin the server and client to "
-                               "cores nothing else uses with taskset); compare only runs with similar host load")]
+    return [warn("host_busy", "contention", ev, took=took, limits=" ".join(limits), where=where, named=named,
+                 bursty=", and the requests or repeats that ran inside a burst disagree with the rest" if bursty else "")]
 
 
 # --- the background sampler -------------------------------------------------------------------

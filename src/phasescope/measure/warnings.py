@@ -6,6 +6,11 @@ happened (``message``), the numbers behind it (``evidence``), and which flag or 
 results; ``--json`` carries ``"warnings": [w.to_dict(), ...]``, the console prints them in one block
 (:func:`render_lines`), the run store keeps them with the run, and the HTML report shows them.
 
+Each kind's sentences sit beside it in :data:`WARNINGS` (message and fix templates, by name); a
+call site passes the values, ``warn("cold_start", "first_request", evidence, first_ms=812, times=6.3)``,
+and composes no sentence itself. :meth:`MeasurementWarning.prefixed` leads a carried-over warning
+with where it came from (an experiment, a compared run).
+
 Legacy string warnings (older stored runs, or code not yet converted) are accepted everywhere a list
 of warnings is read: :func:`coerce` turns a string into a warning of kind ``note``.
 """
@@ -16,28 +21,128 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-#: every kind a warning can have, with what it means. New kinds are added here, never invented inline.
-KINDS: dict[str, str] = {
-    "host_busy": "other work on this machine took CPU time while the run measured",
-    "high_variance": "repeated measurements of one point spread more than the effect being measured",
-    "unstable": "a figure's repeats still disagree after the most repeats allowed: its interval is wider than ±10 %",
-    "prefix_cache_hits": "the server answered from its prefix cache on a workload that should have none",
-    "client_saturated": "the client itself added latency (event-loop lag, send lag)",
-    "token_count_mismatch": "the server counted a different number of tokens than was asked for",
-    "cold_start": "the first request paid a one-off cost (model load, graph capture)",
-    "too_few_samples": "too few measurements for the statistic to mean much",
-    "above_ceiling": "a measured rate is above its physical ceiling: an input (device, model bytes, quant) is wrong",
-    "runs_not_comparable": "two runs differ in more than the parameter under test",
-    "partial_run": "the run stopped early; its numbers cover only part of the planned load",
-    "no_success": "no request succeeded",
-    "request_errors": "some requests failed",
-    "overrun": "the server sent more output than was asked for",
-    "gpu_telemetry": "GPU telemetry was missing, too coarse or stale to set against the phases",
-    "rate_not_reached": "the load generator sent requests slower than the requested rate",
-    "no_server_counts": "the server reported no token counts; the client counted or estimated them",
-    "version_mismatch": "the machines of one run ran different phasescope versions",
-    "note": "an observation that fits no other kind",
+@dataclass(frozen=True)
+class Template:
+    """One way a kind is said: ``message`` and ``fix`` are ``str.format`` templates whose fields the
+    call site passes (a number with its format in the template, or a phrase the call site composed)."""
+
+    message: str
+    fix: str | None = None
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of warning: what it means, and its sentences by name (:func:`warn` renders them)."""
+
+    meaning: str
+    says: Mapping[str, Template] = field(default_factory=dict)
+
+
+_T = Template
+_BUDGET_FIX = "give explain a longer --budget"
+
+#: every kind a warning can have, with what it means and the sentences that say it. New kinds and new
+#: sentences are added here, never composed inline: a call site passes values to :func:`warn`.
+WARNINGS: dict[str, Kind] = {
+    "host_busy": Kind("other work on this machine took CPU time while the run measured", {
+        "contention": _T("{took} while the run measured ({limits}{where}{named}): the client and the server waited "
+                         "for CPU, so latencies read high and rates low{bursty}",
+                         "rerun on a quiet machine (stop the other jobs, or pin the server and client to cores nothing "
+                         "else uses with taskset); compare only runs with similar host load"),
+    }),
+    "high_variance": Kind("repeated measurements of one point spread more than the effect being measured"),
+    "unstable": Kind("a figure's repeats still disagree after the most repeats allowed: its interval is wider than ±10 %", {
+        "auto": _T("{prompt_tokens}-token {figure}: the repeats still disagree after {n} runs (--max-repeat {max_repeat}): "
+                   "{spread}, a 95 % interval of {low}–{high} (±{pct:.0f}%); no sentence rests on it.",
+                   "run on a quiet machine (see the host line), or raise --max-repeat"),
+        "fixed": _T("{prompt_tokens}-token {figure}: the repeats still disagree over --repeat {n}: {spread}, a 95 % "
+                    "interval of {low}–{high} (±{pct:.0f}%); no sentence rests on it.",
+                    "use --repeat auto (repeats until stable), or run on a quiet machine"),
+    }),
+    "prefix_cache_hits": Kind("the server answered from its prefix cache on a workload that should have none"),
+    "client_saturated": Kind("the client itself added latency (event-loop lag, send lag)"),
+    "token_count_mismatch": Kind("the server counted a different number of tokens than was asked for", {
+        "prompt_lengths": _T("The server counted other prompt lengths than were asked for ({by_size}): prefill rates "
+                             "use the server's count.",
+                             "use an API with a tokenizer endpoint and token-id prompts (--api openai on vLLM, SGLang, "
+                             "llama.cpp)"),
+    }),
+    "cold_start": Kind("the first request paid a one-off cost (model load, graph capture)", {
+        "first_request": _T("The first request's TTFT ({first_ms:.0f} ms) was {times:.1f}× the later ones of its size, "
+                            "with no warm-up: the median still holds, but the spread does not.", "drop --no-warmup"),
+    }),
+    "too_few_samples": Kind("too few measurements for the statistic to mean much", {
+        "repeat": _T("--repeat {repeat}: a median of fewer than 3 requests per size has no spread to judge noise by.",
+                     "use --repeat 3 or more"),
+        "scrapes": _T("{scrapes} scrape(s) so far: rates and percentiles need two scrapes of the counters.",
+                      "watch for longer than one --interval"),
+        "trials": _T("compare: {why}", "run both with bench --trials 3 or more"),
+    }),
+    "above_ceiling": Kind("a measured rate is above its physical ceiling: an input (device, model bytes, quant) is wrong", {
+        "device_bandwidth": _T("{where}: measured {measured:,.1f} tok/s is {ratio:.1f}× the bandwidth ceiling "
+                               "{ceiling:,.1f} tok/s — physically impossible, so an input is wrong{why}: the device "
+                               "bandwidth is likely wrong ({because})",
+                               "pass --device with the hardware the server runs on, or re-measure this machine with "
+                               "`phasescope hw` on a quiet machine"),
+        "quant": _T("{where}: measured {measured:,.1f} tok/s is {ratio:.1f}× the bandwidth ceiling {ceiling:,.1f} "
+                    "tok/s — physically impossible, so an input is wrong; at {device_gb_s:,.1f} GB/s the server can "
+                    "read at most {max_gb:,.3g} GB per token, ~{implied_bits:.1f} bits per weight, not {format}'s "
+                    "{bits:.0f}: the weights are likely quantized (quant)",
+                    "pass --model-spec with the served file (.gguf or its config.json), so the bytes per token match "
+                    "what is read"),
+        "model_bytes": _T("{where}: measured {measured:,.1f} tok/s is {ratio:.1f}× the bandwidth ceiling {ceiling:,.1f} "
+                          "tok/s — physically impossible, so an input is wrong{why}: the model bytes per token are "
+                          "likely overstated (another or smaller model, MoE active weights)",
+                          "pass --model-spec with the served model's config.json or .gguf"),
+    }),
+    "runs_not_comparable": Kind("two runs differ in more than the parameter under test", {
+        "field": _T("{name} differs: {a} → {b}"),
+        "host": _T("target host differs: {a} → {b} (fine if the server is what you compare)"),
+        "prompt_lengths": _T("prompt lengths differ: {a} → {b} tokens"),
+        "output_lengths": _T("requested output lengths differ: {a} → {b} tokens"),
+    }),
+    "partial_run": Kind("the run stopped early; its numbers cover only part of the planned load", {
+        "status": _T("run {name} ({id}) is {status}{error}"),
+        "budget": _T("stopped at the time budget: the server was slower than its calibration", _BUDGET_FIX),
+        "stopped_in_flight": _T("{n} request(s) still running at the end of its {budget_s:.0f} s were stopped, so the "
+                                "run keeps to --budget; they are kept as stopped_by_client and left out of its figures",
+                                _BUDGET_FIX + " (the server was slower than its calibration)"),
+    }),
+    "no_success": Kind("no request succeeded", {
+        "run": _T("run {name} has no successful request"),
+    }),
+    "request_errors": Kind("some requests failed"),
+    "overrun": Kind("the server sent more output than was asked for"),
+    "gpu_telemetry": Kind("GPU telemetry was missing, too coarse or stale to set against the phases", {
+        "source": _T("GPU source {name} ({kind}) gave no samples: {reason}",
+                     "check the URL (dcgm-exporter listens on :9400/metrics by default)"),
+        "coarse": _T("no sampling window was ≥ {majority:.0%} prefill or decode: the interval ({interval_s} s) is "
+                     "longer than the phases", "lower --metrics-interval (and dcgm-exporter's -c), or use longer "
+                     "prompts/outputs"),
+        "stale": _T("the GPU counters did not change over {stale} consecutive samples while the load did: the exporter "
+                    "collects less often than phasescope scrapes",
+                    "start dcgm-exporter with -c 1000 or less (its default collect interval is 30000 ms)"),
+        "no_dram": _T("no DRAM-active counter: phase activity rests on GPU utilization only",
+                      "DCGM_FI_PROF_* needs a datacenter GPU (Volta or newer) and the DCP fields in dcgm-exporter's "
+                      "counters CSV; NVML needs Hopper or newer for GPM"),
+        "unknown_gpu": _T("GPU model {model_name!r} is not in the device catalog: no peak bandwidth",
+                          "pass --device ID (see `phasescope devices`)"),
+    }),
+    "rate_not_reached": Kind("the load generator sent requests slower than the requested rate"),
+    "no_server_counts": Kind("the server reported no token counts; the client counted or estimated them"),
+    "version_mismatch": Kind("the machines of one run ran different phasescope versions"),
+    "note": Kind("an observation that fits no other kind"),
 }
+
+#: every kind with what it means (the table above without its sentences)
+KINDS: dict[str, str] = {k: v.meaning for k, v in WARNINGS.items()}
+
+
+def warn(kind: str, says: str, evidence: Mapping[str, Any] | None = None, /, **values: Any) -> "MeasurementWarning":
+    """The warning ``kind`` said its ``says`` way (:data:`WARNINGS`), its templates filled with ``values``."""
+    t = WARNINGS[kind].says[says]
+    return MeasurementWarning(kind, t.message.format(**values), dict(evidence or {}),
+                              t.fix.format(**values) if t.fix is not None else None)
 
 
 @dataclass(frozen=True)
@@ -67,6 +172,10 @@ class MeasurementWarning:
         """One console line: ``[kind] message — fix: …``."""
         text = f"[{self.kind}] {self.message}"
         return f"{text} — fix: {self.fix}" if self.fix else text
+
+    def prefixed(self, prefix: str) -> "MeasurementWarning":
+        """The same warning, its message led by ``prefix`` (``"prompt_scaling: "``, ``"run A (id): "``)."""
+        return MeasurementWarning(self.kind, prefix + self.message, self.evidence, self.fix)
 
     def __str__(self) -> str:  # so old code that joins warnings as strings keeps reading well
         return self.line()

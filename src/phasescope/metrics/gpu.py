@@ -174,14 +174,13 @@ class DcgmSource:
         self._own = session is None
 
     async def sample(self) -> list[GpuSample]:
-        import aiohttp
-
+        from phasescope.apis import plain_session
         from phasescope.errors import TargetError
         from phasescope.metrics.parse import parse_text
         from phasescope.metrics.scrape import fetch_text
 
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = plain_session()
             self._own = True
         text, ctype, t = await fetch_text(self._session, self.url, timeout_s=self.timeout_s)
         raw = parse_text(text, ctype)

@@ -271,7 +271,7 @@ def gpu_section(rec: GpuRecording, records: list[Any], *, t0_ns: int | None = No
         "devices": devices, "device_id": dev_id, "majority": MAJORITY,
         "phases": phases, "run": run, "bandwidth": bandwidth, "timeline": timeline,
     }
-    from phasescope.diagnose.gpu_evidence import gpu_sentences, gpu_warnings
+    from phasescope.metrics.gpu_evidence import gpu_sentences, gpu_warnings
 
     section["evidence"] = gpu_sentences(section)
     section["warnings"] = [w.to_dict() for w in gpu_warnings(section)]
@@ -370,16 +370,3 @@ def explain_gpu_start(gpu_metrics: list[str] | None, nvml: bool = True, server_u
     if rec is not None:
         rec.start()
     return rec
-
-
-def explain_gpu_finish(recorder: Any, records: list[Any], diagnosis: Any, ceilings: Any) -> dict[str, Any] | None:
-    """Stop explain's recorder, build the section, add the GPU findings to ``diagnosis``."""
-    if recorder is None:
-        return None
-    from phasescope.diagnose.gpu_evidence import gpu_findings
-
-    sec = finish_section(recorder, records, device_id=getattr(ceilings, "device", None),
-                         decode_ceiling_tok_s=getattr(ceilings, "decode_ceiling_tok_s", None),
-                         decode_tok_s=solo_decode_tok_s(records))
-    diagnosis.findings.extend(gpu_findings(sec))
-    return sec

@@ -19,8 +19,7 @@ import contextlib
 from types import TracebackType
 from typing import Any
 
-import aiohttp
-
+from phasescope.apis import Session
 from phasescope.errors import PhasescopeError
 from phasescope.measure.clock import now_ns
 from phasescope.metrics.scrape import Scraper
@@ -34,7 +33,7 @@ class MetricsSampler:
         *,
         interval_s: float = 1.0,
         engine: str = "auto",
-        session: aiohttp.ClientSession | None = None,
+        session: Session | None = None,
         api_key: str | None = None,
         timeout_s: float = 5.0,
         window_s: float = 60.0,

@@ -102,13 +102,11 @@ class WatchState:
 
     def warnings(self) -> list[dict[str, Any]]:
         """Measurement warnings (not alerts about the server): rates need two scrapes."""
-        from phasescope.measure.warnings import MeasurementWarning, to_json
+        from phasescope.measure.warnings import to_json, warn
 
         out = []
         if len(self.timeline) < 2:
-            out.append(MeasurementWarning(
-                "too_few_samples", f"{len(self.timeline)} scrape(s) so far: rates and percentiles need two scrapes "
-                "of the counters.", {"scrapes": len(self.timeline)}, "watch for longer than one --interval"))
+            out.append(warn("too_few_samples", "scrapes", {"scrapes": len(self.timeline)}, scrapes=len(self.timeline)))
         return to_json(out)
 
 

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from phasescope import errors as E
 from phasescope.apis import new_session
 from phasescope.apis.base import Timeouts
-from phasescope.apis.resolve import open_target
+from phasescope.target import open_target
 from phasescope.probe import ceilings as C
 from phasescope.probe.runner import ProbePlan, run_probe
 from phasescope.probe.summary import size_summary, verdict, warmup_summary

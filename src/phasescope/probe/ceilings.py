@@ -30,11 +30,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import aiohttp
-
 from phasescope import errors as E
+from phasescope.apis import Session
 from phasescope.apis.base import Target
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, warn
 
 #: measured ÷ bandwidth roof above which a decode speed is flagged (2 % for timing noise)
 ABOVE_CEILING_TOLERANCE = 1.02
@@ -42,7 +41,7 @@ ABOVE_CEILING_TOLERANCE = 1.02
 MIN_BITS_PER_WEIGHT = 1.5
 
 
-async def discover_spec(session: aiohttp.ClientSession, target: Target, detected: Any, model_spec: str | None) -> tuple[Any, str | None]:
+async def discover_spec(session: Session, target: Target, detected: Any, model_spec: str | None) -> tuple[Any, str | None]:
     """(ModelSpec or None, reason when None)."""
     try:
         from phasescope.theory import models as M
@@ -77,7 +76,7 @@ async def discover_spec(session: aiohttp.ClientSession, target: Target, detected
             shown = await show_model(session, target, timeout_s=30)
             if shown is not None:
                 return M.from_ollama_show(shown, model=target.model), None
-    except (E.PhasescopeError, aiohttp.ClientError, ValueError, OSError) as exc:
+    except (E.PhasescopeError, ValueError, OSError) as exc:
         return None, f"model shape not discoverable ({exc})"
     if target.model:  # why --model did not help: it names the request, and this name is no catalog id
         near = M.near_misses(target.model)
@@ -186,25 +185,18 @@ def above_ceiling(
     else:
         likely = "model_bytes"
     dev = device_id or "the device"
-    head = (f"{where}: measured {measured_tok_s:,.1f} tok/s is {ratio:.1f}× the bandwidth ceiling "
-            f"{bandwidth_roof_tok_s:,.1f} tok/s — physically impossible, so an input is wrong")
+    said: dict[str, Any] = {"where": where, "measured": measured_tok_s, "ratio": ratio, "ceiling": bandwidth_roof_tok_s}
     if likely == "device_bandwidth":
-        why = (f"; reading {bytes_per_token / 1e9:,.3g} GB per token at that speed needs {implied_bw:,.0f} GB/s, "
-               f"more than {dev}'s {device_bandwidth_gb_s:,.1f} GB/s" if implied_bw and device_bandwidth_gb_s else "")
-        msg = head + why + (": the device bandwidth is likely wrong (the model bytes are exact)" if bytes_exact
-                            else f": the device bandwidth is likely wrong (no weight format stores {implied_bits:.2f} bits per weight)")
-        fix = ("pass --device with the hardware the server runs on, or re-measure this machine with `phasescope hw` "
-               "on a quiet machine")
+        said["why"] = (f"; reading {bytes_per_token / 1e9:,.3g} GB per token at that speed needs {implied_bw:,.0f} GB/s, "
+                       f"more than {dev}'s {device_bandwidth_gb_s:,.1f} GB/s" if implied_bw and device_bandwidth_gb_s else "")
+        said["because"] = ("the model bytes are exact" if bytes_exact
+                           else f"no weight format stores {implied_bits:.2f} bits per weight")
     elif likely == "quant":
-        msg = (head + f"; at {device_bandwidth_gb_s:,.1f} GB/s the server can read at most {max_bytes / 1e9:,.3g} GB per token, "
-               f"~{implied_bits:.1f} bits per weight, not {weight_format or 'the spec'}'s {bits_per_weight:.0f}: "
-               f"the weights are likely quantized (quant)")
-        fix = "pass --model-spec with the served file (.gguf or its config.json), so the bytes per token match what is read"
+        said.update(device_gb_s=device_bandwidth_gb_s, max_gb=max_bytes / 1e9, implied_bits=implied_bits,
+                    format=weight_format or "the spec", bits=bits_per_weight)
     else:
-        msg = (head + (f"; at {device_bandwidth_gb_s:,.1f} GB/s the server can read at most {max_bytes / 1e9:,.3g} GB per token, "
-                       f"the spec says {bytes_per_token / 1e9:,.3g} GB" if max_bytes and bytes_per_token else "")
-               + ": the model bytes per token are likely overstated (another or smaller model, MoE active weights)")
-        fix = "pass --model-spec with the served model's config.json or .gguf"
+        said["why"] = (f"; at {device_bandwidth_gb_s:,.1f} GB/s the server can read at most {max_bytes / 1e9:,.3g} GB per "
+                       f"token, the spec says {bytes_per_token / 1e9:,.3g} GB" if max_bytes and bytes_per_token else "")
     ev = {
         "measured_tok_s": measured_tok_s,
         "bandwidth_ceiling_tok_s": bandwidth_roof_tok_s,
@@ -219,7 +211,7 @@ def above_ceiling(
         "bytes_exact": bytes_exact,
         "likely_wrong": likely,
     }
-    return [MeasurementWarning("above_ceiling", msg, ev, fix)]
+    return [warn("above_ceiling", likely, ev, **said)]
 
 
 def _bits(spec: Any) -> tuple[str | None, float | None]:

@@ -19,10 +19,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import aiohttp
-
 from phasescope import errors as E
-from phasescope.apis import get_client, new_session
+from phasescope.apis import Session, get_client, new_session
 from phasescope.apis.base import Target
 from phasescope.prompting import Prompt, PromptBuilder
 from phasescope.measure.records import RequestRecord
@@ -77,7 +75,7 @@ class ProbeRun:
     prompts: dict[int, list[Prompt]] = field(default_factory=dict)
 
 
-async def send_with_retries(session: aiohttp.ClientSession, target: Target, req: Any, retries: int,
+async def send_with_retries(session: Session, target: Target, req: Any, retries: int,
                             on_record: Callable[[RequestRecord], None] | None = None,
                             sleep: Callable[[float], Any] = asyncio.sleep) -> RequestRecord:
     """Send; on 429/503 retry up to ``retries`` times honouring Retry-After. Every attempt is recorded."""
@@ -97,7 +95,7 @@ async def send_with_retries(session: aiohttp.ClientSession, target: Target, req:
 
 
 async def run_probe(target: Target, plan: ProbePlan, *, on_record: Callable[[RequestRecord], None] | None = None,
-                    progress: Callable[[str], None] | None = None, session: aiohttp.ClientSession | None = None,
+                    progress: Callable[[str], None] | None = None, session: Session | None = None,
                     seed: int | None = None) -> ProbeRun:
     own = session is None
     sess = session or new_session(connect_timeout_s=target.timeouts.connect_s)

@@ -391,7 +391,7 @@ def warmup_summary(warm: RequestRecord | None, sizes: list[dict[str, Any]]) -> d
 def unstable_warnings(sizes: list[dict[str, Any]], *, auto: bool, max_repeat: int) -> list[Any]:
     """One ``unstable`` warning per figure of :data:`STOP_FIGURES` whose repeats still disagree (its 95 %
     interval of the median wider than ±10 %), naming the size, the figure and its spread."""
-    from phasescope.measure.warnings import MeasurementWarning
+    from phasescope.measure.warnings import warn
 
     out = []
     for s in sizes:
@@ -401,16 +401,12 @@ def unstable_warnings(sizes: list[dict[str, Any]], *, auto: bool, max_repeat: in
             if iv is None or not iv.known or iv.tight():
                 continue
             fmt = _ms_s if key.endswith("_s") and not key.endswith("tok_s") else _rate_s
-            why = (f"after {iv.n} runs (--max-repeat {max_repeat})" if auto else f"over --repeat {iv.n}")
-            out.append(MeasurementWarning(
-                "unstable",
-                f"{p}-token {FIGURE_WORDS[key]}: the repeats still disagree {why}: {_spread(iv, fmt)}, a "
-                f"95 % interval of {fmt(iv.low)}–{fmt(iv.high)} (±{100 * iv.rel_halfwidth:.0f}%); no sentence "
-                "rests on it.",
+            out.append(warn(
+                "unstable", "auto" if auto else "fixed",
                 {"prompt_tokens": p, "figure": key, "value": iv.value, "ci": iv.ci, "n": iv.n, "min": iv.min,
                  "max": iv.max, "spread": iv.spread, "rel_halfwidth": iv.rel_halfwidth},
-                "run on a quiet machine (see the host line), or raise --max-repeat" if auto
-                else "use --repeat auto (repeats until stable), or run on a quiet machine"))
+                prompt_tokens=p, figure=FIGURE_WORDS[key], n=iv.n, max_repeat=max_repeat, spread=_spread(iv, fmt),
+                low=fmt(iv.low), high=fmt(iv.high), pct=100 * iv.rel_halfwidth))
     return out
 
 
@@ -420,7 +416,7 @@ def probe_warnings(result: dict[str, Any], run: Any, host: dict[str, Any] | None
     the server counted differently, figures whose repeats still disagree (``unstable``), too few repeats
     for a spread, and a cold first request."""
     from phasescope.measure.host import judge
-    from phasescope.measure.warnings import MeasurementWarning, to_json
+    from phasescope.measure.warnings import to_json, warn
 
     out: list[Any] = list(earlier or [])
     out += judge(host)
@@ -433,18 +429,12 @@ def probe_warnings(result: dict[str, Any], run: Any, host: dict[str, Any] | None
             diffs.setdefault(int(n), []).append(int(r.prompt_tokens))
     if diffs:
         shown = "; ".join(f"asked {n}, server counted {', '.join(map(str, sorted(set(v))))}" for n, v in sorted(diffs.items()))
-        out.append(MeasurementWarning(
-            "token_count_mismatch",
-            f"The server counted other prompt lengths than were asked for ({shown}): prefill rates use the "
-            "server's count.", {"by_size": {str(k): v for k, v in diffs.items()}},
-            "use an API with a tokenizer endpoint and token-id prompts (--api openai on vLLM, SGLang, llama.cpp)"))
+        out.append(warn("token_count_mismatch", "prompt_lengths", {"by_size": {str(k): v for k, v in diffs.items()}},
+                        by_size=shown))
     out += unstable_warnings(result.get("sizes") or [], auto=bool(getattr(run.plan, "auto", False)),
                              max_repeat=int(run.plan.repeat))
     if not getattr(run.plan, "auto", False) and run.plan.repeat < 3:
-        out.append(MeasurementWarning(
-            "too_few_samples",
-            f"--repeat {run.plan.repeat}: a median of fewer than 3 requests per size has no spread to judge "
-            "noise by.", {"repeat": run.plan.repeat}, "use --repeat 3 or more"))
+        out.append(warn("too_few_samples", "repeat", {"repeat": run.plan.repeat}, repeat=run.plan.repeat))
     if not run.plan.warmup and run.records:
         first = run.records[0]
         same = [D.ttft_s(r) for r in run.records[1:] if (r.tags or {}).get("prompt_tokens_target")
@@ -452,10 +442,6 @@ def probe_warnings(result: dict[str, Any], run: Any, host: dict[str, Any] | None
         others = _med(same)
         t0 = D.ttft_s(first)
         if t0 is not None and others and t0 > 3 * others and t0 - others > 0.05:
-            out.append(MeasurementWarning(
-                "cold_start",
-                f"The first request's TTFT ({t0 * 1000:.0f} ms) was {t0 / others:.1f}× the later "
-                "ones of its size, with no warm-up: the median still holds, but the spread does not.",
-                {"first_ttft_ms": t0 * 1000, "median_others_ms": others * 1000},
-                "drop --no-warmup"))
+            out.append(warn("cold_start", "first_request", {"first_ttft_ms": t0 * 1000, "median_others_ms": others * 1000},
+                            first_ms=t0 * 1000, times=t0 / others))
     return to_json(out)

@@ -33,7 +33,7 @@ from typing import Any
 from phasescope.measure.host import BURST_SHARE, BUSY_SHARE
 from phasescope.measure.aggregate import METRICS, cached_share, measured, median
 from phasescope.measure.records import RequestRecord
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, coerce, warn
 from phasescope.store import RunInfo
 
 #: prefix-cache hit rates further apart than this (absolute) make TTFT-side verdicts not comparable
@@ -70,26 +70,26 @@ def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: li
             continue  # said by comparability(), with the verdicts it affects
         x, y = getattr(a, attr), getattr(b, attr)
         if x != y and (x is not None or y is not None):
-            out.append(nc_warning(f"{name} differs: {x or '?'} → {y or '?'}", {"a": x, "b": y}))
+            out.append(warn("runs_not_comparable", "field", {"a": x, "b": y}, name=name, a=x or "?", b=y or "?"))
     if _host(a.target) != _host(b.target):  # a new port alone (e.g. the embedded engine's) is no warning
-        out.append(nc_warning(f"target host differs: {a.target or '?'} → {b.target or '?'} (fine if the server is what you compare)"))
+        out.append(warn("runs_not_comparable", "host", a=a.target or "?", b=b.target or "?"))
     pa, pb = _lengths(ra, "prompt"), _lengths(rb, "prompt")
     if pa and pb and pa != pb:
-        out.append(nc_warning(f"prompt lengths differ: {_fmt_set(pa)} → {_fmt_set(pb)} tokens"))
+        out.append(warn("runs_not_comparable", "prompt_lengths", a=_fmt_set(pa), b=_fmt_set(pb)))
     oa, ob = _lengths(ra, "output"), _lengths(rb, "output")
     if oa and ob and oa != ob:
-        out.append(nc_warning(f"requested output lengths differ: {_fmt_set(oa)} → {_fmt_set(ob)} tokens"))
+        out.append(warn("runs_not_comparable", "output_lengths", a=_fmt_set(oa), b=_fmt_set(ob)))
     for i, name in ((a, "A"), (b, "B")):
         if i.status != "complete":
-            out.append(MeasurementWarning("partial_run", f"run {name} ({i.id}) is {i.status}" + (f": {i.error}" if i.error else "")))
+            out.append(warn("partial_run", "status", name=name, id=i.id, status=i.status,
+                            error=f": {i.error}" if i.error else ""))
     for recs, name in ((ra, "A"), (rb, "B")):
         if not [r for r in recs if r.ok]:
-            out.append(MeasurementWarning("no_success", f"run {name} has no successful request"))
+            out.append(warn("no_success", "run", name=name))
     for i, name in ((a, "A"), (b, "B")):  # a run that was itself shaky stays shaky in the comparison
         for w in i.warnings:
             if w["kind"] in ("host_busy", "prefix_cache_hits", "client_saturated"):
-                out.append(MeasurementWarning(w["kind"], f"run {name} ({i.id}): {w['message']}", w.get("evidence") or {},
-                                              w.get("fix")))
+                out.append(coerce(w).prefixed(f"run {name} ({i.id}): "))
     return out
 
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from phasescope.measure.records import RequestRecord
 from phasescope.measure.stats import bootstrap_median_diff
-from phasescope.measure.warnings import MeasurementWarning, to_json
+from phasescope.measure.warnings import MeasurementWarning, to_json, warn
 from phasescope.measure.aggregate import (
     METRICS,
     Group,
@@ -272,9 +272,8 @@ def compare_runs(
                  else "only run A" if tr_a and len(tr_a) >= 2 else "only run B")
         run_level["why"] = (f"{which} has two or more complete trials: the intervals resample requests and cannot "
                             "see run-to-run noise (run both with bench --trials N)")
-        warnings.append(MeasurementWarning("too_few_samples", f"compare: {run_level['why']}",
-                                           {"trials_a": run_level["a"], "trials_b": run_level["b"]},
-                                           "run both with bench --trials 3 or more"))
+        warnings.append(warn("too_few_samples", "trials", {"trials_a": run_level["a"], "trials_b": run_level["b"]},
+                             why=run_level["why"]))
     ta = by_trial(records_a, tr_a or []) if use_trials else {}
     tb = by_trial(records_b, tr_b or []) if use_trials else {}
     # token counts are compared over the measurement points both runs share

@@ -22,8 +22,8 @@ import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
+from phasescope.apis.base import check_url
 from phasescope.errors import InputError
 
 #: the longest prompt or output any option may ask for (tokens): above any model's context window,
@@ -133,27 +133,9 @@ CHOICES: dict[str, tuple[str, ...] | Callable[[], tuple[str, ...]]] = {
     "devices --kind": ("gpu", "cpu", "apple", "accelerator", "local"),
 }
 
-def parse_budget(text: str) -> float:
-    """``3m``, ``90s``, ``90``, ``1.5m``, ``1h`` → seconds."""
-    s = str(text).strip().lower()
-    mult = 1.0
-    if s.endswith("ms"):
-        raise InputError(f"--budget {text!r} is too short; use seconds or minutes, e.g. 3m")
-    if s[-1:] in ("s", "m", "h"):
-        mult = {"s": 1.0, "m": 60.0, "h": 3600.0}[s[-1]]
-        s = s[:-1]
-    try:
-        v = float(s) * mult
-    except ValueError:
-        raise InputError(f"--budget {text!r} is not a duration (e.g. 3m, 90s)") from None
-    if not math.isfinite(v):
-        raise InputError(f"--budget {text!r} is not a finite duration (e.g. 3m, 90s)")
-    if v < 10:
-        raise InputError(f"--budget {text!r} is too short: the experiments need at least 10 s")
-    return v
-
-
 def _budget(text: str) -> None:
+    from phasescope.experiments.suite import parse_budget
+
     parse_budget(text)
 
 
@@ -258,45 +240,6 @@ TEXT_RULES: dict[str, Callable[[str], None]] = {
 EMPTY_OK = frozenset({"--label", "--server-args", "--api-key"})
 #: positional arguments and options that name a server URL
 URL_PARAMS = frozenset({"url", "--target", "--gpu-metrics"})
-
-
-def check_url(value: str, flag: str = "URL") -> None:
-    """A server URL that phasescope can send to: http(s), a host, a port 1–65535 (exit 2 otherwise)."""
-    from phasescope.apis.base import redact_url
-
-    u = value.strip()
-    if not u:
-        raise InputError(f"{flag}: empty URL")
-    full = u if "://" in u else "http://" + u
-    try:
-        parts = urlsplit(full)
-        port = parts.port
-        host = parts.hostname
-    except ValueError as exc:
-        raise InputError(f"{flag}: malformed URL {_shown(full)} ({exc})") from None
-    if parts.scheme not in ("http", "https"):
-        raise InputError(f"{flag}: not an http(s) URL: {_shown(full)}")
-    if not host:
-        raise InputError(f"{flag}: no host in URL {_shown(full)}")
-    if port is not None and not 1 <= port <= 65535:
-        raise InputError(f"{flag}: port {port} out of range 1-65535")
-    try:
-        if len(host) > 253 or any(len(lbl) > 63 for lbl in host.split(".")) or not host.strip("."):
-            raise UnicodeError("label too long")
-        host.encode("idna")
-    except UnicodeError:
-        raise InputError(f"{flag}: {host[:60]!r} is not a valid host name") from None
-    try:
-        redact_url(full)
-    except ValueError as exc:
-        raise InputError(f"{flag}: malformed URL ({exc})") from None
-
-
-def _shown(u: str) -> str:
-    # never echo credentials: drop anything before an @ and the query
-    head, _, rest = u.partition("://")
-    rest = rest.rsplit("@", 1)[-1].split("?", 1)[0]
-    return f"{head}://{rest}"
 
 
 def check_text(flag: str, value: str, *, empty_ok: bool = False) -> None:
