@@ -15,8 +15,9 @@ Starts the ground-truth fake (``python -m phasescope.testing``, vLLM flavour, fi
 For each pair it prints the exit code, the gate's verdict, the host contention of both runs
 (``host.during.other_cpu_share``), and every gated metric's change with its verdict; then the tally of exit
 codes. Exit codes (README): 0 pass, 5 worse, 6 inconclusive. Loopback only; bounded: each bench sends
-``-n`` requests per trial (default 40 × 16 tokens at concurrency 4, about 2 s a trial), every command has a
-timeout, and the fakes and the burner are stopped by their own process ids.
+``-n`` requests per trial (default 80 × 16 tokens at concurrency 8, about 2 s a trial; 80 samples per trial
+so that a p99 is not one request's luck), every command has a timeout, and the fakes and the burner are
+stopped by their own process ids.
 
 Run: ``.venv/bin/python benchmarks/gate_repeat.py [--pairs 10] [--burner] [--no-doubled]``
 """
@@ -114,7 +115,9 @@ def pair(label: str, url_a: str, url_b: str, a: argparse.Namespace, env: dict[st
         if m.get("unstable"):
             tag += "!"
         rows.append(f"{SHORT.get(m['metric'], m['metric'])} {'?' if ch is None else format(ch * 100, '+.1f')}%{tag}")
-    why = "; ".join(f"{x['metric']}: {x['why'][:70]}" for x in gate.get("inconclusive") or [])[:160]
+    open_ = gate.get("inconclusive") or []
+    why = (f"{open_[0]['metric']}: {open_[0]['why'][:150]}"
+           + (f" (also: {', '.join(x['metric'] for x in open_[1:])})" if len(open_) > 1 else "")) if open_ else ""
     print(f"{label:>9} {code:>4} {gate.get('verdict', err[:20] or '?'):>12} {host_share(ra):>6} {host_share(rb):>6} "
           f"{time.monotonic() - t0:5.0f}s  {' '.join(rows)}", flush=True)
     if gate.get("worse"):
@@ -128,8 +131,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=10, help="pairs of runs of the same server (default 10)")
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("-n", type=int, default=40, help="requests per trial (default 40)")
-    ap.add_argument("-c", type=int, default=4, help="concurrency (default 4)")
+    ap.add_argument("-n", type=int, default=80, help="requests per trial (default 80)")
+    ap.add_argument("-c", type=int, default=8, help="concurrency (default 8)")
     ap.add_argument("--output-len", type=int, default=16)
     ap.add_argument("--ttft-ms", type=float, default=20.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
