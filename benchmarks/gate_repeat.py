@@ -19,7 +19,8 @@ codes. Exit codes (README): 0 pass, 5 worse, 6 inconclusive. Loopback only; boun
 so that a p99 is not one request's luck), every command has a timeout, and the fakes and the burner are
 stopped by their own process ids.
 
-Run: ``.venv/bin/python benchmarks/gate_repeat.py [--pairs 10] [--burner] [--no-doubled]``
+Run: ``.venv/bin/python benchmarks/gate_repeat.py [--pairs 10] [--burner] [--no-doubled] [--verbose] [--keep DIR]``
+(``--verbose``: each run's per-trial median TTFT and ITL and load average; ``--keep``: the store to look into after).
 """
 
 from __future__ import annotations
@@ -120,6 +121,13 @@ def pair(label: str, url_a: str, url_b: str, a: argparse.Namespace, env: dict[st
            + (f" (also: {', '.join(x['metric'] for x in open_[1:])})" if len(open_) > 1 else "")) if open_ else ""
     print(f"{label:>9} {code:>4} {gate.get('verdict', err[:20] or '?'):>12} {host_share(ra):>6} {host_share(rb):>6} "
           f"{time.monotonic() - t0:5.0f}s  {' '.join(rows)}", flush=True)
+    if a.verbose:
+        for name, r in (("A", ra), ("B", rb)):
+            ts = r.get("trials") or []
+            print(f"{'':>9}      {name} {r['run_id']}: median TTFT per trial "
+                  + ", ".join(f"{t.get('median_ttft_ms', 0):.1f}" for t in ts) + " ms; ITL "
+                  + ", ".join(f"{t.get('median_itl_ms', 0):.2f}" for t in ts) + " ms; load avg "
+                  + ", ".join(str((t.get("host") or {}).get("loadavg_1m_max", "?")) for t in ts), flush=True)
     if gate.get("worse"):
         print(f"{'':>9}      worse: {', '.join(gate['worse'])}", flush=True)
     if why:
@@ -139,12 +147,15 @@ def main() -> None:
     ap.add_argument("--no-doubled", action="store_true", help="skip the pair against a fake with doubled ITL")
     ap.add_argument("--burner", action="store_true", help="add one pair with a 1 s on / 1 s off burner in run B")
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds allowed per phasescope command")
+    ap.add_argument("--keep", default=None, help="keep the runs in this store (default: a temporary one)")
+    ap.add_argument("--verbose", action="store_true", help="print each run's per-trial medians and load average")
     a = ap.parse_args()
     if not 1 <= a.pairs <= 50 or not 1 <= a.n <= 1000 or not 2 <= a.trials <= 10:
         raise SystemExit("gate_repeat: --pairs 1..50, -n 1..1000, --trials 2..10")
     tally: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
     with tempfile.TemporaryDirectory(prefix="phasescope-gate-") as tmp:
-        env = dict(os.environ, PHASESCOPE_STORE=str(Path(tmp) / "store"), PHASESCOPE_HOME=str(Path(tmp) / "home"))
+        store = Path(a.keep).resolve() if a.keep else Path(tmp) / "store"
+        env = dict(os.environ, PHASESCOPE_STORE=str(store), PHASESCOPE_HOME=str(Path(tmp) / "home"))
         fake = Fake(a.ttft_ms, a.itl_ms)
         slow = None
         try:
