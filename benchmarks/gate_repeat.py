@@ -15,9 +15,10 @@ Starts the ground-truth fake (``python -m phasescope.testing``, vLLM flavour, fi
 For each pair it prints the exit code, the gate's verdict, the host contention of both runs
 (``host.during.other_cpu_share``), and every gated metric's change with its verdict; then the tally of exit
 codes. Exit codes (README): 0 pass, 5 worse, 6 inconclusive. Loopback only; bounded: each bench sends
-``-n`` requests per trial (default 80 × 16 tokens at concurrency 8, about 2 s a trial; 80 samples per trial
-so that a p99 is not one request's luck), every command has a timeout, and the fakes and the burner are
-stopped by their own process ids.
+``-n`` requests per trial (default 60 × 16 tokens at concurrency 4, about 3 s a trial; 60 samples per trial
+so that a p99 is not one request's luck; at concurrency 8 a busy host's lag moved the median TTFT of the
+20 ms fake by up to 15 % between runs, at 4 by up to 3 %), every command has a timeout, and the fakes and
+the burner are stopped by their own process ids.
 
 Run: ``.venv/bin/python benchmarks/gate_repeat.py [--pairs 10] [--burner] [--no-doubled] [--verbose] [--keep DIR]``
 (``--verbose``: each run's per-trial median TTFT and ITL and load average; ``--keep``: the store to look into after).
@@ -139,8 +140,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pairs", type=int, default=10, help="pairs of runs of the same server (default 10)")
     ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("-n", type=int, default=80, help="requests per trial (default 80)")
-    ap.add_argument("-c", type=int, default=8, help="concurrency (default 8)")
+    ap.add_argument("-n", type=int, default=60, help="requests per trial (default 60)")
+    ap.add_argument("-c", type=int, default=4, help="concurrency (default 4)")
     ap.add_argument("--output-len", type=int, default=16)
     ap.add_argument("--ttft-ms", type=float, default=20.0)
     ap.add_argument("--itl-ms", type=float, default=10.0)
