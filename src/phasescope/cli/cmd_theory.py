@@ -322,7 +322,8 @@ def hw(
         if as_json:
             print_json({"schema": 1, "measurement": None, "device": existing.to_dict(),
                         "saved_to": str(local_device_path()), "skipped": True, "saved": False,
-                        "spread": old.spread if old else None, "reason": "already measured (--if-missing)",
+                        "spread": old.spread if old else None, "spread_all": old.spread_all if old else None,
+                        "spread_of": old.spread_of if old else None, "reason": "already measured (--if-missing)",
                         "profile": old.to_dict() if old else None})
         return
 
@@ -346,6 +347,7 @@ def hw(
         doc: dict[str, Any] = {
             "schema": 1, "measurement": result.to_dict(), "device": dev.to_dict(),
             "saved_to": str(path) if path else None, "saved": decision.save, "spread": new.spread,
+            "spread_all": new.spread_all, "spread_of": new.spread_of,
             "stable": new.stable, "note": decision.note, "profile": new.to_dict(),
             "bandwidth_gb_s": result.bandwidth.best_gb_s,
             "bandwidth_median_gb_s": iv.value if iv else None, "bandwidth_median_gb_s_ci": to_ci(iv),
@@ -359,18 +361,19 @@ def hw(
     bw = result.bandwidth
     console.print(f"[bold]{escape(result.cpu)}[/bold], {result.cores} cores, {_num(result.memory_gb)} GB RAM")
     t = Table(show_header=True)
-    for col in ("kernel", "best", "median (95 % interval)", "min", "spread", "passes"):
+    for col in ("kernel", "best", "median (95 % interval)", "min", "spread: fastest / all", "passes"):
         t.add_column(col, justify="left" if col == "kernel" else "right")
     for r in [bw] + list(result.bandwidth_other):
         riv = hwlib.bandwidth_interval(r)
         med = f"{r.median_gb_s:.1f}" + (f" ({riv.low:.1f}–{riv.high:.1f})" if riv and riv.n >= 2 else "")
         t.add_row(f"memory read, {r.method} ({r.threads} threads, {r.array_bytes / 2**30:.2f} GiB)",
-                  f"{r.best_gb_s:.1f} GB/s", med, f"{r.min_gb_s:.1f}", f"{r.spread_pct:.0f}%",
+                  f"{r.best_gb_s:.1f} GB/s", med, f"{r.min_gb_s:.1f}",
+                  f"{hwlib._pct(hwlib.pass_spreads(r.runs_gb_s)[0])} / {r.spread_pct:.0f} %",
                   str(len(r.runs_gb_s)))
     if result.matmul:
         m = result.matmul
         t.add_row(f"matmul, numpy float32 {m.n}×{m.n}", f"{m.best_gflop_s:.1f} GFLOP/s", f"{m.median_gflop_s:.1f}",
-                  f"{m.min_gflop_s:.1f}", f"{m.spread_pct:.0f}%", str(len(m.runs_gflop_s)))
+                  f"{m.min_gflop_s:.1f}", f"all {m.spread_pct:.0f} %", str(len(m.runs_gflop_s)))
     console.print(t)
     if result.derived:
         d = result.derived
@@ -380,7 +383,8 @@ def hw(
     if len(result.rounds) > 1:
         console.print("rounds of passes: " + "; ".join(
             f"{r['round']}: {r['method']} best {r['best_gb_s']:.1f}, median {r['median_gb_s']:.1f} GB/s, spread "
-            f"{hwlib._pct(r.get('spread'))}" + (" (kept)" if r.get("kept") else "") for r in result.rounds),
+            f"{hwlib._pct(r.get('spread'))} (all {hwlib._pct(r.get('spread_all'))})"
+            + (" (kept)" if r.get("kept") else "") for r in result.rounds),
             highlight=False)
     d_ = host.get("during") if isinstance(host, dict) else None
     if d_:
@@ -392,7 +396,7 @@ def hw(
         console.print(f"saved as device [bold]local[/bold] ({escape(str(path))}): {dev.mem_bandwidth_gb_s:.1f} GB/s "
                       "memory "
                       f"read, BF16 peak {_num((dev.dense_bf16_tflops or 0) * 1000)} GFLOP/s — "
-                      f"{escape(decision.note)} (spread {hwlib._pct(new.spread)})", highlight=False)
+                      f"{escape(decision.note)} ({hwlib.spread_words(new)})", highlight=False)
         console.print("next: [bold]phasescope ceiling --device local --model ...[/bold]")
     elif save is False:
         console.print(f"[dim]not saved (--no-save); would go to {escape(str(local_device_path()))}[/dim]")
