@@ -303,3 +303,28 @@ def test_a_bench_unstable_warning_names_its_figures() -> None:
         "figure": "p95_ttft_ms", "figures": ["p95_ttft_ms", "p99_itl_ms"]}}]
     cmp = compare_runs(info("a", warnings=warn), a, info("b"), b)
     assert row(cmp, "itl_p99_s").unstable and not row(cmp, "ttft_s").unstable  # p95 has no compare metric
+
+
+def test_a_saturated_host_makes_ttft_and_prefill_medians_not_comparable() -> None:
+    # this session's gate_repeat run: two benches of one 20 ms-TTFT fake, both runs 92-93 % busy (so their
+    # loads are within HOST_NOISE and the share cannot tell them apart, it saturates near 100 %), and the
+    # wait for a core added 2-8 ms to each request's TTFT, a different amount in each run: B's median TTFT
+    # 15 % higher in every trial. The old gate failed the pair "worse" on TTFT p50 and prefill. A short phase
+    # on a busy host measures the wait for a core, so it is not comparable; ITL, TPOT, decode still gate.
+    ra = trial_records([0.020, 0.020, 0.020], seed=50, jitter=0.02)
+    rb = trial_records([0.023, 0.023, 0.023], seed=51, jitter=0.02)
+    a, b = info("a", trial_summary(3, host=0.92)), info("b", trial_summary(3, host=0.93))
+    cmp = compare_runs(a, ra, b, rb)
+    ttft = row(cmp, "ttft_s")
+    assert ttft.raw_verdict == "worse"  # the numbers alone differ
+    assert ttft.verdict == "not comparable" and "host was busy" in (ttft.why or "")
+    assert row(cmp, "prefill_tok_s").verdict == "not comparable"
+    assert row(cmp, "itl_p50_s").verdict != "not comparable"
+    g = decide(cmp)
+    assert g.verdict == "inconclusive" and not g.worse
+    # a doubled ITL on the same saturated host still fails on the ITL median
+    slow = decide(compare_runs(a, ra, b, trial_records([0.020, 0.020, 0.020], seed=52, itl_s=0.02)))
+    assert slow.verdict == "worse" and "itl_p50_s" in {m.metric for m in slow.worse}
+    # on a quiet host the same TTFT shift is a regression the gate catches
+    quiet = compare_runs(info("a", trial_summary(3, host=0.02)), ra, info("b", trial_summary(3, host=0.03)), rb)
+    assert row(quiet, "ttft_s").verdict == "worse" and decide(quiet).verdict == "worse"
