@@ -29,6 +29,7 @@ The header says what it is: ``general.name`` is ``synthetic <shape> <TYPE>`` and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -37,6 +38,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from phasescope.errors import EngineError, InputError
@@ -691,3 +693,47 @@ def synthetic_info(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001 - any unreadable file is simply not known to be synthetic
         return None
     return synthetic_info_from_metadata(header.metadata)
+
+
+# --- the embedded engine on a synthetic model (``--synthetic SHAPE``) ------------------------------------
+_ACTIVE: SynthResult | None = None
+
+
+def active() -> SynthResult | None:
+    """The synthetic model the embedded engine starts on inside :func:`use_synthetic`, else None."""
+    return _ACTIVE
+
+
+def alias_of(res: SynthResult) -> str:
+    """The model name the engine serves a synthetic file under: ``synthetic-<shape>-<type>``."""
+    return f"synthetic-{res.shape_id}-{res.qtype.lower()}"
+
+
+def tag_of(res: SynthResult) -> dict[str, Any]:
+    """What a stored run made on a synthetic model carries in its params (``params.synthetic``)."""
+    return {"weights": "synthetic weights", "shape": res.shape_id, "quant": res.qtype, "vocab": res.vocab,
+            "arch": res.plan.arch, "file": res.path.name, "size_bytes": res.size_bytes}
+
+
+@contextlib.contextmanager
+def use_synthetic(res: SynthResult) -> Iterator[dict[str, Any]]:
+    """Inside the block the embedded engine (started with no model path) serves ``res`` under
+    :func:`alias_of`, and every run opened (:func:`phasescope.lifecycle.run_output`) carries
+    ``params.synthetic`` (:func:`tag_of`). Process-wide: a command runs one at a time."""
+    global _ACTIVE
+    from phasescope.lifecycle import run_tags
+
+    prev, _ACTIVE = _ACTIVE, res
+    try:
+        with run_tags(synthetic=tag_of(res)):
+            yield tag_of(res)
+    finally:
+        _ACTIVE = prev
+
+
+def synthetic_of_props(props: Any) -> dict[str, Any] | None:
+    """:func:`synthetic_info` of the file a llama-server's ``/props`` names, when it is on this machine."""
+    path = props.get("model_path") if isinstance(props, dict) else None
+    if not path or not os.path.isfile(str(path)):
+        return None
+    return synthetic_info(str(path))
