@@ -244,3 +244,17 @@ def test_cli_refuses_synthetic_with_a_url_and_engine_synth_dry_run(tiny_env: Pat
     assert "Q8_0 file 1.31 GB, Q4_K_M about 0.76 GB" in capsys.readouterr().out
     assert run(["engine", "synth", "deepseek-v3"]) == 2
     assert "cannot be written for DeepseekV3ForCausalLM" in capsys.readouterr().err
+
+
+def test_a_tune_made_with_synthetic_keeps_it_in_its_id_and_spec(tiny_env: Path) -> None:
+    from phasescope.tune.spec import TuneSpec, tune_id
+
+    plain = TuneSpec(params=[("ub", ["32", "512"])])
+    assert plain.synthetic is None and "synthetic" not in plain.to_dict()  # ids of ordinary tunes unchanged
+    res = S.synthesize(TINY, "q8_0", vocab="tiny", free_disk=10**12, free_memory=10**12)
+    with S.use_synthetic(res):
+        syn = TuneSpec(params=[("ub", ["32", "512"])])
+    assert syn.synthetic == {"shape": "tiny", "quant": "Q8_0", "vocab": "tiny"}
+    assert tune_id(syn) != tune_id(plain)
+    back = TuneSpec.from_dict(syn.to_dict())
+    assert back.synthetic == syn.synthetic and tune_id(back) == tune_id(syn)  # --resume keeps the model
