@@ -84,7 +84,7 @@ def test_rows_not_in_whole_q8_0_blocks_stay_f16() -> None:
 def test_metadata_marks_the_file_synthetic() -> None:
     plan = S.plan_synth("llama-3.2-1b", "q4_k_m")
     md = plan.metadata
-    assert md["general.name"] == "synthetic llama-3.2-1b Q4_K_M"
+    assert md["general.name"] == "synthetic llama-3.2-1b Q8_0"  # the native file; llama-quantize renames its output
     assert md[S.KEY_SYNTHETIC] is True and md[S.KEY_SHAPE] == "llama-3.2-1b" and md[S.KEY_VOCAB] == "llama-bpe"
     assert md["llama.block_count"] == 16 and md["llama.attention.head_count_kv"] == 8
     assert md["llama.attention.key_length"] == 64 and md["llama.vocab_size"] == 128256

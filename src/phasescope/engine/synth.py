@@ -58,6 +58,7 @@ from phasescope.engine.synth_plan import (  # noqa: F401 - the planning half, re
     estimate_final_bytes,
     plan_synth,
     synth_dir,
+    synthetic_name,
     vocab_dir,
 )
 from phasescope.errors import EngineError, InputError
@@ -259,11 +260,12 @@ def write_native(plan: SynthPlan, path: Path, *, progress: Callable[[int, int], 
     w.close()
 
 
-def _quantize(src: Path, dst: Path, qtype: str, log: Path) -> None:
+def _quantize(src: Path, dst: Path, qtype: str, log: Path, name: str) -> None:
     from phasescope.engine.binary import find_tool
 
     tool = find_tool("llama-quantize")
-    cmd = [str(tool), "--allow-requantize", str(src), str(dst), qtype]
+    # the type's own name in the header (llama-quantize copies the source's other keys, the synthetic ones too)
+    cmd = [str(tool), "--allow-requantize", "--override-kv", f"general.name=str:{name}", str(src), str(dst), qtype]
     with log.open("w") as lf:
         proc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0 or not dst.exists():
@@ -303,7 +305,7 @@ def synthesize(shape: str | ModelSpec, quant: str = "Q8_0", *, vocab: str | None
         tell(f"quantizing to {plan.qtype} with llama-quantize (about {plan.final_bytes / 1e9:.2f} GB)")
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         try:
-            _quantize(src, tmp, plan.qtype, out.with_name(out.name + ".log"))
+            _quantize(src, tmp, plan.qtype, out.with_name(out.name + ".log"), synthetic_name(plan.shape_id, plan.qtype))
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

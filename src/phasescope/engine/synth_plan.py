@@ -284,7 +284,7 @@ def plan_synth(shape: str | ModelSpec, quant: str = "Q8_0", *, vocab: str | None
 
     ctx = min(int(spec.max_position_embeddings or 131072), 131072)
     md: dict[str, Any] = {
-        "general.name": f"synthetic {spec.id} {qtype}",
+        "general.name": synthetic_name(spec.id, native),  # the Q8_0 source serves q8_0 requests too
         "general.description": (f"synthetic weights with the shapes of {spec.id} (phasescope engine synth): "
                                 "timings are real, text is meaningless"),
         "general.file_type": _FTYPE[native],
@@ -321,6 +321,11 @@ def plan_synth(shape: str | ModelSpec, quant: str = "Q8_0", *, vocab: str | None
     plan.native_bytes = sum(t.nbytes for t in tensors)
     plan.final_bytes = estimate_final_bytes(plan)
     return plan
+
+
+def synthetic_name(shape_id: str, qtype: str) -> str:
+    """``general.name`` of a synthetic file: ``synthetic <shape> <TYPE>``."""
+    return f"synthetic {shape_id} {qtype}"
 
 
 def estimate_final_bytes(plan: SynthPlan) -> int:
