@@ -61,3 +61,20 @@ def test_llama_quantize_makes_other_types_and_keeps_the_synthetic_header() -> No
     assert S.synthetic_info(res.path) is not None and md[S.KEY_SHAPE] == "tiny-llama-test"
     assert md["general.name"] == "synthetic tiny-llama-test Q4_K_M"
     assert res.size_bytes < S.plan_synth(TINY, "q8_0").native_path.stat().st_size
+
+
+def test_bench_synthetic_stores_a_run_that_says_synthetic_weights(tmp_path: Any, capsys: Any) -> None:
+    from phasescope.cli import run
+    from phasescope.store import open_store
+
+    d = tmp_path / "tiny-llama-cfg"  # the shape's id: the folder's name (a stable cache key)
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512, "vocab_size": 128256,
+        "tie_word_embeddings": True, "max_position_embeddings": 4096, "torch_dtype": "bfloat16"}))
+    assert run(["bench", "--synthetic", str(d / "config.json"), "-n", "2", "--input-len", "16", "--output-len", "4",
+                "--json"]) == 0
+    info = open_store(None).list_runs(kind="bench", limit=1)[0]
+    assert info.params["synthetic"]["weights"] == "synthetic weights"
+    assert info.params["synthetic"]["shape"] == "tiny-llama-cfg" and info.model == "synthetic-tiny-llama-cfg-q8_0"
