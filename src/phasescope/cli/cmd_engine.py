@@ -94,7 +94,7 @@ def status(
     llama_server: Optional[Path] = typer.Option(None, "--llama-server", help="Report on this binary instead."),
     json_out: bool = typer.Option(False, "--json", help="Print the status as JSON on stdout."),
 ) -> None:
-    """Say what is installed (source, binaries, bundled model, quantized copies) and where."""
+    """Say what is installed (source, binaries, bundled model, quantized copies, synthetic models) and where."""
     from phasescope.engine.status import engine_status
 
     st = engine_status(llama_server)
@@ -123,6 +123,8 @@ def status(
     _out(f"model               {m['path']}  {mb(m['size_bytes'])}, {state}")
     for q in st["quantized"]:
         _out(f"quantized           {q['path']}  {mb(q['size_bytes'])}")
+    for q in st.get("synthetic") or []:
+        _out(f"synthetic           {q['path']}  {mb(q['size_bytes'])}  (synthetic weights)")
     _out(f"logs                {st['logs_dir']}")
 
 
