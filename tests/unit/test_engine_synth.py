@@ -240,6 +240,8 @@ def test_cli_refuses_synthetic_with_a_url_and_engine_synth_dry_run(tiny_env: Pat
     assert run(["probe", "http://127.0.0.1:9", "--synthetic", "llama-3.2-1b"]) == 2
     assert "takes no server URL" in capsys.readouterr().err
     assert run(["tune", "--serve", "x {port}", "--param", "a=1", "--synthetic", "llama-3.2-1b"]) == 2
+    assert run(["bench", "--quant", "q4_k_m"]) == 2  # --quant alone would be silently ignored
+    assert "give --synthetic SHAPE with it" in capsys.readouterr().err
     assert run(["engine", "synth", "llama-3.2-1b", "--quant", "q4_k_m", "--dry-run"]) == 0
     assert "Q8_0 file 1.31 GB, Q4_K_M about 0.76 GB" in capsys.readouterr().out
     assert run(["engine", "synth", "deepseek-v3"]) == 2

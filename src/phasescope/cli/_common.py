@@ -144,16 +144,19 @@ def with_synthetic(fn: Callable[..., Any]) -> Callable[..., Any]:
     extra = [
         inspect.Parameter("synthetic", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
                           default=typer.Option(None, "--synthetic", metavar="SHAPE", help=SYNTHETIC_HELP)),
-        inspect.Parameter("synthetic_quant", inspect.Parameter.KEYWORD_ONLY, annotation=str,
-                          default=typer.Option("q8_0", "--quant", help=SYNTHETIC_QUANT_HELP)),
+        inspect.Parameter("synthetic_quant", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                          default=typer.Option(None, "--quant", help=SYNTHETIC_QUANT_HELP, show_default="q8_0")),
     ]
     params = list(sig.parameters.values())
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, synthetic: Optional[str] = None, synthetic_quant: str = "q8_0", **kwargs: Any) -> Any:
-        if synthetic is None:
-            return fn(*args, **kwargs)
+    def wrapper(*args: Any, synthetic: Optional[str] = None, synthetic_quant: Optional[str] = None, **kwargs: Any) -> Any:
         from phasescope.errors import InputError
+
+        if synthetic is None:
+            if synthetic_quant is not None:
+                raise InputError("--quant sets the synthetic model's weight type: give --synthetic SHAPE with it")
+            return fn(*args, **kwargs)
 
         if kwargs.get("url") or kwargs.get("serve"):
             raise InputError("--synthetic starts the embedded engine on a synthetic model; it takes no server URL "
@@ -161,7 +164,7 @@ def with_synthetic(fn: Callable[..., Any]) -> Callable[..., Any]:
         from phasescope.engine.synth import synthesize, use_synthetic
 
         quiet = bool(kwargs.get("json_out"))
-        res = synthesize(synthetic, synthetic_quant, say=None if quiet else (lambda m: err_console.print(f"[dim]· {m}[/dim]", highlight=False)))
+        res = synthesize(synthetic, synthetic_quant or "q8_0", say=None if quiet else (lambda m: err_console.print(f"[dim]· {m}[/dim]", highlight=False)))
         if not quiet:
             err_console.print(f"[bold]synthetic weights[/bold]: {res.shape_id} {res.qtype} ({res.size_bytes / 1e9:.2f} GB, "
                               f"tokenizer {res.vocab}; real shapes and timings, meaningless text) — {res.path}",
@@ -171,5 +174,5 @@ def with_synthetic(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     wrapper.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, "synthetic": Optional[str],
-                               "synthetic_quant": str, "return": sig.return_annotation}
+                               "synthetic_quant": Optional[str], "return": sig.return_annotation}
     return wrapper
