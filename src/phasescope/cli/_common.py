@@ -120,3 +120,59 @@ def print_host_line(host: Any) -> None:
                   + f" ({verdict})"
                   + (f", load average {load:.2f} at start" if isinstance(load, (int, float)) else ""),
                   highlight=False, soft_wrap=True, style="dim")
+
+
+# --- ``--synthetic SHAPE [--quant TYPE]`` (issue 36): the embedded engine on a synthetic model ----------
+SYNTHETIC_HELP = ("Start the embedded engine on a synthetic model of this shape (a catalog id such as "
+                  "llama-3.2-1b, or a config.json): its exact tensor shapes, a real tokenizer, synthetic weights; "
+                  "real timings, meaningless text. Made once by `engine synth`, cached. Not with a URL.")
+SYNTHETIC_QUANT_HELP = "--synthetic: the weight type (q8_0, f16, bf16, f32 written directly; q4_k_m, q6_k, … by llama-quantize)."
+
+
+def with_synthetic(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a typer command) with ``--synthetic SHAPE`` and ``--quant TYPE`` added: with a shape, the
+    synthetic GGUF is made (or found in the cache) first and the command runs inside
+    :func:`phasescope.engine.synth.use_synthetic`, so the embedded engine it starts serves that file and
+    every run it stores says "synthetic weights". One decorator, so each command's own code is unchanged."""
+    import functools
+    import inspect
+    from typing import Optional
+
+    import typer
+
+    sig = inspect.signature(fn, eval_str=True)
+    extra = [
+        inspect.Parameter("synthetic", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                          default=typer.Option(None, "--synthetic", metavar="SHAPE", help=SYNTHETIC_HELP)),
+        inspect.Parameter("synthetic_quant", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                          default=typer.Option(None, "--quant", help=SYNTHETIC_QUANT_HELP, show_default="q8_0")),
+    ]
+    params = list(sig.parameters.values())
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, synthetic: Optional[str] = None, synthetic_quant: Optional[str] = None, **kwargs: Any) -> Any:
+        from phasescope.errors import InputError
+
+        if synthetic is None:
+            if synthetic_quant is not None:
+                raise InputError("--quant sets the synthetic model's weight type: give --synthetic SHAPE with it")
+            return fn(*args, **kwargs)
+
+        if kwargs.get("url") or kwargs.get("serve"):
+            raise InputError("--synthetic starts the embedded engine on a synthetic model; it takes no server URL "
+                             "(or --serve template)")
+        from phasescope.engine.synth import synthesize, use_synthetic
+
+        quiet = bool(kwargs.get("json_out"))
+        res = synthesize(synthetic, synthetic_quant or "q8_0", say=None if quiet else (lambda m: err_console.print(f"[dim]· {m}[/dim]", highlight=False)))
+        if not quiet:
+            err_console.print(f"[bold]synthetic weights[/bold]: {res.shape_id} {res.qtype} ({res.size_bytes / 1e9:.2f} GB, "
+                              f"tokenizer {res.vocab}; real shapes and timings, meaningless text) — {res.path}",
+                              highlight=False, soft_wrap=True)
+        with use_synthetic(res):
+            return fn(*args, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=params + extra)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {**{p.name: p.annotation for p in params}, "synthetic": Optional[str],
+                               "synthetic_quant": Optional[str], "return": sig.return_annotation}
+    return wrapper

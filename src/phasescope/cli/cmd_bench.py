@@ -502,5 +502,7 @@ def _fail_if_nothing_succeeded(s: dict[str, Any]) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from phasescope.cli._common import with_synthetic
+
     app.command("bench", help="Load benchmark at parity with `vllm bench serve`: TTFT/TPOT/ITL/E2EL, goodput, "
-                              "server /metrics alongside, --sweep for the knee, --workers for multi-process load.")(bench)
+                              "server /metrics alongside, --sweep for the knee, --workers for multi-process load.")(with_synthetic(bench))

@@ -1,4 +1,4 @@
-"""``phasescope engine install|status|quantize`` and ``phasescope serve`` (parse, call, print)."""
+"""``phasescope engine install|status|quantize|synth`` and ``phasescope serve`` (parse, call, print)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def status(
     llama_server: Optional[Path] = typer.Option(None, "--llama-server", help="Report on this binary instead."),
     json_out: bool = typer.Option(False, "--json", help="Print the status as JSON on stdout."),
 ) -> None:
-    """Say what is installed (source, binaries, bundled model, quantized copies) and where."""
+    """Say what is installed (source, binaries, bundled model, quantized copies, synthetic models) and where."""
     from phasescope.engine.status import engine_status
 
     st = engine_status(llama_server)
@@ -123,6 +123,8 @@ def status(
     _out(f"model               {m['path']}  {mb(m['size_bytes'])}, {state}")
     for q in st["quantized"]:
         _out(f"quantized           {q['path']}  {mb(q['size_bytes'])}")
+    for q in st.get("synthetic") or []:
+        _out(f"synthetic           {q['path']}  {mb(q['size_bytes'])}  (synthetic weights)")
     _out(f"logs                {st['logs_dir']}")
 
 
@@ -191,11 +193,53 @@ def serve(
         _err("stopped")
 
 
+def synth(
+    shape: str = typer.Argument(..., help="Model shape: a catalog id (see `phasescope models`), or a config.json."),
+    quant: str = typer.Option("q8_0", "--quant", help="Weight type: f32, f16, bf16, q8_0 written directly; q4_k_m, q6_k, q4_0, … by llama-quantize from the Q8_0 file."),
+    vocab: Optional[str] = typer.Option(None, "--vocab", help="Tokenizer: a pinned ggml-vocab-NAME.gguf (llama-bpe, llama-spm, qwen2, gemma-4, …; default: the shape's family)."),
+    force: bool = typer.Option(False, "--force", help="Write it again even when cached."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (tensors, sizes, tokenizer) without writing."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+) -> None:
+    """Write a GGUF with SHAPE's exact tensors, a real tokenizer and synthetic weights (cached under <engine dir>/models/synthetic).
+
+    Its timings on the embedded engine are that shape's at that type on this machine; its text is
+    meaningless. Run it with `phasescope probe --synthetic SHAPE --quant TYPE` (also bench, explain, tune).
+    """
+    from phasescope.engine.synth import bytes_to_write, plan_synth, synthesize
+
+    if dry_run:
+        plan = plan_synth(shape, quant, vocab=vocab)
+        out = {"shape": plan.shape_id, "quant": plan.qtype, "arch": plan.arch, "vocab": plan.vocab,
+               "path": str(plan.path()), "cached": plan.path().exists(), "params": plan.n_params,
+               "native_type": plan.native_type, "native_bytes": plan.native_bytes,
+               "final_bytes_estimate": plan.final_bytes, "bytes_to_write": bytes_to_write(plan),
+               "notes": plan.notes, "tensors": [[t.name, list(t.shape), t.type] for t in plan.tensors]}
+        if json_out:
+            print_json(out)
+            return
+        _out(f"synthetic {plan.shape_id} {plan.qtype}: {plan.arch}, {plan.n_params / 1e9:.3f} B params, "
+             f"{len(plan.tensors)} tensors, tokenizer {plan.vocab}")
+        _out(f"  {plan.native_type} file {plan.native_bytes / 1e9:.2f} GB"
+             + (f", {plan.qtype} about {plan.final_bytes / 1e9:.2f} GB by llama-quantize" if plan.needs_quantize else ""))
+        for n in plan.notes:
+            _out(f"  {n}")
+        _out(f"  {plan.path()}{' (cached)' if plan.path().exists() else ''}")
+        return
+    res = synthesize(shape, quant, vocab=vocab, force=force, say=None if json_out else _err)
+    if json_out:
+        print_json(res.to_dict())
+    else:
+        how = "cached" if res.cached else f"made in {res.seconds:.1f} s"
+        _out(f"synthetic {res.shape_id} {res.qtype}  {res.path}  {res.size_bytes / 1e6:.1f} MB  ({how}; synthetic weights)")
+
+
 def register(app: typer.Typer) -> None:
-    eng = typer.Typer(name="engine", help="The embedded llama.cpp engine: install, status, quantize.",
+    eng = typer.Typer(name="engine", help="The embedded llama.cpp engine: install, status, quantize, synth.",
                       no_args_is_help=True)
     eng.command("install")(install)
     eng.command("status")(status)
     eng.command("quantize")(quantize)
+    eng.command("synth")(synth)
     app.add_typer(eng, name="engine")
     app.command("serve")(serve)

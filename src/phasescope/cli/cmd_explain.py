@@ -144,5 +144,7 @@ def experiment(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("explain")(explain)
-    app.command("experiment", help=_experiment_help())(experiment)
+    from phasescope.cli._common import with_synthetic
+
+    app.command("explain")(with_synthetic(explain))
+    app.command("experiment", help=_experiment_help())(with_synthetic(experiment))

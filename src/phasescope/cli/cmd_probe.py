@@ -86,4 +86,6 @@ def probe(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("probe")(probe)
+    from phasescope.cli._common import with_synthetic
+
+    app.command("probe")(with_synthetic(probe))

@@ -185,4 +185,6 @@ def tune(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tune")(tune)
+    from phasescope.cli._common import with_synthetic
+
+    app.command("tune")(with_synthetic(tune))

@@ -302,6 +302,12 @@ def start_engine(
         raise EngineError(f"--ctx-size must be >= 0 (got {ctx_size})")
     binary = find_llama_server(llama_server)
     if model_path is None:
+        from phasescope.engine.synth import active, alias_of
+
+        syn = active()  # ``--synthetic SHAPE``: the synthetic file instead of the bundled model
+        if syn is not None:
+            model_path, alias = syn.path, alias or alias_of(syn)
+    if model_path is None:
         mpath = ensure_bundled_model()
         alias = alias or BUNDLED_MODEL_ALIAS
     else:

@@ -24,7 +24,7 @@ def engine_status(llama_server: str | os.PathLike[str] | None = None) -> dict[st
     ``build`` (build dir, per-binary path/exists/size, the stamp), ``llama_server`` (the binary that
     would run: path, where it came from — ``argument`` | ``env`` | ``cache`` — its version, or
     ``error``), ``ready`` (bool: a runnable llama-server and a verified model), ``model`` (the bundled
-    GGUF), ``quantized`` (files made by ``engine quantize``), ``logs_dir``.
+    GGUF), ``quantized`` (files made by ``engine quantize``), ``synthetic`` (files made by ``engine synth``), ``logs_dir``.
     """
     sdist = paths.download_dir() / paths.SDIST_FILE
     server: dict[str, Any] = {"path": None, "source": None, "version": None, "error": None}
@@ -39,6 +39,8 @@ def engine_status(llama_server: str | os.PathLike[str] | None = None) -> dict[st
         server["error"] = str(exc)
     model = bundled_model_status()
     quant = sorted(paths.quant_dir().glob("*.gguf")) if paths.quant_dir().exists() else []
+    synth_dir = paths.models_dir() / "synthetic"
+    synth = sorted(synth_dir.glob("*.gguf")) if synth_dir.exists() else []
     return {
         "engine_dir": str(paths.engine_dir()),
         "ready": server["version"] is not None and bool(model["verified"]),
@@ -57,5 +59,6 @@ def engine_status(llama_server: str | os.PathLike[str] | None = None) -> dict[st
         "llama_server": server,
         "model": model,
         "quantized": [_file_info(q) for q in quant],
+        "synthetic": [_file_info(q) for q in synth],
         "logs_dir": str(paths.logs_dir()),
     }

@@ -5,7 +5,7 @@ lengths, sends a discarded warm-up and ``repeat`` rounds of each size one at a t
 record as it completes (:func:`phasescope.lifecycle.run_output`: the run store and/or ``--out``, else
 the fallback folder; Ctrl-C or a dead server keeps the partial run), and returns the result object that ``probe --json`` prints::
 
-    {"target", "api", "engine", "engine_version", "model",
+    {"target", "api", "engine", "engine_version", "model", "synthetic" (only on a synthetic GGUF),
      "sizes": [{"prompt_tokens", "repeats", "n", "ttft_s", "ttft_s_ci", "ttft_net_s", "prefill_tok_s",
                 "decode_tok_s", "decode_tok_s_ci", "itl_p50_s", "itl_p99_s", "intervals", "unstable",
                 "server", ...}],
@@ -80,7 +80,11 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
     plan = ProbePlan(sizes=sizes, max_tokens=max_tokens, repeat=repeat_n, warmup=warmup, retries=retries, auto=auto)
     say = progress or (lambda s: None)
     if url is None:
-        say("starting the embedded engine (llama.cpp llama-server + Gemma 3 270M)")
+        from phasescope.engine.synth import active
+
+        syn = active()
+        say("starting the embedded engine (llama.cpp llama-server + "
+            + (f"synthetic {syn.shape_id} {syn.qtype})" if syn is not None else "Gemma 3 270M)"))
     from phasescope.metrics.gpu import open_recorder
 
     gpu = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25, server_url=url)  # None without GPU telemetry
@@ -122,6 +126,11 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 }
                 result.update(summarize_run(run))
                 result.setdefault("warnings", [])
+                from phasescope.engine.synth import synthetic_of_props
+
+                synthetic = synthetic_of_props(getattr(ot.detected, "props", None))
+                if synthetic is not None:  # a synthetic GGUF (engine synth): the card and the stored run say so
+                    result["synthetic"] = synthetic
                 spec, why_spec = await C.discover_spec(session, target, ot.detected, model_spec)
                 dev, why_dev = C.get_device(device, same_machine=C.is_loopback(target.base_url))
                 if gpu is not None and device is None:  # the GPU the telemetry names beats a guess

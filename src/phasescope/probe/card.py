@@ -146,6 +146,11 @@ def render(result: dict[str, Any]) -> Panel:
     if src:
         notes.append(f"prompt lengths from: {', '.join(sorted(src))}; output counts from: "
                      f"{', '.join(sorted({s.get('output_tokens_source') for s in sizes} - {None}))}.")
+    syn = result.get("synthetic")
+    if isinstance(syn, dict):
+        notes.append(f"[bold]synthetic weights[/bold]: the shapes of {escape(str(syn.get('shape')))} "
+                     f"({escape(str(syn.get('name')))}, tokenizer {escape(str(syn.get('vocab')))}); "
+                     "the timings are that shape's on this machine, the text is meaningless.")
     if ce:
         d = ce.get("device") or {}
         m = ce.get("model_spec") or {}

@@ -109,6 +109,19 @@ def _model_for(qtype: str | None, say: Any) -> tuple[str | None, str | None]:
     """(model path, alias) for a quant type: None for the bundled file's own type."""
     if qtype is None:
         return None, None
+    from phasescope.engine.synth import active, alias_of, synthesize
+    from phasescope.tune.spec import split_pure
+
+    syn = active()
+    if syn is not None:  # ``--synthetic SHAPE``: the same shape at the setting's type
+        base, pure = split_pure(qtype)
+        if pure:
+            raise SettingFailed(f"--synthetic makes {base} files with llama-quantize's own mix; TYPE-pure is not offered")
+        try:
+            res = synthesize(syn.plan.spec, base, vocab=syn.vocab, say=say)
+        except (EngineError, InputError) as exc:
+            raise SettingFailed(f"engine synth {syn.shape_id} {qtype} failed: {exc}") from None
+        return str(res.path), alias_of(res)
     from phasescope.engine.model import BUNDLED_MODEL_ALIAS, ensure_bundled_model
     from phasescope.engine.quantize import output_path, quantize
 

@@ -212,7 +212,21 @@ def _prediction_lines(rows: list[dict[str, Any]], prediction: dict[str, Any], se
 def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0,
              on_row: Callable[[dict[str, Any]], None] | None = None,
              slo: dict[str, float] | None = None) -> dict[str, Any]:
-    """Run (or continue) the tune ``spec``; the result ``tune --json`` prints (docs/commands/tune.md)."""
+    """Run (or continue) the tune ``spec``; the result ``tune --json`` prints (docs/commands/tune.md).
+    A spec made with ``--synthetic`` (``spec.synthetic``) runs on that synthetic model, resumed or not."""
+    from phasescope.engine.synth import active, synthesize, use_synthetic
+
+    syn = spec.synthetic
+    if syn and spec.serve is None and active() is None:
+        res = synthesize(str(syn.get("shape")), str(syn.get("quant") or "q8_0"), vocab=syn.get("vocab"), say=say)
+        with use_synthetic(res):
+            return _run_tune(spec, say=say, startup_timeout_s=startup_timeout_s, on_row=on_row, slo=slo)
+    return _run_tune(spec, say=say, startup_timeout_s=startup_timeout_s, on_row=on_row, slo=slo)
+
+
+def _run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startup_timeout_s: float = 120.0,
+              on_row: Callable[[dict[str, Any]], None] | None = None,
+              slo: dict[str, float] | None = None) -> dict[str, Any]:
     from phasescope.lifecycle import run_output, run_tags
     from phasescope.store import open_store
     from phasescope.tune import launch

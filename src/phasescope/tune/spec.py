@@ -300,6 +300,10 @@ class TuneSpec:
     serve: str | None = None
     one_at_a_time: bool = False
     salt: str | None = None
+    #: ``--synthetic``: the synthetic model the embedded engine runs ({"shape", "quant", "vocab"}); by default
+    #: the one active when the spec is made (:func:`phasescope.engine.synth.use_synthetic`), so the tune's id
+    #: and its ``--resume`` keep it
+    synthetic: dict[str, Any] | None = field(default_factory=lambda: _active_synthetic())
 
     def settings(self) -> list[Setting]:
         return expand(self.params, one_at_a_time=self.one_at_a_time)
@@ -307,7 +311,7 @@ class TuneSpec:
     def to_dict(self) -> dict[str, Any]:
         return {"params": [[n, list(v)] for n, v in self.params], "workload": self.workload,
                 "workload_args": self.workload_args, "serve": self.serve, "one_at_a_time": self.one_at_a_time,
-                "salt": self.salt}
+                "salt": self.salt, **({"synthetic": self.synthetic} if self.synthetic else {})}
 
     def stored_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` as the store keeps it: the ``--serve`` template's secrets masked."""
@@ -317,7 +321,15 @@ class TuneSpec:
     def from_dict(cls, d: dict[str, Any]) -> "TuneSpec":
         return cls(params=[(str(n), [str(x) for x in v]) for n, v in d.get("params") or []],
                    workload=d.get("workload") or "probe", workload_args=dict(d.get("workload_args") or {}),
-                   serve=d.get("serve"), one_at_a_time=bool(d.get("one_at_a_time")), salt=d.get("salt"))
+                   serve=d.get("serve"), one_at_a_time=bool(d.get("one_at_a_time")), salt=d.get("salt"),
+                   synthetic=d.get("synthetic") if isinstance(d.get("synthetic"), dict) else None)
+
+
+def _active_synthetic() -> dict[str, Any] | None:
+    from phasescope.engine.synth import active
+
+    res = active()
+    return None if res is None else {"shape": res.shape_id, "quant": res.qtype, "vocab": res.vocab}
 
 
 def tune_id(spec: TuneSpec) -> str:
