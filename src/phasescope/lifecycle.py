@@ -67,6 +67,17 @@ def run_tags(**tags: Any) -> Iterator[None]:
         _TAGS.reset(token)
 
 
+@contextlib.contextmanager
+def use_synthetic(res: Any) -> Iterator[dict[str, Any]]:
+    """Inside the block the embedded engine serves the synthetic model ``res``
+    (:func:`phasescope.engine.synth.serving`) and every run opened (:func:`run_output`) carries
+    ``params.synthetic`` (:func:`phasescope.engine.synth.tag_of`)."""
+    from phasescope.engine.synth import serving
+
+    with serving(res) as tag, run_tags(synthetic=tag):
+        yield tag
+
+
 def fallback_parent() -> Path:
     """The folder fallback run folders are created in (module docstring, step 1)."""
     return Path(os.environ.get(RUNS_DIR_ENV) or "phasescope-runs").expanduser()

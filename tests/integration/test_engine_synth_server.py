@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from phasescope.engine import synth as S
+from phasescope.lifecycle import use_synthetic
 from phasescope.theory.models import load_model_spec
 
 pytestmark = pytest.mark.engine
@@ -35,7 +36,7 @@ def test_a_synthetic_llama_shape_serves_tokens_and_probes_as_synthetic() -> None
     from rich.console import Console
 
     res = S.synthesize(TINY, "q8_0")  # the real llama-bpe vocabulary: 128,256 tokens
-    with S.use_synthetic(res):
+    with use_synthetic(res):
         with running_engine(parallel=1, ctx_size=2048) as eng:  # no model path: the synthetic file
             assert eng.model_path == res.path and eng.model_alias == "synthetic-tiny-llama-test-q8_0"
             out = _post(eng.url + "/completion", {"prompt": "The capital of France is", "n_predict": 8,

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from phasescope.engine import synth as S
+from phasescope.lifecycle import use_synthetic
 from phasescope.errors import EngineError, InputError
 from phasescope.theory.models import load_model_spec, spec_from_gguf
 
@@ -228,7 +229,7 @@ def test_use_synthetic_tags_runs_and_names_the_engine_model(tiny_env: Path) -> N
 
     res = S.synthesize(TINY, "q8_0", vocab="tiny", free_disk=10**12, free_memory=10**12)
     assert S.active() is None
-    with S.use_synthetic(res) as tag:
+    with use_synthetic(res) as tag:
         assert S.active() is res and S.alias_of(res) == "synthetic-tiny-q8_0"
         assert (_TAGS.get() or {})["synthetic"] == tag and tag["weights"] == "synthetic weights"
     assert S.active() is None and not (_TAGS.get() or {}).get("synthetic")
@@ -254,7 +255,7 @@ def test_a_tune_made_with_synthetic_keeps_it_in_its_id_and_spec(tiny_env: Path) 
     plain = TuneSpec(params=[("ub", ["32", "512"])])
     assert plain.synthetic is None and "synthetic" not in plain.to_dict()  # ids of ordinary tunes unchanged
     res = S.synthesize(TINY, "q8_0", vocab="tiny", free_disk=10**12, free_memory=10**12)
-    with S.use_synthetic(res):
+    with use_synthetic(res):
         syn = TuneSpec(params=[("ub", ["32", "512"])])
     assert syn.synthetic == {"shape": "tiny", "quant": "Q8_0", "vocab": "tiny"}
     assert tune_id(syn) != tune_id(plain)

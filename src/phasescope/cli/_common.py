@@ -132,7 +132,7 @@ SYNTHETIC_QUANT_HELP = "--synthetic: the weight type (q8_0, f16, bf16, f32 writt
 def with_synthetic(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (a typer command) with ``--synthetic SHAPE`` and ``--quant TYPE`` added: with a shape, the
     synthetic GGUF is made (or found in the cache) first and the command runs inside
-    :func:`phasescope.engine.synth.use_synthetic`, so the embedded engine it starts serves that file and
+    :func:`phasescope.lifecycle.use_synthetic`, so the embedded engine it starts serves that file and
     every run it stores says "synthetic weights". One decorator, so each command's own code is unchanged."""
     import functools
     import inspect
@@ -161,7 +161,8 @@ def with_synthetic(fn: Callable[..., Any]) -> Callable[..., Any]:
         if kwargs.get("url") or kwargs.get("serve"):
             raise InputError("--synthetic starts the embedded engine on a synthetic model; it takes no server URL "
                              "(or --serve template)")
-        from phasescope.engine.synth import synthesize, use_synthetic
+        from phasescope.engine.synth import synthesize
+        from phasescope.lifecycle import use_synthetic
 
         quiet = bool(kwargs.get("json_out"))
         res = synthesize(synthetic, synthetic_quant or "q8_0", say=None if quiet else (lambda m: err_console.print(f"[dim]· {m}[/dim]", highlight=False)))

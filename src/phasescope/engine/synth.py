@@ -339,7 +339,7 @@ _ACTIVE: SynthResult | None = None
 
 
 def active() -> SynthResult | None:
-    """The synthetic model the embedded engine starts on inside :func:`use_synthetic`, else None."""
+    """The synthetic model the embedded engine starts on inside :func:`serving`, else None."""
     return _ACTIVE
 
 
@@ -355,17 +355,14 @@ def tag_of(res: SynthResult) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def use_synthetic(res: SynthResult) -> Iterator[dict[str, Any]]:
+def serving(res: SynthResult) -> Iterator[dict[str, Any]]:
     """Inside the block the embedded engine (started with no model path) serves ``res`` under
-    :func:`alias_of`, and every run opened (:func:`phasescope.lifecycle.run_output`) carries
-    ``params.synthetic`` (:func:`tag_of`). Process-wide: a command runs one at a time."""
+    :func:`alias_of`. Process-wide: a command runs one at a time. Runs opened inside it are tagged by
+    :func:`phasescope.lifecycle.use_synthetic`, which wraps this (the engine sits below the run output)."""
     global _ACTIVE
-    from phasescope.lifecycle import run_tags
-
     prev, _ACTIVE = _ACTIVE, res
     try:
-        with run_tags(synthetic=tag_of(res)):
-            yield tag_of(res)
+        yield tag_of(res)
     finally:
         _ACTIVE = prev
 

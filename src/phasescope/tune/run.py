@@ -214,7 +214,8 @@ def run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, startu
              slo: dict[str, float] | None = None) -> dict[str, Any]:
     """Run (or continue) the tune ``spec``; the result ``tune --json`` prints (docs/commands/tune.md).
     A spec made with ``--synthetic`` (``spec.synthetic``) runs on that synthetic model, resumed or not."""
-    from phasescope.engine.synth import active, synthesize, use_synthetic
+    from phasescope.engine.synth import active, synthesize
+    from phasescope.lifecycle import use_synthetic
 
     syn = spec.synthetic
     if syn and spec.serve is None and active() is None:

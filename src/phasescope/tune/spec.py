@@ -301,7 +301,7 @@ class TuneSpec:
     one_at_a_time: bool = False
     salt: str | None = None
     #: ``--synthetic``: the synthetic model the embedded engine runs ({"shape", "quant", "vocab"}); by default
-    #: the one active when the spec is made (:func:`phasescope.engine.synth.use_synthetic`), so the tune's id
+    #: the one active when the spec is made (:func:`phasescope.lifecycle.use_synthetic`), so the tune's id
     #: and its ``--resume`` keep it
     synthetic: dict[str, Any] | None = field(default_factory=lambda: _active_synthetic())
 
