@@ -8,10 +8,14 @@ from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 
-from phasescope.cli._common import console, err_console, print_json
+from phasescope.cli._common import LIVE_HELP, console, err_console, print_json
 
 if TYPE_CHECKING:
     from phasescope.store import RunStore
+
+#: compare's --format is its own (a table or markdown), not the output formats of the other commands
+COMPARE_FORMAT_HELP = "table (terminal) | md (markdown table for a pull-request comment)."
+LIVE_HELP["compare --format"] = lambda: COMPARE_FORMAT_HELP
 
 STORE_HELP = "Run store (SQLite file or its folder); default $PHASESCOPE_STORE or ~/.local/share/phasescope/runs.db."
 
@@ -121,7 +125,7 @@ def compare(
         False, "--allow-incomparable",
         help="With --fail-on: judge not-comparable and unstable metrics by their numbers instead of exiting 6."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Metrics for --fail-on (default all): ttft, ttft_p99, prefill, decode, tpot, itl_p50, itl_p99, e2e, throughput."),
-    fmt: str = typer.Option("table", "--format", help="table (terminal) | md (markdown table for a pull-request comment)."),
+    fmt: str = typer.Option("table", "--format", help=COMPARE_FORMAT_HELP),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the two-run report (plots overlaid, verdicts, differences) to this HTML file."),
