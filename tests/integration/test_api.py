@@ -22,7 +22,7 @@ def _fresh(code: str) -> str:
                                    "import phasescope.plan.sim\n", "from phasescope.plan.api import run_plan\n"])
 def test_probe_and_plan_stay_the_api_functions_whatever_was_imported_first(first: str) -> None:
     out = _fresh(first + "import inspect, phasescope\n"
-                 "print(callable(phasescope.probe), 'prompt_tokens' in inspect.signature(phasescope.probe).parameters)\n"
+                 "print(callable(phasescope.probe), 'url' in inspect.signature(phasescope.probe).parameters)\n"
                  "doc = phasescope.plan(model='llama-3.1-8b', device='h100-sxm', rate=2, num_requests=20, save=False)\n"
                  "print(doc['kind'], doc['summary']['completed'] if 'completed' in doc['summary'] else doc['summary'].get('n'))\n"
                  "import phasescope.probe.runner as r; print(r.__name__)\n")
