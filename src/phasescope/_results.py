@@ -14,7 +14,7 @@ suite and derives from :class:`Result` too; it is exported as ``phasescope.Expla
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -74,7 +74,7 @@ class DocResult(Result):
                 return str(v.get("name") or v.get("id") or "{…}") if len(repr(v)) > 60 else repr(v)
             return repr(v)
 
-        shown = [f"{f.name}={short(getattr(self, f.name))}" for f in fields(self) if f.name not in ("doc", "report")]
+        shown = [f"{f.name}={short(getattr(self, f.name))}" for f in fields(self) if f.name not in ("doc", "report", "objects", "make")]
         return f"{type(self).__name__}({', '.join(shown)})"
 
     @classmethod
@@ -197,7 +197,21 @@ class Report(DocResult):
     ``command`` is an instance field, the rest is the document."""
 
     command: str = ""  # type: ignore[misc]  # an instance field here, a class constant elsewhere
+    #: what the console view draws from beyond the document (the store's run objects, a measurement)
+    objects: dict[str, Any] = field(default_factory=dict)
+
+    #: makes the document on first use, when only a machine format needs it (a console view may not)
+    make: Callable[[], dict[str, Any]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.make is not None:
+            self.doc, self.make = self.make(), None
+        return self.doc
 
     @classmethod
-    def of(cls, command: str, doc: dict[str, Any]) -> Report:
-        return cls(doc=doc, command=command)
+    def of(cls, command: str, doc: dict[str, Any], **objects: Any) -> Report:
+        return cls(doc=doc, command=command, objects=objects)
+
+    @classmethod
+    def lazy(cls, command: str, make: Callable[[], dict[str, Any]], **objects: Any) -> Report:
+        return cls(doc={}, command=command, objects=objects, make=make)

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from phasescope.cli._common import console as _console
 from phasescope._results import CeilingReport, Report, Result
-from phasescope.cli._common import err_console, print_json
+from phasescope.cli._common import err_console
 from phasescope.cli._output import console_view, format_option, output
 
 #: wide tables stay readable when piped or captured (rich would fold them at 80 columns)
@@ -331,6 +331,7 @@ def hw(
     if_missing: bool = typer.Option(
         False, "--if-missing", help="Measure only when no `local` device is saved yet (what `make demo` runs)."
     ),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Measure this machine's memory read bandwidth (all cores) and matmul throughput; save as device `local`
     when the passes agree."""
@@ -340,6 +341,7 @@ def hw(
 
     from phasescope.errors import InputError
 
+    sink = output(as_json, fmt)
     if size_mb < 1 or repeats < 1 or matmul_n < 16 or rounds < 1:  # before anything is printed or measured
         raise InputError("hw: --size-mb, --repeats, --rounds must be >= 1 and --matmul-n >= 16")
     old = hwlib.load_profile()
@@ -348,16 +350,16 @@ def hw(
         say = f"hw: this machine is already measured ({local_device_path()}"
         say += f"; {hwlib.profile_sentence(old)})" if old else ")"
         err_console.print(escape(say + "; run `phasescope hw` to re-measure"), highlight=False)
-        if as_json:
-            print_json({"schema": 1, "measurement": None, "device": existing.to_dict(),
-                        "saved_to": str(local_device_path()), "skipped": True, "saved": False,
-                        "spread": old.spread if old else None, "reason": "already measured (--if-missing)",
-                        "profile": old.to_dict() if old else None})
+        sink.emit(Report.of("hw", {"schema": 1, "measurement": None, "device": existing.to_dict(),
+                                   "saved_to": str(local_device_path()), "skipped": True, "saved": False,
+                                   "spread": old.spread if old else None, "reason": "already measured (--if-missing)",
+                                   "profile": old.to_dict() if old else None}))
         return
 
-    if not as_json:
-        err_console.print(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes, up to {rounds} rounds "
-                          f"until they agree) and a {matmul_n}² GEMM ...")
+    say = sink.progress(err_console.print)
+    if say is not None:
+        say(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes, up to {rounds} rounds "
+            f"until they agree) and a {matmul_n}² GEMM ...")
     result, host = hwlib.measure_sampled(size_mb=size_mb, repeats=repeats, threads=threads, matmul_n=matmul_n,
                                          use_c=not no_c, rounds=rounds)
     new = hwlib.profile_of(result, host, forced=force)
@@ -371,20 +373,33 @@ def hw(
         extra.update({"profile": new.to_dict(), "host": host})
         path = save_local_device(dev, extra=extra)
     iv = hwlib.bandwidth_interval(result.bandwidth)
-    if as_json:
-        doc: dict[str, Any] = {
-            "schema": 1, "measurement": result.to_dict(), "device": dev.to_dict(),
-            "saved_to": str(path) if path else None, "saved": decision.save, "spread": new.spread,
-            "stable": new.stable, "note": decision.note, "profile": new.to_dict(),
-            "bandwidth_gb_s": result.bandwidth.best_gb_s,
-            "bandwidth_median_gb_s": iv.value if iv else None, "bandwidth_median_gb_s_ci": to_ci(iv),
-            "bandwidth_interval": iv.to_json() if iv else None,
-            "previous": old.to_dict() if old else None, "host": host,
-        }
-        if not decision.save:
-            doc["reason"] = decision.reason
-        print_json(doc)
+    # the --json document (the console view draws from the measurement objects themselves)
+    doc: dict[str, Any] = {
+        "schema": 1, "measurement": result.to_dict(), "device": dev.to_dict(),
+        "saved_to": str(path) if path else None, "saved": decision.save, "spread": new.spread,
+        "stable": new.stable, "note": decision.note, "profile": new.to_dict(),
+        "bandwidth_gb_s": result.bandwidth.best_gb_s,
+        "bandwidth_median_gb_s": iv.value if iv else None, "bandwidth_median_gb_s_ci": to_ci(iv),
+        "bandwidth_interval": iv.to_json() if iv else None,
+        "previous": old.to_dict() if old else None, "host": host,
+    }
+    if not decision.save:
+        doc["reason"] = decision.reason
+    sink.emit(Report.of("hw", doc, result=result, host=host, new=new, old=old, decision=decision, dev=dev,
+                        path=path, save=save))
+
+
+@console_view("hw")
+def _show_hw(report: Result) -> None:
+    """The machine, a row per kernel, the derived compute peaks, and whether it was saved as device `local`."""
+    from phasescope.theory import hw as hwlib
+    from phasescope.theory.devices import local_device_path
+
+    o = report.objects  # type: ignore[attr-defined]
+    if not o:  # skipped (--if-missing): said on stderr already
         return
+    result, host, new, old, decision, dev, path, save = (o[k] for k in ("result", "host", "new", "old", "decision",
+                                                                         "dev", "path", "save"))
     bw = result.bandwidth
     console.print(f"[bold]{escape(result.cpu)}[/bold], {result.cores} cores, {_num(result.memory_gb)} GB RAM")
     t = Table(show_header=True)
