@@ -94,7 +94,7 @@ class ProbeResult(DocResult):
     engine: str | None = None
     model: str | None = None
     sizes: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    verdict: str | None = None
+    verdict: dict[str, Any] | None = field(default=None, repr=False)  # the phase claims and their words
     warnings: list[dict[str, Any]] = field(default_factory=list, repr=False)
     run_id: str | None = None
     records_path: str | None = None

@@ -55,3 +55,13 @@ def test_ceiling_is_the_ceiling_command() -> None:
     assert got == want
     row = got["devices"][0]
     assert row["decode_ceiling_tok_s"] <= row["bandwidth_roof_tok_s"]
+
+
+def test_the_flat_surface_is_cheap_to_import() -> None:
+    # every public name lives on the package (__all__); importing it loads no CLI, console, HTTP or numeric stack
+    out = _fresh("import sys, phasescope\n"
+                 "print(sorted(m for m in ('rich', 'typer', 'aiohttp', 'numpy', 'phasescope.cli', "
+                 "'phasescope.experiments.suite') if m in sys.modules))\n"
+                 "print(all(getattr(phasescope, n) is not None for n in phasescope.__all__))\n"
+                 "print(issubclass(phasescope.ExplainReport, phasescope.Result), phasescope.ProbeResult.command)\n")
+    assert out.split("\n")[:3] == ["[]", "True", "True probe"], out

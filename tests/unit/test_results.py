@@ -25,7 +25,7 @@ PROBE_DOC: dict[str, Any] = {
     "target": "http://127.0.0.1:9", "api": "openai", "engine": "vllm", "engine_version": "0.9", "model": "m",
     "sizes": [{"prompt_tokens": 200, "repeats": 3, "n": 3, "ttft_s": 0.05, "ttft_s_ci": [0.04, 0.06],
                "prefill_tok_s": 4000.0, "decode_tok_s": 80.0, "decode_tok_s_ci": [78.0, 82.0]}],
-    "verdict": "decode-bound", "warmup": None, "ceilings": None, "host": None,
+    "verdict": {"ttft_claim": "grows", "text": ["TTFT grows with the prompt"]}, "warmup": None, "ceilings": None, "host": None,
     "warnings": [{"kind": "host_busy", "message": "m"}], "run_id": "r-1", "records_path": "/tmp/r-1",
 }
 
@@ -92,7 +92,7 @@ def test_probe_json_is_the_probe_document(capsys: pytest.CaptureFixture[str], fi
     assert _json_out(capsys, ["probe", "http://127.0.0.1:9", "-p", "200", "--json"]) == PROBE_DOC
     res = phasescope.probe("http://127.0.0.1:9", prompt_tokens=[200], max_tokens=16)
     assert isinstance(res, R.ProbeResult) and res.to_json() == PROBE_DOC
-    assert (res.verdict, res.run_id, res.engine, res.sizes[0]["ttft_s"]) == ("decode-bound", "r-1", "vllm", 0.05)
+    assert (res.verdict["ttft_claim"], res.run_id, res.engine, res.sizes[0]["ttft_s"]) == ("grows", "r-1", "vllm", 0.05)  # type: ignore[index]
     assert fixed_probe[-1]["sizes"] == [200] and fixed_probe[-1]["max_tokens"] == 16
 
 
