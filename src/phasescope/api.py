@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from phasescope._results import BenchSummary, CeilingReport, PlanResult, ProbeResult, Result, TuneResult
-from phasescope.errors import InputError, PhasescopeError
+from phasescope.errors import EXIT_INTERRUPTED, InputError, PhasescopeError
 
 __all__ = ["ALIASES", "bench", "ceiling", "explain", "keywords", "open_store", "plan", "probe", "tune"]
 
@@ -191,18 +191,22 @@ def _execute(command: str, kind: type[R], cmd: Any, argv: list[str], overrides: 
     from phasescope.cli import _click_exception_types
     from phasescope.cli._output import capture
 
-    usage_errors, click_errors, _ = _click_exception_types()
+    usage_errors, click_errors, aborts = _click_exception_types()
     with capture(progress, overrides) as box:
         try:
-            cmd.main(args=argv, prog_name=f"phasescope {command}", standalone_mode=False)
+            code = cmd.main(args=argv, prog_name=f"phasescope {command}", standalone_mode=False)
         except (usage_errors + click_errors) as exc:
             raise InputError(f"{command}(): {exc.format_message()}") from None
+        except aborts:
+            raise KeyboardInterrupt from None
         except PhasescopeError:
             if box.result is None:
                 raise
             # after the result: a failed or cut-short run's exit status; the API returns the result, which says so
+    if box.result is None and code == EXIT_INTERRUPTED:  # typer makes Ctrl-C exit 130; a caller gets what it pressed
+        raise KeyboardInterrupt
     if box.result is None:
-        raise PhasescopeError(f"{command}() produced no result (this is a phasescope bug)")
+        raise PhasescopeError(f"{command}() produced no result (exit {code}; this is a phasescope bug)")
     if not isinstance(box.result, kind):
         raise PhasescopeError(f"{command}() produced a {type(box.result).__name__}, not a {kind.__name__}")
     return box.result

@@ -143,3 +143,21 @@ def test_a_result_reads_as_the_dict_the_api_returned() -> None:
 def test_explain_report_is_a_result() -> None:
     assert issubclass(phasescope.ExplainReport, phasescope.Result)
     assert phasescope.ExplainReport.command == "explain"
+
+
+def test_the_api_returns_a_failed_runs_result_and_passes_ctrl_c_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import phasescope.cli.cmd_plan as cp
+    import phasescope.load.bench as lb
+
+    failed = {**BENCH_DOC, "status": "failed", "completed": 0, "failed": 8, "errors_by_kind": {"http_500": 8}}
+    monkeypatch.setattr(lb, "run_bench", lambda cfg, **kw: SimpleNamespace(
+        summary=failed, records_path="/tmp/b-1", run=SimpleNamespace(write_error=None, interrupted=False)))
+    res = phasescope.bench("http://127.0.0.1:9", num_prompts=8)  # the CLI exits 3 after printing it
+    assert res.status == "failed" and res.failed == 8
+
+    def interrupted(*a: Any, **kw: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cp, "run_plan", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        phasescope.plan(model="llama-3.1-8b", device="h100-sxm", no_save=True)
