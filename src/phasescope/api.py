@@ -31,10 +31,13 @@ import difflib
 import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from phasescope._results import BenchSummary, CeilingReport, PlanResult, ProbeResult, Result, TuneResult
 from phasescope.errors import EXIT_INTERRUPTED, InputError, PhasescopeError
+
+if TYPE_CHECKING:
+    from phasescope.experiments.suite import ExplainReport
 
 __all__ = ["ALIASES", "bench", "ceiling", "explain", "keywords", "open_store", "plan", "probe", "tune"]
 
@@ -239,7 +242,8 @@ def bench(url: str | None = None, *, progress: Callable[[str], None] | None = No
     return _run("bench", kind, {"url": url, **options}, progress)
 
 
-def explain(url: str | None = None, *, progress: Callable[[str], None] | None = None, **options: Any) -> Any:
+def explain(url: str | None = None, *, progress: Callable[[str], None] | None = None,
+            **options: Any) -> ExplainReport:
     """``phasescope explain``: the experiments within ``budget`` (``"3m"``, ``"90s"``; ``budget_s=`` seconds),
     then the diagnosis.
 
@@ -248,9 +252,9 @@ def explain(url: str | None = None, *, progress: Callable[[str], None] | None = 
     :class:`~phasescope.ExplainReport`: ``to_json()`` is the ``explain --json`` document — ``findings`` (each
     with evidence and advice), ``undecided``, ``experiments`` (each one's result, with its own fits),
     ``ceilings``, ``warnings``."""
-    from phasescope.experiments.suite import ExplainReport
+    from phasescope.experiments.suite import ExplainReport as Report
 
-    return _run("explain", ExplainReport, {"url": url, **options}, progress)
+    return _run("explain", Report, {"url": url, **options}, progress)
 
 
 def plan(*, progress: Callable[[str], None] | None = None, **options: Any) -> PlanResult:
