@@ -12,8 +12,10 @@ from typing import Any, List, Optional
 
 import typer
 
-from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_json, print_warnings
+from phasescope._results import BenchSummary, BenchSweep, Result
+from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
+from phasescope.cli._output import console_view, format_option, output
 
 
 #: the Client health line's words for RunnerHealth.receive_path
@@ -62,6 +64,17 @@ def _load_words(s: dict[str, Any]) -> str:
     kind = ("Poisson arrivals" if float(s.get("burstiness") or 1) == 1 else f"gamma arrivals (burstiness {s.get('burstiness')})") \
         if shape == "poisson" else f"{shape} arrivals"
     return f"{rate} req/s, {kind}, {tail}"
+
+
+@console_view("bench")
+def _show_summary(result: Result) -> None:
+    _print_summary(result.to_json())
+
+
+@console_view("bench-sweep")
+def _show_sweep(result: Result) -> None:
+    _print_sweep(result.to_json())
+    print_warnings(result.get("warnings"))
 
 
 def _print_summary(s: dict[str, Any]) -> None:
@@ -335,6 +348,7 @@ def bench(
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds to wait for the first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (schema in docs/commands/bench.md)."),
+    fmt: Optional[str] = format_option(),
     target_urls: Optional[List[str]] = typer.Option(None, "--target", help="Another endpoint (repeatable); requests are routed over all of them (--route). See docs/commands/bench-ray.md."),
     route: str = typer.Option("round-robin", "--route", help="round-robin | random | least-outstanding (several --target)."),
     ray: bool = typer.Option(False, "--ray", help="Drive the load from Ray actors: --ray [ADDRESS] (needs pip install 'phasescope\\[ray]')."),
@@ -382,6 +396,9 @@ def bench(
     cfg.system_prompt_scope, cfg.turn_input_len, cfg.think_time_s = system_prompt, turn_input_len, think_time_s
     cfg.tool_output_len, cfg.session_rate, cfg.cache_prompt = tool_output_len, session_rate, (False if no_cache_prompt else None)
     cfg.block_size, cfg.trace_start, cfg.trace_duration = block_size, trace_start, trace_duration
+    sink = output(json_out, fmt)
+    for key, value in sink.overrides.items():  # the API's BenchConfig fields that no flag sets
+        setattr(cfg, key, value)
     if sweep and (trials != 1 or steady_state):
         from phasescope.errors import InputError
 
@@ -397,13 +414,11 @@ def bench(
     if total is not None and trials > 1:  # one bar over every trial
         total *= trials
     live = LiveStats(total)
-    show_bar = err_console.is_terminal and not json_out
+    show_bar = err_console.is_terminal and sink.human
     progress = None
     task = None
 
-    def status(msg: str) -> None:
-        if not json_out:
-            err_console.print(f"[dim]bench: {msg}[/dim]")
+    status = sink.progress(lambda msg: err_console.print(f"[dim]bench: {msg}[/dim]"))
 
     def start_bar(n: int | None) -> None:
         nonlocal progress, task, live
@@ -427,13 +442,13 @@ def bench(
         if progress is not None:
             progress.stop()
             progress = None
-        elif not json_out and live.done:
+        elif sink.human and live.done:
             err_console.print(f"[dim]bench: {live.done} requests done — {live.line()}[/dim]")
 
     if sweep:
         def on_step(name: str, br: Any) -> None:
             stop_bar()
-            if not json_out:
+            if sink.human:
                 s = br.summary
                 err_console.print(f"[dim]sweep {name}: {_fmt(s.get('request_throughput'))} req/s, "
                                   f"p99 TTFT {_fmt(s.get('p99_ttft_ms'), 1)} ms, p99 ITL {_fmt(s.get('p99_itl_ms'))} ms[/dim]")
@@ -445,11 +460,7 @@ def bench(
         stop_bar()
         d = res.to_dict()
         d["elapsed_s"] = time.monotonic() - t0
-        if json_out:
-            print_json(d)
-        else:
-            _print_sweep(d)
-            print_warnings(d.get("warnings"))
+        sink.emit(BenchSweep.from_json(d))
         if d["rows"] and not any((r.get("request_throughput") or 0) > 0 for r in d["rows"]) and not stop.is_set():
             from phasescope.errors import NoSuccessError
 
@@ -463,10 +474,7 @@ def bench(
         result = run_bench(cfg, on_record=on_record, on_status=status, stop=stop)
     finally:
         stop_bar()
-    if json_out:
-        print_json(result.summary)
-    else:
-        _print_summary(result.summary)
+    sink.emit(BenchSummary.from_json(result.summary))
     if result.run.write_error:  # the run stopped at a write failure: say where and why, exit 3
         from phasescope.errors import OutputError
 
