@@ -42,7 +42,7 @@ FORBIDDEN = {
 #: the flow of data, bottom layer first (docs/ARCHITECTURE.md: Target → Workload → Runner → records →
 #: Analysis → Findings → Outputs). Each entry: the packages (or top-level modules) of one layer.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(x.split()) for x in (
-    "_version errors redact signals",  # no phasescope import at all
+    "_version errors redact signals _results",  # no phasescope import at all
     "safeio jsonutil",                  # bounded reading and JSON, on errors and redaction
     "measure",                          # records, clocks, stats, warnings: derivation only
     "theory",                           # physics on a ModelSpec and a Device: no I/O to servers
