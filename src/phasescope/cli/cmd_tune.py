@@ -49,7 +49,7 @@ def _check_bench_args(a: dict[str, Any]) -> None:
     if ds not in ("conversation", "mooncake", "burstgpt") and traffic:
         raise InputError(f"--{traffic[0].replace('_', '-')} needs --dataset conversation, mooncake or burstgpt")
     if ds in ("conversation", "mooncake", "burstgpt"):  # bench's own checks (and the trace read), before any server
-        from phasescope.load.traffic import check_workload
+        from phasescope.load.datasets import check_workload
         from phasescope.tune.run import bench_config
 
         check_workload(bench_config(a, None))

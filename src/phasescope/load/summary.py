@@ -46,7 +46,7 @@ from phasescope.errors import InputError
 from phasescope.measure import aggregate, derive
 from phasescope.measure.derive import client_output_count, end_ns, input_tokens_sourced, output_tokens_sourced
 from phasescope.measure.records import RequestRecord
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, warn
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
@@ -286,37 +286,24 @@ def summarize(
     out["token_count_source"] = {"output": dict(out_sources), "input": dict(in_sources)}
     warnings: list[MeasurementWarning] = []
     if out_compared and out_mismatch:
-        warnings.append(MeasurementWarning(
-            "token_count_mismatch",
-            f"Output token counts disagree for {out_mismatch} of {out_compared} requests: the server's usage "
-            "count differs from the tokens the client saw streamed. Throughput and TPOT use the server's count.",
-            {"which": "output", "mismatched": out_mismatch, "compared": out_compared},
-            "check the server's usage counting (speculative decoding, stream interval) before trusting per-token rates"))
+        warnings.append(warn("token_count_mismatch", "output_counts",
+                             {"which": "output", "mismatched": out_mismatch, "compared": out_compared},
+                             mismatched=out_mismatch, compared=out_compared))
     if in_compared and in_mismatch:
         diffs = sorted(set(in_diffs))
         shown = ", ".join(f"{d:+d}" for d in diffs[:5]) + (" …" if len(diffs) > 5 else "")
-        warnings.append(MeasurementWarning(
-            "token_count_mismatch",
-            f"Prompt token counts disagree for {in_mismatch} of {in_compared} requests: usage.prompt_tokens differs "
-            f"from the length that was asked for (server − asked: {shown} tokens). Input throughput uses the "
-            "server's count.",
-            {"which": "prompt", "mismatched": in_mismatch, "compared": in_compared, "differences": diffs[:20]},
-            "use an API that takes token ids (--api openai on vLLM, SGLang, llama.cpp) for exact prompt lengths"))
+        warnings.append(warn("token_count_mismatch", "prompt_counts",
+                             {"which": "prompt", "mismatched": in_mismatch, "compared": in_compared,
+                              "differences": diffs[:20]},
+                             mismatched=in_mismatch, compared=in_compared, differences=shown))
     if "events" in out_sources and len(out_sources) == 1 and ok:
-        warnings.append(MeasurementWarning(
-            "no_server_counts",
-            "The server sent no usage counts: output tokens were counted from streamed events "
-            "(one event = one token unless the event said otherwise).",
-            {"requests": len(ok)}, None))
+        warnings.append(warn("no_server_counts", "events", {"requests": len(ok)}))
     untrusted = [r for r in recs if isinstance(r.tags, dict) and r.tags.get("untrusted_counts")]
     if untrusted:  # issue 31: a negative usage count is dropped where it is read (measure.derive)
-        warnings.append(MeasurementWarning(
-            "token_count_mismatch",
-            f"The server reported negative token counts for {len(untrusted)} of {len(recs)} requests "
-            f"(e.g. {untrusted[0].tags['untrusted_counts']}): not trusted; those requests are counted from the "
-            "streamed events and the prompt that was sent.",
-            {"which": "negative", "requests": len(untrusted), "example": untrusted[0].tags["untrusted_counts"]},
-            "check the server's usage reporting"))
+        example = untrusted[0].tags["untrusted_counts"]
+        warnings.append(warn("token_count_mismatch", "negative",
+                             {"which": "negative", "requests": len(untrusted), "example": example},
+                             n=len(untrusted), total=len(recs), example=example))
     out["count_warnings"] = [w.to_dict() for w in warnings]
     out["percentiles"] = list(pct)
     return out

@@ -75,13 +75,12 @@ class SweepResult:
     partial: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        from phasescope.measure.warnings import MeasurementWarning, coerce, to_json
+        from phasescope.measure.warnings import coerce, to_json
 
         ws = []  # every step's warnings, each saying which step it is from
         for r in self.rows:
             for w in r.get("warnings") or []:
-                cw = coerce(w)
-                ws.append(MeasurementWarning(cw.kind, f"{r['profile']} step: {cw.message}", cw.evidence, cw.fix))
+                ws.append(coerce(w).prefixed(f"{r['profile']} step: "))
         return {"schema": "phasescope.bench.sweep/1", "slo_ms": self.slo, "knee": self.knee,
                 "saturation_rate": self.saturation_rate, "rows": self.rows, "runs": self.runs,
                 "partial": self.partial, "warnings": to_json(ws)}
@@ -116,7 +115,7 @@ def run_sweep(cfg: BenchConfig, *, slo: dict[str, float], steps: int = 4,
               on_record: Any = None, stop: threading.Event | None = None,
               target: Target | None = None) -> SweepResult:
     """Run the sweep (see module docstring) on one resolved target."""
-    from phasescope.apis.resolve import open_target
+    from phasescope.target import open_target
 
     if steps < 0:
         raise InputError("--sweep-steps must be ≥ 0")
