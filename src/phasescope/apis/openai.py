@@ -35,7 +35,7 @@ from phasescope.apis._errors import TRANSPORT, error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import fetch_json, json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
-from phasescope.apis._think import ThinkSpans
+from phasescope.apis._think import DONE, WATCH, ThinkSpans
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.spec import ApiSpec, Detected, Prober, engine_from_metrics
 from phasescope.measure.records import EVENT_CONTENT, Event, RequestRecord
@@ -96,8 +96,10 @@ class _OpenAI(Protocol):
                     if type(text) is str and text:
                         if self.req.keep_text:
                             self._text.append(text)
-                        th = self._think
-                        kind = EVENT_CONTENT if th.quiet(text) else th.kind(text, self.rec.events)
+                        th = self._think  # ThinkSpans.quiet, inlined: the answer's events pass with one test
+                        st = th.state
+                        kind = EVENT_CONTENT if st == DONE or (st == WATCH and not th.carry and "<" not in text) \
+                            else th.kind(text, self.rec.events)
                         self.rec.events.append(Event(t_ns, kind, None, len(text)))
                         return
         self._on_message(obj, t_ns)
