@@ -177,3 +177,16 @@ def test_goodput_usage_line_names_ttfo():
 
     with pytest.raises(InputError, match="ttfo"):
         parse_goodput("itl:5")
+
+
+def test_think_span_on_llamacpp_native_completion():
+    from phasescope.apis import llamacpp
+
+    p = _proto(llamacpp._Native, api="llamacpp")
+    p.rec.t_start_ns = 0
+    for i, t in enumerate(["<think>", "hm", "</think>", "Paris"]):
+        p.on_message({"content": t, "tokens": [i], "stop": False}, 10 * (i + 1))
+    p.on_message({"content": "", "stop": True, "tokens_predicted": 4, "tokens_evaluated": 3}, 50)
+    p.finish()
+    assert _kinds(p.rec) == ["reasoning"] * 3 + ["content"]
+    assert D.ttfo_s(p.rec) == 40 / 1e9 and (D.reasoning_tokens(p.rec), D.answer_tokens(p.rec)) == (3, 1)
