@@ -190,3 +190,12 @@ def test_think_span_on_llamacpp_native_completion():
     p.finish()
     assert _kinds(p.rec) == ["reasoning"] * 3 + ["content"]
     assert D.ttfo_s(p.rec) == 40 / 1e9 and (D.reasoning_tokens(p.rec), D.answer_tokens(p.rec)) == (3, 1)
+
+
+def test_sweep_slo_accepts_ttfo_on_its_p99():
+    from phasescope.load.sweep import parse_slo, within_slo
+
+    slo = parse_slo("ttfo:50 itl:10")
+    assert slo == {"ttfo": 50.0, "itl": 10.0}
+    assert within_slo({"p99_ttfo_ms": 40.0, "p99_itl_ms": 5.0}, slo) is True
+    assert within_slo({"p99_ttfo_ms": 60.0, "p99_itl_ms": 5.0}, slo) is False

@@ -333,7 +333,7 @@ def bench(
     no_prewarm: bool = typer.Option(False, "--no-prewarm", help="Do not open connections before t0 (first wave then pays TCP connect inside TTFT)."),
     sweep: bool = typer.Option(False, "--sweep", help="Synchronous → max throughput → rates in between; report the knee."),
     sweep_steps: int = typer.Option(4, "--sweep-steps", help="Constant rates tested between the two ends."),
-    slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (tpot, e2el)."),
+    slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (ttfo, tpot, e2el)."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for records.jsonl + summary.json (+ sweep.csv)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the run in the run history (without --out, records go to ./phasescope-runs/bench-…/)."),
     label: Optional[str] = typer.Option(None, "--label", help="Free-text label saved with the run."),
