@@ -123,11 +123,14 @@ def _print_summary(s: dict[str, Any]) -> None:
         ks = ["mean", "median", *(f"p{str(int(p)) if float(p).is_integer() else str(p)}" for p in pcts)]
         return all(s.get(f"{k}_{key}_ms") == s.get(f"{k}_itl_ms") for k in ks)
 
-    for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
+    for key, title in (("ttft", "Time to First Token"), ("ttfo", "Time to First Output Token (after reasoning)"),
+                       ("tpot", "Time per Output Token (excl. 1st token)"),
                        ("itl", "Inter-token Latency (per token)"), ("event_gap", "Gap between streamed events"),
                        ("e2el", "End-to-end Latency"), ("client_queue_time", "Client-side queue (concurrency cap)")):
         if s.get(f"mean_{key}_ms") is None:
             continue
+        if key == "ttfo" and not s.get("reasoning_tokens"):
+            continue  # no reasoning: TTFO is TTFT (the JSON still has it)
         if key == "client_queue_time" and not s.get("max_concurrency"):
             continue  # no cap: nothing held requests back (the send lag is in Client health below)
         if key == "event_gap" and same_as_itl(key):
@@ -144,6 +147,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     src = s.get("token_count_source") or {}
     t.add_row("Token counts from", "output " + ", ".join(f"{k} {v}" for k, v in (src.get("output") or {}).items())
               + "; input " + ", ".join(f"{k} {v}" for k, v in (src.get("input") or {}).items()))
+    if s.get("reasoning_tokens"):
+        t.add_row("Reasoning / answer tokens", f"{s['reasoning_tokens']} / {s.get('answer_tokens')}")
+        row("  Median reasoning rate (tok/s)", "median_reasoning_tok_s")
+        row("  Median answer rate (tok/s)", "median_answer_tok_s")
     sm = (s.get("server_metrics") or {})
     if sm.get("available"):
         ss = sm.get("summary") or {}
@@ -330,7 +337,7 @@ def bench(
     engine_flags: Optional[str] = typer.Option(None, "--engine-flags", help="How the server was started (e.g. \"--max-num-seqs 64 --enable-prefix-caching\"); saved with the run, and compare calls runs with other flags not comparable."),
     reuse_prompts: bool = typer.Option(False, "--reuse-prompts", help="Send the same prompt texts as earlier runs with this --seed (measure the prefix cache on purpose). Default: every run salts its prompts."),
     percentiles: str = typer.Option("50,90,95,99", "--percentiles", help="Percentiles to report."),
-    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="SLO per request: ttft:MS tpot:MS e2el:MS."),
+    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="SLO per request: ttft:MS ttfo:MS tpot:MS e2el:MS (ttfo: first answer token, after reasoning)."),
     workers: int = typer.Option(1, "--workers", help="Client processes (spread the load over CPU cores)."),
     metrics_interval: float = typer.Option(1.0, "--metrics-interval", help="Seconds between /metrics scrapes."),
     no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape /metrics."),
@@ -339,7 +346,7 @@ def bench(
     no_prewarm: bool = typer.Option(False, "--no-prewarm", help="Do not open connections before t0 (first wave then pays TCP connect inside TTFT)."),
     sweep: bool = typer.Option(False, "--sweep", help="Synchronous → max throughput → rates in between; report the knee."),
     sweep_steps: int = typer.Option(4, "--sweep-steps", help="Constant rates tested between the two ends."),
-    slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (tpot, e2el)."),
+    slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (ttfo, tpot, e2el)."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for records.jsonl + summary.json (+ sweep.csv)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the run in the run history (without --out, records go to ./phasescope-runs/bench-…/)."),
     label: Optional[str] = typer.Option(None, "--label", help="Free-text label saved with the run."),

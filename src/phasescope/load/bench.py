@@ -22,7 +22,8 @@ The result (``BenchResult.summary``) is one flat JSON object: the keys ``vllm be
 ``request_throughput``, ``request_goodput``, ``output_throughput``, ``total_token_throughput``,
 ``{mean,median,std,pXX}_{ttft,tpot,itl,e2el}_ms``, ``max_output_tokens_per_s``,
 ``max_concurrent_requests``, ``{...}_client_queue_time_ms``), plus phasescope's own
-(``*_event_gap_ms``, ``errors_by_kind``, ``achieved_rate``, ``token_count_source``,
+(``{mean,median,std,pXX}_ttfo_ms`` (time to the first answer token: TTFT when there is no reasoning),
+``reasoning_tokens``, ``answer_tokens``, ``median_reasoning_tok_s``, ``median_answer_tok_s``, ``*_event_gap_ms``, ``errors_by_kind``, ``achieved_rate``, ``token_count_source``,
 ``runner_health``, ``warnings``, ``server_metrics``, ``partial``, ``stop_reason``, ``run_id``,
 ``records_path``). See ``docs/commands/bench.md`` for the schema.
 """

@@ -27,7 +27,7 @@ from phasescope.jsonutil import dumps
 from phasescope.load.bench import BenchConfig, BenchResult, run_bench
 from phasescope.load.summary import parse_ms_pairs
 
-SLO_KEYS = ("ttft", "itl", "tpot", "e2el")
+SLO_KEYS = ("ttft", "ttfo", "itl", "tpot", "e2el")
 TABLE_COLUMNS = ("profile", "requested_rate", "achieved_rate", "request_throughput", "output_throughput",
                  "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "mean_tpot_ms", "completed",
                  "failed", "within_slo")
@@ -35,7 +35,7 @@ TABLE_COLUMNS = ("profile", "requested_rate", "achieved_rate", "request_throughp
 
 def parse_slo(specs: Any) -> dict[str, float]:
     """``"ttft:500 itl:50"`` (or a list of such) → {"ttft": 500.0, "itl": 50.0} (ms, compared with p99)."""
-    return parse_ms_pairs(specs, allowed=SLO_KEYS, usage="--slo takes ttft:MS itl:MS tpot:MS e2el:MS")
+    return parse_ms_pairs(specs, allowed=SLO_KEYS, usage="--slo takes ttft:MS ttfo:MS itl:MS tpot:MS e2el:MS")
 
 
 def within_slo(summary: dict[str, Any], slo: dict[str, float]) -> bool | None:

@@ -31,7 +31,7 @@ TRIAL_RATES = ("request_throughput", "request_goodput", "output_throughput", "to
                "max_output_tokens_per_s")
 #: counts that add up over trials
 TRIAL_SUMS = ("completed", "failed", "num_requests", "total_input_tokens", "total_output_tokens", "duration",
-              "warmup_requests", "sent", "cancelled", "goodput_completed")
+              "warmup_requests", "sent", "cancelled", "goodput_completed", "reasoning_tokens", "answer_tokens")
 
 
 _STAT_KEY = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(" + "|".join(METRICS) + r")_ms$")
@@ -114,8 +114,10 @@ def combine_trials(n_trials: int, trials: list[dict[str, Any]]) -> dict[str, Any
         ts = w["evidence"]["trials"]
         w["message"] = f"trial{'s' if len(ts) > 1 else ''} {', '.join(str(x) for x in ts)}: {w['message']}"
     extra: list[MeasurementWarning] = []
+    reasoned = any(t.get("reasoning_tokens") for t in done)  # without reasoning TTFO is TTFT: named once
     wide = {k: iv for k, iv in ivs.items()
-            if not k.startswith("std_") and iv.n >= 2 and iv.rel_halfwidth > TRIAL_UNSTABLE_REL}
+            if not k.startswith("std_") and iv.n >= 2 and iv.rel_halfwidth > TRIAL_UNSTABLE_REL
+            and (reasoned or "_ttfo_" not in k)}
     if wide:  # one warning naming every figure whose trials disagree
         named = ", ".join(f"{k} {iv.min:.4g}–{iv.max:.4g} (±{iv.rel_halfwidth * 100:.0f} %)"
                           for k, iv in list(wide.items())[:6]) + (f" and {len(wide) - 6} more" if len(wide) > 6 else "")
