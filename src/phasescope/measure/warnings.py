@@ -131,6 +131,7 @@ WARNINGS: dict[str, Kind] = {
     "rate_not_reached": Kind("the load generator sent requests slower than the requested rate"),
     "no_server_counts": Kind("the server reported no token counts; the client counted or estimated them"),
     "version_mismatch": Kind("the machines of one run ran different phasescope versions"),
+    "twin_shortfall": Kind("the server measured outside the band its own calibration predicts (bench's twin)"),
     "note": Kind("an observation that fits no other kind"),
 }
 
