@@ -60,6 +60,9 @@ def test_half_the_slots_is_flagged_as_queueing_with_the_sentence() -> None:
     assert w.message.startswith("at concurrency 16 this server's TTFT p50 is ")
     assert "what its own probe (p1) predicts" in w.message
     assert "check max sequences / slots (the twin assumed 8)" in (w.fix or "")
+    lines = console_lines(block)
+    assert lines[0].startswith("Twin (probe p1, 8 slots assumed)")
+    assert any(ln.split()[0] == "ttft_p50" and ln.endswith("above") for ln in lines[1:])
 
 
 def test_half_the_speed_is_flagged_on_decode() -> None:

@@ -12,7 +12,10 @@ the plan simulator runs the run's workload on it, and each measured percentile i
   :func:`phasescope.measure.interval.median_interval`) sets the simulations at the low and high ends
   (``CostModel.rescaled``), and the simulator's own tolerance (:data:`SIM_REL`, the goal
   ``benchmarks/plan_validation.py`` holds it to on the real engine: 10 % at the median, 20 % at p99) widens
-  them. Host noise widens the top end by 1 ÷ (1 − other work's share of the cores) of the bench run, and on a
+  them. Host noise (the rule ``compare`` follows, :mod:`phasescope.report.comparability`): when other work's share
+  of the cores (``host.during.other_cpu_share``) differs between the bench run and the calibration by more than
+  :data:`HOST_NOISE`, the band's top widens by 1 ÷ (1 − that difference), the most the extra work could slow the
+  server's share of the cores (beyond :data:`HOST_MAX_DELTA` every metric reads "cannot tell"); and on a
   busy host (a ``host_busy`` or ``client_saturated`` warning in the bench run or the calibration) TTFT and every
   p99 read "cannot tell", the rule ``compare`` follows (:mod:`phasescope.report.comparability`, ``BUSY_SIDE``).
 * **The verdict** per metric: the measured interval (order statistics for the median, a bootstrap for p99)
@@ -48,6 +51,10 @@ SIM_REL = {50.0: 0.10, 99.0: 0.20}
 METRICS: tuple[tuple[str, float], ...] = (("ttft", 50.0), ("ttft", 99.0), ("tpot", 50.0), ("e2el", 50.0))
 #: warnings that make a run's start-of-request phase and tails measure the host (report.comparability)
 BUSY_KINDS = ("host_busy", "client_saturated")
+#: other work's share of the cores may differ this much between two runs before it counts (report.comparability)
+HOST_NOISE = 0.10
+#: beyond this difference the host changed too much between calibration and run: every metric "cannot tell"
+HOST_MAX_DELTA = 0.5
 #: the slot count when neither the calibration nor the bench run says one (vLLM's --max-num-seqs)
 DEFAULT_SLOTS = 256
 WITHIN, ABOVE, BELOW, CANNOT_TELL = "within", "above", "below", "cannot tell"
@@ -93,7 +100,7 @@ def _workload(summary: dict[str, Any], records: Sequence[RequestRecord]) -> tupl
         return None, "no successful request to compare"
     if summary.get("conversation") or summary.get("trace") or summary.get("load_shape") not in ("poisson", "constant", None):
         return None, f"the twin does not replay a {summary.get('load_shape') or 'session'} load yet"
-    if len(summary.get("endpoints") or []) > 1:
+    if len({r.target for r in ok}) > 1:
         return None, "the twin models one server, not several targets"
     n_in = max(1, round(float(np.mean([r.prompt_tokens or 0 for r in ok]))))
     n_out = max(1, round(float(np.mean([r.output_tokens or 1 for r in ok]))))
@@ -142,11 +149,20 @@ def _busy(warnings: Any) -> bool:
     return any(isinstance(w, dict) and w.get("kind") in BUSY_KINDS for w in (warnings or []))
 
 
-def _other_share(summary: dict[str, Any]) -> float:
-    h = summary.get("host") if isinstance(summary.get("host"), dict) else {}
-    d = (h or {}).get("during") or {}
+def _other_share(summary: dict[str, Any] | None) -> float | None:
+    h = (summary or {}).get("host")
+    d = h.get("during") if isinstance(h, dict) else None
     v = d.get("other_cpu_share") if isinstance(d, dict) else None
-    return min(max(float(v), 0.0), 0.9) if isinstance(v, (int, float)) else 0.0
+    return min(max(float(v), 0.0), 1.0) if isinstance(v, (int, float)) else None
+
+
+def host_delta(summary: dict[str, Any], calib_summary: dict[str, Any] | None) -> float:
+    """How much more of the cores other work took during the bench run than during the calibration (0 when
+    unknown, or within :data:`HOST_NOISE`)."""
+    a, b = _other_share(summary), _other_share(calib_summary)
+    if a is None or b is None or a - b <= HOST_NOISE:
+        return 0.0
+    return a - b
 
 
 def _slots(*summaries: dict[str, Any] | None) -> tuple[int, str]:
@@ -178,7 +194,7 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
     sims = [_sim_samples(cal.cost.rescaled(prefill=a, decode=b), w, sched) for a, b in (mid, lo, hi)]
     meas = _measured(records)
     busy = _busy(summary.get("warnings")) or _busy(calib_warnings)
-    share = _other_share(summary)
+    delta = host_delta(summary, calib_summary)
     who = "probe" if calib_kind == "probe" else f"{calib_kind or 'calibration'} run"
     rows: list[dict[str, Any]] = []
     pending: list[tuple[str, dict[str, Any]]] = []
@@ -189,9 +205,13 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
         if any(math.isnan(x) for x in preds) or m_iv is None:
             continue
         rel = SIM_REL.get(p, SIM_REL[99.0])
-        band = Interval(preds[0], min(preds) * (1 - rel), max(preds) * (1 + rel) / (1 - share), len(calib_records),
+        band = Interval(preds[0], min(preds) * (1 - rel), max(preds) * (1 + rel) / (1 - min(delta, HOST_MAX_DELTA)),
+                        len(calib_records),
                         "twin")
-        if busy and (metric == "ttft" or p >= 99.0):
+        if delta > HOST_MAX_DELTA:
+            verdict, why = CANNOT_TELL, (f"other work took {delta * 100:.0f} % more of the cores than during the "
+                                         "calibration: the host, not the server, changed")
+        elif busy and (metric == "ttft" or p >= 99.0):
             verdict, why = CANNOT_TELL, "a busy host (host_busy / client_saturated): TTFT and tails measure the host"
         elif not m_iv.known:
             verdict, why = CANNOT_TELL, "one sample: no spread"
@@ -219,7 +239,7 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
         "available": True, "calibration_run_id": calib_id, "calibration_kind": calib_kind, "where": where,
         "slots_assumed": slots, "slots_source": slots_src, "api_overhead_ms": cal.api_overhead_s * 1e3,
         "calibration_ratio_ci": {"prefill": None if rp is None else rp.to_json(), "decode": None if rd is None else rd.to_json()},
-        "host_busy": busy, "metrics": rows,
+        "host_busy": busy, "host_share_delta": delta, "metrics": rows,
         "flagged": [r["metric"] for r in rows if r["verdict"] in (ABOVE, BELOW)],
     }
     return block, warns
