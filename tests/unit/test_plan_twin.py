@@ -84,3 +84,16 @@ def test_no_successful_request_gives_no_twin_and_the_console_says_why() -> None:
     block, warns = twin_block(_bench_summary(4), [], _probe(), calib_id="p1")
     assert block["available"] is False and warns == []
     assert console_lines(block) == ["Twin: none — no successful request to compare"]
+
+
+def test_the_report_draws_predicted_against_measured(tmp_path) -> None:
+    from phasescope.report.html import write_report
+    from phasescope.store import RunInfo
+
+    block, _ = _twin(_bench(TRUTH, 16, SLOTS // 2), 16)
+    recs = _bench(TRUTH, 16, SLOTS // 2)
+    info = RunInfo(id="b1", kind="bench", status="complete", started_at=1e9, model="m", summary={"twin": block})
+    res = write_report([(info, recs)], tmp_path / "r.html")
+    assert "twin" in res.plots and "twin" not in res.skipped
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="plot-twin"' in page and "predicted (twin band)" in page and "calibrated from p1" in page
