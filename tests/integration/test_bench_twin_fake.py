@@ -27,7 +27,7 @@ def _json(args: list[str]) -> dict[str, Any]:
 
 
 def _bench(url: str) -> dict[str, Any]:
-    return _json(["bench", url, "--api", "openai", "-n", "24", "--max-concurrency", "2", "--input-len", "512",
+    return _json(["bench", url, "--api", "openai", "-n", "16", "--max-concurrency", "2", "--input-len", "512",
                   "--output-len", "24", "--no-server-metrics", "--json"])
 
 
@@ -43,7 +43,7 @@ def test_twin_flags_half_the_speed_and_nothing_on_the_same_server(monkeypatch, t
     assert nothing["twin"]["available"] is False and "no stored probe" in nothing["twin"]["why"]
     t = same["twin"]
     assert t["available"] and t["calibration_run_id"] == probe["run_id"] and t["calibration_kind"] == "probe"
-    assert t["flagged"] == [], t
+    assert t["flagged"] == [], _rows(t)
     assert not any(w["kind"] == "twin_shortfall" for w in same["warnings"])
     with BehaviourFake(Behaviour(**SLOW), port=port).running() as slow:
         assert slow.url == url
@@ -51,15 +51,50 @@ def test_twin_flags_half_the_speed_and_nothing_on_the_same_server(monkeypatch, t
     h = half["twin"]
     assert h["calibration_run_id"] == probe["run_id"]
     verdicts = {r["metric"]: r["verdict"] for r in h["metrics"]}
-    assert verdicts["tpot_p50"] == "above" and "tpot_p50" in h["flagged"], h
+    assert verdicts["tpot_p50"] == "above" and "tpot_p50" in h["flagged"], _rows(h)
     w = next(w for w in half["warnings"] if w["kind"] == "twin_shortfall" and w["evidence"]["metric"] == "tpot_p50")
     assert "at concurrency 2 this server's TPOT p50 is" in w["message"] and probe["run_id"] in w["message"]
 
 
 def test_twin_from_a_run_that_is_not_there_is_one_line_and_exit_2(tmp_path) -> None:
     env = {**os.environ, "PHASESCOPE_STORE": str(tmp_path / "runs.db")}
-    for extra, what in ((["--twin-from", "nope"], "no run 'nope'"), (["--twin-from", "x", "--no-twin"], "contradict")):
-        p = subprocess.run([sys.executable, "-m", "phasescope", "bench", "http://127.0.0.1:9", "-n", "1", *extra],
-                           capture_output=True, text=True, timeout=120, env=env)
-        assert p.returncode == 2, p.stderr
-        assert what in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run([sys.executable, "-m", "phasescope", "bench", "http://127.0.0.1:9", "-n", "1", "--twin-from",
+                        "nope"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 2, p.stderr
+    assert "no run 'nope'" in p.stderr and "Traceback" not in p.stderr
+
+
+def _rows(b: dict[str, Any]) -> str:
+    """The twin's verdicts in one line (a failed assertion's message)."""
+    return f"host {b.get('host_other_share')} Δ{b.get('host_share_delta')}: " + "; ".join(
+        f"{r['metric']} {r['predicted_ms']:.0f} [{r['band_ms'][0]:.0f}-{r['band_ms'][1]:.0f}] vs "
+        f"[{r['measured_ci_ms'][0]:.0f}-{r['measured_ci_ms'][1]:.0f}] {r['verdict']}" for r in b.get("metrics") or [])
+
+
+def _bench_llamacpp(url: str) -> dict[str, Any]:
+    return _json(["bench", url, "--api", "llamacpp", "-n", "24", "--max-concurrency", "8", "--input-len", "1024",
+                  "--output-len", "48", "--no-server-metrics", "--json"])
+
+
+def test_twin_flags_half_the_slots_behind_the_probes_back(monkeypatch, tmp_path) -> None:
+    # llama-server's /props says total_slots: the probe stores 8, the server later runs 4 (--parallel halved).
+    # Designed truth: decode steps cost 8 ms whatever the batch, so at concurrency 8 four slots decode half as
+    # many tokens per step: each request waits a whole wave for a slot, E2E about 1.9x (10 µs per prompt token)
+    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "runs.db"))
+    eight = {**FAST, "flavour": "llamacpp", "slots": 8, "prefill_s_per_token": 1e-5}
+    with running_behaviour_fake(Behaviour(**eight)) as fake:
+        url, port = fake.url, fake.port
+        probe = _json(["probe", url, "--api", "llamacpp", "-p", "1024,4096", "-n", "16", "--repeat", "5", "--json"])
+        same = _bench_llamacpp(url)
+    with BehaviourFake(Behaviour(**{**eight, "slots": 4}), port=port).running():
+        half = _bench_llamacpp(url)
+    assert probe["server_build"]["total_slots"] == 8 and half["server_build"]["total_slots"] == 4
+    t, h = same["twin"], half["twin"]
+    assert t["policy"] == "llamacpp" and t["slots_assumed"] == 8 and t["flagged"] == [], _rows(t)
+    assert h["slots_assumed"] == 8 and h["slots_source"].startswith("the calibration run")
+    verdicts = {r["metric"]: r["verdict"] for r in h["metrics"]}
+    # every request waits for a slot: E2E (and TTFT, unless the host is busy) above the band
+    assert verdicts["e2el_p50"] == "above", _rows(h)
+    assert verdicts["ttft_p50"] in ("above", "cannot tell") and verdicts["tpot_p50"] != "above", _rows(h)
+    assert any(w["kind"] == "twin_shortfall" and "check max sequences / slots (the twin assumed 8)" in w["fix"]
+               for w in half["warnings"])

@@ -7,6 +7,9 @@ the plan simulator runs the run's workload on it, and each measured percentile i
 * **The cost model** is empirical (:func:`empirical_base`): one "byte" per step read at the fitted rate (a
   decode step's time), one "FLOP" per prompt token at the fitted prefill rate, roofline ``max`` — so it needs no
   catalog entry for the model or the device and works on any server a probe measured (fakes included).
+* **The scheduler** is plan's: policy ``llamacpp`` (mixed steps as two passes, a 2,048-token budget) when the
+  calibration's records carry llama.cpp's timings, else ``vllm``; the slot count is the calibration run's
+  ``server_build.total_slots`` (what the server had when it was probed), else this run's, else 256.
 * **The band** comes from the calibration's own uncertainty and the simulator's: the 95 % interval of the
   median of measured ÷ modelled (TTFT and TPOT of the calibration's lone requests, order statistics or log-t,
   :func:`phasescope.measure.interval.median_interval`) sets the simulations at the low and high ends
@@ -16,8 +19,12 @@ the plan simulator runs the run's workload on it, and each measured percentile i
   of the cores (``host.during.other_cpu_share``) differs between the bench run and the calibration by more than
   :data:`HOST_NOISE`, the band's top widens by 1 ÷ (1 − that difference), the most the extra work could slow the
   server's share of the cores (beyond :data:`HOST_MAX_DELTA` every metric reads "cannot tell"); and on a
-  busy host (a ``host_busy`` or ``client_saturated`` warning in the bench run or the calibration) TTFT and every
-  p99 read "cannot tell", the rule ``compare`` follows (:mod:`phasescope.report.comparability`, ``BUSY_SIDE``).
+  busy host (a ``host_busy`` or ``client_saturated`` warning in the bench run or the calibration) the start of
+  every request and the tails wait for a core (``compare``'s ``BUSY_SIDE``: TTFT and the p99s), so their band's
+  top widens by 1 ÷ (1 − other work's share of the cores during the bench run) — above
+  :data:`BUSY_MAX_SHARE`, or with the share unknown, they read "cannot tell". A server that queues at half
+  its slots still reads ``above`` on a 60 % busy host (its TTFT several times the prediction); 15 % of noise
+  does not.
 * **The verdict** per metric: the measured interval (order statistics for the median, a bootstrap for p99)
   against the band — ``above`` / ``below`` only when the two do not overlap, ``within`` when they do, and
   ``cannot tell`` when either has no spread or the host rule applies. ``above`` on a latency is a shortfall and
@@ -55,6 +62,8 @@ BUSY_KINDS = ("host_busy", "client_saturated")
 HOST_NOISE = 0.10
 #: beyond this difference the host changed too much between calibration and run: every metric "cannot tell"
 HOST_MAX_DELTA = 0.5
+#: on a busy host, TTFT and the p99s read "cannot tell" beyond this share of the cores taken by other work
+BUSY_MAX_SHARE = 0.8
 #: the slot count when neither the calibration nor the bench run says one (vLLM's --max-num-seqs)
 DEFAULT_SLOTS = 256
 WITHIN, ABOVE, BELOW, CANNOT_TELL = "within", "above", "below", "cannot tell"
@@ -91,6 +100,14 @@ def fit(records: Sequence[RequestRecord]) -> tuple[Calibration, Interval | None,
         if tp is not None:
             dec.append(tp / c.decode_step_s(1, float(n or 0)))
     return cal, _ratio_interval(pre), _ratio_interval(dec)
+
+
+def policy_of(records: Sequence[RequestRecord]) -> str:
+    """``llamacpp`` when the calibration's records carry llama.cpp's own timings (``prompt_n`` and
+    ``predicted_n``: one KV stream per slot, mixed steps as two passes), else ``vllm`` — plan's own rule
+    for ``--calibrate-from`` (:func:`phasescope.plan.api.build_spec`)."""
+    return "llamacpp" if any((r.server or {}).get("prompt_n") is not None and (r.server or {}).get("predicted_n")
+                             is not None and r.api != "sim" for r in records) else "vllm"
 
 
 def _workload(summary: dict[str, Any], records: Sequence[RequestRecord]) -> tuple[Workload | None, str]:
@@ -187,14 +204,21 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
     except PhasescopeError as exc:
         return {"available": False, "why": f"calibration {calib_id} does not fit: {exc}", "calibration_run_id": calib_id}, []
     slots, slots_src = _slots(calib_summary, summary)
-    sched = SchedulerConfig(max_num_seqs=slots, max_num_batched_tokens=max(8192, slots), api_overhead_s=cal.api_overhead_s)
+    cost = cal.cost
+    policy = policy_of(calib_records)
+    if policy == "llamacpp":  # one KV stream per slot: a mixed step runs as two passes (as plan.api.build_spec)
+        cost = cost.with_(split_mixed_steps=True)
+    budget = 2048 if policy == "llamacpp" else max(8192, slots)
+    sched = SchedulerConfig(max_num_seqs=slots, max_num_batched_tokens=budget, policy=policy,
+                            api_overhead_s=cal.api_overhead_s)
     mid = (rp.value if rp else 1.0, rd.value if rd else 1.0)
     lo = (rp.low if rp else mid[0], rd.low if rd else mid[1])
     hi = (rp.high if rp else mid[0], rd.high if rd else mid[1])
-    sims = [_sim_samples(cal.cost.rescaled(prefill=a, decode=b), w, sched) for a, b in (mid, lo, hi)]
+    sims = [_sim_samples(cost.rescaled(prefill=a, decode=b), w, sched) for a, b in (mid, lo, hi)]
     meas = _measured(records)
     busy = _busy(summary.get("warnings")) or _busy(calib_warnings)
     delta = host_delta(summary, calib_summary)
+    share = _other_share(summary)
     who = "probe" if calib_kind == "probe" else f"{calib_kind or 'calibration'} run"
     rows: list[dict[str, Any]] = []
     pending: list[tuple[str, dict[str, Any]]] = []
@@ -205,14 +229,18 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
         if any(math.isnan(x) for x in preds) or m_iv is None:
             continue
         rel = SIM_REL.get(p, SIM_REL[99.0])
-        band = Interval(preds[0], min(preds) * (1 - rel), max(preds) * (1 + rel) / (1 - min(delta, HOST_MAX_DELTA)),
-                        len(calib_records),
-                        "twin")
+        top = max(preds) * (1 + rel) / (1 - min(delta, HOST_MAX_DELTA))
+        busy_side = busy and (metric == "ttft" or p >= 99.0)
+        if busy_side and share is not None and share <= BUSY_MAX_SHARE:
+            top /= 1 - share
+        band = Interval(preds[0], min(preds) * (1 - rel), top, len(calib_records), "twin")
         if delta > HOST_MAX_DELTA:
             verdict, why = CANNOT_TELL, (f"other work took {delta * 100:.0f} % more of the cores than during the "
                                          "calibration: the host, not the server, changed")
-        elif busy and (metric == "ttft" or p >= 99.0):
-            verdict, why = CANNOT_TELL, "a busy host (host_busy / client_saturated): TTFT and tails measure the host"
+        elif busy_side and (share is None or share > BUSY_MAX_SHARE):
+            verdict, why = CANNOT_TELL, ("a busy host (host_busy / client_saturated"
+                                         + ("" if share is None else f", other work {share * 100:.0f} % of the cores")
+                                         + "): TTFT and tails measure the host")
         elif not m_iv.known:
             verdict, why = CANNOT_TELL, "one sample: no spread"
         elif m_iv.overlaps(band):
@@ -237,9 +265,9 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
     warns = [MeasurementWarning("twin_shortfall", msg, ev, fix) for msg, ev in pending]
     block = {
         "available": True, "calibration_run_id": calib_id, "calibration_kind": calib_kind, "where": where,
-        "slots_assumed": slots, "slots_source": slots_src, "api_overhead_ms": cal.api_overhead_s * 1e3,
+        "policy": policy, "slots_assumed": slots, "slots_source": slots_src, "api_overhead_ms": cal.api_overhead_s * 1e3,
         "calibration_ratio_ci": {"prefill": None if rp is None else rp.to_json(), "decode": None if rd is None else rd.to_json()},
-        "host_busy": busy, "host_share_delta": delta, "metrics": rows,
+        "host_busy": busy, "host_other_share": share, "host_share_delta": delta, "metrics": rows,
         "flagged": [r["metric"] for r in rows if r["verdict"] in (ABOVE, BELOW)],
     }
     return block, warns
