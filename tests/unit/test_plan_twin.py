@@ -97,3 +97,17 @@ def test_the_report_draws_predicted_against_measured(tmp_path) -> None:
     assert "twin" in res.plots and "twin" not in res.skipped
     page = (tmp_path / "r.html").read_text()
     assert 'id="plot-twin"' in page and "predicted (twin band)" in page and "calibrated from p1" in page
+
+
+def test_a_busy_host_widens_ttft_by_its_share_and_beyond_80_percent_cannot_tell() -> None:
+    busy = [{"kind": "host_busy", "message": "busy"}]
+    recs = _bench(TRUTH, 16, SLOTS // 2)
+    calm, _ = _twin(recs, 16)
+    half, _ = _twin(recs, 16, warnings=busy, host={"during": {"other_cpu_share": 0.5}})
+    full, _ = _twin(recs, 16, warnings=busy, host={"during": {"other_cpu_share": 0.9}})
+    top = {r["metric"]: r["band_ms"][1] for r in calm["metrics"]}
+    for r in half["metrics"]:  # TTFT and the p99s: the top doubles; TPOT and E2E p50 keep their band
+        want = 2 * top[r["metric"]] if r["metric"].startswith("ttft") or r["metric"].endswith("p99") else top[r["metric"]]
+        assert abs(r["band_ms"][1] - want) < 1e-6 * want
+    assert {r["metric"]: r["verdict"] for r in full["metrics"]}["ttft_p50"] == "cannot tell"
+    assert half["host_other_share"] == 0.5 and half["host_busy"] is True
