@@ -186,6 +186,10 @@ def _print_summary(s: dict[str, Any]) -> None:
 
     for line in console_lines(s):  # prompt ÷ TTFT under load (not prefill speed), and the ceilings
         console.print(line, highlight=False, soft_wrap=True)
+    from phasescope.plan.twin import console_lines as twin_lines
+
+    for line in twin_lines(s.get("twin")):  # plan's prediction from this server's calibration (issue 36)
+        console.print(line, highlight=False, soft_wrap=True)
     from phasescope.cli._gpu import print_gpu
 
     print_gpu(s.get("gpu"))
@@ -374,6 +378,8 @@ def bench(
     block_size: int = typer.Option(512, "--block-size", help="Mooncake: prompt tokens per hash id."),
     trace_start: Optional[float] = typer.Option(None, "--trace-start", help="Trace replay: skip the first S seconds of the trace."),
     trace_duration: Optional[float] = typer.Option(None, "--trace-duration", help="Trace replay: replay S seconds of the trace (trace time, before --trace-speed)."),
+    twin_from: Optional[str] = typer.Option(None, "--twin-from", help="Calibrate the twin (plan's prediction of this run, beside each percentile) from this stored run (default: the newest probe of the same target and model)."),
+    no_twin: bool = typer.Option(False, "--no-twin", help="No twin: do not predict the run from a stored calibration."),
 ) -> None:
     """Load benchmark with vllm-bench-serve metrics, server /metrics alongside, sweeps and multi-process load."""
     from phasescope.apis.base import Timeouts
@@ -406,6 +412,18 @@ def bench(
     sink = output(json_out, fmt)
     for key, value in sink.overrides.items():  # the API's BenchConfig fields that no flag sets
         setattr(cfg, key, value)
+    if twin_from and no_twin:
+        from phasescope.errors import InputError
+
+        raise InputError("--twin-from and --no-twin contradict each other: drop one")
+    if not no_twin and not sweep and trials == 1:
+        from phasescope.plan.twin import bench_twin
+
+        if twin_from:  # a run id that names nothing is bad input, said before anything is sent
+            from phasescope.store import open_store
+
+            twin_from = open_store().get(twin_from).id
+        cfg.twin = bench_twin(twin_from)
     if sweep and (trials != 1 or steady_state):
         from phasescope.errors import InputError
 

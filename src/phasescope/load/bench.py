@@ -131,6 +131,9 @@ class BenchConfig:
     trace_duration: float | None = None  # --trace-duration (s of trace time)
     #: the prefix-cache hit rate this workload implies (conversation, Mooncake); set by the run, read by hygiene
     implied_hit_rate: float | None = None
+    #: the twin (issue 36 item 4): called with the summary and records once the run is measured; set by the
+    #: command layer (plan may not be imported here), None: no twin
+    twin: Any = field(default=None, repr=False, compare=False)
 
     def default_num_prompts(self) -> int | None:
         """``num_prompts`` as the run reads it: 50 for a plain dataset given no bound; sessions and traces
@@ -140,6 +143,7 @@ class BenchConfig:
     def params(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("api_key", None)
+        d.pop("twin", None)
         if d.get("gpu_metrics"):  # exporter URLs may carry user:password
             from phasescope.apis.base import redact_url
 
@@ -371,6 +375,8 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
         build = dict(build or {}, user_flags=cfg.engine_flags)
     summary["server_build"] = build
     summary["run_id"] = out.id
+    if cfg.twin is not None:  # the twin block and its findings (phasescope.plan.twin, via the command layer)
+        cfg.twin(summary, res.records)
     if gpu_rec is not None:
         from phasescope.metrics.gpu_phases import finish_section
 

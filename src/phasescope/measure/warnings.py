@@ -209,6 +209,7 @@ WARNINGS: dict[str, Kind] = {
         "ray_actor": _T("actor {actor} on {node_ip} runs phasescope {actor_version} but the driver runs {driver_version}",
                         "install the same phasescope version on every node"),
     }),
+    "twin_shortfall": Kind("the server measured outside the band its own calibration predicts (bench's twin)"),
     "note": Kind("an observation that fits no other kind"),
 }
 

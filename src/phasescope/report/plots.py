@@ -22,6 +22,7 @@ load level gets no throughput/latency "curve" but the per-request timeline. Each
 * ``ceilings`` — the roofline view, :mod:`phasescope.report.ceiling_plots`,
 * ``per_endpoint`` (only when a run's records went to more than one endpoint, ``bench --target``),
   :mod:`phasescope.report.endpoint_plots`.
+* ``twin`` (only when a bench run stored a twin block) — predicted against measured, :mod:`phasescope.report.twin_plots`.
 
 Which requests one histogram or one median line may hold — by experiment, phase, load and prompt size,
 and which decoded alone — is :mod:`phasescope.report.populations`' (never 200- and 2,000-token
@@ -462,6 +463,11 @@ def build_plots(runs: list[Run]) -> tuple[list[Plot], dict[str, str]]:
     pe = plot_per_endpoint(runs)
     if not isinstance(pe, str):
         plots.append(pe)
+    from phasescope.report.twin_plots import plot_twin
+
+    tw = plot_twin(runs)  # bench's twin: predicted against measured (issue 36), only when a run stored one
+    if not isinstance(tw, str):
+        plots.append(tw)
     from phasescope.report.tune_plots import tune_plots
 
     plots.extend(tune_plots(runs))  # a tune run: one plot per metric across its settings; [] otherwise
