@@ -26,8 +26,9 @@ the plan simulator runs the run's workload on it, and each measured percentile i
   its slots still reads ``above`` on a 60 % busy host (its TTFT several times the prediction); 15 % of noise
   does not.
 * **The verdict** per metric: the measured interval (order statistics for the median, a bootstrap for p99)
-  against the band — ``above`` / ``below`` only when the two do not overlap, ``within`` when they do, and
-  ``cannot tell`` when either has no spread or the host rule applies. ``above`` on a latency is a shortfall and
+  against the band — ``above`` / ``below`` only when the two do not overlap, ``within`` when the measured
+  interval lies inside the band, and ``cannot tell`` when it reaches past the band's edge, either has no
+  spread or the host rule applies. ``above`` on a latency is a shortfall and
   becomes a ``twin_shortfall`` warning with the sentence (``at concurrency 16 this server's TTFT p50 is 2.3×
   what its own probe predicts …``).
 
@@ -243,8 +244,10 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
                                          + "): TTFT and tails measure the host")
         elif not m_iv.known:
             verdict, why = CANNOT_TELL, "one sample: no spread"
-        elif m_iv.overlaps(band):
+        elif band.low <= m_iv.low and m_iv.high <= band.high:
             verdict, why = WITHIN, None
+        elif m_iv.overlaps(band):  # it reaches past the band: neither a match nor a shortfall is shown
+            verdict, why = CANNOT_TELL, "the measured interval reaches past the band's edge"
         else:
             verdict, why = (ABOVE if m_iv.low > band.high else BELOW), None
         row = {"metric": key, "predicted_ms": band.value * 1e3, "band_ms": [band.low * 1e3, band.high * 1e3],
