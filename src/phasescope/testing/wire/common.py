@@ -34,7 +34,7 @@ FAULTS = (
 #: the faults that strike inside a stream, after ``fault_after`` token events
 MID_STREAM = ("cut", "malformed", "error_event", "stall", "no_done")
 
-FLAVORS = ("vllm", "sglang", "llamacpp", "ollama")
+FLAVORS = ("vllm", "sglang", "llamacpp", "ollama", "anthropic", "responses")
 
 WORDS = [" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", " and", " runs", " far"]
 _WORD_RE = re.compile(r"\s*\S+")
