@@ -187,6 +187,11 @@ class FakeServer(LoopbackServer):
         if self.api_key is None:
             return None
         h = request.headers.get("Authorization", "")
+        if self.flavor == "anthropic":  # Anthropic reads x-api-key only
+            h = request.headers.get("x-api-key", "")
+            if h != self.api_key:
+                return web.json_response(self._err_body(401, "invalid x-api-key", "authentication_error"), status=401)
+            return None
         if h != f"Bearer {self.api_key}":
             return web.json_response(self._err_body(401, "Invalid API Key" if h else "Missing API key", "authentication_error"), status=401)
         return None
