@@ -1,8 +1,7 @@
 """Turn what the user typed (a URL or nothing) into a resolved :class:`Target`.
 
 Target resolution sits above both :mod:`phasescope.apis` (detection) and :mod:`phasescope.engine`
-(the embedded server started when no URL is given), so neither imports the other for it. The old
-import path ``phasescope.apis.resolve`` re-exports these names.
+(the embedded server started when no URL is given), so neither imports the other for it.
 
 ``open_target(url|None, *, api="auto", model=None, api_key=None, timeouts=None)`` is both an async
 and a sync context manager yielding a :class:`Target` whose ``api`` is never ``auto`` and whose

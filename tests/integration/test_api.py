@@ -22,7 +22,7 @@ def _fresh(code: str) -> str:
                                    "import phasescope.plan.sim\n", "from phasescope.plan.api import run_plan\n"])
 def test_probe_and_plan_stay_the_api_functions_whatever_was_imported_first(first: str) -> None:
     out = _fresh(first + "import inspect, phasescope\n"
-                 "print(callable(phasescope.probe), 'prompt_tokens' in inspect.signature(phasescope.probe).parameters)\n"
+                 "print(callable(phasescope.probe), 'url' in inspect.signature(phasescope.probe).parameters)\n"
                  "doc = phasescope.plan(model='llama-3.1-8b', device='h100-sxm', rate=2, num_requests=20, save=False)\n"
                  "print(doc['kind'], doc['summary']['completed'] if 'completed' in doc['summary'] else doc['summary'].get('n'))\n"
                  "import phasescope.probe.runner as r; print(r.__name__)\n")
@@ -55,3 +55,13 @@ def test_ceiling_is_the_ceiling_command() -> None:
     assert got == want
     row = got["devices"][0]
     assert row["decode_ceiling_tok_s"] <= row["bandwidth_roof_tok_s"]
+
+
+def test_the_flat_surface_is_cheap_to_import() -> None:
+    # every public name lives on the package (__all__); importing it loads no CLI, console, HTTP or numeric stack
+    out = _fresh("import sys, phasescope\n"
+                 "print(sorted(m for m in ('rich', 'typer', 'aiohttp', 'numpy', 'phasescope.cli', "
+                 "'phasescope.experiments.suite') if m in sys.modules))\n"
+                 "print(all(getattr(phasescope, n) is not None for n in phasescope.__all__))\n"
+                 "print(issubclass(phasescope.ExplainReport, phasescope.Result), phasescope.ProbeResult.command)\n")
+    assert out.split("\n")[:3] == ["[]", "True", "True probe"], out

@@ -28,12 +28,13 @@ def test_every_python_block_of_the_api_doc_runs_on_the_embedded_engine(engine, c
         exec(compile(src, f"docs/api.md block {i + 1}", "exec"), ns)  # noqa: S102 — running the doc is the test
     out = capsys.readouterr().out
     result, run, records = ns["result"], ns["run"], ns["measured"]
-    sizes = result["sizes"]  # type: ignore[index]
+    sizes = result.sizes  # type: ignore[attr-defined]
+    assert type(result).__name__ == "ProbeResult" and result.to_json()["sizes"] == sizes  # type: ignore[attr-defined]
     # the probe's numbers are the ones printed, and the stored run holds its measured requests
     for s in sizes:
         assert f"{s['prompt_tokens']:>5} prompt tokens: TTFT {s['ttft_s'] * 1000:.0f} ms" in out
     assert run.id == result["run_id"] and run.kind == "probe"  # type: ignore[attr-defined,index]
     assert len(records) == sum(s["requests"] for s in sizes), (len(records), sizes)  # type: ignore[arg-type]
-    assert "InputError: bench() got unknown option 'num_promts'" in out
+    assert "InputError: bench() got unknown option 'num_promts'; did you mean 'num_prompts'?" in out
     assert ns["summary"]["completed"] == 8  # type: ignore[index]
 

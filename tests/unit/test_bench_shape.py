@@ -29,7 +29,7 @@ def test_every_cli_dataset_has_a_workload_and_a_driver() -> None:
     from phasescope.load.datasets import WORKLOADS, workload_for
     from phasescope.load.drivers import DRIVERS, driver_for
     from phasescope.load.bench import BenchConfig
-    from phasescope.validate import CHOICES
+    from phasescope.cli.validate import CHOICES
 
     assert set(WORKLOADS) == set(CHOICES["--dataset"])
     for name in WORKLOADS:

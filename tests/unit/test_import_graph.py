@@ -42,7 +42,7 @@ FORBIDDEN = {
 #: the flow of data, bottom layer first (docs/ARCHITECTURE.md: Target → Workload → Runner → records →
 #: Analysis → Findings → Outputs). Each entry: the packages (or top-level modules) of one layer.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(x.split()) for x in (
-    "_version errors redact signals",  # no phasescope import at all
+    "_version errors redact signals _results",  # no phasescope import at all
     "safeio jsonutil",                  # bounded reading and JSON, on errors and redaction
     "measure",                          # records, clocks, stats, warnings: derivation only
     "theory",                           # physics on a ModelSpec and a Device: no I/O to servers
@@ -57,26 +57,18 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(x.split()) for x in (
     "cli", "api", "(root)", "__main__", "testing",  # the commands, the public API on top; fakes
 ))
 
-#: imports against the flow still allowed, each with why. load/ is being restructured (issue 32 item
-#: 3, lane bench32) as this lands: its entries go when that lane's modules move. Nothing else.
-FLOW_ALLOWED: dict[tuple[str, str], str] = {  # (importing module prefix, imported module prefix)
-    # load/bench_ceilings asks probe.ceilings for the run's ceilings (lane bench32: a ceilings
-    # module below the runners, or the driver handed them)
-    ("phasescope.load", "phasescope.probe"): "lane bench32",
-    # the old import path of phasescope.target, kept while load/ (lane bench32) imports open_target
-    # from it; delete the shim with those three imports
-    ("phasescope.apis.resolve", "phasescope.target"): "lane bench32",
-}
+#: imports against the flow still allowed, each with why (none: issue 32's lanes moved the last ones)
+FLOW_ALLOWED: dict[tuple[str, str], str] = {}  # (importing module prefix, imported module prefix): why
 
 
 def _allowed(mod: str, dep: str) -> bool:
     return any((mod == a or mod.startswith(a + ".")) and (dep == b or dep.startswith(b + "."))
                for a, b in FLOW_ALLOWED)
-#: modules outside apis/ and testing/ still allowed to import aiohttp (lane bench32: the runner,
-#: the conversation driver and routing take sessions and catch asyncio/aiohttp errors)
-AIOHTTP_ALLOWED: dict[str, str] = {
-    "load": "lane bench32",
-}
+
+
+#: packages outside apis/ and testing/ still allowed to import aiohttp, each with why (none: load/
+#: types its sessions as :data:`phasescope.apis.Session`)
+AIOHTTP_ALLOWED: dict[str, str] = {}
 
 
 def _pkg(mod: str) -> str:

@@ -28,6 +28,30 @@ def _ceiling_head(v: dict[str, Any]) -> str:
 
 
 HEAD = {"where": "decode", "measured": 1234.56, "ratio": 3.21, "ceiling": 384.6}
+#: load/health's lag figures (already ``or 0.0``), its --workers phrase and its full-cores phrase
+LAG = {"p50": 1.234, "p99": 7.89, "max": 15.0}
+MORE = "--workers 4 (or run with uvloop: pip install 'phasescope[fast]', less client CPU per streamed event)"
+FULL = (" while the client used only 31 % of a core: this machine's cores were 96 % busy (the server on it took 80 % "
+        "of them), so the client waited for a core")
+CORES_FULL_FIX = ("pin the server and the client to separate cores (taskset), or give the server fewer threads; "
+                  "more --workers would compete for the same cores")
+
+
+def _loop_lag(v: dict[str, Any]) -> str:
+    return (f"The client's event loop lagged {v['p50']:.1f} ms at the median and {v['p99']:.1f} ms at p99 "
+            f"(max {v['max']:.1f} ms)")
+
+
+def _burst(v: dict[str, Any]) -> str:
+    return (f"Requests sent all at once left {v['p50']:.1f} ms after t0 at the median and {v['p99']:.1f} ms "
+            f"at p99 (max {v['max']:.1f} ms): putting the burst on the wire took that long, so the "
+            "server saw it spread over that time (each TTFT still starts at its own request's send).")
+
+
+def _late(v: dict[str, Any]) -> str:
+    return (f"Requests left {v['p50']:.1f} ms late at the median and {v['p99']:.1f} ms at p99 (max "
+            f"{v['max']:.1f} ms) versus their schedule: the client was busy, so the offered load "
+            "was lower than requested and TTFTs started late.")
 
 #: (kind, says, values, the old message, the old fix)
 CASES: list[tuple[str, str, dict[str, Any], Callable[[dict[str, Any]], str], str | None]] = [
@@ -116,6 +140,90 @@ CASES: list[tuple[str, str, dict[str, Any], Callable[[dict[str, Any]], str], str
     ("gpu_telemetry", "unknown_gpu", {"model_name": "NVIDIA X9"},
      lambda v: f"GPU model {v['model_name']!r} is not in the device catalog: no peak bandwidth",
      "pass --device ID (see `phasescope devices`)"),
+    # load/ (issue 32): bench's hygiene, health, summary, trials and Ray sentences
+    ("host_busy", "client_lag",
+     {"contention": "other work on this machine took 41 % of its 2 cores' CPU time while the run measured (x)",
+      "lags": "The client's event loop lagged 2.1 ms at the median and 9.0 ms at p99 (max 12.0 ms); requests left 3.0 "
+      "ms late at the median and 8.0 ms at p99 versus their schedule", "cpu_percent": 12.4},
+     lambda v: (f"{v['contention']}. {v['lags']} while the client used only {v['cpu_percent']:.0f} % of a core: that "
+                "delay is this contention (the client waited for a CPU), not the client's own load, so more --workers "
+                "would not help"),
+     "rerun on a quiet machine (stop the other jobs, or pin the server and client to cores nothing else uses with "
+     "taskset); compare only runs with similar host load"),
+    ("unstable", "trials",
+     {"n": 2, "plural": "s", "trials": 3, "threshold_pct": 10.0, "named": "ttft_p50 0.01–0.02 (±31 %), itl_p50 …"},
+     lambda v: (f"{v['n']} figure{v['plural']} disagree across the {v['trials']} trials (95 % interval "
+                f"wider than ±{v['threshold_pct']:.0f} % of the mean): {v['named']}"),
+     "run more trials (--trials), longer trials (--num-prompts), or on a quieter machine"),
+    ("prefix_cache_hits", "reused", {"rate_pct": 93.75, "sources": "requests 0.938, server metrics 0.941",
+                                     "expected_pct": 0.0},
+     lambda v: (f"The server answered {v['rate_pct']:.1f} % of prompt tokens from its prefix cache ({v['sources']}; "
+                f"expected {v['expected_pct']:.1f} %): " + "--reuse-prompts sent the same prompts as an earlier run: "
+                "TTFT measures the cache, not prefill" + "."),
+     "drop --reuse-prompts (every run salts its prompts)"),
+    ("prefix_cache_hits", "unexpected", {"rate_pct": 41.26, "sources": "requests 0.413", "expected_pct": 12.5},
+     lambda v: (f"The server answered {v['rate_pct']:.1f} % of prompt tokens from its prefix cache ({v['sources']}; "
+                f"expected {v['expected_pct']:.1f} %): " + "the workload should have none: TTFT and prefill rates "
+                "measure the cache, not prefill" + "."),
+     "check that nothing else sends these prompts; use a new --seed, or disable the server's prefix cache"),
+    ("client_saturated", "loop_lag", {**LAG, "full": "", "more": "--workers 2"},
+     lambda v: _loop_lag(v) + v["full"] + ": token timestamps include that much client delay, so TTFT/ITL can read high.",
+     "spread the load with --workers 2 or lower the concurrency"),
+    ("client_saturated", "loop_lag_cores_full", {**LAG, "full": FULL, "more": "--workers 2"},
+     lambda v: _loop_lag(v) + v["full"] + ": token timestamps include that much client delay, so TTFT/ITL can read high.",
+     CORES_FULL_FIX),
+    ("client_saturated", "cpu", {"cpu_percent": 97.6, "more": MORE},
+     lambda v: f"The client used {v['cpu_percent']:.0f}% of a CPU core: it is near saturation and may be skewing latencies.",
+     f"use {MORE}"),
+    ("client_saturated", "send_burst", {**LAG, "full": "", "more": MORE},
+     lambda v: _burst(v), f"use {MORE} to send the burst faster, or pace it with --request-rate"),
+    ("client_saturated", "send_burst_cores_full", {**LAG, "full": FULL, "more": MORE},
+     lambda v: _burst(v).rstrip(".") + v["full"] + ".", CORES_FULL_FIX),
+    ("client_saturated", "send_late", {**LAG, "full": "", "more": MORE},
+     lambda v: _late(v), f"use {MORE} or a lower --request-rate"),
+    ("client_saturated", "send_late_cores_full", {**LAG, "full": FULL, "more": MORE},
+     lambda v: _late(v).replace("the client was busy", "the client waited for a core").rstrip(".") + v["full"] + ".",
+     CORES_FULL_FIX),
+    ("token_count_mismatch", "output_counts", {"mismatched": 3, "compared": 40},
+     lambda v: (f"Output token counts disagree for {v['mismatched']} of {v['compared']} requests: the server's usage "
+                "count differs from the tokens the client saw streamed. Throughput and TPOT use the server's count."),
+     "check the server's usage counting (speculative decoding, stream interval) before trusting per-token rates"),
+    ("token_count_mismatch", "prompt_counts", {"mismatched": 5, "compared": 40, "differences": "+1, +2"},
+     lambda v: (f"Prompt token counts disagree for {v['mismatched']} of {v['compared']} requests: usage.prompt_tokens "
+                f"differs from the length that was asked for (server − asked: {v['differences']} tokens). Input "
+                "throughput uses the server's count."),
+     "use an API that takes token ids (--api openai on vLLM, SGLang, llama.cpp) for exact prompt lengths"),
+    ("token_count_mismatch", "negative", {"n": 2, "total": 10, "example": {"completion_tokens": -3}},
+     lambda v: (f"The server reported negative token counts for {v['n']} of {v['total']} requests "
+                f"(e.g. {v['example']}): not trusted; those requests are counted from the "
+                "streamed events and the prompt that was sent."),
+     "check the server's usage reporting"),
+    ("cold_start", "no_warmup", {"first_ms": 812.4, "times": 6.26, "median_ms": 129.8},
+     lambda v: (f"The first request's TTFT was {v['first_ms']:.0f} ms, {v['times']:.1f}× the median of the others "
+                f"({v['median_ms']:.0f} ms), and no warm-up was sent: it paid a one-off cost inside the measurement."),
+     "keep --warmup 1 (the default) or more"),
+    ("too_few_samples", "p99", {"completed": 40, "percentile": 99.0, "more": "send 100 or more requests (--num-prompts)"},
+     lambda v: (f"Only {v['completed']} requests completed: a p{v['percentile']:g} of {v['completed']} values is close "
+                "to the maximum of a few requests, not a tail estimate."),
+     "send 100 or more requests (--num-prompts)"),
+    ("too_few_samples", "steady_state", {"reason": None},
+     lambda v: f"--steady-state: {v['reason']}; the figures cover the whole run",
+     "send more requests (--num-prompts or --duration) than the concurrency several times over"),
+    ("too_few_samples", "trials_complete", {"done": 1, "trials": 3},
+     lambda v: f"only {v['done']} of {v['trials']} trials completed: no run-level interval",
+     "run again with --trials 3 or more"),
+    ("rate_not_reached", "send_rate", {"achieved": 7.456, "requested": 10.0},
+     lambda v: (f"Achieved send rate {v['achieved']:.2f} req/s is below the requested {v['requested']:.2f} req/s "
+                "(a --max-concurrency cap, a slow server or a busy client held requests back)."),
+     "raise --max-concurrency, or use --workers when the client is busy"),
+    ("no_server_counts", "events", {},
+     lambda v: ("The server sent no usage counts: output tokens were counted from streamed events "
+                "(one event = one token unless the event said otherwise)."), None),
+    ("version_mismatch", "ray_actor", {"actor": "w1", "node_ip": "10.0.0.7", "actor_version": "0.9.0",
+                                       "driver_version": "1.0.0"},
+     lambda v: (f"actor {v['actor']} on {v['node_ip']} runs phasescope {v['actor_version']} but the driver runs "
+                f"{v['driver_version']}"),
+     "install the same phasescope version on every node"),
 ]
 
 
@@ -146,3 +254,21 @@ def test_prefixed_keeps_everything_but_the_message() -> None:
     p = w.prefixed("prompt_scaling: ")
     assert (p.kind, p.evidence, p.fix) == (w.kind, w.evidence, w.fix)
     assert p.message == "prompt_scaling: " + w.message
+
+
+def test_load_composes_no_warning_inline() -> None:
+    """load/ builds every warning with :func:`warn` (or carries one over with ``prefixed``): no
+    ``MeasurementWarning(...)`` call there composes a sentence of its own (18 did before issue 32)."""
+    import ast
+    from pathlib import Path
+
+    import phasescope.load
+
+    root = Path(phasescope.load.__file__).parent
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == \
+                    "MeasurementWarning":
+                bad.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not bad, "warnings composed inline in load/ (add a template to WARNINGS, call warn): " + ", ".join(bad)

@@ -24,14 +24,14 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from phasescope.apis._session import (LIVE, Session, fresh_session, live_tokens, new_session, plain_session,
-                                      trace_config)
+                                      raw_path_enabled, trace_config)
 
 if TYPE_CHECKING:
     from phasescope.apis.base import Target
     from phasescope.apis.spec import ApiSpec
 
 __all__ = ["LIVE", "Session", "WARM_PATHS", "fresh_session", "get_client", "live_tokens", "new_session",
-           "plain_session", "trace_config", "warm_up"]
+           "plain_session", "raw_path_enabled", "trace_config", "warm_up"]
 
 
 def get_client(api: str) -> ApiSpec:

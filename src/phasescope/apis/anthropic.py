@@ -16,7 +16,8 @@ NAME, ...}`` blocks; the client reads ``type`` from the data:
   the between-tokens clock alive).
 * ``content_block_delta``: ``delta.type`` ``text_delta`` (``text``) and ``input_json_delta``
   (``partial_json``, a tool call) → ``content``; ``thinking_delta`` (``thinking``) → ``reasoning``;
-  ``signature_delta`` → ``empty``.
+  ``signature_delta`` → ``empty``. Text inside a ``<think>…</think>`` span at the start of the
+  answer (a server that does not split reasoning out) is ``reasoning`` (:mod:`phasescope.apis._think`).
 * ``message_delta`` — ``delta.stop_reason`` (``max_tokens`` → ``length``; ``end_turn``,
   ``stop_sequence`` → ``stop``; ``tool_use`` → ``tool_calls``) and ``usage.output_tokens``: the output
   count, *cumulative*, arriving only here (Anthropic may repeat ``input_tokens`` and the cache counts
@@ -42,6 +43,7 @@ import aiohttp
 from phasescope import errors as E
 from phasescope.apis._errors import error_message_of
 from phasescope.apis._http import Protocol, exchange
+from phasescope.apis._think import ThinkSpans
 from phasescope.apis._records import add_event, fill_fallback_counts, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.spec import ApiSpec, Detected, Prober
@@ -87,6 +89,7 @@ class _Messages(Protocol):
         self._stop_seen = False
         self._reasoning_events = 0
         self._text: list[str] = []
+        self._think = ThinkSpans()  # <think> spans inside text deltas (a server that does not split reasoning out)
 
     def body(self) -> dict[str, Any]:
         req, tgt = self.req, self.target
@@ -125,7 +128,12 @@ class _Messages(Protocol):
                     text = d.get("text") or ""
                     if self.req.keep_text:
                         self._text.append(text)
-                    add_event(self.rec, t_ns, "content" if text else "empty", None, len(text))
+                    if not text:
+                        add_event(self.rec, t_ns, "empty", None, 0)
+                        return
+                    th = self._think
+                    add_event(self.rec, t_ns, "content" if th.quiet(text) else th.kind(text, self.rec.events),
+                              None, len(text))
                     return
                 if dt == "thinking_delta":
                     text = d.get("thinking") or ""
@@ -184,7 +192,8 @@ class _Messages(Protocol):
 
     def finish(self) -> None:
         rec = self.rec
-        if rec.reasoning_tokens is None and self._reasoning_events:
+        if rec.reasoning_tokens is None and (self._reasoning_events or self._think.first >= 0) and \
+                any(e.kind == "reasoning" for e in rec.events):
             rec.reasoning_tokens = sum(e.n_tokens or 1 for e in rec.events if e.kind == "reasoning")
         fill_fallback_counts(rec, self.req)
         if self.req.keep_text:

@@ -8,7 +8,8 @@ event has ``stop: true``, ``timings`` (``prompt_n``, ``prompt_ms``, ``predicted_
 ``predicted_ms``, ``cache_n``), ``tokens_evaluated``, ``tokens_cached`` and ``stop_type``. There is
 no ``[DONE]``. ``return_progress`` events (``prompt_progress``, ``tokens: [0]``, empty content) are
 prompt-processing progress, not tokens. Mid-stream errors: ``data: {"error": {...}}`` and the
-stream ends. Source: llama.cpp ``tools/server/README.md`` and ``tools/server/server-task.cpp`` at 0c1e57098,
+stream ends. Text between ``<think>`` and ``</think>`` is recorded as reasoning events
+(:mod:`phasescope.apis._think`: this endpoint never applies ``--reasoning-format``). Source: llama.cpp ``tools/server/README.md`` and ``tools/server/server-task.cpp`` at 0c1e57098,
 and the streams recorded from the embedded engine (tests/data).
 
 Counts: ``prompt_tokens`` = ``tokens_evaluated`` (full prompt, cached included; source
@@ -25,6 +26,7 @@ from phasescope.apis._errors import TRANSPORT, error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import auth_headers, fetch_json_sync, try_json
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
+from phasescope.apis._think import ThinkSpans
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.spec import ApiSpec, Detected, Prober
 from phasescope.measure.records import RequestRecord
@@ -33,6 +35,10 @@ from phasescope.measure.records import RequestRecord
 class _Native(Protocol):
     path = "/completion"
     framing = "sse"
+
+    def __init__(self, target: Target, req: GenRequest, rec: RequestRecord) -> None:
+        super().__init__(target, req, rec)
+        self._think = ThinkSpans()  # /completion never splits reasoning out: <think> spans are in content
 
     def body(self) -> dict[str, Any]:
         req = self.req
@@ -63,7 +69,8 @@ class _Native(Protocol):
         toks = obj.get("tokens")
         n = len(toks) if isinstance(toks, list) else None
         if content or n:
-            add_event(self.rec, t_ns, "content", n, len(content))
+            kind = self._think.kind(content, self.rec.events) if isinstance(content, str) and content else "content"
+            add_event(self.rec, t_ns, kind, n, len(content))
         else:
             add_event(self.rec, t_ns, "empty", None, 0)
 

@@ -9,6 +9,9 @@ in a final ``choices: []`` chunk (vLLM, SGLang, TGI, llama.cpp, Ollama ``/v1``; 
   (reasoning tokens are output tokens, so they start TTFT as in ``vllm bench serve`` 0.33's
   ``_choice_has_streamed_output``; their count is reported separately);
 * a completion choice with non-empty ``text`` → ``content``;
+* content or text inside a ``<think>…</think>`` span (a server that does not split reasoning out:
+  llama.cpp ``--reasoning-format none``, no ``--reasoning-parser``) → ``reasoning``
+  (:mod:`phasescope.apis._think`); the first answer event after it starts TTFO;
 * the role-only opening delta (``{"role":"assistant","content":""|null}``) → ``role``, never the
   first token (the bug of vllm#3759); empty deltas/finish chunks → ``empty``; the usage-only chunk
   → ``usage``.
@@ -32,6 +35,7 @@ from phasescope.apis._errors import TRANSPORT, error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import fetch_json, json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
+from phasescope.apis._think import DONE, WATCH, ThinkSpans
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.spec import ApiSpec, Detected, Prober, engine_from_metrics
 from phasescope.measure.records import EVENT_CONTENT, Event, RequestRecord
@@ -47,6 +51,7 @@ class _OpenAI(Protocol):
         self._finish_seen = False
         self._reasoning_events = 0
         self._text: list[str] = []  # the reply's text, kept only with req.keep_text
+        self._think = ThinkSpans()  # <think> spans inside content: those events are reasoning
 
     # -- request --------------------------------------------------------------------------
     def body(self) -> dict[str, Any]:
@@ -91,7 +96,11 @@ class _OpenAI(Protocol):
                     if type(text) is str and text:
                         if self.req.keep_text:
                             self._text.append(text)
-                        self.rec.events.append(Event(t_ns, EVENT_CONTENT, None, len(text)))
+                        th = self._think  # ThinkSpans.quiet, inlined: the answer's events pass with one test
+                        st = th.state
+                        kind = EVENT_CONTENT if st == DONE or (st == WATCH and not th.carry and "<" not in text) \
+                            else th.kind(text, self.rec.events)
+                        self.rec.events.append(Event(t_ns, kind, None, len(text)))
                         return
         self._on_message(obj, t_ns)
 
@@ -138,8 +147,10 @@ class _OpenAI(Protocol):
             content = d.get("content")
             if content or d.get("tool_calls"):
                 n = len(content) if isinstance(content, str) else 0
-                if self.req.keep_text and isinstance(content, str):
-                    self._text.append(content)
+                if isinstance(content, str) and content:
+                    if self.req.keep_text:
+                        self._text.append(content)
+                    return self._think.kind(content, self.rec.events), n
                 return "content", n
             r = d.get("reasoning") or d.get("reasoning_content")
             if r:
@@ -150,9 +161,11 @@ class _OpenAI(Protocol):
             return "empty", 0
         text = ch.get("text")
         if text:
-            if self.req.keep_text and isinstance(text, str):
-                self._text.append(text)
-            return "content", len(text) if isinstance(text, str) else 0  # a non-string text: a TypeError once
+            if isinstance(text, str):
+                if self.req.keep_text:
+                    self._text.append(text)
+                return self._think.kind(text, self.rec.events), len(text)
+            return "content", 0  # a non-string text
         return "empty", 0
 
     def _take_usage(self, usage: dict[str, Any]) -> None:
@@ -165,6 +178,8 @@ class _OpenAI(Protocol):
         ctd = usage.get("completion_tokens_details")
         if isinstance(ctd, dict) and isinstance(ctd.get("reasoning_tokens"), int):
             rec.reasoning_tokens = ctd["reasoning_tokens"]
+        elif isinstance(usage.get("reasoning_tokens"), int) and not isinstance(usage["reasoning_tokens"], bool):
+            rec.reasoning_tokens = usage["reasoning_tokens"]  # SGLang's top-level count
 
     def on_eof(self) -> None:
         # A few servers end without [DONE]; a stream that said finish_reason is complete.
@@ -183,7 +198,8 @@ class _OpenAI(Protocol):
                 if ev.kind in ("content", "reasoning") and ev.n_tokens is None:
                     ev.n_tokens = max(0, ct - prev)
                 prev = ct
-        if rec.reasoning_tokens is None and self._reasoning_events:
+        if rec.reasoning_tokens is None and (self._reasoning_events or self._think.first >= 0) and \
+                any(e.kind == "reasoning" for e in rec.events):
             rec.reasoning_tokens = sum(e.n_tokens or 1 for e in rec.events if e.kind == "reasoning")
         if rec.server and rec.output_tokens is None:
             set_count(rec, "output_tokens", rec.server.get("predicted_n"), "server")

@@ -14,7 +14,9 @@ the client reads ``type``:
   llama-server sends ``created`` and ``in_progress`` with the first token, OpenAI and vLLM before it).
 * ``response.output_text.delta`` (``delta``) and ``response.function_call_arguments.delta`` →
   ``content``; ``response.reasoning_text.delta`` (vLLM, llama-server) and
-  ``response.reasoning_summary_text.delta`` (OpenAI) → ``reasoning``.
+  ``response.reasoning_summary_text.delta`` (OpenAI) → ``reasoning``. Output text inside a
+  ``<think>…</think>`` span at the start (no reasoning parser on the server) is ``reasoning``
+  (:mod:`phasescope.apis._think`).
 * ``response.completed`` / ``response.incomplete`` — the end (no ``[DONE]``): ``response.usage``
   ``input_tokens`` (cached included), ``input_tokens_details.cached_tokens``, ``output_tokens``,
   ``output_tokens_details.reasoning_tokens``: the counts arrive only here. ``finish_reason``:
@@ -38,6 +40,7 @@ import aiohttp
 from phasescope import errors as E
 from phasescope.apis._errors import error_message_of
 from phasescope.apis._http import Protocol, exchange
+from phasescope.apis._think import ThinkSpans
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
 from phasescope.apis.base import GenRequest, Target
 from phasescope.apis.spec import ApiSpec, Detected, Prober
@@ -58,6 +61,7 @@ class _Responses(Protocol):
         super().__init__(target, req, rec)
         self._reasoning_events = 0
         self._text: list[str] = []
+        self._think = ThinkSpans()  # <think> spans inside output_text deltas (no reasoning parser on the server)
 
     def body(self) -> dict[str, Any]:
         req, tgt = self.req, self.target
@@ -89,9 +93,17 @@ class _Responses(Protocol):
         if kind in _CONTENT:  # the common event first
             d = obj.get("delta")
             text = d if isinstance(d, str) else ""
-            if self.req.keep_text and kind == "response.output_text.delta":
-                self._text.append(text)
-            add_event(self.rec, t_ns, "content" if text else "empty", None, len(text))
+            if not text:
+                add_event(self.rec, t_ns, "empty", None, 0)
+                return
+            if kind == "response.output_text.delta":
+                if self.req.keep_text:
+                    self._text.append(text)
+                th = self._think
+                add_event(self.rec, t_ns, "content" if th.quiet(text) else th.kind(text, self.rec.events),
+                          None, len(text))
+                return
+            add_event(self.rec, t_ns, "content", None, len(text))
             return
         if kind in _REASONING:
             d = obj.get("delta")
@@ -149,7 +161,8 @@ class _Responses(Protocol):
 
     def finish(self) -> None:
         rec = self.rec
-        if rec.reasoning_tokens is None and self._reasoning_events:
+        if rec.reasoning_tokens is None and (self._reasoning_events or self._think.first >= 0) and \
+                any(e.kind == "reasoning" for e in rec.events):
             rec.reasoning_tokens = sum(e.n_tokens or 1 for e in rec.events if e.kind == "reasoning")
         if rec.server and rec.cached_prompt_tokens is None and rec.server.get("cache_n") is not None:
             rec.cached_prompt_tokens = int(rec.server["cache_n"])

@@ -118,6 +118,18 @@ def save_traceback(exc: BaseException) -> str | None:
     return None
 
 
+def command_tree() -> Any:
+    """The click command tree the CLI runs (and the Python API, :mod:`phasescope.api`, runs through): help that
+    lists a registry (--api's protocols, the experiments, the output formats) read now, every command's flags
+    checked first (:func:`phasescope.cli.validate.install`)."""
+    import typer.main
+
+    from phasescope.cli._common import refresh_help
+    from phasescope.cli.validate import install
+
+    return install(refresh_help(typer.main.get_command(app)))
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI in this process and return its exit code (``main`` without ``sys.exit``).
 
@@ -126,16 +138,10 @@ def run(argv: list[str] | None = None) -> int:
     request succeeded, a write failed); 4 the embedded engine; 5 ``compare --fail-on worse`` found a
     regression; 6 its gate was inconclusive; 130 interrupted.
     """
-    import typer.main
-
-    from phasescope.cli._common import refresh_help
-    from phasescope.cli.validate import install
-
     args = list(sys.argv[1:] if argv is None else argv)
     usage_errors, click_errors, aborts = _click_exception_types()
     try:
-        # help that lists a registry (--api's protocols, the experiments) is read as the tree is built
-        cmd = install(refresh_help(typer.main.get_command(app)))
+        cmd = command_tree()
         # standalone_mode=False: click hands usage errors to us instead of drawing a panel, so bad
         # flags get the same one line as every other bad input
         code = cmd.main(args=args, prog_name="phasescope", standalone_mode=False)

@@ -12,8 +12,10 @@ from typing import Any, List, Optional
 
 import typer
 
-from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_json, print_warnings
+from phasescope._results import BenchSummary, BenchSweep, Result
+from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
+from phasescope.cli._output import console_view, format_option, output
 
 
 #: the Client health line's words for RunnerHealth.receive_path
@@ -64,6 +66,17 @@ def _load_words(s: dict[str, Any]) -> str:
     return f"{rate} req/s, {kind}, {tail}"
 
 
+@console_view("bench")
+def _show_summary(result: Result) -> None:
+    _print_summary(result.to_json())
+
+
+@console_view("bench-sweep")
+def _show_sweep(result: Result) -> None:
+    _print_sweep(result.to_json())
+    print_warnings(result.get("warnings"))
+
+
 def _print_summary(s: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -110,11 +123,14 @@ def _print_summary(s: dict[str, Any]) -> None:
         ks = ["mean", "median", *(f"p{str(int(p)) if float(p).is_integer() else str(p)}" for p in pcts)]
         return all(s.get(f"{k}_{key}_ms") == s.get(f"{k}_itl_ms") for k in ks)
 
-    for key, title in (("ttft", "Time to First Token"), ("tpot", "Time per Output Token (excl. 1st token)"),
+    for key, title in (("ttft", "Time to First Token"), ("ttfo", "Time to First Output Token (after reasoning)"),
+                       ("tpot", "Time per Output Token (excl. 1st token)"),
                        ("itl", "Inter-token Latency (per token)"), ("event_gap", "Gap between streamed events"),
                        ("e2el", "End-to-end Latency"), ("client_queue_time", "Client-side queue (concurrency cap)")):
         if s.get(f"mean_{key}_ms") is None:
             continue
+        if key == "ttfo" and not s.get("reasoning_tokens"):
+            continue  # no reasoning: TTFO is TTFT (the JSON still has it)
         if key == "client_queue_time" and not s.get("max_concurrency"):
             continue  # no cap: nothing held requests back (the send lag is in Client health below)
         if key == "event_gap" and same_as_itl(key):
@@ -131,6 +147,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     src = s.get("token_count_source") or {}
     t.add_row("Token counts from", "output " + ", ".join(f"{k} {v}" for k, v in (src.get("output") or {}).items())
               + "; input " + ", ".join(f"{k} {v}" for k, v in (src.get("input") or {}).items()))
+    if s.get("reasoning_tokens"):
+        t.add_row("Reasoning / answer tokens", f"{s['reasoning_tokens']} / {s.get('answer_tokens')}")
+        row("  Median reasoning rate (tok/s)", "median_reasoning_tok_s")
+        row("  Median answer rate (tok/s)", "median_answer_tok_s")
     sm = (s.get("server_metrics") or {})
     if sm.get("available"):
         ss = sm.get("summary") or {}
@@ -317,7 +337,7 @@ def bench(
     engine_flags: Optional[str] = typer.Option(None, "--engine-flags", help="How the server was started (e.g. \"--max-num-seqs 64 --enable-prefix-caching\"); saved with the run, and compare calls runs with other flags not comparable."),
     reuse_prompts: bool = typer.Option(False, "--reuse-prompts", help="Send the same prompt texts as earlier runs with this --seed (measure the prefix cache on purpose). Default: every run salts its prompts."),
     percentiles: str = typer.Option("50,90,95,99", "--percentiles", help="Percentiles to report."),
-    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="SLO per request: ttft:MS tpot:MS e2el:MS."),
+    goodput: Optional[List[str]] = typer.Option(None, "--goodput", help="SLO per request: ttft:MS ttfo:MS tpot:MS e2el:MS (ttfo: first answer token, after reasoning)."),
     workers: int = typer.Option(1, "--workers", help="Client processes (spread the load over CPU cores)."),
     metrics_interval: float = typer.Option(1.0, "--metrics-interval", help="Seconds between /metrics scrapes."),
     no_server_metrics: bool = typer.Option(False, "--no-server-metrics", help="Do not scrape /metrics."),
@@ -326,7 +346,7 @@ def bench(
     no_prewarm: bool = typer.Option(False, "--no-prewarm", help="Do not open connections before t0 (first wave then pays TCP connect inside TTFT)."),
     sweep: bool = typer.Option(False, "--sweep", help="Synchronous → max throughput → rates in between; report the knee."),
     sweep_steps: int = typer.Option(4, "--sweep-steps", help="Constant rates tested between the two ends."),
-    slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (tpot, e2el)."),
+    slo: Optional[List[str]] = typer.Option(None, "--slo", help="Sweep SLO on p99: ttft:MS itl:MS (ttfo, tpot, e2el)."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for records.jsonl + summary.json (+ sweep.csv)."),
     no_store: bool = typer.Option(False, "--no-store", help="Do not save the run in the run history (without --out, records go to ./phasescope-runs/bench-…/)."),
     label: Optional[str] = typer.Option(None, "--label", help="Free-text label saved with the run."),
@@ -335,6 +355,7 @@ def bench(
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds to wait for the first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON (schema in docs/commands/bench.md)."),
+    fmt: Optional[str] = format_option(),
     target_urls: Optional[List[str]] = typer.Option(None, "--target", help="Another endpoint (repeatable); requests are routed over all of them (--route). See docs/commands/bench-ray.md."),
     route: str = typer.Option("round-robin", "--route", help="round-robin | random | least-outstanding (several --target)."),
     ray: bool = typer.Option(False, "--ray", help="Drive the load from Ray actors: --ray [ADDRESS] (needs pip install 'phasescope\\[ray]')."),
@@ -382,6 +403,9 @@ def bench(
     cfg.system_prompt_scope, cfg.turn_input_len, cfg.think_time_s = system_prompt, turn_input_len, think_time_s
     cfg.tool_output_len, cfg.session_rate, cfg.cache_prompt = tool_output_len, session_rate, (False if no_cache_prompt else None)
     cfg.block_size, cfg.trace_start, cfg.trace_duration = block_size, trace_start, trace_duration
+    sink = output(json_out, fmt)
+    for key, value in sink.overrides.items():  # the API's BenchConfig fields that no flag sets
+        setattr(cfg, key, value)
     if sweep and (trials != 1 or steady_state):
         from phasescope.errors import InputError
 
@@ -397,13 +421,11 @@ def bench(
     if total is not None and trials > 1:  # one bar over every trial
         total *= trials
     live = LiveStats(total)
-    show_bar = err_console.is_terminal and not json_out
+    show_bar = err_console.is_terminal and sink.human
     progress = None
     task = None
 
-    def status(msg: str) -> None:
-        if not json_out:
-            err_console.print(f"[dim]bench: {msg}[/dim]")
+    status = sink.progress(lambda msg: err_console.print(f"[dim]bench: {msg}[/dim]"))
 
     def start_bar(n: int | None) -> None:
         nonlocal progress, task, live
@@ -427,13 +449,13 @@ def bench(
         if progress is not None:
             progress.stop()
             progress = None
-        elif not json_out and live.done:
+        elif sink.human and live.done:
             err_console.print(f"[dim]bench: {live.done} requests done — {live.line()}[/dim]")
 
     if sweep:
         def on_step(name: str, br: Any) -> None:
             stop_bar()
-            if not json_out:
+            if sink.human:
                 s = br.summary
                 err_console.print(f"[dim]sweep {name}: {_fmt(s.get('request_throughput'))} req/s, "
                                   f"p99 TTFT {_fmt(s.get('p99_ttft_ms'), 1)} ms, p99 ITL {_fmt(s.get('p99_itl_ms'))} ms[/dim]")
@@ -445,11 +467,7 @@ def bench(
         stop_bar()
         d = res.to_dict()
         d["elapsed_s"] = time.monotonic() - t0
-        if json_out:
-            print_json(d)
-        else:
-            _print_sweep(d)
-            print_warnings(d.get("warnings"))
+        sink.emit(BenchSweep.from_json(d))
         if d["rows"] and not any((r.get("request_throughput") or 0) > 0 for r in d["rows"]) and not stop.is_set():
             from phasescope.errors import NoSuccessError
 
@@ -463,10 +481,7 @@ def bench(
         result = run_bench(cfg, on_record=on_record, on_status=status, stop=stop)
     finally:
         stop_bar()
-    if json_out:
-        print_json(result.summary)
-    else:
-        _print_summary(result.summary)
+    sink.emit(BenchSummary.from_json(result.summary))
     if result.run.write_error:  # the run stopped at a write failure: say where and why, exit 3
         from phasescope.errors import OutputError
 

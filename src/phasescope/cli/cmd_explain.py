@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
+from phasescope._results import Result
+
 import typer
 
 from phasescope.apis.base import Timeouts
@@ -15,10 +17,10 @@ from phasescope.cli._common import (
     err_console,
     experiment_names,
     print_host_line,
-    print_json,
     print_warnings,
 )
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
+from phasescope.cli._output import console_view, format_option, output
 from phasescope.experiments import registry
 
 _URL_HELP = "Server base URL (e.g. http://127.0.0.1:8000). Omit to start the embedded engine."
@@ -43,34 +45,37 @@ LIVE_HELP.update({"explain --only": _only_help, "experiment name": _name_help, "
 def _common(url: Optional[str], names: list[str], budget: str, api: str, model: Optional[str], api_key: Optional[str],
             model_spec: Optional[str], device: Optional[str], save: bool, json_out: bool, connect_timeout: float,
             ttft_timeout: float, itl_timeout: float, single: bool, gpu_metrics: Optional[list[str]] = None,
-            nvml: bool = True, server_flags: Optional[str] = None) -> None:
-    from phasescope.experiments.render import render_experiments, render_findings
+            nvml: bool = True, server_flags: Optional[str] = None, fmt: Optional[str] = None) -> None:
+    from phasescope._results import ExperimentResult
     from phasescope.experiments.suite import parse_budget, run_explain
 
+    sink = output(json_out, fmt)
     budget_s = parse_budget(budget)
 
     def progress(msg: str) -> None:
         err_console.print(f"[dim]…[/dim] {msg}")
 
     rep = run_explain(url, budget_s=budget_s, names=names, api=api, model=model, api_key=api_key or None,
-                      model_spec=model_spec, device=device, progress=progress, save=save, server_flags=server_flags,
+                      model_spec=model_spec, device=device, progress=sink.progress(progress, always=True), save=save,
+                      server_flags=server_flags,
                       timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
                       gpu_metrics=list(gpu_metrics or []), nvml=nvml)
-    doc = rep.to_json()
-    if json_out:
-        if single:
-            one = dict(doc["experiments"].get(names[0], {}))
-            one.update({"findings": doc["findings"], "undecided": doc["undecided"], "run_id": doc["run_id"],
-                        "host": doc.get("host"), "warnings": doc.get("warnings", []),
-                        "target": doc["target"], "engine": doc["engine"], "model": doc["model"]})
-            if "gpu" in doc:
-                one["gpu"] = doc["gpu"]
-            print_json(one)
-        else:
-            print_json(doc)
-        return
+    sink.emit(ExperimentResult.of(rep, names[0]) if single else rep)
+
+
+@console_view("experiment")
+def _show_experiment(result: Result) -> None:
+    _show(result.report)  # type: ignore[attr-defined]  # an ExperimentResult: the run it was part of
+
+
+@console_view("explain")
+def _show(result: Result) -> None:
+    """The findings, then the supporting measurements, GPU, host and warnings lines, and where the run is."""
+    from phasescope.experiments.render import render_experiments, render_findings
+
+    doc = result.to_json()
     console.print(f"[bold]phasescope explain[/bold] {doc['target']} — {doc['engine'] or 'unknown engine'}, "
-                  f"model {doc['model']}, {doc['duration_s']:.0f} s of a {budget_s:.0f} s budget")
+                  f"model {doc['model']}, {doc['duration_s']:.0f} s of a {doc['budget_s']:.0f} s budget")
     render_findings(doc, console)
     console.rule("supporting measurements")
     render_experiments(doc["experiments"], console)
@@ -96,6 +101,7 @@ def explain(
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling (default: `local` for the embedded engine, when `phasescope hw` measured it)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run (kind explain) in the run store (--no-save: records in ./phasescope-runs/explain-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print findings and experiments as JSON on stdout."),
+    fmt: Optional[str] = format_option(),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
@@ -113,7 +119,7 @@ def explain(
         if bad or not names:
             raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {experiment_names()}")
     _common(url, names, budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags)
+            ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags, fmt=fmt)
 
 
 def experiment(
@@ -127,6 +133,7 @@ def experiment(
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store (--no-save: records in ./phasescope-runs/explain-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print the experiment's result as JSON."),
+    fmt: Optional[str] = format_option(),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to establish a connection."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds from request to first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
@@ -140,7 +147,7 @@ def experiment(
     if registry.find(name) is None:
         raise InputError(f"unknown experiment {name!r}; choose from: {experiment_names()}")
     _common(url, [name], budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags)
+            ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags, fmt=fmt)
 
 
 def register(app: typer.Typer) -> None:

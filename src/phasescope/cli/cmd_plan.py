@@ -10,7 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from phasescope.cli._common import console as _console
-from phasescope.cli._common import err_console, print_json, print_warnings
+from phasescope._results import PlanResult, Result
+from phasescope.cli._common import err_console, print_warnings
+from phasescope.cli._output import console_view, format_option, output
 from phasescope.plan.api import PlanOptions, run_plan
 
 console = _console if _console.is_terminal else Console(width=160, soft_wrap=True)
@@ -212,6 +214,7 @@ def plan(
     think_time_s: float = typer.Option(0.0, "--think-time-s", help="Conversation: pause between a reply's last token and the next turn (closed loop)."),
     session_rate: Optional[float] = typer.Option(None, "--session-rate", help="Conversation: sessions start as a Poisson process at this rate (default: spread over one think time)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """What-if simulation of a continuous-batching server: TTFT/ITL/throughput for a model, device, load and flags."""
     o = PlanOptions(
@@ -229,10 +232,19 @@ def plan(
         system_prompt_len=system_prompt_len, turn_input_len=turn_input_len, think_time_s=think_time_s,
         session_rate=session_rate,
     )
-    doc = run_plan(o, say=lambda m: err_console.print(f"[dim]plan: {m}[/dim]"))
-    if json_out:
-        print_json(doc)
-        return
+    sink = output(json_out, fmt)
+    if sink.overrides:  # the API's PlanOptions fields that no flag sets
+        import dataclasses
+
+        o = dataclasses.replace(o, **sink.overrides)
+    doc = run_plan(o, say=sink.progress(lambda m: err_console.print(f"[dim]plan: {m}[/dim]"), always=True))
+    sink.emit(PlanResult.from_json(doc))
+
+
+@console_view("plan")
+def _show(result: Result) -> None:
+    """The header, then the table of the plan's mode (one run, a sweep, a capacity search, a disaggregation)."""
+    doc = result.to_json()
     print_warnings(doc.get("warnings"))
     _header(doc)
     mode = doc["mode"]

@@ -7,8 +7,10 @@ from typing import List, Optional
 
 import typer
 
-from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_json, print_warnings
+from phasescope._results import ProbeResult, Result
+from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
+from phasescope.cli._output import console_view, format_option, output
 
 
 def _sizes(values: List[str]) -> list[int]:
@@ -50,6 +52,7 @@ def probe(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write records.jsonl and summary.json into this folder."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store (--no-save without --out: ./phasescope-runs/probe-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+    fmt: Optional[str] = format_option(),
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
 ) -> None:
@@ -57,6 +60,7 @@ def probe(
     from phasescope.apis.base import Timeouts
     from phasescope.probe import probe as run_probe
 
+    sink = output(json_out, fmt)
     sizes = _sizes(prompt_tokens)
     timeouts = Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout)
     def progress_line(s: str) -> None:  # server-supplied names (model id, version) in it: no markup, no escapes
@@ -66,20 +70,21 @@ def probe(
 
         err_console.print(f"[dim]· {escape(printable(s, one_line=True))}[/dim]", highlight=False)
 
-    progress = None if json_out else progress_line
     result = run_probe(url, api=api, model=model, api_key=api_key or None, timeouts=timeouts, sizes=sizes,
                        max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat, warmup=warmup, retries=retries,
                        out_dir=out,
-                       model_spec=model_spec, device=device, save=save, progress=progress,
+                       model_spec=model_spec, device=device, save=save, progress=sink.progress(progress_line),
                        gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml)
-    if json_out:
-        print_json(result)
-        return
+    sink.emit(ProbeResult.from_json(result))
+
+
+@console_view("probe")
+def show(result: Result) -> None:
+    """The probe card, then GPU, host and warnings lines."""
+    from phasescope.cli._gpu import print_gpu
     from phasescope.probe.card import render
 
-    console.print(render(result))
-    from phasescope.cli._gpu import print_gpu
-
+    console.print(render(result.to_json()))
     print_gpu(result.get("gpu"))
     print_host_line(result.get("host"))
     print_warnings(result.get("warnings"))

@@ -8,10 +8,16 @@ from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 
-from phasescope.cli._common import console, err_console, print_json
+from phasescope._results import Report, Result
+from phasescope.cli._common import LIVE_HELP, console, err_console, print_json
+from phasescope.cli._output import console_view, format_option, output
 
 if TYPE_CHECKING:
     from phasescope.store import RunStore
+
+#: compare's --format is its own (a table or markdown), not the output formats of the other commands
+COMPARE_FORMAT_HELP = "table (terminal) | md (markdown table for a pull-request comment)."
+LIVE_HELP["compare --format"] = lambda: COMPARE_FORMAT_HELP
 
 STORE_HELP = "Run store (SQLite file or its folder); default $PHASESCOPE_STORE or ~/.local/share/phasescope/runs.db."
 
@@ -35,12 +41,14 @@ def runs(
     limit: int = typer.Option(50, "--limit", "-n", help="At most this many runs, newest first (0 = all)."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the runs as JSON on stdout."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """List stored runs, newest first."""
     from phasescope.errors import InputError
-    from phasescope.report.console import runs_json, runs_table, wide
+    from phasescope.report.console import runs_json
     from phasescope.store import RUN_STATUSES
 
+    sink = output(json_out, fmt)
     if status is not None and status not in RUN_STATUSES:
         raise InputError(f"--status must be one of {', '.join(RUN_STATUSES)}")
     if store is not None:  # listing creates nothing: at a path that holds no store, an empty list, said so
@@ -48,23 +56,32 @@ def runs(
 
         db = store_db_path(store)
         if not db.exists():
-            if json_out:
-                print_json({"store": str(db), "runs": []})
-            else:
-                err_console.print(f"no run store at {store} yet (probe, bench, explain and tune create one with --store)")
+            sink.emit(Report.of("runs", {"store": str(db), "runs": []}, missing=store))
             return
     st = _store(store)
     found = st.list_runs(kind=kind, target=target, model=model, status=status, limit=limit or None)
     bases = st.baselines()
-    if json_out:
-        print_json({"store": str(st.db_path), "runs": runs_json(found, bases)})
+    with _stored("the run list"):  # the document made only for a format that prints it
+        sink.emit(Report.lazy("runs", lambda: {"store": str(st.db_path), "runs": runs_json(found, bases)}, found=found,
+                              bases=bases, malformed=list(getattr(st, "malformed", [])),
+                              filtered=any((kind, target, model, status))))
+
+
+@console_view("runs")
+def _show_runs(result: Result) -> None:
+    """The runs table (or why there is none)."""
+    from phasescope.report.console import runs_table, wide
+
+    o = result.objects  # type: ignore[attr-defined]
+    if "missing" in o:
+        err_console.print(f"no run store at {o['missing']} yet (probe, bench, explain and tune create one with --store)")
         return
-    for why in getattr(st, "malformed", []):  # a hostile or edited row: said, not a crash
+    for why in o["malformed"]:  # a hostile or edited row: said, not a crash
         err_console.print(f"note: {why}; left out", highlight=False, markup=False)
-    if not found:
-        err_console.print(f"no runs in {st.db_path}" + (" match" if any((kind, target, model, status)) else ""))
+    if not o["found"]:
+        err_console.print(f"no runs in {result['store']}" + (" match" if o["filtered"] else ""))
         return
-    wide(console).print(runs_table(found, bases))
+    wide(console).print(runs_table(o["found"], o["bases"]))
 
 
 @contextlib.contextmanager
@@ -84,20 +101,28 @@ def show(
     run_id: str = typer.Argument(..., help="Run id (a unique prefix, or 'latest')."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the run, its summary and derived metrics as JSON."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Show one stored run: its environment, parameters, summary and the metrics of its raw records."""
-    from phasescope.report.console import show_renderable, wide
     from phasescope.measure.aggregate import metric_table
 
+    sink = output(json_out, fmt)
     st = _store(store)
     info = st.get(run_id)
     metrics = metric_table(st.load_records(info.id))
     names = [n for n, rid in st.baselines().items() if rid == info.id]
     with _stored(f"run {info.id}"):
-        if json_out:
-            print_json({"run": info.to_dict(), "baselines": names, "metrics": metrics})
-            return
-        wide(console).print(show_renderable(info, metrics, names))
+        sink.emit(Report.of("show", {"run": info.to_dict(), "baselines": names, "metrics": metrics}, info=info))
+
+
+@console_view("show")
+def _show_run(result: Result) -> None:
+    """The run's environment, parameters, summary and metrics."""
+    from phasescope.report.console import show_renderable, wide
+
+    info = result.objects["info"]  # type: ignore[attr-defined]
+    with _stored(f"run {info.id}"):
+        wide(console).print(show_renderable(info, result["metrics"], result["baselines"]))
 
 
 def compare(
@@ -121,7 +146,7 @@ def compare(
         False, "--allow-incomparable",
         help="With --fail-on: judge not-comparable and unstable metrics by their numbers instead of exiting 6."),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Metrics for --fail-on (default all): ttft, ttft_p99, prefill, decode, tpot, itl_p50, itl_p99, e2e, throughput."),
-    fmt: str = typer.Option("table", "--format", help="table (terminal) | md (markdown table for a pull-request comment)."),
+    fmt: str = typer.Option("table", "--format", help=COMPARE_FORMAT_HELP),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the two-run report (plots overlaid, verdicts, differences) to this HTML file."),
@@ -212,18 +237,24 @@ def report(
     png: Optional[Path] = typer.Option(None, "--png", help="Also write each plot as a PNG into this folder."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print what was written (files, plots, skipped) as JSON."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Write one self-contained HTML file (works offline): the phase card, then the evidence —
     interactive plots of the runs; with two or more, overlaid, and the comparison of A (the first)
     against each other run."""
     from phasescope.report.html import write_report
 
+    sink = output(json_out, fmt)
     st = _store(store)
     infos = [st.get(i) for i in ids]
     res = write_report([(i, st.load_records(i.id)) for i in infos], out, png_dir=png)
-    if json_out:
-        print_json(res.to_dict())
-        return
+    sink.emit(Report.of("report", res.to_dict(), written=res))
+
+
+@console_view("report")
+def _show_report(result: Result) -> None:
+    """What was written, what was skipped and why."""
+    res = result.objects["written"]  # type: ignore[attr-defined]
     console.print(f"wrote {res.path} ({res.size_bytes / 1e6:.1f} MB, {len(res.plots)} plots"
                   + (f"; compared {', '.join(res.compared)}" if res.compared else "") + ")", highlight=False)
     for name, why in res.skipped.items():

@@ -12,7 +12,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from phasescope.cli._common import console as _console
-from phasescope.cli._common import err_console, print_json
+from phasescope._results import CeilingReport, Report, Result
+from phasescope.cli._common import err_console
+from phasescope.cli._output import console_view, format_option, output
 
 #: wide tables stay readable when piped or captured (rich would fold them at 80 columns)
 console = _console if _console.is_terminal else Console(width=180, soft_wrap=True)
@@ -95,17 +97,24 @@ def ceiling(
     kv_dtype: str = typer.Option("fp16", "--kv-dtype", help="KV cache element type: fp16, bf16, fp8, q8_0, q4_0."),
     tp: int = typer.Option(1, "--tp", "--gpus", help="Tensor-parallel degree: N devices share weights, KV, bandwidth and compute (+ all-reduce time); fits is judged per device."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/ceiling.md)."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Decode ceiling (bandwidth and compute roofs), batch aggregate, ridge batch and prefill floor per device."""
     from phasescope.theory.report import ceiling_report, resolve_devices, resolve_model
 
     spec = resolve_model(model=model, config=config, gguf=gguf, weights_gb=weights_gb, dtype=dtype)
     devices = resolve_devices(device, bandwidth_gb_s)
+    sink = output(as_json, fmt)
     rep = ceiling_report(spec, devices, quant=dtype, context=context, batch=batch, prompt_tokens=prompt,
                          kv_dtype=kv_dtype, tp=tp)
-    if as_json:
-        print_json(rep)
-        return
+    sink.emit(CeilingReport.from_json(rep))
+
+
+@console_view("ceiling")
+def _show_ceiling(result: Result) -> None:
+    """The model line, one row per device, the notes."""
+    rep = result.to_json()
+    context, batch, prompt, tp = rep["context"], rep["batch"], rep["prompt_tokens"], rep["tp"]
     console.print(_model_line(rep["model"]))
     title = f"decode ceiling at context {context:,}"
     if batch > 1:
@@ -180,18 +189,25 @@ def kv(
     dtype: Optional[str] = typer.Option(None, "--dtype", "--quant", help="Weight format for the weight bytes (default: the model's own)."),
     tp: int = typer.Option(1, "--tp", "--gpus", help="Tensor-parallel degree: the pool of N devices (N × memory), weights and KV split over them."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/kv.md)."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """KV-cache bytes per token and per sequence, and how many sequences fit in the pool."""
     from phasescope.theory.devices import get_device
     from phasescope.theory.report import kv_report, resolve_model
 
+    sink = output(as_json, fmt)
     spec = resolve_model(model=model, config=config, gguf=gguf, dtype=dtype)
     dev = get_device(device) if device else None
     rep = kv_report(spec, context=context, kv_dtype=kv_dtype, device=dev, gpu_mem_gb=gpu_mem_gb,
                     gpu_memory_utilization=util, weights_gb=weights_gb, quant=dtype, tp=tp)
-    if as_json:
-        print_json(rep)
-        return
+    sink.emit(Report.of("kv", rep))
+
+
+@console_view("kv")
+def _show_kv(result: Result) -> None:
+    """Bytes per token and per sequence, and the pool when the memory is known."""
+    rep = result.to_json()
+    context, kv_dtype = rep["context"], rep["kv_dtype"]
     console.print(_model_line(rep["model"]))
     t = Table(show_header=False, box=None)
     t.add_column(style="dim")
@@ -229,15 +245,23 @@ def kv(
 def devices(
     kind: Optional[str] = typer.Option(None, "--kind", help="Only gpu, cpu, apple, accelerator or local."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/devices.md)."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """The device catalog (vendor ceilings, with sources) plus `local` when measured."""
     from phasescope.theory.devices import list_devices
     from phasescope.theory.report import devices_report
 
+    sink = output(as_json, fmt)
     devs = [d for d in list_devices() if kind is None or d.kind == kind]
-    if as_json:
-        print_json(devices_report(devs))
-        return
+    sink.emit(Report.of("devices", devices_report(devs)))
+
+
+@console_view("devices")
+def _show_devices(result: Result) -> None:
+    """One row per device."""
+    from types import SimpleNamespace
+
+    devs = [SimpleNamespace(**d) for d in result["devices"]]
     t = Table(title=f"{len(devs)} devices (dense peaks, no sparsity)", title_justify="left")
     for col, just in (("id", "left"), ("name", "left"), ("memory\nGB", "right"), ("mem BW\nGB/s", "right"),
                       ("BF16\nTFLOPS", "right"), ("FP8\nTFLOPS", "right"), ("INT8\nTOPS", "right"),
@@ -256,15 +280,20 @@ def devices(
 
 def models(
     as_json: bool = typer.Option(False, "--json", help="Print the JSON object (schema: docs/commands/models.md)."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """The model catalog: shapes, parameters read per token, KV bytes per token (fp16)."""
     from phasescope.theory.models import list_models
     from phasescope.theory.report import models_report
 
-    rep = models_report(list_models())
-    if as_json:
-        print_json(rep)
-        return
+    sink = output(as_json, fmt)
+    sink.emit(Report.of("models", models_report(list_models())))
+
+
+@console_view("models")
+def _show_models(result: Result) -> None:
+    """One row per model."""
+    rep = result.to_json()
     t = Table(title=f"{len(rep['models'])} models", title_justify="left")
     for col in ("id", "params", "read /\ntoken", "layers", "hidden", "q/kv\nheads", "head\ndim", "KV B/token\nfp16", "features"):
         t.add_column(col, justify="left" if col in ("id", "features") else "right")
@@ -302,6 +331,7 @@ def hw(
     if_missing: bool = typer.Option(
         False, "--if-missing", help="Measure only when no `local` device is saved yet (what `make demo` runs)."
     ),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Measure this machine's memory read bandwidth (all cores) and matmul throughput; save as device `local`
     when the passes agree."""
@@ -311,6 +341,7 @@ def hw(
 
     from phasescope.errors import InputError
 
+    sink = output(as_json, fmt)
     if size_mb < 1 or repeats < 1 or matmul_n < 16 or rounds < 1:  # before anything is printed or measured
         raise InputError("hw: --size-mb, --repeats, --rounds must be >= 1 and --matmul-n >= 16")
     old = hwlib.load_profile()
@@ -319,17 +350,17 @@ def hw(
         say = f"hw: this machine is already measured ({local_device_path()}"
         say += f"; {hwlib.profile_sentence(old)})" if old else ")"
         err_console.print(escape(say + "; run `phasescope hw` to re-measure"), highlight=False)
-        if as_json:
-            print_json({"schema": 1, "measurement": None, "device": existing.to_dict(),
-                        "saved_to": str(local_device_path()), "skipped": True, "saved": False,
-                        "spread": old.spread if old else None, "spread_all": old.spread_all if old else None,
-                        "spread_of": old.spread_of if old else None, "reason": "already measured (--if-missing)",
-                        "profile": old.to_dict() if old else None})
+        sink.emit(Report.of("hw", {"schema": 1, "measurement": None, "device": existing.to_dict(),
+                                   "saved_to": str(local_device_path()), "skipped": True, "saved": False,
+                                   "spread": old.spread if old else None, "spread_all": old.spread_all if old else None,
+                                   "spread_of": old.spread_of if old else None, "reason": "already measured (--if-missing)",
+                                   "profile": old.to_dict() if old else None}))
         return
 
-    if not as_json:
-        err_console.print(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes, up to {rounds} rounds "
-                          f"until they agree) and a {matmul_n}² GEMM ...")
+    say = sink.progress(err_console.print)
+    if say is not None:
+        say(f"hw: measuring memory bandwidth ({size_mb} MiB array, {repeats} passes, up to {rounds} rounds "
+            f"until they agree) and a {matmul_n}² GEMM ...")
     result, host = hwlib.measure_sampled(size_mb=size_mb, repeats=repeats, threads=threads, matmul_n=matmul_n,
                                          use_c=not no_c, rounds=rounds)
     new = hwlib.profile_of(result, host, forced=force)
@@ -343,21 +374,34 @@ def hw(
         extra.update({"profile": new.to_dict(), "host": host})
         path = save_local_device(dev, extra=extra)
     iv = hwlib.bandwidth_interval(result.bandwidth)
-    if as_json:
-        doc: dict[str, Any] = {
-            "schema": 1, "measurement": result.to_dict(), "device": dev.to_dict(),
-            "saved_to": str(path) if path else None, "saved": decision.save, "spread": new.spread,
-            "spread_all": new.spread_all, "spread_of": new.spread_of,
-            "stable": new.stable, "note": decision.note, "profile": new.to_dict(),
-            "bandwidth_gb_s": result.bandwidth.best_gb_s,
-            "bandwidth_median_gb_s": iv.value if iv else None, "bandwidth_median_gb_s_ci": to_ci(iv),
-            "bandwidth_interval": iv.to_json() if iv else None,
-            "previous": old.to_dict() if old else None, "host": host,
-        }
-        if not decision.save:
-            doc["reason"] = decision.reason
-        print_json(doc)
+    # the --json document (the console view draws from the measurement objects themselves)
+    doc: dict[str, Any] = {
+        "schema": 1, "measurement": result.to_dict(), "device": dev.to_dict(),
+        "saved_to": str(path) if path else None, "saved": decision.save, "spread": new.spread,
+        "spread_all": new.spread_all, "spread_of": new.spread_of,
+        "stable": new.stable, "note": decision.note, "profile": new.to_dict(),
+        "bandwidth_gb_s": result.bandwidth.best_gb_s,
+        "bandwidth_median_gb_s": iv.value if iv else None, "bandwidth_median_gb_s_ci": to_ci(iv),
+        "bandwidth_interval": iv.to_json() if iv else None,
+        "previous": old.to_dict() if old else None, "host": host,
+    }
+    if not decision.save:
+        doc["reason"] = decision.reason
+    sink.emit(Report.of("hw", doc, result=result, host=host, new=new, old=old, decision=decision, dev=dev,
+                        path=path, save=save))
+
+
+@console_view("hw")
+def _show_hw(report: Result) -> None:
+    """The machine, a row per kernel, the derived compute peaks, and whether it was saved as device `local`."""
+    from phasescope.theory import hw as hwlib
+    from phasescope.theory.devices import local_device_path
+
+    o = report.objects  # type: ignore[attr-defined]
+    if not o:  # skipped (--if-missing): said on stderr already
         return
+    result, host, new, old, decision, dev, path, save = (o[k] for k in ("result", "host", "new", "old", "decision",
+                                                                         "dev", "path", "save"))
     bw = result.bandwidth
     console.print(f"[bold]{escape(result.cpu)}[/bold], {result.cores} cores, {_num(result.memory_gb)} GB RAM")
     t = Table(show_header=True)

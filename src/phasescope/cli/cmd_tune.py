@@ -6,7 +6,9 @@ from typing import Any, List, Optional
 
 import typer
 
-from phasescope.cli._common import api_option, console, err_console, print_json
+from phasescope._results import Result, TuneResult
+from phasescope.cli._common import api_option, console, err_console
+from phasescope.cli._output import console_view, format_option, output
 from phasescope.tune.run import BENCH_TRAFFIC_ARGS
 
 
@@ -47,7 +49,7 @@ def _check_bench_args(a: dict[str, Any]) -> None:
     if ds not in ("conversation", "mooncake", "burstgpt") and traffic:
         raise InputError(f"--{traffic[0].replace('_', '-')} needs --dataset conversation, mooncake or burstgpt")
     if ds in ("conversation", "mooncake", "burstgpt"):  # bench's own checks (and the trace read), before any server
-        from phasescope.load.traffic import check_workload
+        from phasescope.load.datasets import check_workload
         from phasescope.tune.run import bench_config
 
         check_workload(bench_config(a, None))
@@ -101,6 +103,7 @@ def tune(
     slo: Optional[List[str]] = typer.Option(None, "--slo", help="p99 targets in ms, e.g. --slo ttft:500 itl:50: recommend the highest-throughput setting meeting them."),
     startup_timeout: float = typer.Option(120.0, "--startup-timeout", help="Seconds each setting's server has to get ready."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON (keys in docs/commands/tune.md)."),
+    fmt: Optional[str] = format_option(),
 ) -> None:
     """Measure prefill and decode for each server setting in turn: start, warm up, run, stop, next (resumable)."""
     from phasescope.errors import InputError
@@ -109,6 +112,7 @@ def tune(
 
     import math
 
+    sink = output(json_out, fmt)
     if not (math.isfinite(startup_timeout) and startup_timeout > 0):
         raise InputError(f"--startup-timeout must be a positive number of seconds (got {startup_timeout})")
     if resume:
@@ -175,16 +179,18 @@ def tune(
     if any(k not in SLO_METRICS for k in slo_d):
         bad = next(k for k in slo_d if k not in SLO_METRICS)
         raise InputError(f"--slo {bad}: tune judges {' and '.join(SLO_METRICS)} (p99, ms)")
-    progress = None if json_out else (lambda s: err_console.print(f"[dim]· {s}[/dim]", highlight=False))
+    progress = sink.progress(lambda s: err_console.print(f"[dim]· {s}[/dim]", highlight=False))
     result = run_tune(spec, say=progress, startup_timeout_s=startup_timeout, slo=slo_d)
-    if json_out:
-        print_json(result)
-    else:
-        from phasescope.tune.render import render
-
-        console.print(render(result))
+    sink.emit(TuneResult.from_json(result))
     if result["n_ok"] == 0:
         raise typer.Exit(3)
+
+
+@console_view("tune")
+def _show(result: Result) -> None:
+    from phasescope.tune.render import render
+
+    console.print(render(result.to_json()))
 
 
 def register(app: typer.Typer) -> None:

@@ -327,14 +327,30 @@ async def calibrate(ctx: RunContext) -> Calibration:
                                                          and not warm.token_events())):
         # the warm-up got no token within the user's timeouts (or the calibration's time): the two
         # probe requests would wait as long again, so the run ends at the first (issue 31)
-        from phasescope.errors import NoAnswerError
+        from phasescope.errors import NoAnswerError, TargetError
 
+        if warm.error_kind == "stopped_by_client":  # explain's own clock stopped it, not the user's timeouts
+            raise TargetError("explain's calibration got no first token from its warm-up request within its share "
+                              "of the time budget: this server is slower than the budget allows",
+                              hint="pass a larger --budget")
         raise NoAnswerError(f"the server did not answer the calibration's warm-up request: "
                             f"{warm.error_message or warm.error_kind}",
                             hint="it took the connection but sent no token; raise --ttft-timeout if it is only slow")
     short = await ctx.send((await ctx.prompt(16)).request(16), "calibrate", phase="short")
     n = min(256, max(32, ctx.ctx_limit() // 4))
     long_ = await ctx.send((await ctx.prompt(n)).request(16), "calibrate", phase="long")
+    # a request the calibration's own clock stopped after its first token is still a measurement (its TTFT
+    # and the gaps it got); one stopped before any token says only that this budget is too small for this server
+    def usable(r: RequestRecord) -> bool:
+        return r.ok or (r.error_kind == "stopped_by_client" and derive.ttft_s(r) is not None)
+
+    for r in (short, long_):
+        if not r.ok and r.error_kind == "stopped_by_client" and not usable(r):
+            from phasescope.errors import TargetError
+
+            raise TargetError("explain's calibration got no first token within its share of the time budget "
+                              f"(a {n if r is long_ else 16}-token prompt): this server is slower than the budget "
+                              "allows", hint="pass a larger --budget")
     # robust to a burst of load: the better of two short TTFTs, decode from the typical gap
     shorts = [t for t in (derive.ttft_s(short), derive.ttft_s(warm)) if t]
     t_s = min(shorts) if shorts else 0.05
@@ -343,10 +359,10 @@ async def calibrate(ctx: RunContext) -> Calibration:
     gaps = [g for r in (short, long_, warm) for g in derive.itl_s(r)]
     gaps.sort()
     decode = 1.0 / gaps[len(gaps) // 2] if gaps and gaps[len(gaps) // 2] > 0 else 20.0
-    if not (short.ok and long_.ok):
+    if not (usable(short) and usable(long_)):
         from phasescope.errors import TargetError
 
-        bad = short if not short.ok else long_
+        bad = short if not usable(short) else long_
         raise TargetError(f"the server failed the calibration request: {bad.error_message or bad.error_kind}")
     c = Calibration(overhead_s=max(0.0, t_s - 16 / max(prefill, 1.0)), prefill_tok_s=max(prefill, 1.0),
                     decode_tok_s=max(decode, 0.5), probe_prompt_tokens=n)

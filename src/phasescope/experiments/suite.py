@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from phasescope._results import Result
 from phasescope.apis.base import Timeouts
 from phasescope.diagnose import Ceilings, Diagnosis, diagnose
 from phasescope.errors import InputError
@@ -46,8 +47,12 @@ CALIBRATION_SHARE = 0.1
 EMBEDDED_ENGINE = {"parallel": 4, "ctx_size": 32768}
 
 
-@dataclass
-class ExplainReport:
+@dataclass(eq=False)
+class ExplainReport(Result):
+    """``phasescope explain``: the findings, the experiments that support them, the ceilings; ``to_json()`` is
+    ``explain --json`` (a :class:`phasescope.Result`: ``report["findings"]`` reads the document)."""
+
+    command = "explain"
     target: str
     engine: str | None
     model: str | None

@@ -22,7 +22,8 @@ The result (``BenchResult.summary``) is one flat JSON object: the keys ``vllm be
 ``request_throughput``, ``request_goodput``, ``output_throughput``, ``total_token_throughput``,
 ``{mean,median,std,pXX}_{ttft,tpot,itl,e2el}_ms``, ``max_output_tokens_per_s``,
 ``max_concurrent_requests``, ``{...}_client_queue_time_ms``), plus phasescope's own
-(``*_event_gap_ms``, ``errors_by_kind``, ``achieved_rate``, ``token_count_source``,
+(``{mean,median,std,pXX}_ttfo_ms`` (time to the first answer token: TTFT when there is no reasoning),
+``reasoning_tokens``, ``answer_tokens``, ``median_reasoning_tok_s``, ``median_answer_tok_s``, ``*_event_gap_ms``, ``errors_by_kind``, ``achieved_rate``, ``token_count_source``,
 ``runner_health``, ``warnings``, ``server_metrics``, ``partial``, ``stop_reason``, ``run_id``,
 ``records_path``). See ``docs/commands/bench.md`` for the schema.
 """
@@ -170,7 +171,7 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
               stop: threading.Event | None = None, target: Target | None = None) -> BenchResult:
     """One load run, start to summary. Blocking; Ctrl-C (SIGINT) sets ``stop`` and yields a
     partial result. ``target``: an already resolved target (sweeps reuse one)."""
-    from phasescope.apis.resolve import open_target
+    from phasescope.target import open_target
 
     status = on_status or say_nothing
     if cfg.workers < 1:
@@ -426,7 +427,7 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
     steady_warn: list[Any] = []
     if cfg.steady_state:  # the window between the ramp-up and the drain (load.summary.STEADY_RULE)
         from phasescope.load.summary import steady_summary, steady_window
-        from phasescope.measure.warnings import MeasurementWarning
+        from phasescope.measure.warnings import warn as make_warning
 
         win = steady_window(res.records, target_concurrency=cfg.max_concurrency)
         used = not win["empty"]
@@ -434,10 +435,10 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
         head["steady_state"] = {"used": used,
                                 **{k: v for k, v in win.items() if k not in ("ids", "start_ns", "end_ns")}}
         if not used:
-            steady_warn.append(MeasurementWarning(
-                "too_few_samples", f"--steady-state: {win.get('reason')}; the figures cover the whole run",
+            steady_warn.append(make_warning(
+                "too_few_samples", "steady_state",
                 {k: win.get(k) for k in ("requests_total", "target_concurrency", "start_s", "end_s")},
-                "send more requests (--num-prompts or --duration) than the concurrency several times over"))
+                reason=win.get("reason")))
     else:
         s = summarize(res.records, **skw)
     head.update(s)

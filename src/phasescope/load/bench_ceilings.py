@@ -3,9 +3,9 @@
 ``bench`` measures under load, so prompt tokens ÷ TTFT is not a prefill speed: TTFT there includes the
 wait behind other requests' prefill and decode. The summary keeps the per-request median as
 ``prompt_tok_per_ttft_s`` ("prompt tokens per TTFT second, under load") and sets the run beside its
-physical ceilings where the model and the device are known, with probe's own functions
-(:mod:`phasescope.probe.ceilings`: :func:`~phasescope.probe.ceilings.discover_spec`,
-:func:`~phasescope.probe.ceilings.get_device`, :func:`~phasescope.probe.ceilings.ceilings`):
+physical ceilings where the model and the device are known, with the functions probe uses
+(:mod:`phasescope.theory.ceilings`: :func:`~phasescope.theory.ceilings.discover_spec`,
+:func:`~phasescope.theory.ceilings.get_device`, :func:`~phasescope.theory.ceilings.ceilings`):
 
 * model: the embedded engine's bundled GGUF (exact bytes and shapes), else the served model name when it
   is a catalog id;
@@ -50,7 +50,7 @@ def _mean_in_flight(records: Sequence[Any]) -> float | None:
 
 
 def _spec(cfg: Any, target: Any) -> tuple[Any, str | None]:
-    from phasescope.probe.ceilings import discover_spec
+    from phasescope.theory.ceilings import discover_spec
 
     if getattr(cfg, "url", "x") is None:  # the embedded engine: the bundled GGUF, read here
         try:
@@ -63,7 +63,7 @@ def _spec(cfg: Any, target: Any) -> tuple[Any, str | None]:
     if getattr(target, "engine", None) == "ollama":
         return None, "model shape unknown for an Ollama server here (`phasescope probe` reads it from /api/show)"
     try:
-        return asyncio.run(discover_spec(None, target, None, None))  # type: ignore[arg-type]
+        return asyncio.run(discover_spec(target, None, None))
     except RuntimeError:  # called inside a running loop: no second loop
         return None, "model shape not discoverable here"
     except Exception as exc:  # noqa: BLE001
@@ -72,7 +72,7 @@ def _spec(cfg: Any, target: Any) -> tuple[Any, str | None]:
 
 def bench_ceilings(cfg: Any, target: Any, records: Sequence[Any], summary: dict[str, Any]) -> dict[str, Any]:
     """``ceilings`` of ``bench --json`` (module docstring); never raises."""
-    from phasescope.probe import ceilings as C
+    from phasescope.theory import ceilings as C
 
     spec, why = _spec(cfg, target)
     if spec is None:

@@ -35,9 +35,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
-import aiohttp
-
-from phasescope.apis import registry
+from phasescope.apis import Session, registry
 from phasescope.apis.base import GenRequest, Target
 from phasescope.errors import InputError
 from phasescope.load.workload import WorkItem, part_salt
@@ -205,7 +203,7 @@ async def build_sessions(spec: ConversationSpec, maker: Any, *, seed: int = 0,
     return out
 
 
-SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
+SendFn = Callable[[Session, Target, GenRequest], Awaitable[RequestRecord]]
 
 
 def chat_target(target: Target) -> Target:

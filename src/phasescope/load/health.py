@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from phasescope.load.loop import QuietGC
 from phasescope.measure.clock import now_ns
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, warn
 
 __all__ = ["HealthMonitor", "RunnerHealth", "health_warnings", "lag_cause", "LOOP_LAG_MEDIAN_MS",
            "LOOP_LAG_P99_MS", "SEND_LAG_MEDIAN_MS", "SEND_LAG_P99_MS"]
@@ -173,7 +173,7 @@ def lag_cause(h: RunnerHealth, host: Mapping[str, Any] | None) -> str:
     return "client"
 
 
-def _host_lag_warning(host: Mapping[str, Any], lag: str, h: RunnerHealth) -> MeasurementWarning:
+def _host_lag_warning(host: Mapping[str, Any], lags: str, h: RunnerHealth) -> MeasurementWarning:
     """host_busy (:func:`phasescope.measure.host.judge`) with the client lag it caused added."""
     from phasescope.measure.host import judge
 
@@ -182,9 +182,7 @@ def _host_lag_warning(host: Mapping[str, Any], lag: str, h: RunnerHealth) -> Mea
     ev.update({"lag_cause": "host", "client_cpu_percent": h.cpu_percent,
                "client_loop_lag_ms_p50": h.loop_lag_ms_p50, "client_loop_lag_ms_p99": h.loop_lag_ms_p99,
                "client_send_lag_ms_p50": h.send_lag_ms_p50, "client_send_lag_ms_p99": h.send_lag_ms_p99})
-    msg = (f"{w.message}. {lag} while the client used only {h.cpu_percent:.0f} % of a core: that delay is this "
-           "contention (the client waited for a CPU), not the client's own load, so more --workers would not help")
-    return MeasurementWarning("host_busy", msg, ev, w.fix)
+    return warn("host_busy", "client_lag", ev, contention=w.message, lags=lags, cpu_percent=h.cpu_percent)
 
 
 def missing_fast_parts() -> list[str]:
@@ -192,7 +190,7 @@ def missing_fast_parts() -> list[str]:
     (the raw receive path, :mod:`phasescope.apis._fast`) — core dependencies where they install, the
     ``[fast]`` extra's two — installed and not turned off by ``PHASESCOPE_UVLOOP=0`` /
     ``PHASESCOPE_HTTPTOOLS=0``, the same switches the run obeys."""
-    from phasescope.apis._session import raw_path_enabled
+    from phasescope.apis import raw_path_enabled
     from phasescope.load.loop import uvloop_enabled
 
     return [name for name, on in (("uvloop", uvloop_enabled()), ("httptools", raw_path_enabled())) if not on]
@@ -219,8 +217,7 @@ def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float |
                if isinstance(during.get("server_cpu_share"), (int, float)) else "")
             + ", so the client waited for a core"
             if cause == "cores_full" else "")
-    full_fix = ("pin the server and the client to separate cores (taskset), or give the server fewer threads; "
-                "more --workers would compete for the same cores")
+    cores_full = "_cores_full" if cause == "cores_full" else ""  # the sentence whose fix frees a core
     more = f"--workers {max(2, workers * 2)}"
     missing = missing_fast_parts()
     if missing:  # a saturated client without its leaner loop or receive path: say how to get them first
@@ -235,56 +232,35 @@ def health_warnings(h: RunnerHealth, *, workers: int = 1, achieved_rate: float |
         if cause == "host":
             host_lags.append(lag)
         else:
-            out.append(MeasurementWarning(
-                "client_saturated",
-                f"{lag}{full}: token timestamps include that much client delay, so TTFT/ITL can read high.",
+            out.append(warn(
+                "client_saturated", "loop_lag" + cores_full,
                 {"loop_lag_ms_p50": p50, "loop_lag_ms_p99": p99, "loop_lag_ms_max": h.loop_lag_ms_max,
                  "threshold_ms": LOOP_LAG_P99_MS, "threshold_median_ms": LOOP_LAG_MEDIAN_MS,
                  "cpu_percent": h.cpu_percent, "lag_cause": cause},
-                full_fix if cause == "cores_full" else f"spread the load with {more} or lower the concurrency"))
+                p50=p50 or 0.0, p99=p99 or 0.0, max=h.loop_lag_ms_max or 0.0, full=full, more=more))
     # A CPU share is evidence only over a window long enough to hold it (MIN_CPU_WINDOW_S) and only
     # when some request was answered: with none, there is no latency it could have skewed.
     cpu_measured = (h.wall_s is None or h.wall_s >= MIN_CPU_WINDOW_S) and completed != 0
     if cpu_measured and h.cpu_percent is not None and h.cpu_percent > CPU_PERCENT_MAX:
-        out.append(MeasurementWarning(
-            "client_saturated",
-            f"The client used {h.cpu_percent:.0f}% of a CPU core: it is near saturation and may be skewing latencies.",
-            {"cpu_percent": h.cpu_percent, "threshold_percent": CPU_PERCENT_MAX, "wall_s": h.wall_s},
-            f"use {more}"))
+        out.append(warn("client_saturated", "cpu",
+                        {"cpu_percent": h.cpu_percent, "threshold_percent": CPU_PERCENT_MAX, "wall_s": h.wall_s},
+                        cpu_percent=h.cpu_percent, more=more))
     sp50, sp99 = h.send_lag_ms_p50, h.send_lag_ms_p99
     if (sp50 is not None and sp50 > SEND_LAG_MEDIAN_MS) or (sp99 is not None and sp99 > SEND_LAG_P99_MS):
-        if burst:
-            what = (f"Requests sent all at once left {sp50 or 0.0:.1f} ms after t0 at the median and {sp99 or 0.0:.1f} ms "
-                    f"at p99 (max {h.send_lag_ms_max or 0.0:.1f} ms): putting the burst on the wire took that long, so the "
-                    "server saw it spread over that time (each TTFT still starts at its own request's send).")
-            fix = f"use {more} to send the burst faster, or pace it with --request-rate"
-        else:
-            what = (f"Requests left {sp50 or 0.0:.1f} ms late at the median and {sp99 or 0.0:.1f} ms at p99 (max "
-                    f"{h.send_lag_ms_max or 0.0:.1f} ms) versus their schedule: the client was busy, so the offered load "
-                    "was lower than requested and TTFTs started late.")
-            fix = f"use {more} or a lower --request-rate"
         if cause == "host":
             host_lags.append(f"requests left {sp50 or 0.0:.1f} ms late at the median and {sp99 or 0.0:.1f} ms at "
                              "p99" + (" (after t0, sent all at once)" if burst else " versus their schedule"))
         else:
-            if cause == "cores_full":
-                what = what.replace("the client was busy", "the client waited for a core").rstrip(".") + full + "."
-                fix = full_fix
-            out.append(MeasurementWarning(
-                "client_saturated",
-                what,
+            out.append(warn(
+                "client_saturated", ("send_burst" if burst else "send_late") + cores_full,
                 {"send_lag_ms_p50": sp50, "send_lag_ms_p99": sp99, "send_lag_ms_max": h.send_lag_ms_max,
                  "threshold_ms": SEND_LAG_P99_MS, "threshold_median_ms": SEND_LAG_MEDIAN_MS,
                  "cpu_percent": h.cpu_percent, "lag_cause": cause},
-                fix))
+                p50=sp50 or 0.0, p99=sp99 or 0.0, max=h.send_lag_ms_max or 0.0, full=full, more=more))
     if host_lags and host is not None:
         out.append(_host_lag_warning(host, "; ".join(host_lags), h))
     if (achieved_rate is not None and requested_rate is not None and math.isfinite(requested_rate)
             and requested_rate > 0 and achieved_rate < 0.9 * requested_rate):
-        out.append(MeasurementWarning(
-            "rate_not_reached",
-            f"Achieved send rate {achieved_rate:.2f} req/s is below the requested {requested_rate:.2f} req/s "
-            "(a --max-concurrency cap, a slow server or a busy client held requests back).",
-            {"achieved_rate": achieved_rate, "requested_rate": requested_rate},
-            "raise --max-concurrency, or use --workers when the client is busy"))
+        out.append(warn("rate_not_reached", "send_rate", {"achieved_rate": achieved_rate, "requested_rate": requested_rate},
+                        achieved=achieved_rate, requested=requested_rate))
     return out

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from phasescope.measure import derive
 from phasescope.measure.aggregate import cached_share, successful
 from phasescope.measure.records import RequestRecord
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, warn
 
 #: measured hit rate above expected + this → prefix_cache_hits
 HIT_MARGIN = 0.05
@@ -71,30 +71,21 @@ def bench_warnings(cfg: Any, summary: dict[str, Any], records: Sequence[RequestR
     pc = summary.get("prefix_cache") or {}
     rate, exp = pc.get("hit_rate"), pc.get("expected_hit_rate") or 0.0
     if rate is not None and rate > exp + HIT_MARGIN:
-        why = ("--reuse-prompts sent the same prompts as an earlier run: TTFT measures the cache, not prefill"
-               if cfg.reuse_prompts else
-               "the workload should have none: TTFT and prefill rates measure the cache, not prefill")
         src = ", ".join(f"{k.replace('hit_rate_', '').replace('_', ' ')} {pc[k]:.3f}"
                         for k in ("hit_rate_requests", "hit_rate_server_metrics") if pc.get(k) is not None)
-        out.append(MeasurementWarning(
-            "prefix_cache_hits",
-            f"The server answered {rate * 100:.1f} % of prompt tokens from its prefix cache ({src}; expected "
-            f"{exp * 100:.1f} %): {why}.",
+        out.append(warn(
+            "prefix_cache_hits", "reused" if cfg.reuse_prompts else "unexpected",
             {"hit_rate": rate, "expected_hit_rate": exp, "hit_rate_requests": pc.get("hit_rate_requests"),
              "hit_rate_server_metrics": pc.get("hit_rate_server_metrics"),
              "requests_with_hits": pc.get("requests_with_hits")},
-            "drop --reuse-prompts (every run salts its prompts)" if cfg.reuse_prompts else
-            "check that nothing else sends these prompts; use a new --seed, or disable the server's prefix cache"))
+            rate_pct=rate * 100, sources=src, expected_pct=exp * 100))
     done = int(summary.get("completed") or 0)
     pcts = [float(p) for p in summary.get("percentiles") or []]
     high = [p for p in pcts if p >= 99]
     if 0 < done < MIN_FOR_P99 and high:
-        out.append(MeasurementWarning(
-            "too_few_samples",
-            f"Only {done} requests completed: a p{high[-1]:g} of {done} values is close to the maximum of a few "
-            "requests, not a tail estimate.",
-            {"completed": done, "percentiles": high, "min_for_p99": MIN_FOR_P99},
-            _workload(cfg, workload).more_requests(MIN_FOR_P99)))
+        out.append(warn(
+            "too_few_samples", "p99", {"completed": done, "percentiles": high, "min_for_p99": MIN_FOR_P99},
+            completed=done, percentile=high[-1], more=_workload(cfg, workload).more_requests(MIN_FOR_P99)))
     ok = sorted((r for r in records if r.ok), key=lambda r: r.t_start_ns)
     if not warmups and len(ok) >= 4:
         t = [derive.ttft_s(r) for r in ok]
@@ -102,12 +93,8 @@ def bench_warnings(cfg: Any, summary: dict[str, Any], records: Sequence[RequestR
         if first is not None and rest:
             med = rest[len(rest) // 2]
             if med > 0 and first > COLD_FACTOR * med and first - med > 0.05:
-                out.append(MeasurementWarning(
-                    "cold_start",
-                    f"The first request's TTFT was {first * 1000:.0f} ms, {first / med:.1f}× the median of the others "
-                    f"({med * 1000:.0f} ms), and no warm-up was sent: it paid a one-off cost inside the measurement.",
-                    {"first_ttft_ms": first * 1000, "median_ttft_ms": med * 1000},
-                    "keep --warmup 1 (the default) or more"))
+                out.append(warn("cold_start", "no_warmup", {"first_ttft_ms": first * 1000, "median_ttft_ms": med * 1000},
+                                first_ms=first * 1000, times=first / med, median_ms=med * 1000))
     return out
 
 

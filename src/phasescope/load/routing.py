@@ -30,8 +30,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-import aiohttp
-
+from phasescope.apis import Session
 from phasescope.apis.base import GenRequest, Target
 from phasescope.errors import InputError
 from phasescope.measure.aggregate import measured
@@ -82,7 +81,7 @@ def open_targets(cfg: Any, status: Callable[[str], None] | None = None) -> Itera
     """Resolve every endpoint of ``cfg`` (``url`` + ``targets``; same ``--api``/``--model``/key for
     all) and yield one routed target. Several endpoints are assumed to serve the same model: the
     workload is built once, through the first endpoint's tokenizer."""
-    from phasescope.apis.resolve import open_target
+    from phasescope.target import open_target
 
     urls = target_urls(cfg.url, cfg.targets)
     if not urls:
@@ -142,7 +141,7 @@ def router_for(target: MultiTarget) -> Router:
     return hit[1]
 
 
-async def send(session: aiohttp.ClientSession, target: Target, req: GenRequest) -> RequestRecord:
+async def send(session: Session, target: Target, req: GenRequest) -> RequestRecord:
     """A ``SendFn``: route ``req`` to one endpoint of ``target`` and tag the record with it.
     A plain :class:`Target` passes straight to its API client."""
     from phasescope.apis import get_client

@@ -35,8 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
-import aiohttp
-
+from phasescope.apis import Session
 from phasescope.apis.base import GenRequest, Target
 from phasescope.errors import error_kind
 from phasescope.load.health import HealthMonitor, RunnerHealth
@@ -47,7 +46,7 @@ from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RecordSink, RequestRecord, ThreadedSink
 from phasescope.redact import from_server
 
-SendFn = Callable[[aiohttp.ClientSession, Target, GenRequest], Awaitable[RequestRecord]]
+SendFn = Callable[[Session, Target, GenRequest], Awaitable[RequestRecord]]
 OnRecord = Callable[[RequestRecord], None]
 
 #: error kinds that mean "the server is not there any more" (used for the dead-server stop)
@@ -106,7 +105,7 @@ def new_session(limit: int = 0) -> Any:
     timeouts). ``limit=0``: no connection-pool cap — aiohttp's default of 100 silently queues
     streams above 100 and inflates TTFT (gpustack PR #2324)."""
     from phasescope.apis import new_session as api_session
-    from phasescope.apis._session import raw_path_enabled
+    from phasescope.apis import raw_path_enabled
 
     # the raw receive path when httptools is installed (issue 22: aiohttp's per-event wake-up is
     # most of one core's CPU at 1,000+ streams); PHASESCOPE_HTTPTOOLS=0 keeps aiohttp's
@@ -125,7 +124,7 @@ async def run_load(
     stop: asyncio.Event | None = None,
     worker: str | None = None,
     run_id: str = "run",
-    session: aiohttp.ClientSession | None = None,
+    session: Session | None = None,
     start_gate: Callable[[], Awaitable[int]] | None = None,
     abort_after_errors: int = 8,
     drain_timeout_s: float | None = None,
@@ -275,7 +274,7 @@ async def run_load(
     return res
 
 
-async def send_recorded(send: Any, session: aiohttp.ClientSession, target: Target, req: GenRequest,
+async def send_recorded(send: Any, session: Session, target: Target, req: GenRequest,
                         t_slot: int) -> RequestRecord:
     """``send(session, target, req)``; a client-side exception becomes a failed record started at
     ``t_slot`` (a client bug must still leave a record). Cancellation passes through."""
@@ -367,7 +366,7 @@ def _fd_room(keep: int = 64) -> int:
     return PREWARM_CAP if soft == resource.RLIM_INFINITY or soft < 0 else max(1, int(soft) - keep)
 
 
-async def prewarm(session: aiohttp.ClientSession, target: Target, n: int, timeout_s: float = 10.0) -> int:
+async def prewarm(session: Session, target: Target, n: int, timeout_s: float = 10.0) -> int:
     """Open ``n`` keep-alive connections before t0 (:func:`phasescope.apis.warm_up`), so TCP connects
     of a burst's first wave are not inside its TTFTs (the client's cost, not the server's; AIPerf's
     first-request TTFT includes ~15 ms of connect, peers.md §2). Failures are ignored."""

@@ -15,6 +15,13 @@ Definitions (vLLM: ``vllm/benchmarks/serve.py:calculate_metrics``; per-record ma
 * ``request_throughput`` = completed / duration; ``output_throughput`` = Σ output tokens / duration;
   ``total_token_throughput`` = (Σ input + Σ output tokens) / duration (successful requests only).
 * ``ttft`` — request start → first token-carrying event (role-only deltas are not tokens).
+* ``ttfo`` — request start → first *answer* token (time to first output token: reasoning events
+  are not answer); equal to ``ttft`` for a request without reasoning, so every run has the keys
+  ``{stat}_ttfo_ms``; a request that never left its reasoning has no TTFO sample.
+* ``reasoning_tokens`` / ``answer_tokens`` — Σ over successful requests of the output split
+  (:func:`phasescope.measure.derive.reasoning_tokens`; 0 reasoning tokens without reasoning);
+  ``median_reasoning_tok_s`` / ``median_answer_tok_s`` — median per-request decode rate inside
+  each phase (None when no request had two tokens of that kind).
 * ``tpot`` — (E2EL − TTFT) / (output tokens − 1), only for requests with > 1 token ("excl. 1st token").
 * ``itl`` — **per token**: an event carrying k tokens after a gap g contributes k samples of g/k.
   vLLM's ``itl`` is per SSE event; with one token per event the two are identical. The per-event
@@ -27,7 +34,7 @@ Definitions (vLLM: ``vllm/benchmarks/serve.py:calculate_metrics``; per-record ma
   all in ms, as vLLM (``np.percentile``), computed by :mod:`phasescope.measure.aggregate` — the
   median is ``percentile(·, 50)`` there, so ``median_ttft_ms`` is 1000 × the TTFT ``show`` prints
   for the same records. Key pattern ``{stat}_{metric}_ms``.
-* ``request_goodput`` — requests meeting **every** given SLO (``ttft``, ``tpot``, ``e2el`` in ms;
+* ``request_goodput`` — requests meeting **every** given SLO (``ttft``, ``ttfo``, ``tpot``, ``e2el`` in ms;
   a 1-token request's TPOT counts as 0, as in vLLM) ÷ duration.
 * ``max_concurrent_requests`` — exact sweep-line maximum of in-flight requests;
   ``max_output_tokens_per_s`` — most output **tokens** (not events) in any 1-s bucket after t0.
@@ -46,11 +53,11 @@ from phasescope.errors import InputError
 from phasescope.measure import aggregate, derive
 from phasescope.measure.derive import client_output_count, end_ns, input_tokens_sourced, output_tokens_sourced
 from phasescope.measure.records import RequestRecord
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, warn
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
-GOODPUT_METRICS = ("ttft", "tpot", "e2el")
-METRICS = ("ttft", "tpot", "itl", "event_gap", "e2el", "client_queue_time", "e2el_including_client_queue")
+GOODPUT_METRICS = ("ttft", "ttfo", "tpot", "e2el")
+METRICS = ("ttft", "ttfo", "tpot", "itl", "event_gap", "e2el", "client_queue_time", "e2el_including_client_queue")
 
 
 def parse_percentiles(text: str | Sequence[float] | None) -> tuple[float, ...]:
@@ -100,8 +107,8 @@ def parse_ms_pairs(
 
 def parse_goodput(specs: Iterable[str] | str | None) -> dict[str, float]:
     """``["ttft:500", "tpot:50"]`` (or one space-separated string) → {"ttft": 500.0, ...} in ms.
-    Same syntax as ``vllm bench serve --goodput``."""
-    return parse_ms_pairs(specs, allowed=GOODPUT_METRICS, usage="--goodput takes ttft:MS tpot:MS e2el:MS")
+    Same syntax as ``vllm bench serve --goodput``, plus ``ttfo`` (time to the first answer token)."""
+    return parse_ms_pairs(specs, allowed=GOODPUT_METRICS, usage="--goodput takes ttft:MS ttfo:MS tpot:MS e2el:MS")
 
 
 def _pword(p: float) -> str:
@@ -176,6 +183,11 @@ def summarize(
 
     # --- per-request metrics ---------------------------------------------------------------
     ttfts: list[float] = []
+    ttfos: list[float] = []
+    reasoning_total = 0
+    answer_total = 0
+    reasoning_rates: list[float] = []
+    answer_rates: list[float] = []
     tpots: list[float] = []
     all_tpots: list[float] = []
     itls: list[float] = []
@@ -219,6 +231,15 @@ def summarize(
         e = derive.e2e_s(r)
         if t is not None:
             ttfts.append(t)
+        to = derive.ttfo_s(r)
+        if to is not None:
+            ttfos.append(to)
+        n_r = derive.reasoning_tokens(r)
+        reasoning_total += n_r
+        answer_total += max(0, n_out - n_r)
+        for rates, v in ((reasoning_rates, derive.reasoning_tok_s(r)), (answer_rates, derive.answer_tok_s(r))):
+            if v is not None:
+                rates.append(v)
         if e is not None:
             e2els.append(e)
             q = derive.client_queue_s(r)
@@ -240,6 +261,10 @@ def summarize(
         "errors_by_kind": dict(Counter(r.error_kind or "unknown" for r in bad)),
         "total_input_tokens": in_tok_total,
         "total_output_tokens": out_tok_total,
+        "reasoning_tokens": reasoning_total,
+        "answer_tokens": answer_total,
+        "median_reasoning_tok_s": aggregate.median(reasoning_rates),
+        "median_answer_tok_s": aggregate.median(answer_rates),
         "request_throughput": len(ok) / dur if dur > 0 else None,
         "output_throughput": out_tok_total / dur if dur > 0 else None,
         "total_token_throughput": (in_tok_total + out_tok_total) / dur if dur > 0 else None,
@@ -247,8 +272,8 @@ def summarize(
     # goodput (vLLM: SLO in ms, request good when every metric ≤ its SLO)
     if goodput:
         good = 0
-        for _r, t, tp, e in _goodput_rows(ok, all_tpots):
-            vals = {"ttft": t, "tpot": tp, "e2el": e}
+        for r, t, tp, e in _goodput_rows(ok, all_tpots):
+            vals = {"ttft": t, "ttfo": derive.ttfo_s(r), "tpot": tp, "e2el": e}
             if all(vals[k] is not None and vals[k] * 1000.0 <= slo for k, slo in goodput.items()):
                 good += 1
         out["request_goodput"] = good / dur if dur > 0 else None
@@ -257,7 +282,7 @@ def summarize(
     else:
         out["request_goodput"] = None
 
-    for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("event_gap", gaps), ("e2el", e2els),
+    for name, vals in (("ttft", ttfts), ("ttfo", ttfos), ("tpot", tpots), ("itl", itls), ("event_gap", gaps), ("e2el", e2els),
                        ("client_queue_time", queues), ("e2el_including_client_queue", e2el_q)):
         out.update(stat_block(name, vals, pct))
 
@@ -286,37 +311,24 @@ def summarize(
     out["token_count_source"] = {"output": dict(out_sources), "input": dict(in_sources)}
     warnings: list[MeasurementWarning] = []
     if out_compared and out_mismatch:
-        warnings.append(MeasurementWarning(
-            "token_count_mismatch",
-            f"Output token counts disagree for {out_mismatch} of {out_compared} requests: the server's usage "
-            "count differs from the tokens the client saw streamed. Throughput and TPOT use the server's count.",
-            {"which": "output", "mismatched": out_mismatch, "compared": out_compared},
-            "check the server's usage counting (speculative decoding, stream interval) before trusting per-token rates"))
+        warnings.append(warn("token_count_mismatch", "output_counts",
+                             {"which": "output", "mismatched": out_mismatch, "compared": out_compared},
+                             mismatched=out_mismatch, compared=out_compared))
     if in_compared and in_mismatch:
         diffs = sorted(set(in_diffs))
         shown = ", ".join(f"{d:+d}" for d in diffs[:5]) + (" …" if len(diffs) > 5 else "")
-        warnings.append(MeasurementWarning(
-            "token_count_mismatch",
-            f"Prompt token counts disagree for {in_mismatch} of {in_compared} requests: usage.prompt_tokens differs "
-            f"from the length that was asked for (server − asked: {shown} tokens). Input throughput uses the "
-            "server's count.",
-            {"which": "prompt", "mismatched": in_mismatch, "compared": in_compared, "differences": diffs[:20]},
-            "use an API that takes token ids (--api openai on vLLM, SGLang, llama.cpp) for exact prompt lengths"))
+        warnings.append(warn("token_count_mismatch", "prompt_counts",
+                             {"which": "prompt", "mismatched": in_mismatch, "compared": in_compared,
+                              "differences": diffs[:20]},
+                             mismatched=in_mismatch, compared=in_compared, differences=shown))
     if "events" in out_sources and len(out_sources) == 1 and ok:
-        warnings.append(MeasurementWarning(
-            "no_server_counts",
-            "The server sent no usage counts: output tokens were counted from streamed events "
-            "(one event = one token unless the event said otherwise).",
-            {"requests": len(ok)}, None))
+        warnings.append(warn("no_server_counts", "events", {"requests": len(ok)}))
     untrusted = [r for r in recs if isinstance(r.tags, dict) and r.tags.get("untrusted_counts")]
     if untrusted:  # issue 31: a negative usage count is dropped where it is read (measure.derive)
-        warnings.append(MeasurementWarning(
-            "token_count_mismatch",
-            f"The server reported negative token counts for {len(untrusted)} of {len(recs)} requests "
-            f"(e.g. {untrusted[0].tags['untrusted_counts']}): not trusted; those requests are counted from the "
-            "streamed events and the prompt that was sent.",
-            {"which": "negative", "requests": len(untrusted), "example": untrusted[0].tags["untrusted_counts"]},
-            "check the server's usage reporting"))
+        example = untrusted[0].tags["untrusted_counts"]
+        warnings.append(warn("token_count_mismatch", "negative",
+                             {"which": "negative", "requests": len(untrusted), "example": example},
+                             n=len(untrusted), total=len(recs), example=example))
     out["count_warnings"] = [w.to_dict() for w in warnings]
     out["percentiles"] = list(pct)
     return out

@@ -27,7 +27,7 @@ from phasescope.jsonutil import dumps
 from phasescope.load.bench import BenchConfig, BenchResult, run_bench
 from phasescope.load.summary import parse_ms_pairs
 
-SLO_KEYS = ("ttft", "itl", "tpot", "e2el")
+SLO_KEYS = ("ttft", "ttfo", "itl", "tpot", "e2el")
 TABLE_COLUMNS = ("profile", "requested_rate", "achieved_rate", "request_throughput", "output_throughput",
                  "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "mean_tpot_ms", "completed",
                  "failed", "within_slo")
@@ -35,7 +35,7 @@ TABLE_COLUMNS = ("profile", "requested_rate", "achieved_rate", "request_throughp
 
 def parse_slo(specs: Any) -> dict[str, float]:
     """``"ttft:500 itl:50"`` (or a list of such) → {"ttft": 500.0, "itl": 50.0} (ms, compared with p99)."""
-    return parse_ms_pairs(specs, allowed=SLO_KEYS, usage="--slo takes ttft:MS itl:MS tpot:MS e2el:MS")
+    return parse_ms_pairs(specs, allowed=SLO_KEYS, usage="--slo takes ttft:MS ttfo:MS itl:MS tpot:MS e2el:MS")
 
 
 def within_slo(summary: dict[str, Any], slo: dict[str, float]) -> bool | None:
@@ -75,13 +75,12 @@ class SweepResult:
     partial: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        from phasescope.measure.warnings import MeasurementWarning, coerce, to_json
+        from phasescope.measure.warnings import coerce, to_json
 
         ws = []  # every step's warnings, each saying which step it is from
         for r in self.rows:
             for w in r.get("warnings") or []:
-                cw = coerce(w)
-                ws.append(MeasurementWarning(cw.kind, f"{r['profile']} step: {cw.message}", cw.evidence, cw.fix))
+                ws.append(coerce(w).prefixed(f"{r['profile']} step: "))
         return {"schema": "phasescope.bench.sweep/1", "slo_ms": self.slo, "knee": self.knee,
                 "saturation_rate": self.saturation_rate, "rows": self.rows, "runs": self.runs,
                 "partial": self.partial, "warnings": to_json(ws)}
@@ -116,7 +115,7 @@ def run_sweep(cfg: BenchConfig, *, slo: dict[str, float], steps: int = 4,
               on_record: Any = None, stop: threading.Event | None = None,
               target: Target | None = None) -> SweepResult:
     """Run the sweep (see module docstring) on one resolved target."""
-    from phasescope.apis.resolve import open_target
+    from phasescope.target import open_target
 
     if steps < 0:
         raise InputError("--sweep-steps must be ≥ 0")

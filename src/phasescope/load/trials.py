@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from phasescope.load.summary import METRICS
 from phasescope.measure.interval import Interval, mean_interval
 from phasescope.measure.warnings import MeasurementWarning, to_json
+from phasescope.measure.warnings import warn as make_warning
 
 #: a headline figure whose 95 % interval across trials is wider than ±this of its mean: its trials
 #: disagree (an ``unstable`` warning; ``compare`` will not let a gate pass on it)
@@ -30,7 +31,7 @@ TRIAL_RATES = ("request_throughput", "request_goodput", "output_throughput", "to
                "max_output_tokens_per_s")
 #: counts that add up over trials
 TRIAL_SUMS = ("completed", "failed", "num_requests", "total_input_tokens", "total_output_tokens", "duration",
-              "warmup_requests", "sent", "cancelled", "goodput_completed")
+              "warmup_requests", "sent", "cancelled", "goodput_completed", "reasoning_tokens", "answer_tokens")
 
 
 _STAT_KEY = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(" + "|".join(METRICS) + r")_ms$")
@@ -113,23 +114,23 @@ def combine_trials(n_trials: int, trials: list[dict[str, Any]]) -> dict[str, Any
         ts = w["evidence"]["trials"]
         w["message"] = f"trial{'s' if len(ts) > 1 else ''} {', '.join(str(x) for x in ts)}: {w['message']}"
     extra: list[MeasurementWarning] = []
+    reasoned = any(t.get("reasoning_tokens") for t in done)  # without reasoning TTFO is TTFT: named once
     wide = {k: iv for k, iv in ivs.items()
-            if not k.startswith("std_") and iv.n >= 2 and iv.rel_halfwidth > TRIAL_UNSTABLE_REL}
+            if not k.startswith("std_") and iv.n >= 2 and iv.rel_halfwidth > TRIAL_UNSTABLE_REL
+            and (reasoned or "_ttfo_" not in k)}
     if wide:  # one warning naming every figure whose trials disagree
         named = ", ".join(f"{k} {iv.min:.4g}–{iv.max:.4g} (±{iv.rel_halfwidth * 100:.0f} %)"
                           for k, iv in list(wide.items())[:6]) + (f" and {len(wide) - 6} more" if len(wide) > 6 else "")
-        extra.append(MeasurementWarning(
-            "unstable",
-            f"{len(wide)} figure{'s' if len(wide) > 1 else ''} disagree across the {len(done)} trials (95 % interval "
-            f"wider than ±{TRIAL_UNSTABLE_REL * 100:.0f} % of the mean): {named}",
+        extra.append(make_warning(
+            "unstable", "trials",
             {"figure": next(iter(wide)), "figures": list(wide),
              "values": {k: [t.get(k) for t in done] for k in wide},
              "rel_halfwidth": {k: iv.rel_halfwidth for k, iv in wide.items()}, "threshold": TRIAL_UNSTABLE_REL},
-            "run more trials (--trials), longer trials (--num-prompts), or on a quieter machine"))
+            n=len(wide), plural="s" if len(wide) > 1 else "", trials=len(done),
+            threshold_pct=TRIAL_UNSTABLE_REL * 100, named=named))
     if len(done) < 2:
-        extra.append(MeasurementWarning(
-            "too_few_samples", f"only {len(done)} of {n_trials} trials completed: no run-level interval",
-            {"trials_complete": len(done), "trials": n_trials}, "run again with --trials 3 or more"))
+        extra.append(make_warning("too_few_samples", "trials_complete", {"trials_complete": len(done), "trials": n_trials},
+                                  done=len(done), trials=n_trials))
     out["warnings"] = warn + to_json(extra)
     return out
 

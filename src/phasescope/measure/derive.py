@@ -18,6 +18,15 @@ Definitions (compare ``vllm bench serve``, ``vllm/benchmarks/serve.py:calculate_
   k samples of g/k, so coalesced or speculative multi-token events do not inflate it. When
   per-event counts are unknown but the total is known, tokens are spread evenly over events.
 * ``prefill_tok_s`` (client) — prompt_tokens / ttft_s (includes queueing and network).
+* ``ttfo_s`` — request start → first *answer* event (kind ``content``: not reasoning), the "time to
+  first output token" reasoning models are judged by. Equal to ``ttft_s`` when the stream had no
+  reasoning; None when no answer token came (the stream ended inside its reasoning).
+* ``reasoning_tokens`` / ``answer_tokens`` — the output split: the server's reasoning count when it
+  sent one (``usage.completion_tokens_details.reasoning_tokens``, SGLang's ``usage.reasoning_tokens``),
+  else the tokens of the ``reasoning`` events (:func:`token_event_counts`); answer = output − reasoning.
+  0 reasoning tokens when the stream had none.
+* ``reasoning_tok_s`` / ``answer_tok_s`` — the decode rate inside each phase, as ``decode_tok_s``:
+  (tokens − 1) / (last event − first event) of that kind; None with fewer than 2 tokens or one event.
 * ``server_prefill_tok_s`` / ``server_decode_tok_s`` — from server timings (llama.cpp
   ``timings``, Ollama ``prompt_eval_*``/``eval_*``), evaluated tokens only: llama.cpp's
   ``prompt_n`` and Ollama's duration both exclude cached prompt tokens. Decode is
@@ -47,6 +56,22 @@ def last_token_ns(r: RequestRecord) -> int | None:
 
 def ttft_s(r: RequestRecord) -> float | None:
     t = first_token_ns(r)
+    if t is None:
+        return None
+    return (t - r.t_start_ns) / NS
+
+
+def first_answer_ns(r: RequestRecord) -> int | None:
+    """The first answer (non-reasoning) token event's time; None when the stream had none."""
+    for e in r.events:
+        if e.kind == "content":
+            return e.t_ns
+    return None
+
+
+def ttfo_s(r: RequestRecord) -> float | None:
+    """Time to first output token: request start → first answer event (module docstring)."""
+    t = first_answer_ns(r)
     if t is None:
         return None
     return (t - r.t_start_ns) / NS
@@ -195,6 +220,49 @@ def itl_s(r: RequestRecord) -> list[float]:
         else:  # fractional spread: one weighted sample
             out.append(gap / k)
     return out
+
+
+def _kind_counts(r: RequestRecord, kind: str) -> list[tuple[int, float]]:
+    """(time, tokens) of the token events of one kind (:func:`token_event_counts`)."""
+    tok = r.token_events()
+    return [tc for e, tc in zip(tok, token_event_counts(r)) if e.kind == kind]
+
+
+def reasoning_tokens(r: RequestRecord) -> int:
+    """Reasoning tokens of a request (module docstring): the server's count when it sent one and it
+    does not deny reasoning the stream showed (a 0 beside reasoning events is a server that did not
+    count), else the reasoning events' tokens; 0 when there was no reasoning."""
+    ev = _kind_counts(r, "reasoning")
+    if r.reasoning_tokens is not None and (r.reasoning_tokens > 0 or not ev):
+        n = int(r.reasoning_tokens)
+    else:
+        n = int(round(sum(c for _, c in ev)))
+    out = output_tokens(r)
+    return min(n, out) if out is not None else n
+
+
+def answer_tokens(r: RequestRecord) -> int | None:
+    """Output tokens that are not reasoning: :func:`output_tokens` − :func:`reasoning_tokens`."""
+    n = output_tokens(r)
+    if n is None:
+        return None
+    return max(0, n - reasoning_tokens(r))
+
+
+def _phase_rate(ev: list[tuple[int, float]], n: float) -> float | None:
+    if n < 2 or len(ev) < 2 or ev[-1][0] <= ev[0][0]:
+        return None
+    return (n - 1) / ((ev[-1][0] - ev[0][0]) / NS)
+
+
+def reasoning_tok_s(r: RequestRecord) -> float | None:
+    """Decode rate inside the reasoning: (reasoning tokens − 1) / (last − first reasoning event)."""
+    return _phase_rate(_kind_counts(r, "reasoning"), reasoning_tokens(r))
+
+
+def answer_tok_s(r: RequestRecord) -> float | None:
+    """Decode rate inside the answer: (answer tokens − 1) / (last − first answer event)."""
+    return _phase_rate(_kind_counts(r, "content"), answer_tokens(r) or 0)
 
 
 def prefill_tok_s(r: RequestRecord) -> float | None:

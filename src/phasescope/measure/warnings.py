@@ -40,15 +40,41 @@ class Kind:
 
 _T = Template
 _BUDGET_FIX = "give explain a longer --budget"
+_QUIET_FIX = ("rerun on a quiet machine (stop the other jobs, or pin the server and client to cores nothing else uses "
+              "with taskset); compare only runs with similar host load")
+#: the client lagged because the machine's cores were full (``full``: the phrase saying how full)
+_CORES_FULL_FIX = ("pin the server and the client to separate cores (taskset), or give the server fewer threads; more "
+                   "--workers would compete for the same cores")
+_LOOP_LAG = ("The client's event loop lagged {p50:.1f} ms at the median and {p99:.1f} ms at p99 (max {max:.1f} ms){full}: "
+             "token timestamps include that much client delay, so TTFT/ITL can read high.")
+_SEND_BURST = ("Requests sent all at once left {p50:.1f} ms after t0 at the median and {p99:.1f} ms at p99 (max "
+               "{max:.1f} ms): putting the burst on the wire took that long, so the server saw it spread over that "
+               "time (each TTFT still starts at its own request's send){full}.")
+_SEND_LATE = ("Requests left {p50:.1f} ms late at the median and {p99:.1f} ms at p99 (max {max:.1f} ms) versus their "
+              "schedule: the client {busy}, so the offered load was lower than requested and TTFTs started late{full}.")
+
+
+def _busy(sentence: str, busy: str | None) -> str:
+    """``sentence`` for a client that was busy itself (``busy`` None: no ``{full}`` phrase) or
+    waited for a core of a full machine (``busy``: how it is said; ``{full}`` says how full)."""
+    if busy is None:
+        return sentence.replace("{full}", "").replace("{busy}", "was busy")
+    return sentence.replace("{busy}", busy)
+
+
+_PREFIX_HITS = ("The server answered {rate_pct:.1f} % of prompt tokens from its prefix cache ({sources}; expected "
+                "{expected_pct:.1f} %): ")
 
 #: every kind a warning can have, with what it means and the sentences that say it. New kinds and new
 #: sentences are added here, never composed inline: a call site passes values to :func:`warn`.
 WARNINGS: dict[str, Kind] = {
     "host_busy": Kind("other work on this machine took CPU time while the run measured", {
         "contention": _T("{took} while the run measured ({limits}{where}{named}): the client and the server waited "
-                         "for CPU, so latencies read high and rates low{bursty}",
-                         "rerun on a quiet machine (stop the other jobs, or pin the server and client to cores nothing "
-                         "else uses with taskset); compare only runs with similar host load"),
+                         "for CPU, so latencies read high and rates low{bursty}", _QUIET_FIX),
+        # the host's contention (``contention``: that sentence) with the client lag it caused (``lags``)
+        "client_lag": _T("{contention}. {lags} while the client used only {cpu_percent:.0f} % of a core: that delay is "
+                         "this contention (the client waited for a CPU), not the client's own load, so more --workers "
+                         "would not help", _QUIET_FIX),
     }),
     "high_variance": Kind("repeated measurements of one point spread more than the effect being measured"),
     "unstable": Kind("a figure's repeats still disagree after the most repeats allowed: its interval is wider than ±10 %", {
@@ -58,18 +84,53 @@ WARNINGS: dict[str, Kind] = {
         "fixed": _T("{prompt_tokens}-token {figure}: the repeats still disagree over --repeat {n}: {spread}, a 95 % "
                     "interval of {low}–{high} (±{pct:.0f}%); no sentence rests on it.",
                     "use --repeat auto (repeats until stable), or run on a quiet machine"),
+        "trials": _T("{n} figure{plural} disagree across the {trials} trials (95 % interval wider than ±{threshold_pct:.0f} "
+                     "% of the mean): {named}",
+                     "run more trials (--trials), longer trials (--num-prompts), or on a quieter machine"),
     }),
-    "prefix_cache_hits": Kind("the server answered from its prefix cache on a workload that should have none"),
-    "client_saturated": Kind("the client itself added latency (event-loop lag, send lag)"),
+    "prefix_cache_hits": Kind("the server answered from its prefix cache on a workload that should have none", {
+        "reused": _T(_PREFIX_HITS + "--reuse-prompts sent the same prompts as an earlier run: TTFT measures the cache, "
+                     "not prefill.", "drop --reuse-prompts (every run salts its prompts)"),
+        "unexpected": _T(_PREFIX_HITS + "the workload should have none: TTFT and prefill rates measure the cache, not "
+                         "prefill.", "check that nothing else sends these prompts; use a new --seed, or disable the "
+                         "server's prefix cache"),
+    }),
+    "client_saturated": Kind("the client itself added latency (event-loop lag, send lag)", {
+        # ``more``: the --workers to use (and the fast parts missing); ``full`` (the ``*_cores_full``
+        # sentences): the phrase saying how full the machine's cores were
+        "loop_lag": _T(_busy(_LOOP_LAG, None), "spread the load with {more} or lower the concurrency"),
+        "loop_lag_cores_full": _T(_LOOP_LAG, _CORES_FULL_FIX),
+        "cpu": _T("The client used {cpu_percent:.0f}% of a CPU core: it is near saturation and may be skewing latencies.",
+                  "use {more}"),
+        "send_burst": _T(_busy(_SEND_BURST, None), "use {more} to send the burst faster, or pace it with --request-rate"),
+        "send_burst_cores_full": _T(_SEND_BURST, _CORES_FULL_FIX),
+        "send_late": _T(_busy(_SEND_LATE, None), "use {more} or a lower --request-rate"),
+        "send_late_cores_full": _T(_busy(_SEND_LATE, "waited for a core"), _CORES_FULL_FIX),
+    }),
     "token_count_mismatch": Kind("the server counted a different number of tokens than was asked for", {
         "prompt_lengths": _T("The server counted other prompt lengths than were asked for ({by_size}): prefill rates "
                              "use the server's count.",
                              "use an API with a tokenizer endpoint and token-id prompts (--api openai on vLLM, SGLang, "
                              "llama.cpp)"),
+        "output_counts": _T("Output token counts disagree for {mismatched} of {compared} requests: the server's usage "
+                            "count differs from the tokens the client saw streamed. Throughput and TPOT use the server's "
+                            "count.", "check the server's usage counting (speculative decoding, stream interval) before "
+                            "trusting per-token rates"),
+        "prompt_counts": _T("Prompt token counts disagree for {mismatched} of {compared} requests: usage.prompt_tokens "
+                            "differs from the length that was asked for (server − asked: {differences} tokens). Input "
+                            "throughput uses the server's count.",
+                            "use an API that takes token ids (--api openai on vLLM, SGLang, llama.cpp) for exact prompt "
+                            "lengths"),
+        "negative": _T("The server reported negative token counts for {n} of {total} requests (e.g. {example}): not "
+                       "trusted; those requests are counted from the streamed events and the prompt that was sent.",
+                       "check the server's usage reporting"),
     }),
     "cold_start": Kind("the first request paid a one-off cost (model load, graph capture)", {
         "first_request": _T("The first request's TTFT ({first_ms:.0f} ms) was {times:.1f}× the later ones of its size, "
                             "with no warm-up: the median still holds, but the spread does not.", "drop --no-warmup"),
+        "no_warmup": _T("The first request's TTFT was {first_ms:.0f} ms, {times:.1f}× the median of the others "
+                        "({median_ms:.0f} ms), and no warm-up was sent: it paid a one-off cost inside the measurement.",
+                        "keep --warmup 1 (the default) or more"),
     }),
     "too_few_samples": Kind("too few measurements for the statistic to mean much", {
         "repeat": _T("--repeat {repeat}: a median of fewer than 3 requests per size has no spread to judge noise by.",
@@ -77,6 +138,13 @@ WARNINGS: dict[str, Kind] = {
         "scrapes": _T("{scrapes} scrape(s) so far: rates and percentiles need two scrapes of the counters.",
                       "watch for longer than one --interval"),
         "trials": _T("compare: {why}", "run both with bench --trials 3 or more"),
+        # ``more``: the workload's way to send more requests (Workload.more_requests)
+        "p99": _T("Only {completed} requests completed: a p{percentile:g} of {completed} values is close to the maximum "
+                  "of a few requests, not a tail estimate.", "{more}"),
+        "steady_state": _T("--steady-state: {reason}; the figures cover the whole run",
+                           "send more requests (--num-prompts or --duration) than the concurrency several times over"),
+        "trials_complete": _T("only {done} of {trials} trials completed: no run-level interval",
+                              "run again with --trials 3 or more"),
     }),
     "above_ceiling": Kind("a measured rate is above its physical ceiling: an input (device, model bytes, quant) is wrong", {
         "device_bandwidth": _T("{where}: measured {measured:,.1f} tok/s is {ratio:.1f}× the bandwidth ceiling "
@@ -128,9 +196,19 @@ WARNINGS: dict[str, Kind] = {
         "unknown_gpu": _T("GPU model {model_name!r} is not in the device catalog: no peak bandwidth",
                           "pass --device ID (see `phasescope devices`)"),
     }),
-    "rate_not_reached": Kind("the load generator sent requests slower than the requested rate"),
-    "no_server_counts": Kind("the server reported no token counts; the client counted or estimated them"),
-    "version_mismatch": Kind("the machines of one run ran different phasescope versions"),
+    "rate_not_reached": Kind("the load generator sent requests slower than the requested rate", {
+        "send_rate": _T("Achieved send rate {achieved:.2f} req/s is below the requested {requested:.2f} req/s (a "
+                        "--max-concurrency cap, a slow server or a busy client held requests back).",
+                        "raise --max-concurrency, or use --workers when the client is busy"),
+    }),
+    "no_server_counts": Kind("the server reported no token counts; the client counted or estimated them", {
+        "events": _T("The server sent no usage counts: output tokens were counted from streamed events (one event = one "
+                     "token unless the event said otherwise)."),
+    }),
+    "version_mismatch": Kind("the machines of one run ran different phasescope versions", {
+        "ray_actor": _T("actor {actor} on {node_ip} runs phasescope {actor_version} but the driver runs {driver_version}",
+                        "install the same phasescope version on every node"),
+    }),
     "note": Kind("an observation that fits no other kind"),
 }
 

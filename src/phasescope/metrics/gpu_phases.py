@@ -27,7 +27,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from phasescope.measure.derive import client_output_count, first_token_ns, last_token_ns
+from phasescope.measure.derive import first_token_ns, last_token_ns, output_tokens
 from phasescope.metrics.gpu import ACTIVITY, GpuRecording, GpuSample
 
 #: share of a window one state must cover to name the window after it
@@ -122,7 +122,7 @@ def _tokens_by_window(records: list[Any], edges: list[int]) -> tuple[list[float]
     for r in records:
         tok = r.token_events()
         if tok:
-            total = r.output_tokens if r.output_tokens is not None else client_output_count(r)
+            total = output_tokens(r)
             known = all(e.n_tokens is not None for e in tok)
             each = (total or len(tok)) / len(tok)
             for e in tok:

@@ -6,7 +6,8 @@ record as it completes (:func:`phasescope.lifecycle.run_output`: the run store a
 the fallback folder; Ctrl-C or a dead server keeps the partial run), and returns the result object that ``probe --json`` prints::
 
     {"target", "api", "engine", "engine_version", "model", "synthetic" (only on a synthetic GGUF),
-     "sizes": [{"prompt_tokens", "repeats", "n", "ttft_s", "ttft_s_ci", "ttft_net_s", "prefill_tok_s",
+     "sizes": [{"prompt_tokens", "repeats", "n", "ttft_s", "ttft_s_ci", "ttfo_s", "ttfo_s_ci", "ttft_net_s",
+                "reasoning_tokens", "answer_tokens", "reasoning_tok_s", "answer_tok_s", "prefill_tok_s",
                 "decode_tok_s", "decode_tok_s_ci", "itl_p50_s", "itl_p99_s", "intervals", "unstable",
                 "server", ...}],
      "verdict", "warmup", "ceilings", "ceilings_note", "plan", "host", "warnings", "run_id", "records_path"}

@@ -108,6 +108,12 @@ def render(result: dict[str, Any]) -> Panel:
     if any(x.get("decode_tok_s") is not None for x in srv):
         row("  decode tok/s (server)", [_cell(x, "decode_tok_s", _rate) for x in srv])
     row("  ITL p50 / p99 per token", [_itl(s) for s in sizes])
+    if any(s.get("reasoning_tokens") for s in sizes):  # a reasoning model: the answer's wait and the split
+        t.add_row(Text("REASONING", style="bold green"), *["" for _ in sizes])
+        row("  TTFO (first answer token)", [_cell(s, "ttfo_s", _ms) for s in sizes])
+        row("  reasoning / answer tokens", [f"{s.get('reasoning_tokens')} / {s.get('answer_tokens')}" for s in sizes])
+        row("  reasoning tok/s", [_cell(s, "reasoning_tok_s", _rate) for s in sizes])
+        row("  answer tok/s", [_cell(s, "answer_tok_s", _rate) for s in sizes])
     ce = result.get("ceilings")
     if ce:
         crow = {r.get("prompt_tokens"): r for r in ce.get("sizes", [])}

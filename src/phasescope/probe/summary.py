@@ -6,6 +6,11 @@ Per prompt size, every aggregate through :mod:`phasescope.measure.aggregate` (th
 
 * ``ttft_s`` — median client TTFT (request start → first content/reasoning event);
 * ``ttft_net_s`` — median TTFT from connection ready (connection setup subtracted);
+* ``ttfo_s`` — median time to first *output* token (request start → first answer event, after any
+  reasoning); equal to ``ttft_s`` when the model did not reason; ``reasoning_tokens`` /
+  ``answer_tokens`` — median per request (0 reasoning tokens without reasoning);
+  ``reasoning_tok_s`` / ``answer_tok_s`` — median decode rate inside each phase (None without two
+  tokens of that kind);
 * ``prefill_tok_s`` — median over requests of prompt_tokens / TTFT (client view: includes HTTP,
   queueing and the first decode step, so it is a lower bound on the engine's prefill rate);
 * ``decode_tok_s`` — median over requests of (output − 1) / (last token − first token);
@@ -41,7 +46,7 @@ _med = A.median
 #: the figures whose repeats decide when ``--repeat auto`` stops, and that an ``unstable`` warning names
 STOP_FIGURES = ("ttft_s", "decode_tok_s")
 #: the words for each figure in sentences and warnings
-FIGURE_WORDS = {"ttft_s": "TTFT", "decode_tok_s": "decode rate", "ttft_net_s": "TTFT net of connection",
+FIGURE_WORDS = {"ttft_s": "TTFT", "ttfo_s": "TTFO", "decode_tok_s": "decode rate", "ttft_net_s": "TTFT net of connection",
                 "prefill_tok_s": "prefill rate", "itl_p50_s": "ITL p50", "itl_p99_s": "ITL p99",
                 "tpot_s": "TPOT", "e2e_s": "E2E"}
 
@@ -57,6 +62,10 @@ def _around(value: float | None, samples: list[float | None]) -> I.Interval | No
     if iv.value == value:
         return iv
     return I.Interval(value, min(iv.low, value), max(iv.high, value), iv.n, iv.method, iv.confidence, iv.min, iv.max)
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else int(round(v))
 
 
 def _itl_q(r: RequestRecord, q: float) -> float | None:
@@ -92,6 +101,7 @@ def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
     intervals: dict[str, I.Interval | None] = {
         "ttft_s": _around(point["ttft_s"], [D.ttft_s(r) for r in ok]),
         "ttft_net_s": _around(_med([D.ttft_net_s(r) for r in ok]), [D.ttft_net_s(r) for r in ok]),
+        "ttfo_s": _around(_med([D.ttfo_s(r) for r in ok]), [D.ttfo_s(r) for r in ok]),
         "prefill_tok_s": _around(point["prefill_tok_s"], [D.prefill_tok_s(r) for r in ok]),
         "decode_tok_s": _around(point["decode_tok_s"], [D.decode_tok_s(r) for r in ok]),
         "tpot_s": _around(point["tpot_s"], [D.tpot_s(r) for r in ok]),
@@ -132,6 +142,11 @@ def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
         "ttft_s": point["ttft_s"],
         "ttft_net_s": _med([D.ttft_net_s(r) for r in ok]),
         "ttft_min_s": min((t for t in (D.ttft_s(r) for r in ok) if t is not None), default=None),
+        "ttfo_s": _med([D.ttfo_s(r) for r in ok]),
+        "reasoning_tokens": _int(_med([float(D.reasoning_tokens(r)) for r in ok])),
+        "answer_tokens": _int(_med([None if (a := D.answer_tokens(r)) is None else float(a) for r in ok])),
+        "reasoning_tok_s": _med([D.reasoning_tok_s(r) for r in ok]),
+        "answer_tok_s": _med([D.answer_tok_s(r) for r in ok]),
         "connect_s": _med([D.connect_s(r) for r in ok]),
         "prefill_tok_s": point["prefill_tok_s"],
         "decode_tok_s": point["decode_tok_s"],

@@ -17,6 +17,9 @@ Constructor (all keyword arguments)::
         itl_s=0.005,              # time per output token after the first (absolute deadlines, no drift)
         tokens_per_event=1,       # tokens packed into one SSE/NDJSON event (vLLM --stream-interval, spec decode)
         reasoning_tokens=0,       # the first N output tokens are reasoning (delta.reasoning / reasoning_content / thinking)
+        reasoning_format="field", # "field": reasoning in its own delta field (chat; a server with a reasoning
+                                  # parser, which also counts it in usage); "think": inside the text, token 0
+                                  # "<think>" and token N−1 "</think>" (no parser: llama.cpp --reasoning-format none)
         eos_after=None,           # the model "stops" after N tokens unless ignore_eos (Ollama has no ignore_eos)
         api_key=None,             # require "Authorization: Bearer <key>" (401 otherwise)
         fault=None,               # see FAULTS
@@ -72,7 +75,8 @@ from aiohttp import web
 
 from phasescope.testing._serve import LoopbackServer, rx_ns, serve_until_signal
 from phasescope.testing.wire import anthropic, llamacpp, metrics, ollama, openai, responses
-from phasescope.testing.wire.common import BOS_ID, FAULTS, FLAVORS, MID_STREAM, GroundTruth, bind, fake_tokenize, words
+from phasescope.testing.wire.common import (BOS_ID, FAULTS, FLAVORS, MID_STREAM, REASONING_FORMATS, GroundTruth,
+                                            bind, fake_tokenize, words)
 
 __all__ = ["FAULTS", "FLAVORS", "FakeServer", "GroundTruth", "fake_tokenize", "main"]
 
@@ -97,6 +101,7 @@ class FakeServer(LoopbackServer):
         itl_s: float = 0.005,
         tokens_per_event: int = 1,
         reasoning_tokens: int = 0,
+        reasoning_format: str = "field",
         eos_after: int | None = None,
         api_key: str | None = None,
         fault: str | None = None,
@@ -127,6 +132,9 @@ class FakeServer(LoopbackServer):
         self.itl_s = itl_s
         self.tokens_per_event = max(1, int(tokens_per_event))
         self.reasoning_tokens = reasoning_tokens
+        if reasoning_format not in REASONING_FORMATS:
+            raise ValueError(f"reasoning_format must be one of {REASONING_FORMATS}")
+        self.reasoning_format = reasoning_format
         self.eos_after = eos_after
         self.api_key = api_key
         self.fault = fault
@@ -295,6 +303,20 @@ class FakeServer(LoopbackServer):
             i += k
         return out
 
+    def think_text(self, start: int, stop: int) -> str:
+        """Output tokens ``start`` … ``stop − 1`` with the reasoning inside the text: token 0 is
+        ``<think>``, token ``reasoning_tokens − 1`` is ``</think>``, the rest are words."""
+        r = self.reasoning_tokens
+        parts = []
+        for i in range(start, stop):
+            if r >= 2 and i == 0:
+                parts.append("<think>")
+            elif r >= 2 and i == r - 1:
+                parts.append("</think>")
+            else:
+                parts.append(self.words(i, i + 1))
+        return "".join(parts)
+
     def words(self, start: int, stop: int) -> str:
         """The text of output tokens ``start`` … ``stop − 1`` (:func:`~phasescope.testing.wire.common.words`)."""
         return words(start, stop, self.glue_every)
@@ -433,6 +455,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ttft-ms", type=float, default=20.0)
     ap.add_argument("--itl-ms", type=float, default=5.0)
     ap.add_argument("--tokens-per-event", type=int, default=1)
+    ap.add_argument("--reasoning-tokens", type=int, default=0, help="the first N output tokens are reasoning")
+    ap.add_argument("--reasoning-format", default="field", choices=REASONING_FORMATS,
+                    help="field: delta.reasoning / reasoning_content; think: <think>…</think> inside the text")
     ap.add_argument("--log", default=None, help="JSONL ground-truth log")
     ap.add_argument("--uvloop", action="store_true", help="use uvloop if installed")
     ap.add_argument("--prefill-tok-s", type=float, default=None, help="TTFT grows by evaluated prompt tokens / this")
@@ -448,7 +473,8 @@ def main(argv: list[str] | None = None) -> None:
     srv = FakeServer(flavor=a.flavor, model=a.model, port=a.port, ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000,
                      tokens_per_event=a.tokens_per_event, log_path=a.log, prefill_tok_s=a.prefill_tok_s,
                      prefix_cache=a.prefix_cache, fault=a.fault, fault_after=a.fault_after, api_key=a.api_key,
-                     fault_skip=a.fault_skip)
+                     fault_skip=a.fault_skip, reasoning_tokens=a.reasoning_tokens,
+                     reasoning_format=a.reasoning_format)
 
     asyncio.run(serve_until_signal(srv))
 

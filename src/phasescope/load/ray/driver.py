@@ -31,7 +31,7 @@ from phasescope.load.workers import split_concurrency
 from phasescope.load.workload import WorkItem
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RecordSink, RequestRecord, ThreadedSink
-from phasescope.measure.warnings import MeasurementWarning
+from phasescope.measure.warnings import MeasurementWarning, warn
 
 LOST = "worker_lost"
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -193,10 +193,11 @@ def run_ray(
                 info["node_ip"] = node_ips[info["node_id"]]
             if info.get("phasescope") != _version():
                 warn_versions.add((a.name, info.get("node_ip"), info.get("phasescope")))
-        res.actor_warnings.extend(MeasurementWarning(
-            "version_mismatch", f"actor {name} on {ip} runs phasescope {ver} but the driver runs {_version()}",
-            {"actor": name, "node_ip": ip, "actor_version": ver, "driver_version": _version()},
-            "install the same phasescope version on every node") for name, ip, ver in sorted(warn_versions, key=str))
+        res.actor_warnings.extend(warn(
+            "version_mismatch", "ray_actor", {"actor": name, "node_ip": ip, "actor_version": ver,
+                                              "driver_version": _version()},
+            actor=name, node_ip=ip, actor_version=ver, driver_version=_version())
+            for name, ip, ver in sorted(warn_versions, key=str))
         for a in actors:
             a.clock = measure_offset(ray, a.handle)
         items_ref = ray.put(list(items))
@@ -357,8 +358,7 @@ def merge(res: RayRunResult, actors: list[ActorState], schedule: Schedule, t0_d:
         if h is not None:
             healths.append(h)
             for w in health_warnings(h, workers=len(actors)):
-                res.actor_warnings.append(MeasurementWarning(
-                    w.kind, f"Ray actor {a.name} ({a.info.get('node_ip')}): {w.message}", w.evidence, w.fix))
+                res.actor_warnings.append(w.prefixed(f"Ray actor {a.name} ({a.info.get('node_ip')}): "))
         res.scheduled += int(m.get("scheduled", 0))
         res.sent += int(m.get("sent", 0))
         res.cancelled += int(m.get("cancelled", 0))

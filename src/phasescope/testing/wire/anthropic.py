@@ -102,6 +102,9 @@ async def messages(srv: FakeServer, request: web.Request) -> web.StreamResponse:
     n_out = srv._n_out(max_tokens, bool(body.get("ignore_eos")) and not llama)
     ttft = srv._ttft(len(ids) - cached)
     srv._counters["prompt"] += len(ids) - cached
+    gt.reasoning_tokens = min(n_out, srv.reasoning_tokens)
+    # "field": thinking blocks (a server that splits reasoning out); "think": <think>…</think> inside the text
+    think_in_text = srv.reasoning_format == "think"
     mid = "msg_" + uuid.uuid4().hex[:24]
     stop = "max_tokens" if n_out >= max_tokens else "end_turn"
 
@@ -139,16 +142,16 @@ async def messages(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         if fault == "silent":
             await asyncio.sleep(srv.stall_s)
             return resp
-        think = srv.reasoning_tokens > 0
+        think = srv.reasoning_tokens > 0 and not think_in_text
         text_index = 1 if think else 0
         opened: set[int] = set()
 
         async def emit(i: int, k: int, sent: int) -> None:
-            text = "" if fault == "empty_text" else srv.words(i, i + k)
+            text = "" if fault == "empty_text" else (srv.think_text(i, i + k) if think_in_text else srv.words(i, i + k))
             out = b""
             if llama and i == 0:
                 out += _sse("message_start", {"type": "message_start", "message": message(0, [], None)})
-            reasoning = i < srv.reasoning_tokens
+            reasoning = think and i < srv.reasoning_tokens
             idx = 0 if reasoning else text_index
             if idx not in opened:
                 opened.add(idx)

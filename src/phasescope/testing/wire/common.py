@@ -35,6 +35,8 @@ FAULTS = (
 MID_STREAM = ("cut", "malformed", "error_event", "stall", "no_done")
 
 FLAVORS = ("vllm", "sglang", "llamacpp", "ollama", "anthropic", "responses")
+#: how a fake streams reasoning: its own field (a server's reasoning parser), or <think> inside the text
+REASONING_FORMATS = ("field", "think")
 
 WORDS = [" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", " and", " runs", " far"]
 _WORD_RE = re.compile(r"\s*\S+")
@@ -95,10 +97,21 @@ class GroundTruth:
     output_tokens: int = 0
     status: int = 200
     fault: str | None = None
+    reasoning_tokens: int = 0  # the first N output tokens were reasoning (as a delta field or inside <think>)
 
     @property
     def t_first_token_ns(self) -> int | None:
         return self.t_events_ns[0] if self.t_events_ns else None
+
+    @property
+    def t_first_answer_ns(self) -> int | None:
+        """When the first event of answer tokens (the first token past the reasoning) was sent: TTFO's truth."""
+        start = 0
+        for t, k in zip(self.t_events_ns, self.tokens_per_event):
+            if start >= self.reasoning_tokens:
+                return t
+            start += k
+        return None
 
 
 def bind(srv: Any, handler: Callable[[Any, web.Request], Awaitable[web.StreamResponse]]) -> Handler:

@@ -101,6 +101,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
     if num_predict < 0:
         num_predict = 128
     n_out = srv._n_out(num_predict, False) if ids else 0
+    gt.reasoning_tokens = min(n_out, srv.reasoning_tokens)  # Ollama always splits it out (thinking)
     ttft = load + srv._ttft(len(ids) - cached) if ids else load
     created = "2026-01-01T00:00:00.000000Z"
     stream = body.get("stream", True)

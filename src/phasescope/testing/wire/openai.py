@@ -3,7 +3,9 @@ differences: no model check, 500 on bad JSON, ``timings`` on the last chunk, the
 
 Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (SSE ``data:`` events ending in
 ``[DONE]``; ``stream_options.include_usage`` and ``continuous_usage_stats``; reasoning deltas as
-``delta.reasoning`` (vLLM) or ``delta.reasoning_content`` (SGLang); vLLM puts ``finish_reason`` on the
+``delta.reasoning`` (vLLM) or ``delta.reasoning_content`` (SGLang, llama-server) with the parser's count in
+``usage`` (vLLM ``completion_tokens_details.reasoning_tokens``, SGLang ``reasoning_tokens``), or, with
+``reasoning_format="think"``, inside the text between ``<think>`` and ``</think>``; vLLM puts ``finish_reason`` on the
 last token's chunk, SGLang and llama-server send a separate one), ``GET /v1/models`` (every flavor,
 Ollama included), and for vLLM / SGLang ``POST /tokenize``, ``GET /health`` and ``GET /version``.
 """
@@ -125,9 +127,21 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         u: dict[str, Any] = {"prompt_tokens": len(ids), "total_tokens": len(ids) + n, "completion_tokens": n}
         if srv.prefix_cache and srv.flavor in ("vllm", "sglang"):
             u["prompt_tokens_details"] = {"cached_tokens": cached}
+        if split_reasoning and srv.reasoning_tokens:  # a reasoning parser counts what it split out
+            nr = min(n, srv.reasoning_tokens)
+            if srv.flavor == "sglang":
+                u["reasoning_tokens"] = nr
+            elif srv.flavor == "vllm":
+                u["completion_tokens_details"] = {"reasoning_tokens": nr}
         return u
 
     finish = "length" if n_out >= max_tokens else "stop"
+    # reasoning: split out into its own delta field (a server with a reasoning parser; chat only), or
+    # left in the text between <think> and </think> (reasoning_format "think"; chat and completions)
+    split_reasoning = chat and srv.reasoning_format == "field"
+    think = srv.reasoning_format == "think"
+    if split_reasoning or think:
+        gt.reasoning_tokens = min(n_out, srv.reasoning_tokens)
 
     def timings(n: int, t_first: float, t_last: float) -> dict[str, Any]:
         return llamacpp.timings(n_prompt=len(ids), cached=cached, n=n, t0=t0, t_first=t_first, t_last=t_last)
@@ -189,9 +203,9 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                              usage(0) if continuous else None))
 
         async def emit(i: int, k: int, sent: int) -> None:
-            text = "" if fault == "empty_text" else srv.words(i, i + k)
+            text = "" if fault == "empty_text" else (srv.think_text(i, i + k) if think else srv.words(i, i + k))
             if chat:
-                delta = {reasoning_key: text} if i < srv.reasoning_tokens else {"content": text}
+                delta = {reasoning_key: text} if split_reasoning and i < srv.reasoning_tokens else {"content": text}
                 ch: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
             else:
                 ch = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}

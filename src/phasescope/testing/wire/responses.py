@@ -100,12 +100,15 @@ async def respond(srv: FakeServer, request: web.Request) -> web.StreamResponse:
     rid, mid, rsid = "resp_" + uuid.uuid4().hex[:24], "msg_" + uuid.uuid4().hex[:24], "rs_" + uuid.uuid4().hex[:24]
     capped = n_out >= max_tokens
     n_reason = min(srv.reasoning_tokens, n_out)
+    gt.reasoning_tokens = n_reason
+    # "field": reasoning items (a server with a reasoning parser, which counts them); "think": inside the text
+    think_in_text = srv.reasoning_format == "think"
 
     def usage(n: int) -> dict[str, Any]:
         if fault == "neg_usage":
             return {"input_tokens": -5, "output_tokens": -300, "total_tokens": -305}
         return {"input_tokens": len(ids), "input_tokens_details": {"cached_tokens": cached}, "output_tokens": n,
-                "output_tokens_details": {"reasoning_tokens": n_reason}, "total_tokens": len(ids) + n}
+                "output_tokens_details": {"reasoning_tokens": 0 if think_in_text else n_reason}, "total_tokens": len(ids) + n}
 
     def response(status: str, n: int | None, text: str = "") -> dict[str, Any]:
         r: dict[str, Any] = {"id": rid, "object": "response", "created_at": int(time.time()), "status": status,
@@ -151,9 +154,9 @@ async def respond(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         t_first_tok = [t0]
 
         async def emit(i: int, k: int, sent: int) -> None:
-            text = "" if fault == "empty_text" else srv.words(i, i + k)
+            text = "" if fault == "empty_text" else (srv.think_text(i, i + k) if think_in_text else srv.words(i, i + k))
             out = opening if llama and i == 0 else b""
-            if i < srv.reasoning_tokens:
+            if i < srv.reasoning_tokens and not think_in_text:
                 if "rs" not in started:
                     started.add("rs")
                     out += ev("response.output_item.added", {"output_index": 0, "item": {
@@ -161,7 +164,7 @@ async def respond(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                 out += ev("response.reasoning_text.delta", {"item_id": rsid, "output_index": 0, "content_index": 0,
                                                             "delta": text})
             else:
-                oi = 1 if srv.reasoning_tokens else 0
+                oi = 1 if srv.reasoning_tokens and not think_in_text else 0
                 if "msg" not in started:
                     started.add("msg")
                     out += ev("response.output_item.added", {"output_index": oi, "item": {
@@ -186,10 +189,10 @@ async def respond(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         if fault == "no_done":
             await resp.write_eof()
             return resp
-        text = srv.words(n_reason, sent)
+        text = srv.think_text(0, sent) if think_in_text else srv.words(n_reason, sent)
         tail = b""
         if "msg" in started:
-            oi = 1 if srv.reasoning_tokens else 0
+            oi = 1 if srv.reasoning_tokens and not think_in_text else 0
             tail += ev("response.output_text.done", {"item_id": mid, "output_index": oi, "content_index": 0, "text": text})
             tail += ev("response.content_part.done", {"item_id": mid, "output_index": oi, "content_index": 0,
                                                       "part": {"type": "output_text", "text": text, "annotations": []}})
