@@ -8,7 +8,9 @@ The stream is ``event: NAME`` / ``data: {"type": NAME, ...}``:
   ``response.created`` and ``response.in_progress`` when the headers go out (before any token), then
   ``response.output_item.added`` and ``response.content_part.added`` with the first token, one
   ``response.output_text.delta`` (``response.reasoning_text.delta`` for reasoning tokens) per token
-  event, ``response.output_text.done``, ``response.content_part.done``, ``response.output_item.done``,
+  event (vLLM ``vllm/entrypoints/openai/responses/simple_streaming_events.py``: a reasoning item with
+  its ``reasoning_text`` part, closed by ``response.reasoning_text.done``, ``content_part.done`` and
+  ``output_item.done`` in the write that opens the answer's message item), ``response.output_text.done``, ``response.content_part.done``, ``response.output_item.done``,
   and ``response.completed`` (or ``response.incomplete`` with ``incomplete_details.reason
   max_output_tokens`` when the cap cut the answer) whose ``response.usage`` carries the only counts:
   ``input_tokens``, ``input_tokens_details.cached_tokens``, ``output_tokens``,
@@ -161,12 +163,24 @@ async def respond(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                     started.add("rs")
                     out += ev("response.output_item.added", {"output_index": 0, "item": {
                         "id": rsid, "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}})
+                    if not llama:  # vLLM opens a reasoning_text part too
+                        out += ev("response.content_part.added", {"item_id": rsid, "output_index": 0, "content_index": 0,
+                                                                  "part": {"type": "reasoning_text", "text": ""}})
                 out += ev("response.reasoning_text.delta", {"item_id": rsid, "output_index": 0, "content_index": 0,
                                                             "delta": text})
             else:
                 oi = 1 if srv.reasoning_tokens and not think_in_text else 0
                 if "msg" not in started:
                     started.add("msg")
+                    if "rs" in started and not llama:  # vLLM closes the reasoning item before the answer's opens
+                        rtext = srv.words(0, n_reason)
+                        out += ev("response.reasoning_text.done", {"item_id": rsid, "output_index": 0,
+                                                                   "content_index": 0, "text": rtext})
+                        out += ev("response.content_part.done", {"item_id": rsid, "output_index": 0, "content_index": 0,
+                                                                 "part": {"type": "reasoning_text", "text": rtext}})
+                        out += ev("response.output_item.done", {"output_index": 0, "item": {
+                            "id": rsid, "type": "reasoning", "summary": [], "status": "completed",
+                            "content": [{"type": "reasoning_text", "text": rtext}]}})
                     out += ev("response.output_item.added", {"output_index": oi, "item": {
                         "id": mid, "type": "message", "status": "in_progress", "role": "assistant", "content": []}})
                     out += ev("response.content_part.added", {"item_id": mid, "output_index": oi, "content_index": 0,
