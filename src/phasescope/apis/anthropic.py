@@ -150,8 +150,8 @@ class _Messages(Protocol):
         if not isinstance(obj, dict):
             raise E.MalformedEventError(f"{self.target.display_url}{self.path}: malformed event (not an object)")
         kind = obj.get("type")
-        if kind == "error" or "error" in obj or (kind not in _KNOWN and "message" in obj and
-                                                 not isinstance(obj.get("message"), dict)):
+        if kind == "error" or "error" in obj or (kind not in _KNOWN and isinstance(obj.get("message"), str) and
+                                                 ("code" in obj or str(kind).endswith("error"))):
             raise self._error(obj, " mid-stream")
         if kind == "message_start":
             msg = obj.get("message")
