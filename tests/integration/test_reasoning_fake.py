@@ -1,4 +1,5 @@
-"""Reasoning models on the project's fake: reasoning deltas (``delta.reasoning`` / ``reasoning_content``)
+"""Reasoning models on the project's fake: reasoning deltas (``delta.reasoning`` / ``reasoning_content``,
+Anthropic's ``thinking_delta``, the Responses API's ``response.reasoning_text.delta``)
 or ``<think>…</think>`` inside the content, then answer deltas, on a designed schedule. Every client
 event is matched to the event the server logged sending (ground truth keyed by the record id): the
 event the client calls the first answer is the one the server sent as the first answer token, never
@@ -67,6 +68,28 @@ def test_chat_stream_reasoning_matches_ground_truth(flavor: str, fmt: str, tpe: 
     _check_against_truth(r, gt)
 
 
+@pytest.mark.parametrize("flavor,api,fmt,tpe", [
+    ("anthropic", "anthropic", "field", 1), ("llamacpp", "anthropic", "field", 1), ("anthropic", "anthropic", "think", 1),
+    ("responses", "responses", "field", 1), ("vllm", "responses", "field", 3), ("llamacpp", "responses", "field", 1),
+    ("responses", "responses", "think", 1)])
+def test_messages_and_responses_reasoning_matches_ground_truth(flavor: str, api: str, fmt: str, tpe: int) -> None:
+    """Anthropic's thinking blocks (thinking_delta) and the Responses API's reasoning items
+    (response.reasoning_text.delta), or <think> inside their text: the same truth as chat's."""
+    async def go():  # type: ignore[no-untyped-def]
+        async with FakeServer(flavor=flavor, ttft_s=TTFT_S, itl_s=ITL_S, reasoning_tokens=R, reasoning_format=fmt,
+                              tokens_per_event=tpe) as srv:
+            t = Target(srv.url, api=api, model="fake-model", engine=flavor)
+            async with new_session() as s:
+                r = await get_client(api).send(s, t, GenRequest(prompt="one two three", max_tokens=12))
+            return r, list(srv.log)
+
+    r, log = asyncio.run(go())
+    assert r.ok, r.error_message
+    gt = next(g for g in log if g.id == r.id)
+    assert gt.reasoning_tokens == R and r.output_tokens == 12
+    _check_against_truth(r, gt)
+
+
 def test_think_in_completions_text_matches_ground_truth() -> None:
     async def go():  # type: ignore[no-untyped-def]
         async with FakeServer(flavor="vllm", ttft_s=TTFT_S, itl_s=ITL_S, reasoning_tokens=R,
@@ -97,12 +120,13 @@ def _truth_ms(records, log, which: str) -> float:  # type: ignore[no-untyped-def
         (getattr(by_id[r.id], which) - r.t_start_ns) / 1e9 for r in records if r.id in by_id)
 
 
-@pytest.mark.parametrize("fmt", ["field", "think"])
-def test_probe_reports_ttfo_against_the_fakes_truth(tmp_path: Path, fmt: str) -> None:
+@pytest.mark.parametrize("flavor,api,fmt", [("vllm", "chat", "field"), ("vllm", "chat", "think"),
+                                             ("anthropic", "anthropic", "field"), ("responses", "responses", "field")])
+def test_probe_reports_ttfo_against_the_fakes_truth(tmp_path: Path, flavor: str, api: str, fmt: str) -> None:
     from phasescope.probe import probe
 
-    with FakeServer(flavor="vllm", ttft_s=TTFT_S, itl_s=ITL_S, reasoning_tokens=R, reasoning_format=fmt).running() as srv:
-        res = probe(srv.url, api="chat", sizes=[20], max_tokens=12, repeat=4, warmup=False, save=False,
+    with FakeServer(flavor=flavor, ttft_s=TTFT_S, itl_s=ITL_S, reasoning_tokens=R, reasoning_format=fmt).running() as srv:
+        res = probe(srv.url, api=api, sizes=[20], max_tokens=12, repeat=4, warmup=False, save=False,
                     out_dir=tmp_path / "out")
         log = list(srv.log)
     recs = [r for r in read_records(res["records_path"]) if r.ok]
@@ -116,17 +140,18 @@ def test_probe_reports_ttfo_against_the_fakes_truth(tmp_path: Path, fmt: str) ->
     for r in recs:
         _check_against_truth(r, by_id[r.id], causal=False)
     # the numbers the done-when names (printed with -s; a loaded box delays deliveries, so not asserted)
-    print(f"probe {fmt}: TTFT {size['ttft_s'] * 1000:.3f} ms (truth {_truth_ms(recs, log, 't_first_token_ns'):.3f}), "
+    print(f"probe {api} {fmt}: TTFT {size['ttft_s'] * 1000:.3f} ms (truth {_truth_ms(recs, log, 't_first_token_ns'):.3f}), "
           f"TTFO {size['ttfo_s'] * 1000:.3f} ms (truth {_truth_ms(recs, log, 't_first_answer_ns'):.3f})")
 
 
-@pytest.mark.parametrize("fmt", ["field", "think"])
-def test_bench_reports_ttfo_against_the_fakes_truth(tmp_path: Path, fmt: str) -> None:
+@pytest.mark.parametrize("flavor,api,fmt", [("sglang", "chat", "field"), ("sglang", "chat", "think"),
+                                             ("llamacpp", "anthropic", "field"), ("sglang", "responses", "field")])
+def test_bench_reports_ttfo_against_the_fakes_truth(tmp_path: Path, flavor: str, api: str, fmt: str) -> None:
     from phasescope.load.bench import BenchConfig, run_bench
 
     # TTFO ≥ ttft + (R − 1) × itl = 18 ms by the fake's own schedule: a 5 ms TTFO SLO can never be met
-    with FakeServer(flavor="sglang", ttft_s=TTFT_S, itl_s=ITL_S, reasoning_tokens=R, reasoning_format=fmt).running() as srv:
-        cfg = BenchConfig(url=srv.url, api="chat", num_prompts=8, max_concurrency=2, input_len=8, output_len=12,
+    with FakeServer(flavor=flavor, ttft_s=TTFT_S, itl_s=ITL_S, reasoning_tokens=R, reasoning_format=fmt).running() as srv:
+        cfg = BenchConfig(url=srv.url, api=api, num_prompts=8, max_concurrency=2, input_len=8, output_len=12,
                           goodput={"ttfo": 5.0}, store=False, out_dir=str(tmp_path), server_metrics=False, warmup=0)
         r = run_bench(cfg)
         log = list(srv.log)
@@ -141,5 +166,5 @@ def test_bench_reports_ttfo_against_the_fakes_truth(tmp_path: Path, fmt: str) ->
     by_id = {g.id: g for g in log}
     for x in recs:
         _check_against_truth(x, by_id[x.id], causal=False)
-    print(f"bench {fmt}: median TTFT {s['median_ttft_ms']:.3f} ms (truth {_truth_ms(recs, log, 't_first_token_ns'):.3f}), "
+    print(f"bench {api} {fmt}: median TTFT {s['median_ttft_ms']:.3f} ms (truth {_truth_ms(recs, log, 't_first_token_ns'):.3f}), "
           f"median TTFO {s['median_ttfo_ms']:.3f} ms (truth {_truth_ms(recs, log, 't_first_answer_ns'):.3f})")

@@ -176,7 +176,7 @@ def test_a_registered_protocol_and_experiment_are_in_help_and_choices(registered
         assert COUNT in _help(capsys, cmd), cmd
     assert COUNT in _help(capsys)  # the command list: "Run one experiment (…, echo-count)."
     code, _, err = _cli(capsys, "probe", "http://127.0.0.1:9", "--api", "nope")
-    assert code == 2 and "expected one of: auto, openai, chat, ollama, llamacpp, echo" in err
+    assert code == 2 and "expected one of: auto, openai, chat, ollama, llamacpp, anthropic, responses, echo" in err
 
 
 def test_they_are_gone_once_unregistered(capsys) -> None:

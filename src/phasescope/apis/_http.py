@@ -167,6 +167,8 @@ class Protocol:
 
     path = "/"
     framing = "sse"  # sse | ndjson
+    #: headers this protocol adds to every request (Anthropic's ``x-api-key`` and ``anthropic-version``)
+    extra_headers: dict[str, str] = {}
 
     def __init__(self, target: Target, req: GenRequest, rec: RequestRecord) -> None:
         self.target = target
@@ -260,6 +262,8 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     url = target.base_url + proto.path
     data = json.dumps(proto.body(), separators=(",", ":")).encode()
     headers = target.headers()
+    if proto.extra_headers:
+        headers.update(proto.extra_headers)
     headers["X-Request-Id"] = rec.id
     to = target.timeouts
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=to.connect_s, connect=None, sock_read=None)

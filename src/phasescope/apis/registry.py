@@ -9,12 +9,12 @@ one at run time (a plugin, a test).
 
 from __future__ import annotations
 
-from phasescope.apis import llamacpp, ollama, openai
+from phasescope.apis import anthropic, llamacpp, ollama, openai, responses
 from phasescope.apis.spec import ApiSpec
 from phasescope.errors import InputError
 
 #: the protocol modules, in the order ``--api`` lists their specs (a new protocol: its name here)
-MODULES = (openai, ollama, llamacpp)
+MODULES = (openai, ollama, llamacpp, anthropic, responses)
 
 #: what ``--api`` takes besides the specs' names: detect the server's own API
 AUTO = "auto"

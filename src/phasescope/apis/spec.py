@@ -118,6 +118,8 @@ class Prober:
         self.shown = redact_url(self.base)
         self.api_key = api_key
         self.headers = auth_headers(api_key)
+        if api_key:  # Anthropic's API reads the key from x-api-key (llama-server and vLLM read either)
+            self.headers["x-api-key"] = api_key
         self.timeout_s = max(2.0, connect_timeout_s)
         self._answers: dict[str, tuple[int, Any, str]] = {}
         self._listing: ModelListing | None = None

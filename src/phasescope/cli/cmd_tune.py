@@ -7,7 +7,7 @@ from typing import Any, List, Optional
 import typer
 
 from phasescope._results import Result, TuneResult
-from phasescope.cli._common import console, err_console
+from phasescope.cli._common import api_option, console, err_console
 from phasescope.cli._output import console_view, format_option, output
 from phasescope.tune.run import BENCH_TRAFFIC_ARGS
 
@@ -63,6 +63,7 @@ def tune(
     param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, cache-ram, ctx-checkpoints, quant. With --serve: any {name} of the template."),
     one_at_a_time: bool = typer.Option(False, "--one-at-a-time", help="Vary one parameter at a time around the baseline (each parameter's first value) instead of the full grid."),
     workload: str = typer.Option("probe", "--workload", help="probe | bench | explain: what runs against each setting."),
+    api: str = api_option(),
     serve: Optional[str] = typer.Option(None, "--serve", help="Launch command template for any engine, e.g. 'vllm serve M --port {port} --max-num-batched-tokens {mnbt}'. Omit for the embedded engine."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue the stored tune ID (its own --param/--workload/--serve)."),
     fresh: bool = typer.Option(False, "--fresh", help="Start a new tune even if the same one is in the store (default: continue it)."),
@@ -162,6 +163,8 @@ def tune(
             if bad:
                 raise InputError(f"--only: unknown experiment {bad[0]!r}; choose from: {', '.join(registry.names())}")
             args = {"budget_s": parse_budget(budget), "only": only}
+        if api != "auto":  # in the spec only when given: a tune without it keeps its id
+            args["api"] = api
         salt = None
         if fresh:
             import secrets

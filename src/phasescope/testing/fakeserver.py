@@ -1,14 +1,16 @@
 """Faithful fake LLM servers on 127.0.0.1 that log when they really sent each event.
 
 Real aiohttp HTTP servers, bound to 127.0.0.1 on a free port, speaking the wire formats of vLLM
-0.33, SGLang 0.5.23, llama-server (llama.cpp 0c1e57098) and Ollama 0.33 as their sources define them (edge cases included), for the APIs we cannot run here and for fault
+0.33, SGLang 0.5.23, llama-server (llama.cpp 0c1e57098), Ollama 0.33, Anthropic's Messages API and
+OpenAI's Responses API as their sources define them (edge cases included), for the APIs we cannot run here and for fault
 injection. Every request's ground truth is logged with ``time.perf_counter_ns`` (CLOCK_MONOTONIC,
 so it is comparable with a client's ``now_ns`` in another process on the same machine).
 
 Constructor (all keyword arguments)::
 
     FakeServer(
-        flavor="vllm",            # vllm | sglang | llamacpp | ollama — which server to imitate
+        flavor="vllm",            # vllm | sglang | llamacpp | ollama | anthropic | responses — which server to
+                                  # imitate (the last two: a server with only /v1/messages or /v1/responses)
         model="fake-model",       # served model name; other names get the server's 404
         ttft_s=0.02,              # fixed delay from request body read to the first token
         prefill_tok_s=None,       # if set, + evaluated_prompt_tokens / prefill_tok_s (TTFT grows with prompt)
@@ -72,14 +74,15 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from phasescope.testing._serve import LoopbackServer, rx_ns, serve_until_signal
-from phasescope.testing.wire import llamacpp, metrics, ollama, openai
+from phasescope.testing.wire import anthropic, llamacpp, metrics, ollama, openai, responses
 from phasescope.testing.wire.common import (BOS_ID, FAULTS, FLAVORS, MID_STREAM, REASONING_FORMATS, GroundTruth,
-                                            fake_tokenize, words)
+                                            bind, fake_tokenize, words)
 
 __all__ = ["FAULTS", "FLAVORS", "FakeServer", "GroundTruth", "fake_tokenize", "main"]
 
 #: flavor → the module of its wire format
-_WIRE = {"vllm": openai, "sglang": openai, "llamacpp": llamacpp, "ollama": ollama}
+_WIRE = {"vllm": openai, "sglang": openai, "llamacpp": llamacpp, "ollama": ollama, "anthropic": anthropic,
+         "responses": responses}
 
 
 class FakeServer(LoopbackServer):
@@ -168,7 +171,11 @@ class FakeServer(LoopbackServer):
         self.wire.add_routes(self, router)
         if self.flavor == "llamacpp":  # llama-server speaks the OpenAI-compatible API too
             openai.add_openai_routes(self, router)
-        if self.flavor != "ollama":
+        if self.flavor in ("vllm", "sglang", "llamacpp"):  # each serves /v1/responses
+            router.add_post("/v1/responses", bind(self, responses.respond))
+        if self.flavor in ("vllm", "llamacpp"):  # and /v1/messages (vLLM's Anthropic endpoint, llama-server's)
+            router.add_post("/v1/messages", bind(self, anthropic.messages))
+        if self.flavor in ("vllm", "sglang", "llamacpp"):
             metrics.add_routes(self, router)
 
     async def _on_start(self) -> None:
@@ -188,6 +195,11 @@ class FakeServer(LoopbackServer):
         if self.api_key is None:
             return None
         h = request.headers.get("Authorization", "")
+        if self.flavor == "anthropic":  # Anthropic reads x-api-key only
+            h = request.headers.get("x-api-key", "")
+            if h != self.api_key:
+                return web.json_response(self._err_body(401, "invalid x-api-key", "authentication_error"), status=401)
+            return None
         if h != f"Bearer {self.api_key}":
             return web.json_response(self._err_body(401, "Invalid API Key" if h else "Missing API key", "authentication_error"), status=401)
         return None
@@ -376,13 +388,15 @@ class FakeServer(LoopbackServer):
     async def _token_events(
         self, request: web.Request, resp: web.StreamResponse, gt: GroundTruth, *, fault: str | None, t0: float,
         ttft: float, n_out: int, emit: Callable[[int, int, int], Awaitable[None]],
+        error_bytes: bytes | None = None, malformed: bytes | None = None, ping: bytes | None = None,
     ) -> tuple[int, float] | None:
         """Send the ``n_out`` tokens of a stream on schedule (absolute deadlines from ``t0``), each
         event by ``emit(first token index, tokens, tokens sent so far)``, with this request's
-        mid-stream fault. Returns ``(tokens sent, time of the first event)``, or None when a fault
-        ended the stream."""
+        mid-stream fault. ``error_bytes``, ``malformed`` and ``ping``: this endpoint's error event,
+        broken event and keep-alive (default: the flavor's wire module's, and ``:`` comments).
+        Returns ``(tokens sent, time of the first event)``, or None when a fault ended the stream."""
         if fault == "stall" and self.fault_after <= 0:
-            await self._stall(resp)
+            await self._stall(resp, ping)
         t_first = t0 + ttft
         sent = 0
         for ev_i, (i, k) in enumerate(self._schedule(n_out)):
@@ -390,7 +404,7 @@ class FakeServer(LoopbackServer):
             if ev_i == 0:
                 t_first = time.perf_counter()
             if fault in MID_STREAM and ev_i == self.fault_after:
-                await self._fault_mid(fault, request, resp)
+                await self._fault_mid(fault, request, resp, error_bytes, malformed, ping)
                 return None
             sent += k
             await emit(i, k, sent)
@@ -398,7 +412,7 @@ class FakeServer(LoopbackServer):
             gt.tokens_per_event.append(k)
         return sent, t_first
 
-    async def _stall(self, resp: web.StreamResponse) -> None:
+    async def _stall(self, resp: web.StreamResponse, ping: bytes | None = None) -> None:
         end = time.perf_counter() + self.stall_s
         while True:
             left = end - time.perf_counter()
@@ -406,25 +420,27 @@ class FakeServer(LoopbackServer):
                 return
             if self.ping_s and self.wire.SSE:
                 await asyncio.sleep(min(self.ping_s, left))
-                await resp.write(b":\n\n")
+                await resp.write(ping or b":\n\n")
             else:
                 await asyncio.sleep(left)
 
-    async def _fault_mid(self, fault: str, request: web.Request, resp: web.StreamResponse) -> None:
+    async def _fault_mid(self, fault: str, request: web.Request, resp: web.StreamResponse,
+                         error_bytes: bytes | None = None, malformed: bytes | None = None,
+                         ping: bytes | None = None) -> None:
         if fault == "cut":
             if request.transport is not None:
                 request.transport.close()
             return
         if fault == "malformed":
-            await resp.write(self.wire.MALFORMED_EVENT)
+            await resp.write(malformed or self.wire.MALFORMED_EVENT)
             await resp.write_eof()
             return
         if fault == "error_event":
-            await resp.write(self.wire.error_event(self))
+            await resp.write(error_bytes or self.wire.error_event(self))
             await resp.write_eof()
             return
         if fault == "stall":
-            await self._stall(resp)
+            await self._stall(resp, ping)
             return
         if fault == "no_done":
             await resp.write_eof()

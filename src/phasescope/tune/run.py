@@ -93,7 +93,7 @@ def bench_config(a: dict[str, Any], url: str | None, *, label: str | None = None
                       range_ratio=float(a.get("range_ratio", 0.0)), prefix_len=int(a.get("prefix_len", 0)),
                       prefix_groups=int(a.get("prefix_groups", 1)), seed=int(a.get("seed", 0)),
                       warmup=int(a.get("warmup", 1)), dataset=str(a.get("dataset", "random")),
-                      dataset_path=a.get("dataset_path"))
+                      dataset_path=a.get("dataset_path"), api=str(a.get("api", "auto")))
     for key, attr in BENCH_TRAFFIC_ARGS.items():
         if a.get(key) is not None:
             setattr(cfg, attr, a[key])
@@ -127,7 +127,7 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
 
         res = probe(url, sizes=list(a["prompt_tokens"]), max_tokens=int(a["max_tokens"]), repeat=a["repeat"],
                     warmup=True, save=True, progress=say, model_spec=a.get("model_spec"), device=a.get("device"),
-                    api_key=key)
+                    api_key=key, api=str(a.get("api", "auto")))
         sizes = res.get("sizes") or []
         ok = any(s.get("ok") for s in sizes)
         return res.get("run_id"), "complete" if ok else "failed"
@@ -146,7 +146,7 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
 
     names = [n.strip() for n in str(a["only"]).split(",") if n.strip()] if a.get("only") else list(NAMES)
     rep = run_explain(url, budget_s=float(a["budget_s"]), names=names, save=True, progress=say,
-                      server_flags=server_flags, api_key=key)
+                      server_flags=server_flags, api_key=key, api=str(a.get("api", "auto")))
     return rep.run_id, "complete"
 
 

@@ -34,7 +34,7 @@ FAULTS = (
 #: the faults that strike inside a stream, after ``fault_after`` token events
 MID_STREAM = ("cut", "malformed", "error_event", "stall", "no_done")
 
-FLAVORS = ("vllm", "sglang", "llamacpp", "ollama")
+FLAVORS = ("vllm", "sglang", "llamacpp", "ollama", "anthropic", "responses")
 #: how a fake streams reasoning: its own field (a server's reasoning parser), or <think> inside the text
 REASONING_FORMATS = ("field", "think")
 

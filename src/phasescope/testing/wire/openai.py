@@ -67,7 +67,7 @@ async def version(srv: FakeServer, request: web.Request) -> web.Response:
 async def models(srv: FakeServer, request: web.Request) -> web.Response:
     if (resp := srv._auth(request)) is not None:
         return resp
-    owned = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "ollama": "library"}[srv.flavor]
+    owned = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "ollama": "library", "responses": "openai"}[srv.flavor]
     card: dict[str, Any] = {"id": srv.model, "object": "model", "created": 1767225600, "owned_by": owned}
     if srv.flavor in ("vllm", "sglang"):
         card.update({"root": srv.model, "parent": None, "max_model_len": srv.max_model_len})
