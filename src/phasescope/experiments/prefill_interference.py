@@ -20,7 +20,9 @@ From the streams' token timestamps (per event gap, first gap excluded):
   stall only when the whole interval lies at or above ``SPIKE_MIN_X``);
   ``itl_quiet_max_s`` — the longest gap before it (how long gaps get without any injection).
 * ``injected_prefill_s`` — the injected TTFT minus the calibrated fixed overhead.
-* ``itl_max_during_s`` — the longest gap overlapping [injection sent, its first token + 3 gaps].
+* ``itl_max_during_s`` — the longest gap the injected prefill could hold: one that ends after the
+  injection was sent and starts before its first token. A gap that starts later is decode beside
+  the injected prompt's longer context (slower where attention costs), not prefill.
 * ``spike_x`` = itl_max_during / baseline; ``stall_s`` = itl_max_during − baseline;
   ``stall_share`` = itl_max_during / injected_prefill.
 * ``tokens_during_prefill`` — tokens each stream received in [first token − injected_prefill,
@@ -156,8 +158,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         if len(pre) < 3:
             continue
         base = float(med(pre))  # type: ignore[arg-type]
-        t_end = t_first + int(3 * base * 1e9)
-        win = [(a, b) for a, b in g if b > t0 and a < t_end]
+        win = [(a, b) for a, b in g if b > t0 and a < t_first]
         if not win:
             continue
         if g[-1][1] < t_first:
