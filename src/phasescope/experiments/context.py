@@ -357,10 +357,20 @@ async def discover_facts(session: aiohttp.ClientSession, target: Target, props: 
     return f
 
 
-async def calibrate(ctx: RunContext) -> Calibration:
-    """Warm up, then a short and a longer prompt: fixed overhead, prefill and decode rates."""
+async def calibration_prompts(ctx: RunContext) -> list[Prompt]:
+    """The calibration's three prompts (warm-up, short, long). Building them may ask the server's
+    tokenizer several times — over a slow network seconds that are not the calibration's requests."""
+    n = min(256, max(32, ctx.ctx_limit() // 4))
+    return [await ctx.prompt(16), await ctx.prompt(16), await ctx.prompt(n)]
+
+
+async def calibrate(ctx: RunContext, prompts: "list[Prompt] | None" = None) -> Calibration:
+    """Warm up, then a short and a longer prompt: fixed overhead, prefill and decode rates.
+    ``prompts``: :func:`calibration_prompts`' (built here when not given)."""
+    if prompts is None:
+        prompts = await calibration_prompts(ctx)
     ctx.say("calibrating: a warm-up and two probe requests")
-    warm = await ctx.send((await ctx.prompt(16)).request(8), "calibrate", phase="warmup")
+    warm = await ctx.send(prompts[0].request(8), "calibrate", phase="warmup")
     if not warm.ok and (warm.error_kind in NO_ANSWER or (warm.error_kind == "stopped_by_client"
                                                          and not warm.token_events())):
         # the warm-up got no token within the user's timeouts (or the calibration's time): the two
@@ -370,9 +380,9 @@ async def calibrate(ctx: RunContext) -> Calibration:
         raise NoAnswerError(f"the server did not answer the calibration's warm-up request: "
                             f"{warm.error_message or warm.error_kind}",
                             hint="it took the connection but sent no token; raise --ttft-timeout if it is only slow")
-    short = await ctx.send((await ctx.prompt(16)).request(16), "calibrate", phase="short")
-    n = min(256, max(32, ctx.ctx_limit() // 4))
-    long_ = await ctx.send((await ctx.prompt(n)).request(16), "calibrate", phase="long")
+    short = await ctx.send(prompts[1].request(16), "calibrate", phase="short")
+    n = prompts[2].target_tokens
+    long_ = await ctx.send(prompts[2].request(16), "calibrate", phase="long")
     # robust to a burst of load: the better of two short TTFTs, decode from the typical gap
     shorts = [t for t in (derive.ttft_s(short), derive.ttft_s(warm)) if t]
     t_s = min(shorts) if shorts else 0.05
@@ -385,6 +395,10 @@ async def calibrate(ctx: RunContext) -> Calibration:
         from phasescope.errors import TargetError
 
         bad = short if not short.ok else long_
+        if bad.error_kind == "stopped_by_client" and ctx.aborted is None:  # cut by explain's clock, not failed
+            raise TargetError(f"the calibration's {bad.tags.get('phase', '')} request was still running when the "
+                              f"calibration's share of the budget ran out: the server answers slower than that",
+                              hint="a longer --budget gives the calibration more time")
         raise TargetError(f"the server failed the calibration request: {bad.error_message or bad.error_kind}")
     c = Calibration(overhead_s=max(0.0, t_s - 16 / max(prefill, 1.0)), prefill_tok_s=max(prefill, 1.0),
                     decode_tok_s=max(decode, 0.5), probe_prompt_tokens=n)
