@@ -53,3 +53,20 @@ def test_queue_subtracts_the_calibrated_overhead_before_it_calls_time_waiting():
     assert real.queueing is True
     no_metrics = queue.analyze(_q(0.16, 0.03), overhead_s=0.125)
     assert no_metrics.queueing is False, no_metrics.reason
+
+
+def test_no_queue_is_not_read_from_a_run_in_which_nothing_finished_or_ran():
+    # the held-out matrix's TGI server (2 slots, 150 ms network): the queue experiment's 2.4 s share ran out
+    # before any of its 8 requests finished, /metrics never showed one running, and it said "no queue"
+    stopped = [rec("queue", "measure", ttft=0.3, concurrency=8, worker=i, ok=False) for i in range(8)]
+    for r in stopped:
+        r.error_kind = "stopped_by_client"
+    empty = [QueueSample(i * 0.2, 0.0, 0.0, None) for i in range(6)]
+    r = queue.analyze(stopped, empty)
+    assert r.queueing is None, r.reason
+    assert "finished" in r.reason
+    # the samples saw nothing running while requests did finish (no server timing to fall back on): they
+    # missed the load
+    done = [rec("queue", "measure", ttft=0.3, concurrency=8, worker=i) for i in range(8)]
+    r2 = queue.analyze(done, empty)
+    assert r2.queueing is None, r2.reason

@@ -134,6 +134,9 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
         res.kv_usage_max = max(kv)
         res.kv_pool_full = res.kv_usage_max >= KV_FULL
     by_metrics = None if not w else (res.waiting_share or 0) >= WAIT_SHARE_MIN
+    if by_metrics is False and not res.running_max:
+        # the samples never saw a request running: they missed the load, so their zeros say nothing
+        by_metrics = None
     all_ran = (by_metrics and res.running_max is not None and res.concurrency is not None
                and res.running_max >= res.concurrency)
     if all_ran:  # every request ran at once at some point: they waited for a scheduler step, not for room
@@ -158,6 +161,12 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
         res.reason = (f"only {res.ttft_wait_share_total:.0%} of all TTFT was waiting: {res.ttft_queue_share_total:.0%} "
                       f"was outside the server's prefill, {overhead_s * 1e3:.0f} ms of each request's on an idle server "
                       f"too" if beyond else f"only {res.ttft_queue_share_total:.0%} of all TTFT was outside the server's prefill")
+    elif not rs:
+        sent = len(select(records, NAME, phase="measure"))
+        res.reason = (f"none of the {sent} requests finished within the experiment's time, and /metrics never "
+                      f"showed one running: cannot tell")
+    elif w:
+        res.reason = "/metrics never showed a request running while the load ran (its samples missed it): cannot tell"
     else:
         res.reason = "no /metrics queue gauge and no server-timed prefill: cannot tell"
     return res
