@@ -144,11 +144,16 @@ def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, em
 
 
 
-def budget_skip_reason(left: float) -> str:
-    """Why an experiment did not run: the time left, or how far over the budget the earlier ones ran."""
+def budget_skip_reason(left: float, share_s: float | None = None) -> str:
+    """Why an experiment did not run: the time left (and, where the experiments still to run split it,
+    this one's share of it), or how far over the budget the earlier ones ran."""
     if left < 0:
         return f"budget exhausted (the earlier experiments ran {-left:.0f} s over it)"
-    return f"budget exhausted ({left:.0f} s left, under the {MIN_EXPERIMENT_S:.0f} s an experiment needs)"
+    if share_s is not None and MIN_EXPERIMENT_S <= left and share_s < MIN_EXPERIMENT_S:
+        return (f"budget exhausted ({left:.0f} s left for the experiments still to run; this one's share, "
+                f"{share_s:.1f} s, is under the {MIN_EXPERIMENT_S:.0f} s an experiment needs)")
+    left_s = f"{left:.1f}" if left < 2 * MIN_EXPERIMENT_S else f"{left:.0f}"  # never "2 s left, under the 2 s"
+    return f"budget exhausted ({left_s} s left, under the {MIN_EXPERIMENT_S:.0f} s an experiment needs)"
 
 async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
                     weight_bytes: float | None = None, kv_bytes_per_token: float | None = None,
@@ -176,7 +181,7 @@ async def run_suite(ctx: RunContext, budget_s: float, names: Sequence[str], *,
         left = ctx.budget.left()
         b = ctx.budget.allot(spec.share, spec.share + sum(s.share for s in specs))
         if b < MIN_EXPERIMENT_S:
-            skipped[name] = budget_skip_reason(left)
+            skipped[name] = budget_skip_reason(left, b)
             ctx.say(f"{name}: skipped, {skipped[name]}")
             continue
         cut0 = ctx.n_cut
