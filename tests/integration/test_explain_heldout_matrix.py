@@ -3,7 +3,7 @@ combinations its rules were not tuned on (:mod:`phasescope.testing.heldout_matri
 same judge as the project's own matrix. Every cell must be right or "cannot tell" with a reason; never
 wrong.
 
-`make test` runs :data:`~phasescope.testing.heldout_matrix.SUBSET` (two cells, ~50 s). The whole matrix
+`make test` runs :data:`~phasescope.testing.heldout_matrix.SUBSET` (two cells, ~45 s). The whole matrix
 runs with ``PHASESCOPE_HELDOUT_MATRIX=1`` (or one half of it with ``=1/2`` / ``=2/2``, to run in two
 processes) and writes one JSON line per cell to ``$PHASESCOPE_MATRIX_OUT`` when set, which
 ``benchmarks/explain_matrix.py`` turns into the table in docs/commands/explain.md."""
