@@ -84,7 +84,7 @@ def test_budget_skip_reason_does_not_call_5_s_under_2_s() -> None:
     from phasescope.experiments.suite import budget_skip_reason
 
     why = budget_skip_reason(5.2, 1.3)
-    assert "5 s left" in why and "share, 1.3 s, is under the 2 s" in why, why
+    assert "5 s left" in why and "share, 1.30 s, is under the 2 s" in why, why
     assert budget_skip_reason(1.5, 1.5) == "budget exhausted (1.5 s left, under the 2 s an experiment needs)"
 
 

@@ -151,7 +151,7 @@ def budget_skip_reason(left: float, share_s: float | None = None) -> str:
         return f"budget exhausted (the earlier experiments ran {-left:.0f} s over it)"
     if share_s is not None and MIN_EXPERIMENT_S <= left and share_s < MIN_EXPERIMENT_S:
         return (f"budget exhausted ({left:.0f} s left for the experiments still to run; this one's share, "
-                f"{share_s:.1f} s, is under the {MIN_EXPERIMENT_S:.0f} s an experiment needs)")
+                f"{share_s:.2f} s, is under the {MIN_EXPERIMENT_S:.0f} s an experiment needs)")
     left_s = f"{left:.1f}" if left < 2 * MIN_EXPERIMENT_S else f"{left:.0f}"  # never "2 s left, under the 2 s"
     return f"budget exhausted ({left_s} s left, under the {MIN_EXPERIMENT_S:.0f} s an experiment needs)"
 
