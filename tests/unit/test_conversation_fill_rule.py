@@ -48,3 +48,28 @@ def test_a_lasting_queue_without_a_kv_gauge_is_claimed():
     samples = [(0.2 * i, 1.0 if i >= 8 else 0.0, None, 1 + i // 4, 4) for i in range(20)]
     analyze_fill(res, [], samples, 4)
     assert res.fill_queue_turn == 3
+
+
+def test_waits_no_longer_than_a_scheduler_step_are_no_full_pool():
+    # the held-out matrix's TGI server at 40 ms a token (64 slots, no KV gauge): 4 sessions sending
+    # 16-token turns of ~0.8 s each arrive ~5 times a second and each waits up to a step for the
+    # scheduler, so ~20 % of the /metrics samples catch one "waiting" — explain said the sessions'
+    # histories filled the KV pool
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from explain_synth import rec
+
+    recs = [rec(NAME, "fill", t0=0.8 * (i // 4), ttft=0.1, gap=0.045, n_out=16, turn=1 + i // 4, session=i % 4)
+            for i in range(20)]
+    samples = [(0.2 * i, 1.0 if i % 5 == 2 else 0.0, None, 1 + i // 4, 4) for i in range(20)]  # 20 % of samples
+    res = _res()
+    analyze_fill(res, recs, samples, 4)
+    assert res.fill_queue_turn is None, res.fill_reason
+    assert "scheduler step" in res.fill_reason, res.fill_reason
+    # a queue in most samples from turn 3 on is still a full pool, whatever the step
+    lasting = [(0.2 * i, 1.0 if i >= 8 else 0.0, None, 1 + i // 4, 4) for i in range(20)]
+    res2 = _res()
+    analyze_fill(res2, recs, lasting, 4)
+    assert res2.fill_queue_turn == 3, res2.fill_reason

@@ -25,10 +25,10 @@ from report_synth import make_record
 
 @dataclasses.dataclass
 class _Prompt:
-    n: int
+    target_tokens: int
 
     def request(self, max_tokens: int) -> Any:
-        return ("req", self.n, max_tokens)
+        return ("req", self.target_tokens, max_tokens)
 
 
 def _ctx(monkeypatch: pytest.MonkeyPatch, records: dict[str, Any]) -> RunContext:

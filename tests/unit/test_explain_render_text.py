@@ -78,6 +78,16 @@ def test_budget_skip_reason_never_says_negative_seconds_left() -> None:
     assert budget_skip_reason(4.0).startswith("budget exhausted (4 s left")
 
 
+def test_budget_skip_reason_does_not_call_5_s_under_2_s() -> None:
+    # the held-out matrix printed "budget exhausted (5 s left, under the 2 s an experiment needs)": the 5 s
+    # were split among the experiments still to run, and this one's share was under 2 s
+    from phasescope.experiments.suite import budget_skip_reason
+
+    why = budget_skip_reason(5.2, 1.3)
+    assert "5 s left" in why and "share, 1.30 s, is under the 2 s" in why, why
+    assert budget_skip_reason(1.5, 1.5) == "budget exhausted (1.5 s left, under the 2 s an experiment needs)"
+
+
 def test_interference_table_says_when_the_client_itself_stalled() -> None:
     e = {"n_streams": 3, "itl_baseline_s": 0.02, "itl_max_during_s": 0.021, "spike_x": 1.05, "reason": "r"}
     quiet = _out(render.render_experiments, {"prefill-interference": {**e, "client_stall_s": 0.0}})

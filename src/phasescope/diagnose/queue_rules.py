@@ -99,7 +99,11 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
                 advice_for("kv_pool_full", diag.engine)))
     elif b is not None:
         top = next((x for x in reversed(b.levels) if getattr(x, "queue_share_total", None) is not None), None)
-        if top is not None and top.queue_share_total >= QUEUE_DOMINATES:  # type: ignore[operator]
+        # waiting is what lies outside prefill beyond the unloaded overhead (a slow network is no queue);
+        # a result saved before that share existed is judged on the whole time outside prefill
+        wait = None if top is None else (top.wait_share_total if getattr(top, "wait_share_total", None) is not None
+                                         else top.queue_share_total)
+        if top is not None and wait is not None and wait >= QUEUE_DOMINATES:
             slots = b.max_concurrency_bound if b.bound_source and "slots" in b.bound_source else None
             mine = slots is not None and top.concurrency > slots
             cause = (f"At {top.concurrency} concurrent requests most of TTFT is waiting, not prefill"
@@ -109,7 +113,11 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
                 [Evidence(f"median TTFT at concurrency {top.concurrency}", top.ttft_p50_s, "s", "batching: client TTFT"),
                  Evidence("median TTFT − server-timed prefill", top.queue_p50_s, "s", "batching: client TTFT − server prompt time"),
                  Evidence("share of TTFT not spent in prefill (Σ waiting ÷ Σ TTFT)", 100 * top.queue_share_total, "%",
-                          f"batching: concurrency {top.concurrency}, {top.n} requests")],
+                          f"batching: concurrency {top.concurrency}, {top.n} requests")]
+                + ([Evidence("share of TTFT spent waiting beyond the unloaded overhead", 100 * wait, "%",
+                             f"batching: minus the {b.unloaded_overhead_s * 1e3:.0f} ms outside prefill at concurrency "
+                             f"{b.levels[0].concurrency}")]
+                   if getattr(b, "unloaded_overhead_s", None) else []),
                 [] if mine else tailored("queueing", diag.engine, diag.settings)))
             found = True
     if not found and q is not None and q.queueing is None:

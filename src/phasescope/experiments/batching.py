@@ -11,6 +11,10 @@ loop: each worker sends its next request when the previous finishes). Per level:
   (llama.cpp ``prompt_ms``): time spent waiting for a slot plus transport; ``queue_share_total`` =
   Σ (TTFT − server prefill) ÷ Σ TTFT over the level's requests, the share of all TTFT spent waiting
   (a ratio of sums: the median of per-request shares hides the few requests that waited longest).
+  That difference also holds what every request spends outside prefill on an idle server (the
+  network, HTTP, tokenization): ``unloaded_overhead_s`` is its median at the lowest level, and
+  ``wait_share_total`` = Σ max(0, TTFT − server prefill − unloaded_overhead_s) ÷ Σ TTFT is the share
+  spent waiting — what the queueing rule decides by (a 120 ms network is no queue).
 
 The knee: the lowest level after which no higher level adds ``KNEE_GAIN`` (15 %) aggregate
 throughput per doubling of concurrency. ``knee_concurrency`` is ``None`` with ``knee_reached = False`` when throughput
@@ -63,6 +67,8 @@ class BatchLevel:
     wall_s: float | None
     #: Σ (TTFT − server prefill) ÷ Σ TTFT over the level's server-timed requests
     queue_share_total: float | None = None
+    #: Σ max(0, TTFT − server prefill − the unloaded overhead) ÷ Σ TTFT: the share spent waiting
+    wait_share_total: float | None = None
     #: 95 % intervals from the level's per-request samples (see the module docstring)
     output_tok_s_ci: list[float] | None = None
     output_tok_s_n: int = 0
@@ -81,6 +87,8 @@ class BatchingResult:
     throughput_gain_x: float | None = None
     itl_p99_growth_x: float | None = None
     ttft_p99_growth_x: float | None = None
+    #: median TTFT − server prefill at the lowest level: outside prefill even with no queue (transport)
+    unloaded_overhead_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
     name: str = NAME
@@ -141,7 +149,19 @@ def aggregate_rate_interval(good: Sequence[RequestRecord], agg: float | None, *,
                     agg * gm / float(means.min()))
 
 
-def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
+def _outside_prefill(rs: Sequence[RequestRecord]) -> list[tuple[float, float]]:
+    """(TTFT − server prefill, TTFT) of every request the server timed."""
+    out = []
+    for r in ok(rs):
+        t, p = derive.ttft_s(r), server_prefill_s(r)
+        if t is not None and p is not None:
+            out.append((max(0.0, t - p), t))
+    return out
+
+
+def level_stats(c: int, rs: Sequence[RequestRecord], overhead_s: float | None = None) -> BatchLevel:
+    """One level's figures; ``overhead_s``: the time outside prefill with no queue (the lowest level's),
+    taken off each request's before its wait counts in ``wait_share_total``."""
     good = ok(rs)
     starts = [r.t_start_ns for r in good]
     ends = [derive.last_token_ns(r) or r.t_done_ns for r in good]
@@ -152,12 +172,9 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
     for r in good:
         itls.extend(derive.itl_s(r))
     ttfts = [derive.ttft_s(r) for r in good]
-    queues, timed = [], []
-    for r in good:
-        t, p = derive.ttft_s(r), server_prefill_s(r)
-        if t is not None and p is not None:
-            queues.append(max(0.0, t - p))
-            timed.append(t)
+    pairs = _outside_prefill(good)
+    queues, timed = [q for q, _ in pairs], [t for _, t in pairs]
+    waits = [max(0.0, q - (overhead_s or 0.0)) for q in queues]
     agg = (out_total / wall) if wall and wall > 0 else None
     tput = aggregate_rate_interval(good, agg)
     tput_ci = to_ci(tput)
@@ -169,6 +186,7 @@ def level_stats(c: int, rs: Sequence[RequestRecord]) -> BatchLevel:
         ttft_p50_s=pct(ttfts, 50), ttft_p99_s=pct(ttfts, 99),
         queue_p50_s=med(queues) if queues else None, wall_s=wall,
         queue_share_total=(sum(queues) / sum(timed)) if timed and sum(timed) > 0 else None,
+        wait_share_total=(sum(waits) / sum(timed)) if timed and sum(timed) > 0 else None,
         output_tok_s_ci=tput_ci, output_tok_s_n=tput.n if tput else 0,
         per_user_decode_tok_s_ci=to_ci(median_interval([derive.decode_tok_s(r) for r in good])),
         ttft_p50_s_ci=to_ci(median_interval(ttfts)),
@@ -201,7 +219,9 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     by_c: dict[int, list[RequestRecord]] = {}
     for r in rs:
         by_c.setdefault(int(r.tags.get("concurrency") or 1), []).append(r)
-    res.levels = [level_stats(c, by_c[c]) for c in sorted(by_c)]
+    low = _outside_prefill(by_c[min(by_c)]) if by_c else []
+    res.unloaded_overhead_s = med(q for q, _ in low) if low else None
+    res.levels = [level_stats(c, by_c[c], res.unloaded_overhead_s) for c in sorted(by_c)]
     res.knee_concurrency, res.knee_reached = find_knee(res.levels)
     lv = [x for x in res.levels if x.output_tok_s]
     if len(lv) >= 2:

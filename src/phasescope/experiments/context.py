@@ -319,10 +319,20 @@ async def discover_facts(session: Session, target: Target, props: dict[str, Any]
     return f
 
 
-async def calibrate(ctx: RunContext) -> Calibration:
-    """Warm up, then a short and a longer prompt: fixed overhead, prefill and decode rates."""
+async def calibration_prompts(ctx: RunContext) -> list[Prompt]:
+    """The calibration's three prompts (warm-up, short, long). Building them may ask the server's
+    tokenizer several times — over a slow network seconds that are not the calibration's requests."""
+    n = min(256, max(32, ctx.ctx_limit() // 4))
+    return [await ctx.prompt(16), await ctx.prompt(16), await ctx.prompt(n)]
+
+
+async def calibrate(ctx: RunContext, prompts: "list[Prompt] | None" = None) -> Calibration:
+    """Warm up, then a short and a longer prompt: fixed overhead, prefill and decode rates.
+    ``prompts``: :func:`calibration_prompts`' (built here when not given)."""
+    if prompts is None:
+        prompts = await calibration_prompts(ctx)
     ctx.say("calibrating: a warm-up and two probe requests")
-    warm = await ctx.send((await ctx.prompt(16)).request(8), "calibrate", phase="warmup")
+    warm = await ctx.send(prompts[0].request(8), "calibrate", phase="warmup")
     if not warm.ok and (warm.error_kind in NO_ANSWER or (warm.error_kind == "stopped_by_client"
                                                          and not warm.token_events())):
         # the warm-up got no token within the user's timeouts (or the calibration's time): the two
@@ -336,9 +346,9 @@ async def calibrate(ctx: RunContext) -> Calibration:
         raise NoAnswerError(f"the server did not answer the calibration's warm-up request: "
                             f"{warm.error_message or warm.error_kind}",
                             hint="it took the connection but sent no token; raise --ttft-timeout if it is only slow")
-    short = await ctx.send((await ctx.prompt(16)).request(16), "calibrate", phase="short")
-    n = min(256, max(32, ctx.ctx_limit() // 4))
-    long_ = await ctx.send((await ctx.prompt(n)).request(16), "calibrate", phase="long")
+    short = await ctx.send(prompts[1].request(16), "calibrate", phase="short")
+    n = prompts[2].target_tokens
+    long_ = await ctx.send(prompts[2].request(16), "calibrate", phase="long")
     # a request the calibration's own clock stopped after its first token is still a measurement (its TTFT
     # and the gaps it got); one stopped before any token says only that this budget is too small for this server
     def usable(r: RequestRecord) -> bool:
@@ -349,7 +359,7 @@ async def calibrate(ctx: RunContext) -> Calibration:
             from phasescope.errors import TargetError
 
             raise TargetError("explain's calibration got no first token within its share of the time budget "
-                              f"(a {n if r is long_ else 16}-token prompt): this server is slower than the budget "
+                              f"(a {n if r is long_ else prompts[1].target_tokens}-token prompt): this server is slower than the budget "
                               "allows", hint="pass a larger --budget")
     # robust to a burst of load: the better of two short TTFTs, decode from the typical gap
     shorts = [t for t in (derive.ttft_s(short), derive.ttft_s(warm)) if t]

@@ -18,7 +18,7 @@ the bandwidth model predicts
 and ``measured_over_predicted`` compares it with what the server did. ``slows`` is ``True`` when
 decode at the longest context is at least ``SLOW_PCT`` slower than at the shortest — and the 95 %
 intervals of the two ends' typical steps do not overlap (``decode_tok_s_ci``) —, ``False`` when
-it is within ``FLAT_PCT``, ``None`` in between. A slowdown seen from one request per point is never
+it is within ``FLAT_PCT`` and those intervals rule out a ``SLOW_PCT`` slowdown, ``None`` otherwise. A slowdown seen from one request per point is never
 taken on its own: both end points are measured once more first (load only slows decode, and each
 point keeps its best repetition), so one request slowed by the host cannot make the finding.
 """
@@ -206,7 +206,18 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         else:
             res.slows = True
     elif abs(res.slowdown_pct) <= FLAT_PCT and noise <= 2 * FLAT_PCT:
-        res.slows = False
+        # "flat" is claimed only where the two ends' intervals rule out a slowdown that counts (as "slows"
+        # needs them to part): the slowest the last end may be against the fastest the first may be
+        a, b = step_rate(pts[0]), step_rate(pts[-1])
+        worst = 100.0 * (1.0 - b.low / a.high) if a is not None and b is not None and a.high > 0 else None
+        if worst is not None and worst >= SLOW_PCT:
+            res.reason = (f"cannot tell whether decode is flat in the context: it changed {-res.slowdown_pct:+.1f}% from "
+                          f"{pts[0].context_tokens} to {pts[-1].context_tokens} tokens, but the two ends' intervals "
+                          f"({rate_fmt(a.low)}–{rate_fmt(a.high)} and {rate_fmt(b.low)}–{rate_fmt(b.high)}) allow a "
+                          f"slowdown of up to {worst:.0f}%, past the {SLOW_PCT:g}% that counts (more repetitions or "
+                          f"longer outputs narrow them)")
+        else:
+            res.slows = False
     elif abs(res.slowdown_pct) < NOISE_K * noise:
         res.reason = (f"decode changed {-res.slowdown_pct:+.1f}% from {pts[0].context_tokens} to {pts[-1].context_tokens} "
                       f"tokens of context, within the points' spread of ±{res.noise_pct:.0f}%: the measurement is "

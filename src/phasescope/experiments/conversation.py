@@ -26,7 +26,9 @@ reported, TTFT and the decode rate.
   KV pool: ``fill_queue_turn`` is the turn at which waiting first appeared (None: no queue). The
   queue must last (waiting in ≥ :data:`FILL_WAIT_SHARE_MIN` of the samples and in at least
   :data:`FILL_MIN_SAMPLES`: a lone sample caught a request between its arrival and the next scheduler
-  step) and, where the server reports KV usage, the pool must have reached :data:`FILL_KV_MIN`.
+  step; and in :data:`FILL_TRANSIENT_X` × the share such waits for a step explain: sessions × the typical
+  token gap ÷ the typical request time) and, where the server reports KV usage, the pool must have
+  reached :data:`FILL_KV_MIN`.
 * **Decode as the history grows.** The decode rate of the last turn against the first
   (``decode_slowdown_pct``), next to the bandwidth model's prediction when the model's weight and
   KV bytes are known: every step reads the weights once and the sequence's KV, so
@@ -68,6 +70,9 @@ FILL_WAIT_SHARE_MIN = 0.1
 FILL_MIN_SAMPLES = 2
 #: with a KV-usage gauge, a pool that peaked below this share was not what the requests waited for
 FILL_KV_MIN = 0.5
+#: waiting must show in at least this many times the share of samples that waits for the next scheduler
+#: step alone explain (sessions × the typical token gap ÷ the typical request time)
+FILL_TRANSIENT_X = 2.0
 
 
 @dataclass
@@ -254,6 +259,21 @@ def analyze_fill(res: ConversationResult, records: Sequence[RequestRecord], samp
                            f"step), under the {FILL_WAIT_SHARE_MIN:.0%} and {FILL_MIN_SAMPLES} samples a lasting "
                            f"queue shows")
         return
+    # each request waits up to a scheduler step between its arrival and admission: with a slow step and
+    # short turns, sessions × step / request time of the samples catch one "waiting" with room to spare
+    fill_ok = ok(select(records, NAME, phase="fill"))
+    itls = [g for r in fill_ok for g in derive.itl_s(r)]
+    durs = [(r.t_done_ns - r.t_start_ns) / 1e9 for r in fill_ok if r.t_done_ns and r.t_done_ns > r.t_start_ns]
+    if itls and durs:
+        step, t_req = float(med(itls) or 0.0), float(med(durs) or 0.0)
+        transient = min(1.0, sessions * step / t_req) if t_req > 0 else 0.0
+        share = len(queued) / len(waits)
+        if share < FILL_TRANSIENT_X * transient:
+            res.fill_reason = (f"{len(queued)} of {len(waits)} /metrics samples ({share:.0%}) showed a waiting request, "
+                               f"no more than requests that each wait up to a scheduler step ({step * 1e3:.0f} ms) "
+                               f"show: {sessions} sessions × {step * 1e3:.0f} ms ÷ {t_req:.2f} s a request = "
+                               f"{transient:.0%} of the samples; a full pool holds them longer")
+            return
     if kvs and max(kvs) < FILL_KV_MIN:
         res.fill_reason = (f"requests waited with {sessions} sessions in flight, but KV-cache usage peaked at "
                            f"{max(kvs):.0%}: the pool was not full, so something else held them")

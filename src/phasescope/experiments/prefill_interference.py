@@ -20,7 +20,10 @@ From the streams' token timestamps (per event gap, first gap excluded):
   stall only when the whole interval lies at or above ``SPIKE_MIN_X``);
   ``itl_quiet_max_s`` — the longest gap before it (how long gaps get without any injection).
 * ``injected_prefill_s`` — the injected TTFT minus the calibrated fixed overhead.
-* ``itl_max_during_s`` — the longest gap overlapping [injection sent, its first token + 3 gaps].
+* ``itl_max_during_s`` — the longest gap the injected prefill could hold: one that ends after the
+  injection was sent and starts before its first token. A gap that starts later is decode beside
+  the injected prompt's longer context (slower where attention costs), not prefill.
+* ``itl_second_during_s`` — each stream's second-longest gap in that window, median over streams.
 * ``spike_x`` = itl_max_during / baseline; ``stall_s`` = itl_max_during − baseline;
   ``stall_share`` = itl_max_during / injected_prefill.
 * ``tokens_during_prefill`` — tokens each stream received in [first token − injected_prefill,
@@ -34,7 +37,8 @@ From the streams' token timestamps (per event gap, first gap excluded):
 ``interference`` is ``True`` (not chunked) when the longest gap covers ≥ half the prefill, is
 ≥ 3× the usual gap and ≥ 30 ms (a few tokens at the window's edges do not matter: the prefill
 window is TTFT − overhead, which on a busy host also holds waiting for the running batch); ``True`` (chunked, ``chunked_prefill_likely``) when streams kept
-receiving tokens but gaps still spiked ≥ 3× and ≥ 1.5× the quiet maximum; ``False`` when the
+receiving tokens but gaps still spiked ≥ 3× and ≥ 1.5× the quiet maximum, at least twice in each
+stream (``itl_second_during_s``: a chunked prefill stalls the streams at every chunk, a hiccup once); ``False`` when the
 streams kept receiving tokens and no gap exceeded a quarter of a prefill that lasted ≥ 5 usual
 gaps; else ``None`` with the reason (the injected request queued, the prefill was too short to
 show, the streams ended too soon, …).
@@ -86,6 +90,9 @@ class InterferenceResult:
     itl_baseline_s_ci: list[float] | None = None
     itl_baseline_n: int = 0
     itl_max_during_s: float | None = None
+    #: each stream's second-longest gap in the same window (median over streams): a chunked prefill
+    #: stalls the streams once per chunk, a hiccup of the host once
+    itl_second_during_s: float | None = None
     spike_x: float | None = None
     spike_x_ci: list[float] | None = None
     stall_s: float | None = None
@@ -146,7 +153,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     if res.injected_ttft_s is not None:
         res.injected_prefill_s = max(1e-4, dur(t0, t_first) - max(0.0, overhead_s))
     pre_s = res.injected_prefill_s or 0.0
-    baselines, maxes, quiet, during, extras = [], [], [], [], []
+    baselines, maxes, quiet, during, extras, seconds = [], [], [], [], [], []
     pooled: list[float] = []  # every stream's gaps before the injection: the baseline gap distribution
     per_stream: list[tuple[float, list[tuple[int, int]], float]] = []
     ended_early = 0
@@ -156,8 +163,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         if len(pre) < 3:
             continue
         base = float(med(pre))  # type: ignore[arg-type]
-        t_end = t_first + int(3 * base * 1e9)
-        win = [(a, b) for a, b in g if b > t0 and a < t_end]
+        win = [(a, b) for a, b in g if b > t0 and a < t_first]
         if not win:
             continue
         if g[-1][1] < t_first:
@@ -168,6 +174,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         pooled.extend(pre)
         quiet.append(max(pre))
         maxes.append(max(dur(a, b) for a, b in win))
+        seconds.append(sorted(dur(a, b) for a, b in win)[-2] if len(win) >= 2 else 0.0)
         extras.append(sum(max(0.0, dur(a, b) - base) for a, b in win))
         per_stream.append((maxes[-1], win, base))
     if not baselines:
@@ -188,6 +195,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
     res.itl_baseline_s = med(baselines)
     res.itl_quiet_max_s = max(quiet)
     res.itl_max_during_s = max(maxes)
+    res.itl_second_during_s = med(seconds)
     res.tokens_during_prefill = med(during)
     res.extra_delay_s = med(extras)
     base = res.itl_baseline_s or 0.0
@@ -233,7 +241,10 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         res.interference, res.chunked_prefill_likely = True, False
         res.reason = (f"running streams paused {res.stall_s * 1e3:.0f} ms ({res.spike_x:.1f}× their usual gap) "
                       f"while a {res.injected_prompt_tokens}-token prompt was prefilled in {pre_s * 1e3:.0f} ms")
-    elif kept_going and spiked and res.itl_max_during_s >= 1.5 * res.itl_quiet_max_s:
+    elif kept_going and spiked and res.itl_max_during_s >= 1.5 * res.itl_quiet_max_s and not (
+            (res.itl_second_during_s or 0) < SPIKE_MIN_X * base or (res.itl_second_during_s or 0) < 1.5 * res.itl_quiet_max_s):
+        # split into chunks, each of which stalls the streams: a long gap at every chunk, so at least two
+        # in each stream (one long gap in all streams at once is a hiccup of the host, not the prefill)
         res.interference, res.chunked_prefill_likely = True, True
         res.reason = (f"streams kept receiving tokens ({res.tokens_during_prefill:.0f} each) during the "
                       f"{pre_s * 1e3:.0f} ms prefill, but their gaps rose to {res.spike_x:.1f}× normal")

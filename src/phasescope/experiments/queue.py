@@ -14,8 +14,13 @@ request's (TTFT − prefill) / TTFT) and their median ``ttft_queue_share``. The 
 two requests that waited 37 s of 37.7 s beside four that waited 15 ms of 1.5 s spent 92 % of all their
 TTFT waiting, although the median request waited 1 %.
 
+TTFT − server prefill also holds what every request spends outside prefill on an idle server (the
+network, HTTP, tokenization: the calibration's fixed overhead, ``unloaded_overhead_s`` in the params);
+``ttft_wait_share_total`` = Σ max(0, TTFT − server prefill − that overhead) ÷ Σ TTFT is the share spent
+waiting, and the client's channel decides by it (a 120 ms network is no queue).
+
 ``queueing`` is ``True`` when waiting > 0 in at least ``WAIT_SHARE_MIN`` of the samples or the
-time-weighted queue share of TTFT ≥ 0.5; ``False`` when /metrics was read and waiting stayed 0 (and no queue share
+time-weighted wait share of TTFT ≥ 0.5; ``False`` when /metrics was read and waiting stayed 0 (and no queue share
 says otherwise); ``None`` when neither channel is available.
 """
 
@@ -76,6 +81,8 @@ class QueueResult:
     #: Σ (TTFT − server prefill) ÷ Σ TTFT: the share of all time-to-first-token spent waiting (the sentences use it)
     ttft_queue_share_total: float | None = None
     ttft_queue_share_total_ci: list[float] | None = None
+    #: Σ max(0, TTFT − server prefill − the unloaded overhead) ÷ Σ TTFT: the share spent waiting (decides)
+    ttft_wait_share_total: float | None = None
     #: each measured request's share, in the order sent (the distribution beside the two summaries)
     ttft_queue_shares: list[float] = field(default_factory=list)
     queueing: bool | None = None
@@ -89,8 +96,12 @@ class QueueResult:
 
 def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (),
             info: ExperimentInfo | None = None, metrics_source: str | None = None,
-            preemptions: float | None = None) -> QueueResult:
+            preemptions: float | None = None, overhead_s: float | None = None) -> QueueResult:
+    """``overhead_s``: what a request spends outside prefill on an idle server (default: the params'
+    ``unloaded_overhead_s``, where :func:`run` keeps the calibration's, else 0)."""
     info = info or ExperimentInfo(name=NAME)
+    if overhead_s is None:
+        overhead_s = float(info.params.get("unloaded_overhead_s") or 0.0)
     res = QueueResult(info=info, samples=list(samples), metrics_source=metrics_source, preemptions=preemptions)
     rs = ok(select(records, NAME, phase="measure"))
     cs = [r.tags.get("concurrency") for r in rs if r.tags.get("concurrency")]
@@ -107,6 +118,9 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
     total = share_total(pairs)
     if total is not None:
         res.ttft_queue_share_total, res.ttft_queue_share_total_ci = total.value, total.ci
+        res.ttft_wait_share_total = sum(max(0.0, w - overhead_s) for w, _ in pairs) / sum(t for _, t in pairs)
+    beyond = (f", {res.ttft_wait_share_total:.0%} beyond the {overhead_s * 1e3:.0f} ms every request spends outside "
+              f"prefill on an idle server" if overhead_s > 0 and res.ttft_wait_share_total is not None else "")
     w = [s.waiting for s in samples if s.waiting is not None]
     res.metrics_available = bool(w)
     if w:
@@ -120,11 +134,14 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
         res.kv_usage_max = max(kv)
         res.kv_pool_full = res.kv_usage_max >= KV_FULL
     by_metrics = None if not w else (res.waiting_share or 0) >= WAIT_SHARE_MIN
+    if by_metrics is False and not res.running_max:
+        # the samples never saw a request running: they missed the load, so their zeros say nothing
+        by_metrics = None
     all_ran = (by_metrics and res.running_max is not None and res.concurrency is not None
                and res.running_max >= res.concurrency)
     if all_ran:  # every request ran at once at some point: they waited for a scheduler step, not for room
         by_metrics = False
-    by_client = None if res.ttft_queue_share_total is None else res.ttft_queue_share_total >= QUEUE_SHARE_MIN
+    by_client = None if res.ttft_wait_share_total is None else res.ttft_wait_share_total >= QUEUE_SHARE_MIN
     if by_metrics or by_client:
         res.queueing = True
         parts = []
@@ -132,7 +149,7 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
             parts.append(f"waiting > 0 in {res.waiting_share:.0%} of /metrics samples (max {res.waiting_max:.0f})")
         if by_client:
             parts.append(f"{res.ttft_queue_share_total:.0%} of all TTFT was not prefill (Σ waiting ÷ Σ TTFT; "
-                         f"the median request: {res.ttft_queue_share:.0%})")
+                         f"the median request: {res.ttft_queue_share:.0%}){beyond}")
         res.reason = "; ".join(parts)
     elif by_metrics is False:
         res.queueing = False
@@ -141,7 +158,15 @@ def analyze(records: Sequence[RequestRecord], samples: Sequence[QueueSample] = (
                       if all_ran else "waiting stayed at 0 in /metrics")
     elif by_client is False:
         res.queueing = False
-        res.reason = f"only {res.ttft_queue_share_total:.0%} of all TTFT was outside the server's prefill"
+        res.reason = (f"only {res.ttft_wait_share_total:.0%} of all TTFT was waiting: {res.ttft_queue_share_total:.0%} "
+                      f"was outside the server's prefill, {overhead_s * 1e3:.0f} ms of each request's on an idle server "
+                      f"too" if beyond else f"only {res.ttft_queue_share_total:.0%} of all TTFT was outside the server's prefill")
+    elif not rs:
+        sent = len(select(records, NAME, phase="measure"))
+        res.reason = (f"none of the {sent} requests finished within the experiment's time, and /metrics never "
+                      f"showed one running: cannot tell")
+    elif w:
+        res.reason = "/metrics never showed a request running while the load ran (its samples missed it): cannot tell"
     else:
         res.reason = "no /metrics queue gauge and no server-timed prefill: cannot tell"
     return res
@@ -243,7 +268,8 @@ async def run(ctx: RunContext, budget_s: float, *, concurrency: int | None = Non
         a, b = counter(first, "preemptions"), counter(last, "preemptions")
         pre = (b - a) if a is not None and b is not None else None
     params = {"concurrency": cq, "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
-              "per_worker": per_worker, "interval_s": interval_s, "budget_s": budget_s}
+              "per_worker": per_worker, "interval_s": interval_s, "budget_s": budget_s,
+              "unloaded_overhead_s": c.overhead_s}
     res = analyze(ctx.records, samples, ctx.info(NAME, started, params),
                   metrics_source=ctx.facts.metrics_engine, preemptions=pre)
     res.slots, res.slots_source = ctx.facts.slots, ctx.facts.slots_source
