@@ -116,11 +116,11 @@ def _source(tool: str, path: str, fmt_name: str, version: Any = None) -> dict[st
     return {"tool": tool, "file": Path(path).name, "format": fmt_name, **({"version": version} if version else {})}
 
 
-def _record(i: int, source: str, target: str, model: str | None, t0_ns: int, ttft_s: float | None,
+def _record(i: int, source: str, target: str | None, model: str | None, t0_ns: int, ttft_s: float | None,
             gaps_s: list[float], n_out: int | None, n_in: int | None, ok: bool, error: str | None = None,
             latency_s: float | None = None) -> RequestRecord:
     """One request rebuilt from its first-token time and the gaps between its later output events."""
-    r = RequestRecord(id=f"{source}-{i}", api="imported", target=target, model=model, t_start_ns=t0_ns,
+    r = RequestRecord(id=f"{source}-{i}", api="imported", target=target or "", model=model, t_start_ns=t0_ns,
                       wall_start_ns=t0_ns, tags={"imported": source})
     r.ok = ok and ttft_s is not None
     if error:
@@ -157,7 +157,7 @@ def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
     if (d := _num(doc.get("duration"))) is not None:
         s["duration_s"] = d
     model = doc.get("model_id") if isinstance(doc.get("model_id"), str) else None
-    target = "imported:vllm"
+    target = None
     records: list[RequestRecord] = []
     ttfts, itls = doc.get("ttfts"), doc.get("itls")
     if isinstance(ttfts, list) and isinstance(itls, list) and len(ttfts) == len(itls):
@@ -256,7 +256,7 @@ def _guidellm(doc: dict[str, Any], path: str, index: int) -> Imported:
     for where in (b.get("worker"), (doc.get("args") or {}) if isinstance(doc.get("args"), dict) else {}):
         if isinstance(where, dict) and isinstance(where.get("model"), str):
             model = where["model"]
-    return Imported("guidellm", path, s, [], model, "imported:guidellm", params, notes)
+    return Imported("guidellm", path, s, [], model, None, params, notes)
 
 
 # --- AIPerf -------------------------------------------------------------------------------------
@@ -303,11 +303,11 @@ def _aiperf(doc: Any, path: str, index: int) -> Imported:
     ep = ((doc.get("input_config") or {}).get("endpoint") or {}) if isinstance(doc.get("input_config"), dict) else {}
     names = ep.get("model_names") if isinstance(ep, dict) else None
     model = names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
-    return Imported("aiperf", path, s, [], model, "imported:aiperf", {})
+    return Imported("aiperf", path, s, [], model, None, {})
 
 
 def _aiperf_records(rows: list[dict[str, Any]], path: str) -> Imported:
-    target, records = "imported:aiperf", []
+    target, records = "", []
     t_first = None
     for i, row in enumerate(rows):
         md, m = row.get("metadata") or {}, row.get("metrics") or {}
@@ -342,7 +342,7 @@ def _aiperf_records(rows: list[dict[str, Any]], path: str) -> Imported:
         "; one token per chunk here, so per chunk is per token" if _one_per_event(records)
         else "; phasescope's ITL is per token, AIPerf's ICL per chunk")}
     s["definitions"] = defs
-    return Imported("aiperf", path, s, records, None, target, {})
+    return Imported("aiperf", path, s, records, None, None, {})
 
 
 # --- llm-d Benchmark Report v0.2 ----------------------------------------------------------------
@@ -394,9 +394,68 @@ def _llmd(doc: dict[str, Any], path: str, index: int) -> Imported:
         if isinstance(nm, str):
             model = nm
             break
-    return Imported("llmd", path, s, [], model, "imported:llmd", {})
+    return Imported("llmd", path, s, [], model, None, {})
 
 
 _MAPPERS: dict[str, Callable[[Any, str, int], Imported]] = {
     "vllm": _vllm, "guidellm": _guidellm, "aiperf": _aiperf, "llmd": _llmd,
 }
+
+
+# --- into the store, or beside it -----------------------------------------------------------------
+def _summary_of(imp: Imported) -> dict[str, Any]:
+    s = dict(imp.summary)
+    if imp.notes:
+        s["notes"] = list(imp.notes)
+    return s
+
+
+def store_imported(store: Any, imp: Imported) -> Any:
+    """Store ``imp`` as a run of kind ``import`` (its records, if any, and its summary); its RunInfo."""
+    with store.recording(kind="import", target=imp.target, params=dict(imp.params), model=imp.model) as run:
+        for r in imp.records:
+            run.add(r)
+        run.finish(_summary_of(imp))
+        run_id = run.id
+    return store.get(run_id)
+
+
+def looks_like_file(ref: str) -> bool:
+    """A compare/report argument that names a result file rather than a run id."""
+    p = Path(ref).expanduser()
+    return p.suffix.lower() in (".json", ".jsonl") or p.is_file()
+
+
+class WithFiles:
+    """A run store whose ``get``/``load_records`` also take a result file's path: the file is imported on
+    the fly (:func:`load_result`, format detected) and never stored — unless ``keep``, then it is
+    stored as a run of kind ``import`` like ``phasescope import`` does."""
+
+    def __init__(self, store: Any, keep: bool = False) -> None:
+        self._store, self._keep = store, keep
+        self._files: dict[str, tuple[Any, list[RequestRecord]]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def get(self, ref: str) -> Any:
+        if not looks_like_file(ref):
+            return self._store.get(ref)
+        imp = load_result(ref)
+        if self._keep:
+            return store_imported(self._store, imp)
+        from phasescope.store import RunInfo
+
+        import time
+
+        run_id = f"file:{Path(ref).name}"
+        info = RunInfo(id=run_id, kind="import", status="complete", started_at=time.time(), target=imp.target,
+                       model=imp.model, params=dict(imp.params),
+                       summary=_summary_of(imp), n_records=len(imp.records), n_warmup=0)
+        self._files[run_id] = (info, imp.records)
+        return info
+
+    def load_records(self, run_id: str) -> list[RequestRecord]:
+        if run_id in self._files:
+            return list(self._files[run_id][1])
+        return list(self._store.load_records(run_id))
