@@ -157,6 +157,36 @@ def import_(
             err_console.print(f"  {key}: not comparable with phasescope's — {d.get('why')}", highlight=False)
 
 
+def export(
+    run_id: str = typer.Argument(..., help="The run to export (an id, a unique prefix, or latest)."),
+    fmt_out: str = typer.Option("llmd", "--format", help="llmd: llm-d's Benchmark Report v0.2 (JSON)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report to this file (default: stdout)."),
+    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+) -> None:
+    """Write a stored run in another tool's schema: --format llmd is llm-d's Benchmark Report v0.2, which
+    `phasescope import` (and llm-d-benchmark's tools) read back."""
+    import json
+    import sys
+
+    from phasescope.errors import InputError
+    from phasescope.report.llmd import benchmark_report
+
+    if fmt_out != "llmd":
+        raise InputError(f"--format must be llmd (got {fmt_out!r})")
+    st = _store(store)
+    info = st.get(run_id)
+    with _stored(f"run {info.id}"):
+        doc = benchmark_report(info, st.load_records(info.id))
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return
+    from phasescope.safeio import write_text
+
+    path = write_text(out, text, what="benchmark report")
+    err_console.print(f"wrote {path} (llm-d Benchmark Report v0.2 of run {info.id})", highlight=False)
+
+
 def compare(
     ids: Optional[List[str]] = typer.Argument(None, help="Run A (reference) and run B; or one run with --baseline. "
                                               "A result file of another tool (.json/.jsonl) may stand for a run."),
@@ -311,3 +341,4 @@ def register(app: typer.Typer) -> None:
     app.command("compare")(compare)
     app.command("report")(report)
     app.command("import")(import_)
+    app.command("export")(export)
