@@ -135,3 +135,16 @@ def test_a_format_that_contradicts_the_file_is_refused() -> None:
 def test_a_missing_file_is_one_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not found"):
         load_result(tmp_path / "nope.json")
+
+
+def test_vllm_start_times_place_the_requests_and_rebuild_throughput(tmp_path: Path) -> None:
+    doc = _doc("vllm_save_detailed.json")
+    doc["start_times"] = [1000.0 + 0.06 * i for i in range(len(doc["ttfts"]))]  # perf_counter seconds
+    p = tmp_path / "v.json"
+    p.write_text(json.dumps(doc))
+    imp = load_result(p)
+    assert [r.t_start_ns for r in imp.records][:2] == [1000 * 10**9, round(1000.06 * 10**9)]
+    assert "throughput_tok_s" not in imp.summary["definitions"]
+    span = (max(r.events[-1].t_ns for r in imp.records) - imp.records[0].t_start_ns) / 1e9
+    tput = point_value(samples_of(imp.records), METRIC_BY_KEY["throughput_tok_s"])
+    assert tput == pytest.approx(sum(doc["output_lens"]) / span)

@@ -143,6 +143,16 @@ def _one_per_event(records: list[RequestRecord]) -> bool:
 
 
 # --- vLLM ---------------------------------------------------------------------------------------
+def _start_times(doc: dict[str, Any]) -> list[Any] | None:
+    """Per-request start times (seconds on one clock) where the file has them: ``start_times`` (newer
+    ``vllm/benchmarks/serve.py`` keeps it with --save-detailed), ``request_submit_times`` (some forks)."""
+    for k in ("start_times", "request_submit_times"):
+        v = doc.get(k)
+        if isinstance(v, list) and len(v) == len(doc.get("ttfts") or []):
+            return v
+    return None
+
+
 def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
     s: dict[str, Any] = {"source": _source("vllm bench serve", path, "vllm --save-result JSON")}
     for k in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms",
@@ -152,7 +162,9 @@ def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
             s[k] = v
     completed = int(doc["completed"])
     s["completed"] = completed
-    if (n := _num(doc.get("num_prompts"))) is not None:
+    if (f := _num(doc.get("failed"))) is not None:
+        s["failed"] = int(f)
+    elif (n := _num(doc.get("num_prompts"))) is not None:
         s["failed"] = max(0, int(n) - completed)
     if (d := _num(doc.get("duration"))) is not None:
         s["duration_s"] = d
@@ -164,7 +176,7 @@ def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
         outs = doc.get("output_lens") or [None] * len(ttfts)
         ins = doc.get("input_lens") or [None] * len(ttfts)
         errs = doc.get("errors") or [""] * len(ttfts)
-        starts = doc.get("request_submit_times") if isinstance(doc.get("request_submit_times"), list) else None
+        starts = _start_times(doc)
         t = 0
         for i, (tt, gaps) in enumerate(zip(ttfts, itls)):
             ok = not errs[i] and _num(tt) is not None and _num(tt) > 0  # type: ignore[operator]
@@ -188,7 +200,7 @@ def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
     else:
         defs["itl_p50_s"] = defs["itl_p99_s"] = {"comparable": False, "why": itl_why + " (equal only at one token per "
                                                  "event, which this file does not show)"}
-    if records and not (isinstance(doc.get("request_submit_times"), list)):
+    if records and _start_times(doc) is None:
         defs["throughput_tok_s"] = {"comparable": False, "why": "the file has no per-request start times, so throughput "
                                     f"cannot be rebuilt from its requests (vLLM's output_throughput: "
                                     f"{s.get('output_throughput', float('nan')):.1f} tok/s)"}
