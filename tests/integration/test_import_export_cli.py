@@ -59,7 +59,10 @@ def test_import_compare_report_through_the_cli(tmp_path: Path, capsys: pytest.Ca
     code, out, err = run(["compare", rid, str(DATA / "vllm_save_result.json"), "--store", str(store), "--json"],
                          capsys, monkeypatch)
     assert code == 0, err
-    rows = {m["metric"]: m for m in json.loads(out)["metrics"]}
+    cmp = json.loads(out)
+    rows = {m["metric"]: m for m in cmp["metrics"]}
+    assert not [w for w in cmp["warnings"] if w["kind"] == "no_success"]  # a summary has no requests to fail
+    assert cmp["run_level"]["method"] == "summary"
     assert rows["ttft_p99_s"]["b"] * 1000 == pytest.approx(doc["p99_ttft_ms"])
     assert rows["e2e_s"]["b"] * 1000 == pytest.approx(doc["median_e2el_ms"])
     assert rows["ttft_s"]["verdict"] == "too few samples" and "summary numbers only" in rows["ttft_s"]["why"]

@@ -205,7 +205,7 @@ def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
                                     f"cannot be rebuilt from its requests (vLLM's output_throughput: "
                                     f"{s.get('output_throughput', float('nan')):.1f} tok/s)"}
     s["definitions"] = defs
-    params = {k: doc[k] for k in ("backend", "endpoint_type", "num_prompts", "request_rate", "burstiness",
+    params: dict[str, Any] = {k: doc[k] for k in ("backend", "endpoint_type", "num_prompts", "request_rate", "burstiness",
                                   "max_concurrency") if k in doc and isinstance(doc[k], (int, float, str))}
     return Imported("vllm", path, s, records, model, target, params)
 
