@@ -125,8 +125,71 @@ def _show_run(result: Result) -> None:
         wide(console).print(show_renderable(info, result["metrics"], result["baselines"]))
 
 
+KEEP_IMPORTS_HELP = ("Store each result file named in place of a run id (vllm bench serve, GuideLLM, AIPerf, llm-d) as a "
+                     "run of kind import, as `phasescope import` does (default: read on the fly, not stored).")
+
+
+def import_(
+    file: Path = typer.Argument(..., help="A result file: vllm bench serve --save-result JSON, GuideLLM benchmarks.json, "
+                                          "AIPerf profile_export_aiperf.json or profile_export.jsonl, llm-d Benchmark Report v0.2 JSON."),
+    fmt_in: str = typer.Option("auto", "--format", help="auto (from the file's keys), vllm, guidellm, aiperf or llmd."),
+    index: int = typer.Option(0, "--index", help="Which benchmark of a GuideLLM file that holds several (0 = the first)."),
+    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print the stored run (id, source, summary) as JSON."),
+) -> None:
+    """Store another tool's result file as a run of kind import (its source named, its metrics mapped to
+    phasescope's keys by each tool's definition), for `compare` and `report`."""
+    from phasescope.report.imported import load_result, store_imported
+
+    imp = load_result(file, fmt_in, index)
+    info = store_imported(_store(store), imp)
+    if json_out:
+        print_json({"id": info.id, "kind": info.kind, "source": imp.summary.get("source"), "model": info.model,
+                    "n_records": info.n_records, "summary": info.summary})
+        return
+    src = imp.summary.get("source") or {}
+    what = f"{len(imp.records)} requests" if imp.records else "summary numbers only (no per-request data)"
+    console.print(f"imported {file} ({src.get('tool', imp.source)}) as run {info.id}: {what}", highlight=False)
+    for note in imp.notes:
+        err_console.print(f"note: {note}", highlight=False)
+    for key, d in sorted((imp.summary.get("definitions") or {}).items()):
+        if not d.get("comparable", True):
+            err_console.print(f"  {key}: not comparable with phasescope's — {d.get('why')}", highlight=False)
+
+
+def export(
+    run_id: str = typer.Argument(..., help="The run to export (an id, a unique prefix, or latest)."),
+    fmt_out: str = typer.Option("llmd", "--format", help="llmd: llm-d's Benchmark Report v0.2 (JSON)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the report to this file (default: stdout)."),
+    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+) -> None:
+    """Write a stored run in another tool's schema: --format llmd is llm-d's Benchmark Report v0.2, which
+    `phasescope import` (and llm-d-benchmark's tools) read back."""
+    import json
+    import sys
+
+    from phasescope.errors import InputError
+    from phasescope.report.llmd import benchmark_report
+
+    if fmt_out != "llmd":
+        raise InputError(f"--format must be llmd (got {fmt_out!r})")
+    st = _store(store)
+    info = st.get(run_id)
+    with _stored(f"run {info.id}"):
+        doc = benchmark_report(info, st.load_records(info.id))
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    if out is None:
+        sys.stdout.write(text)
+        return
+    from phasescope.safeio import write_text
+
+    path = write_text(out, text, what="benchmark report")
+    err_console.print(f"wrote {path} (llm-d Benchmark Report v0.2 of run {info.id})", highlight=False)
+
+
 def compare(
-    ids: Optional[List[str]] = typer.Argument(None, help="Run A (reference) and run B; or one run with --baseline."),
+    ids: Optional[List[str]] = typer.Argument(None, help="Run A (reference) and run B; or one run with --baseline. "
+                                              "A result file of another tool (.json/.jsonl) may stand for a run."),
     baseline: Optional[str] = typer.Option(
         None, "--baseline", "-b",
         help="Compare against the run named NAME (A); if NAME is not set yet, the given run becomes it.",
@@ -150,6 +213,7 @@ def compare(
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write the two-run report (plots overlaid, verdicts, differences) to this HTML file."),
+    keep_imports: bool = typer.Option(False, "--keep-imports", help=KEEP_IMPORTS_HELP),
 ) -> None:
     """Compare two runs metric by metric: change and a better / worse / within-noise / not-comparable verdict
     (run-level intervals when both are bench --trials runs). With --fail-on worse: exit 0 pass, 5 worse,
@@ -172,7 +236,9 @@ def compare(
         raise InputError("--confidence must be in [0.5, 1)")
     if min_change is not None and not 0 <= min_change < 10:
         raise InputError("--min-change must be ≥ 0 (a relative change: 0.05 is 5 %)")
-    st = _store(store)
+    from phasescope.report.imported import WithFiles
+
+    st = WithFiles(_store(store), keep=keep_imports)
     pair = resolve_pair(st, list(ids or []), baseline, set_)
     if pair.a is None or pair.b is None:
         if json_out:
@@ -232,20 +298,24 @@ def compare(
 
 
 def report(
-    ids: List[str] = typer.Argument(..., help="One or more run ids (several are overlaid)."),
+    ids: List[str] = typer.Argument(..., help="One or more run ids (several are overlaid); a result file of another "
+                                              "tool (.json/.jsonl) may stand for a run."),
     out: Path = typer.Option(Path("report.html"), "--out", "-o", help="The HTML file to write."),
     png: Optional[Path] = typer.Option(None, "--png", help="Also write each plot as a PNG into this folder."),
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print what was written (files, plots, skipped) as JSON."),
     fmt: Optional[str] = format_option(),
+    keep_imports: bool = typer.Option(False, "--keep-imports", help=KEEP_IMPORTS_HELP),
 ) -> None:
     """Write one self-contained HTML file (works offline): the phase card, then the evidence —
     interactive plots of the runs; with two or more, overlaid, and the comparison of A (the first)
     against each other run."""
     from phasescope.report.html import write_report
 
+    from phasescope.report.imported import WithFiles
+
     sink = output(json_out, fmt)
-    st = _store(store)
+    st = WithFiles(_store(store), keep=keep_imports)
     infos = [st.get(i) for i in ids]
     res = write_report([(i, st.load_records(i.id)) for i in infos], out, png_dir=png)
     sink.emit(Report.of("report", res.to_dict(), written=res))
@@ -270,3 +340,5 @@ def register(app: typer.Typer) -> None:
     app.command("show")(show)
     app.command("compare")(compare)
     app.command("report")(report)
+    app.command("import")(import_)
+    app.command("export")(export)

@@ -27,7 +27,10 @@ of better/worse, and the reason is said first:
 * engine build (version, ``/props`` ``build_info``), its flags (slots, context: ``server_build``)
   or the model file (path, size, quantization) → every metric;
 * the server's prompt token counts differ by more than :data:`COUNT_NOISE` → the prefill side;
-  output token counts → E2E and throughput.
+  output token counts → E2E and throughput;
+* a run imported from another tool (``kind: import``) whose tool defines a metric otherwise than
+  phasescope (its summary's ``definitions``, e.g. vLLM's per-event ITL, GuideLLM's token-weighted ITL)
+  → that metric (:func:`imported_definitions`).
 """
 
 from __future__ import annotations
@@ -184,7 +187,11 @@ def comparability(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[Requ
             out.append((nc_warning(f"{what}: a p99 tail is the few steps that waited for a core, so it measures the "
                                    "host's scheduling, not the server (the medians are still compared)", {"what": what},
                                    "rerun both on a quiet machine to gate on the tails"), TAIL_SIDE))
-    if (a.model or b.model) and a.model != b.model:
+    if None in (a.model, b.model) and "import" in (a.kind, b.kind) and (a.model or b.model):
+        what = f"model {a.model or '?'} → {b.model or '?'}"
+        out.append((nc_warning(f"{what}: the imported file does not say which model it measured; make sure it is "
+                               "the same", {"what": what}), frozenset()))
+    elif (a.model or b.model) and a.model != b.model:
         what = f"model {a.model or '?'} → {b.model or '?'}"
         out.append((nc_warning(f"{what}: a different model is a different workload", {"what": what}), ALL_METRICS))
     if (a.engine_version or b.engine_version) and a.engine_version != b.engine_version and a.engine == b.engine:
@@ -202,11 +209,28 @@ def comparability(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[Requ
             why = ("another server is a different system" if other_server and k == "engine"
                    else "the engine ran with other flags or another model file")
             out.append((nc_warning(f"{what}: {why}", {"what": what}), ALL_METRICS))
+    out += imported_definitions(a, "A") + imported_definitions(b, "B")
     for which, keys, name in (("prompt_tokens", PREFILL_SIDE, "prompt"), ("output_tokens", OUTPUT_SIDE, "output")):
         ma, mb = _mean_count(shared[0] if shared else ra, which), _mean_count(shared[1] if shared else rb, which)
         if ma and mb and abs(mb - ma) / ma > COUNT_NOISE:
             what = f"mean {name} tokens (server count) {ma:.1f} → {mb:.1f}"
             out.append((nc_warning(f"{what}: the requests were not the same size", {"what": what, "a": ma, "b": mb}), keys))
+    return out
+
+
+def imported_definitions(info: RunInfo, name: str) -> list[tuple[MeasurementWarning, frozenset[str]]]:
+    """An imported run's (``kind: import``) metrics whose tool defines them otherwise than phasescope does
+    (its summary's ``definitions``, :mod:`phasescope.report.imported`): each is not comparable, and why."""
+    if info.kind != "import":
+        return []
+    defs = _summary(info).get("definitions")
+    src = _summary(info).get("source")
+    tool = src.get("tool") if isinstance(src, dict) else None
+    out: list[tuple[MeasurementWarning, frozenset[str]]] = []
+    for key, d in sorted((defs or {}).items()) if isinstance(defs, dict) else []:
+        if key in ALL_METRICS and isinstance(d, dict) and d.get("comparable") is False:
+            what = f"run {name} ({tool or 'imported'}) defines {key} otherwise: {d.get('why', '')}"
+            out.append((nc_warning(what, {"what": what, "metric": key, "tool": tool}), frozenset({key})))
     return out
 
 

@@ -33,6 +33,14 @@ metric is worse in a comparable row; else ``inconclusive`` (exit 6) when a gated
 (unless ``allow_incomparable``: then those rows are judged by their raw verdict) or when no gated
 metric could be judged at all; else ``pass``. :func:`to_markdown` renders the table for a
 pull-request comment.
+
+A run imported from another tool (``kind: import``, :mod:`phasescope.report.imported`) that carries
+only the tool's summary numbers has no requests to resample: its rows (``method: "summary"``) show the
+two values and the change, read ``too few samples`` (no interval, no verdict), and ``not comparable``
+where the tool defines the metric otherwise.
+
+One job: two runs' numbers side by side with a verdict each — the intervals behind the verdicts and
+the rows the gate reads; what else differs between the runs is :mod:`phasescope.report.comparability`.
 """
 
 from __future__ import annotations
@@ -240,6 +248,8 @@ def compare_runs(
     every metric (None: :data:`MIN_EFFECT` per metric). A ``--steady-state`` run is read inside its
     window (:func:`steady_records`)."""
     records_a, records_b = steady_records(a, records_a), steady_records(b, records_b)
+    if _summary_only(a, records_a) or _summary_only(b, records_b):
+        return _compare_summaries(a, records_a, b, records_b, confidence, min_change)
     warnings: list[MeasurementWarning] = environment_warnings(a, records_a, b, records_b)
     changes = param_changes(_used_api(a), _used_api(b))
     changes.pop("trials", None)  # trials change the interval, not what each request measures
@@ -306,6 +316,57 @@ def compare_runs(
             row.verdict = "not comparable"
             row.why = "; ".join(why[row.metric])
     return Comparison(a, b, rows, warnings, changes, confidence, min_change,
+                      {k: v for k, v in why.items() if any(r.metric == k for r in rows)}, run_level)
+
+
+def _summary_only(info: RunInfo, records: list[RequestRecord]) -> bool:
+    """An imported run that carries summary numbers and no per-request data."""
+    return info.kind == "import" and not measured(records)
+
+
+def _values(info: RunInfo, records: list[RequestRecord]) -> dict[str, float]:
+    """One number per metric: an imported run's summary (:func:`phasescope.report.imported.metric_values`)
+    when it has no requests, else every measured request pooled."""
+    from phasescope.report.imported import metric_values
+
+    if _summary_only(info, records):
+        return metric_values(info.summary if isinstance(info.summary, dict) else {})
+    s = samples_of(measured(records))
+    return {m.key: v for m in METRICS if (v := point_value(s, m)) is not None}
+
+
+def _compare_summaries(a: RunInfo, records_a: list[RequestRecord], b: RunInfo, records_b: list[RequestRecord],
+                       confidence: float, min_change: float | None) -> Comparison:
+    """Rows from one number per side where a run is an imported summary (no requests to resample): the
+    values and the change, no interval, so no better/worse (``too few samples``, saying why), and
+    ``not comparable`` where a tool defines the metric otherwise."""
+    only = [n for n, i, r in (("A", a, records_a), ("B", b, records_b)) if _summary_only(i, r)]
+    warnings = [w for w in environment_warnings(a, records_a, b, records_b)  # a summary has no requests to fail
+                if not (w.kind == "no_success" and any(f"run {n} " in w.message for n in only))]
+    checks = comparability(a, records_a, b, records_b)
+    warnings = [w for w, _ in checks] + warnings
+    va, vb = _values(a, records_a), _values(b, records_b)
+    none = f"run {' and '.join(only)} holds summary numbers only (no per-request data): no interval, so no verdict"
+    why: dict[str, list[str]] = {}
+    for w, keys in checks:
+        for k in keys:
+            why.setdefault(k, []).append(w.evidence.get("what", w.message))
+    rows: list[MetricComparison] = []
+    for m in METRICS:
+        x, y = va.get(m.key), vb.get(m.key)
+        if x is None and y is None:
+            continue
+        diff = None if x is None or y is None else y - x
+        change = None if diff is None or not x else diff / abs(x)
+        row = MetricComparison(m.key, m.label, m.unit, "", m.higher_is_better, x, y,
+                               int(x is not None), int(y is not None), change, diff, None, None, "too few samples",
+                               why=none, method="summary", min_effect=min_effect_of(m.key, min_change))
+        row.raw_verdict = row.verdict
+        if m.key in why:
+            row.verdict, row.why = "not comparable", "; ".join(why[m.key]) + f" ({none})"
+        rows.append(row)
+    run_level = {"method": "summary", "a": None, "b": None, "why": none}
+    return Comparison(a, b, rows, warnings, param_changes(_used_api(a), _used_api(b)), confidence, min_change,
                       {k: v for k, v in why.items() if any(r.metric == k for r in rows)}, run_level)
 
 

@@ -207,6 +207,8 @@ _VERDICT_STYLE = {"better": "green", "worse": "red", "within noise": "dim", "too
 
 def interval_words(cmp: "Comparison") -> str:
     """The footnote under a comparison table: which interval, and the verdict rule."""
+    if cmp.run_level.get("method") == "summary":
+        return f"{cmp.run_level.get('why')}; the values are the files' own (imported from another tool)"
     how = ("95 % Welch interval of the difference of the trial means (run-level)"
            if cmp.run_level.get("method") == "trials"
            else f"{cmp.confidence:.0%} bootstrap CI of B − A over requests")
