@@ -179,10 +179,28 @@ def conversation(e: dict[str, Any]) -> View:
     hc = e.get("history_cached")
     pred = e.get("predicted_slowdown_pct")
     v.caption = (f"history cached: {'cannot tell' if hc is None else ('yes' if hc else 'no')} — {e.get('reason', '')}; "
-                 f"decode slowdown {fmt(e.get('decode_slowdown_pct'), '{:.1f}')} %"
+                 + _slowdown_words(e)
                  + (f" (bandwidth model {pred:.1f} %)" if pred is not None else "")
                  + (f"; {e.get('fill_sessions')} sessions at once: {e.get('fill_reason')}" if e.get("fill_reason") else ""))
     return v
+
+
+def _slowdown_words(e: dict[str, Any]) -> str:
+    """The decode slowdown from the first to the last turn, stated only where the two turns' intervals part
+    (the rule diagnose's conversation finding keeps); else "cannot tell" with both rates."""
+    from phasescope.diagnose.claims import CANNOT_TELL, differ, stored
+
+    turns = e.get("turns") or []
+    slow = e.get("decode_slowdown_pct")
+    if slow is None or len(turns) < 2:
+        return f"decode slowdown {fmt(slow, '{:.1f}')} %"
+    a, b = (stored(t.get("decode_tok_s"), t.get("decode_tok_s_ci"), t.get("n"), t.get("decode_tok_s_range"))
+            for t in (turns[0], turns[-1]))
+    if differ(a, b) == CANNOT_TELL:
+        return (f"decode slowdown: cannot tell ({fmt(turns[0].get('decode_tok_s'), '{:.1f}')} → "
+                f"{fmt(turns[-1].get('decode_tok_s'), '{:.1f}')} tok/s, turn {turns[0].get('turn')} → "
+                f"{turns[-1].get('turn')}: their intervals overlap or rest on one request)")
+    return f"decode slowdown {fmt(slow, '{:.1f}')} %"
 
 
 # -- the report's phase card: rows of the same views ------------------------------------------------
