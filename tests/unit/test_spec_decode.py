@@ -132,3 +132,14 @@ def test_engine_spec_flags() -> None:
         check_engine_spec("ngram", "http://127.0.0.1:8000")
     with pytest.raises(InputError, match="--engine-spec"):
         check_engine_spec("bogus", None)
+
+
+def test_ceiling_rows_get_the_per_step_roof_only_where_a_size_speculated() -> None:
+    from phasescope.probe.ceilings import add_per_step_ceilings
+
+    ceil = {"sizes": [{"prompt_tokens": 200, "decode_ceiling_tok_s": 100.0},
+                      {"prompt_tokens": 2000, "decode_ceiling_tok_s": 90.0}]}
+    add_per_step_ceilings(ceil, [{"prompt_tokens": 200, "spec_decode": {"tokens_per_step": 2.5}},
+                                 {"prompt_tokens": 2000}])
+    assert ceil["sizes"][0]["decode_ceiling_per_step_tok_s"] == pytest.approx(250.0)
+    assert "decode_ceiling_per_step_tok_s" not in ceil["sizes"][1]

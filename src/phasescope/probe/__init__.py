@@ -158,6 +158,7 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 if spec is not None and dev is not None:
                     try:
                         result["ceilings"] = C.ceilings(spec, dev, result["sizes"])
+                        C.add_per_step_ceilings(result["ceilings"], result["sizes"])
                         result["ceilings_note"] = None
                         result["warnings"] += [w.to_dict() for w in C.above_ceiling_warnings(spec, dev, result["sizes"])]
                     except Exception as exc:  # noqa: BLE001 - theory is advisory; never lose the measurement

@@ -44,7 +44,7 @@ from phasescope.measure.warnings import MeasurementWarning, warn
 from phasescope.theory import ceilings as T
 from phasescope.theory.ceilings import ceilings, get_device, is_loopback
 
-__all__ = ["ABOVE_CEILING_TOLERANCE", "MIN_BITS_PER_WEIGHT", "above_ceiling", "above_ceiling_warnings", "ceilings",
+__all__ = ["ABOVE_CEILING_TOLERANCE", "MIN_BITS_PER_WEIGHT", "above_ceiling", "add_per_step_ceilings", "above_ceiling_warnings", "ceilings",
            "discover_spec", "explain_above_ceiling", "get_device", "is_loopback",
            "speculative_roof_tok_s"]
 
@@ -181,6 +181,18 @@ def above_ceiling_warnings(spec: Any, device: Any, sizes: list[dict[str, Any]]) 
             if ws:
                 break  # one warning per size: the server figure says the same
     return out
+
+
+def add_per_step_ceilings(ceil: dict[str, Any] | None, sizes: list[dict[str, Any]]) -> None:
+    """``decode_ceiling_per_step_tok_s`` on each ceilings row whose size speculated: the row's decode
+    ceiling × that size's ``spec_decode.tokens_per_step`` (:func:`speculative_roof_tok_s`, no draft model)."""
+    if not ceil:
+        return
+    by_n = {s.get("prompt_tokens"): s for s in sizes}
+    for row in ceil.get("sizes") or []:
+        tps = ((by_n.get(row.get("prompt_tokens")) or {}).get("spec_decode") or {}).get("tokens_per_step")
+        if tps and row.get("decode_ceiling_tok_s"):
+            row["decode_ceiling_per_step_tok_s"] = speculative_roof_tok_s(row["decode_ceiling_tok_s"], tps)
 
 
 def explain_above_ceiling(results: dict[str, Any], ceil: Any) -> list[MeasurementWarning]:
