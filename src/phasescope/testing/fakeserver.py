@@ -78,7 +78,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from phasescope.testing._serve import LoopbackServer, rx_ns, serve_until_signal
-from phasescope.testing.wire import llamacpp, metrics, ollama, openai
+from phasescope.testing.wire import llamacpp, metrics, ollama, openai, spec
 from phasescope.testing.wire.common import (BOS_ID, FAULTS, FLAVORS, MID_STREAM, REASONING_FORMATS, GroundTruth,
                                             fake_tokenize, words)
 
@@ -168,11 +168,7 @@ class FakeServer(LoopbackServer):
         self._running = 0
         self._counters = {"prompt": 0, "gen": 0, "req": 0, "pc_queries": 0, "pc_hits": 0,
                           "spec_drafts": 0, "spec_draft_tokens": 0, "spec_accepted": 0}
-        self.spec_draft = max(0, int(spec_draft))
-        acc = tuple(int(a) for a in (spec_accepted if spec_accepted is not None else (self.spec_draft,)))
-        if self.spec_draft and (not acc or any(a < 0 or a > self.spec_draft for a in acc)):
-            raise ValueError("spec_accepted: each step accepts 0 … spec_draft tokens")
-        self.spec_accepted = acc
+        self.spec_draft, self.spec_accepted = spec.check(spec_draft, spec_accepted)
         self.prefix_cache = prefix_cache
         self._blocks: set[int] = set()  # hashes of cached 16-token block chains (vLLM APC)
 
@@ -290,27 +286,11 @@ class FakeServer(LoopbackServer):
         return n
 
     def _spec_steps(self, n_out: int) -> list[tuple[int, int, int]]:
-        """Speculative decoding's events: (first token index, tokens, drafted) per verified step after the
-        first token; step j drafts min(spec_draft, tokens left − 1) (llama.cpp leaves room for the step's
-        own token) and keeps min(spec_accepted[j mod len], drafted) of them."""
-        out: list[tuple[int, int, int]] = [(0, 1, 0)] if n_out > 0 else []
-        i, j = 1, 0
-        while i < n_out:
-            drafted = min(self.spec_draft, n_out - i - 1)
-            k = min(self.spec_accepted[j % len(self.spec_accepted)], drafted) + 1
-            if i < self.reasoning_tokens < i + k:  # reasoning and content never share an event
-                k = self.reasoning_tokens - i
-            out.append((i, k, drafted))
-            i += k
-            j += 1
-        return out
+        return spec.steps(n_out, self.spec_draft, self.spec_accepted, self.reasoning_tokens)
 
     def spec_counts(self, n_out: int) -> tuple[int, int, int]:
         """The truth of ``n_out`` tokens' speculation: (drafted, accepted, steps that drafted)."""
-        if not self.spec_draft:
-            return 0, 0, 0
-        st = self._spec_steps(n_out)[1:]
-        return sum(d for _, _, d in st), sum(k - 1 for _, k, _ in st), sum(1 for _, _, d in st if d > 0)
+        return spec.counts(n_out, self.spec_draft, self.spec_accepted, self.reasoning_tokens)
 
     def count_generated(self, gt: GroundTruth, n: int) -> None:
         """A request's ``n`` generated tokens into the /metrics counters (speculation's too)."""
