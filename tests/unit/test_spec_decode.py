@@ -143,3 +143,14 @@ def test_ceiling_rows_get_the_per_step_roof_only_where_a_size_speculated() -> No
                                  {"prompt_tokens": 2000}])
     assert ceil["sizes"][0]["decode_ceiling_per_step_tok_s"] == pytest.approx(250.0)
     assert "decode_ceiling_per_step_tok_s" not in ceil["sizes"][1]
+
+
+def test_tune_varies_the_embedded_engines_speculation() -> None:
+    from phasescope.tune import launch
+    from phasescope.tune.spec import parse_param
+
+    assert parse_param("spec-type=none,ngram", engine=True) == ("spec", ["none", "ngram"])
+    with pytest.raises(InputError, match="spec"):
+        parse_param("spec=eagle", engine=True)
+    assert launch.engine_kwargs({"spec": "ngram"})["spec"] == "ngram"
+    assert launch.engine_kwargs({"spec": "none"})["spec"] is None
