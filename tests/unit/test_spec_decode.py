@@ -60,15 +60,23 @@ def test_run_level_sums_counts_not_ratios() -> None:
 
 
 def test_bursts_of_several_tokens_per_event_are_inferred() -> None:
-    # first token, then 10 steps of 3 tokens (2 accepted + 1) each
-    ev = [Event(t_ns=100 * MS, n_tokens=1)] + [Event(t_ns=(100 + 20 * i) * MS, n_tokens=3) for i in range(1, 11)]
-    sd = D.spec_decode(_rec(ev, out=31))
+    # first token, then 10 steps of 4, 2, 1, 3, … tokens (accepted 3, 1, 0, 2 + 1 each)
+    ks = [4, 2, 1, 3, 4, 2, 1, 3, 4, 2]
+    ev = [Event(t_ns=100 * MS, n_tokens=1)] + [Event(t_ns=(100 + 20 * i) * MS, n_tokens=k) for i, k in enumerate(ks, 1)]
+    sd = D.spec_decode(_rec(ev, out=1 + sum(ks)))
     assert sd is not None and sd["source"] == "inferred"
     assert sd["drafted"] is None and sd["acceptance_rate"] is None
-    assert sd["tokens_per_step"] == pytest.approx(3.0)
-    assert sd["mean_accepted_len"] == pytest.approx(2.0)
+    assert sd["tokens_per_step"] == pytest.approx(sum(ks) / 10)
+    assert sd["mean_accepted_len"] == pytest.approx((sum(ks) - 10) / 10)
     # llama.cpp's own counts outrank an inference in the same run
-    assert D.spec_decode_run([_rec(ev, out=31), _llamacpp(60, 48)])["source"] == "llamacpp_timings"  # type: ignore[index]
+    assert D.spec_decode_run([_rec(ev, out=27), _llamacpp(60, 48)])["source"] == "llamacpp_timings"  # type: ignore[index]
+
+
+def test_a_fixed_stream_interval_is_coalescing_not_speculation() -> None:
+    # vLLM --stream-interval 3: every event carries 3 tokens (the last one the rest)
+    ev = [Event(t_ns=100 * MS, n_tokens=1)] + [Event(t_ns=(100 + 15 * i) * MS, n_tokens=3) for i in range(1, 11)]
+    ev.append(Event(t_ns=300 * MS, n_tokens=2))
+    assert D.spec_decode(_rec(ev, out=33)) is None
 
 
 def test_unknown_per_event_counts_are_no_evidence() -> None:

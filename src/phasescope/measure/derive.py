@@ -35,7 +35,8 @@ Definitions (compare ``vllm bench serve``, ``vllm/benchmarks/serve.py:calculate_
   verified steps): from llama.cpp ``timings.draft_n`` / ``draft_n_accepted`` (steps = decoded − accepted,
   decoded = ``predicted_n`` − 1: each verified step emits its accepted tokens plus one of its own), else
   ``inferred`` from the arrival pattern when every event carries its own count and at least a quarter of
-  the decode events carry several tokens (one event per step: steps = decode events; drafted unknown).
+  the decode events carry several tokens and their counts vary (a fixed count is ``--stream-interval``
+  coalescing, not speculation; one event per step: steps = decode events; drafted unknown).
   None when the request shows no speculation. ``acceptance_rate`` = accepted ÷ drafted;
   ``mean_accepted_len`` = accepted ÷ steps (draft tokens kept per verified step, bonus token excluded);
   ``tokens_per_step`` = (accepted + steps) ÷ steps = 1 + ``mean_accepted_len`` (vLLM's "mean acceptance
@@ -411,6 +412,8 @@ def _spec_counts(r: RequestRecord) -> tuple[float | None, float, float, str] | N
     dec = [int(e.n_tokens or 0) for e in tok[1:] if (e.n_tokens or 0) > 0]
     if not dec or sum(1 for k in dec if k > 1) < SPEC_BURST_SHARE * len(dec):
         return None
+    if len(set(dec[:-1])) < 2:  # one fixed size (the last event aside) is coalescing (--stream-interval), not
+        return None             # speculation, whose accepted count varies from step to step
     return None, float(sum(dec) - len(dec)), float(len(dec)), "inferred"
 
 
