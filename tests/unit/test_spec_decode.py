@@ -162,3 +162,20 @@ def test_tune_varies_the_embedded_engines_speculation() -> None:
         parse_param("spec=eagle", engine=True)
     assert launch.engine_kwargs({"spec": "ngram"})["spec"] == "ngram"
     assert launch.engine_kwargs({"spec": "none"})["spec"] is None
+
+
+def test_explain_judges_a_speculating_server_per_step() -> None:
+    from types import SimpleNamespace
+
+    from phasescope.probe.ceilings import explain_above_ceiling
+
+    def ps():  # type: ignore[no-untyped-def]  # 1 / typical token gap of 2 ms = 500 tok/s against a 50 tok/s roof
+        return SimpleNamespace(points=[SimpleNamespace(decode_step_s=0.002, prompt_tokens=64, n=3, decode_tok_s=480.0)],
+                               info=SimpleNamespace(warnings=[]))
+
+    ceil = SimpleNamespace(decode_ceiling_tok_s=50.0, bandwidth_gb_s=10.0, weight_bytes=0.2e9, device="local")
+    plain = [_llamacpp(None, None)]
+    assert len(explain_above_ceiling({"prompt-scaling": ps()}, ceil, plain)) == 1
+    # 10.5 tokens per verified step (63 decoded in 6 steps): 500 tok/s is within the per-step roof of 525
+    spec = [_llamacpp(60, 57)]
+    assert explain_above_ceiling({"prompt-scaling": ps()}, ceil, spec) == []

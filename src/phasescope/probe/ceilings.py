@@ -195,9 +195,10 @@ def add_per_step_ceilings(ceil: dict[str, Any] | None, sizes: list[dict[str, Any
             row["decode_ceiling_per_step_tok_s"] = speculative_roof_tok_s(row["decode_ceiling_tok_s"], tps)
 
 
-def explain_above_ceiling(results: dict[str, Any], ceil: Any) -> list[MeasurementWarning]:
+def explain_above_ceiling(results: dict[str, Any], ceil: Any, records: Any = None) -> list[MeasurementWarning]:
     """``explain``: the single-stream decode the diagnosis uses against the explain ceiling; the warning
-    is appended to the measuring experiment's ``info.warnings`` and returned."""
+    is appended to the measuring experiment's ``info.warnings`` and returned. With the run's ``records``
+    a speculating server is judged against the per-step roof (its run-level ``tokens_per_step``)."""
     if ceil is None or not getattr(ceil, "decode_ceiling_tok_s", None):
         return []
     try:
@@ -208,8 +209,14 @@ def explain_above_ceiling(results: dict[str, Any], ceil: Any) -> list[Measuremen
     bw = getattr(ceil, "bandwidth_gb_s", None)
     w = getattr(ceil, "weight_bytes", None)
     roof = bw * 1e9 / w if bw and w else ceil.decode_ceiling_tok_s
+    tps = None
+    if records is not None:
+        from phasescope.measure.derive import spec_decode_run
+
+        tps = (spec_decode_run(r for r in records if getattr(r, "ok", False)) or {}).get("tokens_per_step")
     ws = above_ceiling(d, bandwidth_roof_tok_s=roof, device_id=getattr(ceil, "device", None), device_bandwidth_gb_s=bw,
-                       bytes_per_token=w, where=f"single-stream decode ({src.split(':')[0] or 'explain'})")
+                       bytes_per_token=w, where=f"single-stream decode ({src.split(':')[0] or 'explain'})",
+                       tokens_per_step=tps)
     name = src.split(":")[0] if src else ""
     exp = results.get(name)
     info = getattr(exp, "info", None)
