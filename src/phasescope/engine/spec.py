@@ -38,7 +38,7 @@ def spec_args(spec: str | None = None, draft_model: str | os.PathLike[str] | Non
         out += ["--spec-draft-model", str(draft_model)]
         name = name or "draft-simple"
     elif name == "draft-simple":
-        raise EngineError("speculation 'draft' needs a draft model (-md / --engine-draft-model)")
+        raise EngineError("speculation 'draft' needs a draft model (llama-server -md), which phasescope does not bundle: use ngram")
     if name:
         out += ["--spec-type", name]
     return out
