@@ -113,6 +113,10 @@ VLLM = EngineProfile(
         "prefill_seconds": (_s("vllm:request_prefill_time_seconds", "hist_sum"),),
         "decode_seconds": (_s("vllm:request_decode_time_seconds", "hist_sum"),),
         # V0 engine-computed throughputs (removed in V1)
+        # speculative decoding (vllm/v1/spec_decode/metrics.py): verified steps, drafted, accepted
+        "spec_drafts": (_s("vllm:spec_decode_num_drafts_total", "counter"),),
+        "spec_draft_tokens": (_s("vllm:spec_decode_num_draft_tokens_total", "counter"),),
+        "spec_accepted_tokens": (_s("vllm:spec_decode_num_accepted_tokens_total", "counter"),),
         "prompt_tok_s_gauge": (_s("vllm:avg_prompt_throughput_toks_per_s", "gauge", note="V0"),),
         "generation_tok_s_gauge": (_s("vllm:avg_generation_throughput_toks_per_s", "gauge", note="V0"),),
     },
@@ -154,6 +158,10 @@ SGLANG = EngineProfile(
         ),
         "requests_finished": (_s("sglang:num_requests_total", "counter"),),
         "generation_tok_s_gauge": (_s("sglang:gen_throughput", "gauge"),),
+        # speculative decoding, set by the scheduler per logged decode batch: tokens per verify step
+        # (bonus token included) and accepted ÷ drafted
+        "spec_accept_length": (_s("sglang:spec_accept_length", "gauge"),),
+        "spec_accept_rate": (_s("sglang:spec_accept_rate", "gauge"),),
     },
     dedupe_labels=(("tp_rank", "0"),),
     notes=("SGLang: no prefill/decode time histograms; prefix-cache hit rate = cached / prompt tokens.",),
@@ -202,6 +210,9 @@ LLAMACPP = EngineProfile(
         "decode_seconds": (_s("llamacpp:tokens_predicted_seconds_total", "counter"),),
         "decode_tokens_timed": (_s("llamacpp:tokens_predicted_total", "counter"),),
         "decode_calls": (_s("llamacpp:n_decode_total", "counter"),),
+        "spec_drafts": (_s("llamacpp:spec_decode_num_drafts_total", "counter"),),
+        "spec_draft_tokens": (_s("llamacpp:spec_decode_num_draft_tokens_total", "counter"),),
+        "spec_accepted_tokens": (_s("llamacpp:spec_decode_num_accepted_tokens_total", "counter"),),
         "prompt_tok_s_gauge": (_s("llamacpp:prompt_tokens_seconds", "gauge", note="reset at every scrape"),),
         "generation_tok_s_gauge": (_s("llamacpp:predicted_tokens_seconds", "gauge", note="reset at every scrape"),),
     },

@@ -9,6 +9,11 @@ from rich.console import Console
 
 from phasescope.jsonutil import dumps
 
+#: ``--engine-spec`` on probe and bench (issue 33)
+ENGINE_SPEC_HELP = ("Embedded engine only: speculative decoding, none (default) or ngram (n-gram lookup, no draft model; "
+                    "llama-server --spec-type ngram-mod), or a --spec-type name (ngram-simple, ngram-map-k, ngram-mod, "
+                    "ngram-cache). The JSON's spec_decode then reports drafted and accepted tokens from llama.cpp's timings.")
+
 #: human output goes to stdout; progress and warnings to stderr so ``--json`` stays parseable
 console = Console()
 err_console = Console(stderr=True)

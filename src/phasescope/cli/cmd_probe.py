@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from phasescope._results import ProbeResult, Result
-from phasescope.cli._common import api_key_option, api_option, console, err_console, print_host_line, print_warnings
+from phasescope.cli._common import ENGINE_SPEC_HELP, api_key_option, api_option, console, err_console, print_host_line, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.cli._output import console_view, format_option, output
 
@@ -55,6 +55,7 @@ def probe(
     fmt: Optional[str] = format_option(),
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
+    engine_spec: Optional[str] = typer.Option(None, "--engine-spec", help=ENGINE_SPEC_HELP),
 ) -> None:
     """Measure TTFT (prefill) and decode speed apart, next to their ceilings: the one-minute test."""
     from phasescope.apis.base import Timeouts
@@ -74,7 +75,7 @@ def probe(
                        max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat, warmup=warmup, retries=retries,
                        out_dir=out,
                        model_spec=model_spec, device=device, save=save, progress=sink.progress(progress_line),
-                       gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml)
+                       gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml, engine_spec=engine_spec)
     sink.emit(ProbeResult.from_json(result))
 
 

@@ -10,6 +10,8 @@ Flags (llama-server at the pinned llama.cpp 0c1e57098, ``tools/server/README.md`
 ``--parallel N`` slots each with ``ctx_size / N`` tokens of KV (not unified when -np is explicit),
 ``--alias``, and ``--no-jinja --chat-template gemma`` because the bundled GGUF has no template and
 with Jinja on the name would be taken as literal template text.
+
+Speculative decoding: ``spec`` / ``draft_model`` → :func:`phasescope.engine.spec.spec_args`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from phasescope.errors import EngineError
 from phasescope.engine.binary import find_llama_server
 from phasescope.engine.model import BUNDLED_MODEL_ALIAS, check_gguf_file, ensure_bundled_model
 from phasescope.engine.paths import logs_dir
+from phasescope.engine.spec import spec_args
 
 HOST = "127.0.0.1"
 DEFAULT_PARALLEL = 4
@@ -291,6 +294,8 @@ def start_engine(
     llama_server: str | os.PathLike[str] | None = None,
     alias: str | None = None,
     startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    spec: str | None = None,
+    draft_model: str | os.PathLike[str] | None = None,
 ) -> EngineHandle:
     """Start llama-server and wait until ``/health`` answers 200. The caller must :meth:`~EngineHandle.stop` it.
 
@@ -298,6 +303,7 @@ def start_engine(
     """
     if parallel < 1:
         raise EngineError(f"--parallel must be at least 1 (got {parallel})")
+    extra_args = [*spec_args(spec, draft_model), *extra_args]
     if ctx_size < 0:
         raise EngineError(f"--ctx-size must be >= 0 (got {ctx_size})")
     binary = find_llama_server(llama_server)
@@ -457,6 +463,8 @@ def running_engine(
     llama_server: str | os.PathLike[str] | None = None,
     alias: str | None = None,
     startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    spec: str | None = None,
+    draft_model: str | os.PathLike[str] | None = None,
 ) -> Iterator[EngineHandle]:
     """Run llama-server for the duration of a ``with`` block and always stop it afterwards.
 
@@ -469,6 +477,7 @@ def running_engine(
         handle = start_engine(
             parallel=parallel, ctx_size=ctx_size, model_path=model_path, port=port, threads=threads,
             extra_args=extra_args, llama_server=llama_server, alias=alias, startup_timeout_s=startup_timeout_s,
+            spec=spec, draft_model=draft_model,
         )
         try:
             yield handle

@@ -365,7 +365,7 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
     add_skipped(diag, skipped)
     from phasescope.probe.ceilings import explain_above_ceiling
 
-    explain_above_ceiling(results, ceil)  # measured decode above the bandwidth roof → experiment warning
+    explain_above_ceiling(results, ceil, ctx.records)  # decode above the (per-step) bandwidth roof → experiment warning
     gpu_doc = explain_gpu_finish(gpu, ctx.records, diag, ceil)  # + the GPU's evidence findings
     rp = out.records_path
     for r in results.values():

@@ -107,6 +107,7 @@ class BenchConfig:
     prewarm: bool = True  # open the first second's connections before t0 (--no-prewarm)
     drain_timeout_s: float | None = 60.0
     engine_parallel: int = 4  # embedded engine slots when no URL
+    engine_spec: str | None = None  # --engine-spec: embedded engine's speculative decoding (llama-server --spec-type)
     # scale-out (issue 10; phasescope.load.routing / phasescope.load.ray)
     targets: list[str] = field(default_factory=list)  # --target URL (repeatable): more endpoints
     route: str = "round-robin"  # --route round-robin|random|least-outstanding
@@ -210,7 +211,9 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
         with open_targets(cfg, status) as tgt:
             return _run_on_target(cfg, wl, tgt, on_record, status, stop)
     status("resolving target" if cfg.url else "starting the embedded engine")
-    ekw = {"parallel": cfg.engine_parallel} if cfg.url is None else None
+    ekw: dict[str, Any] | None = {"parallel": cfg.engine_parallel} if cfg.url is None else None
+    if ekw is not None and cfg.engine_spec:
+        ekw["spec"] = cfg.engine_spec
     ot = open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
                      engine_kwargs=ekw)
     with ot as tgt:
@@ -470,6 +473,11 @@ def assemble_summary(cfg: BenchConfig, target: Target, res: RunResult, server: S
     else:
         head["server_metrics"] = None
         head["ttft_client_vs_server"] = None
+    from phasescope.load.server_metrics import spec_decode_section
+
+    sd = spec_decode_section(res.records, head["server_metrics"])
+    if sd is not None:  # speculative decoding: absent when the server does not speculate (issue 33)
+        head["spec_decode"] = sd
     from phasescope.load.hygiene import bench_warnings, prefix_cache_section
     from phasescope.measure.host import judge
     from phasescope.measure.warnings import to_json

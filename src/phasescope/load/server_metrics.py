@@ -17,6 +17,14 @@ waiting > 0), ``kv_usage_peak``, ``preemptions``, run-wide ``prefix_cache_hit_ra
 (``server_ttft_p50_ms``/``p99``/``mean``, from bucket deltas via ``histogram_quantile``) —
 vLLM's TTFT histogram starts at request *arrival in the server*, the client's at send, so
 client − server ≈ network + HTTP + client overhead (both include the server queue).
+
+Speculative decoding (issue 33), ``summary["spec_decode"]`` (None when the server does not speculate):
+vLLM and llama.cpp — Δ``spec_decode_num_drafts`` (verified steps), Δ``…_num_draft_tokens``,
+Δ``…_num_accepted_tokens`` over the run; SGLang — the mean of the scrapes' ``spec_accept_length``
+(tokens per verify step, bonus included) and ``spec_accept_rate`` gauges while it decoded, with the
+run's Δ``generation_tokens``: steps = tokens ÷ length, accepted = tokens − steps, drafted = accepted ÷
+rate. :func:`spec_decode_section` picks the run's ``spec_decode``: llama.cpp's per-response timings
+first (the engine's own per-request truth), then these counters, then the arrival pattern (inferred).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from phasescope.measure.clock import now_ns, wall_ns
+from phasescope.measure.derive import spec_decode_run, spec_summary
 from phasescope.metrics import Scraper, Snapshot, Timeline
 
 
@@ -123,8 +132,45 @@ def summarize_snapshots(snaps: list[Snapshot], t0_ns: int, interval_s: float = 1
         "server_queue_mean_ms": ms(ws.get("queue_mean_s")),
         "server_prefill_mean_ms": ms(ws.get("prefill_mean_s")),
     }
+    res.summary["spec_decode"] = _spec_from_snapshots(snaps, whole)
     res.notes = whole.notes()
     return res
+
+
+def _spec_from_snapshots(snaps: list[Snapshot], whole: Timeline) -> dict[str, Any] | None:
+    """The run's speculative decoding from the engine's counters or gauges (module docstring)."""
+    if len(snaps) < 2:
+        return None
+    drafted, accepted = whole.total_increase("spec_draft_tokens"), whole.total_increase("spec_accepted_tokens")
+    steps = whole.total_increase("spec_drafts")
+    if drafted and accepted is not None and steps:
+        return spec_summary(drafted, accepted, steps, f"{snaps[-1].sources.get('spec_draft_tokens', 'spec_decode counters')}")
+    lengths, rates = [], []
+    for s in snaps:
+        ls = [v for v in (s.gauges.get("spec_accept_length") or {}).values() if v == v and v > 0]
+        rs = [v for v in (s.gauges.get("spec_accept_rate") or {}).values() if v == v and v > 0]
+        if ls:
+            lengths.append(sum(ls) / len(ls))
+        if rs:
+            rates.append(sum(rs) / len(rs))
+    gen = whole.total_increase("generation_tokens")
+    if not lengths or not gen or sum(lengths) / len(lengths) <= 1.0:
+        return None
+    length = sum(lengths) / len(lengths)
+    steps_f = gen / length
+    acc = gen - steps_f
+    rate = sum(rates) / len(rates) if rates else None
+    return spec_summary(acc / rate if rate else None, acc, steps_f, snaps[-1].sources.get("spec_accept_length", "spec_accept_length"))
+
+
+def spec_decode_section(records: Any, server_metrics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """bench's ``spec_decode`` (module docstring): llama.cpp timings, else server metrics, else inferred."""
+    recs = [r for r in records if getattr(r, "ok", False)]
+    rec = spec_decode_run(recs)
+    if rec is not None and rec.get("source") != "inferred":
+        return rec
+    srv = ((server_metrics or {}).get("summary") or {}).get("spec_decode")
+    return srv or rec
 
 
 def compare_ttft(client: dict[str, Any], server: dict[str, Any]) -> dict[str, Any] | None:

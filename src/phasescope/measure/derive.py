@@ -31,9 +31,21 @@ Definitions (compare ``vllm bench serve``, ``vllm/benchmarks/serve.py:calculate_
   ``timings``, Ollama ``prompt_eval_*``/``eval_*``), evaluated tokens only: llama.cpp's
   ``prompt_n`` and Ollama's duration both exclude cached prompt tokens. Decode is
   (predicted_n − 1) / decode_s, as llama.cpp's ``predicted_per_second``.
+* ``spec_decode`` — speculative decoding of one request, :func:`spec_summary` of (drafted, accepted,
+  verified steps): from llama.cpp ``timings.draft_n`` / ``draft_n_accepted`` (steps = decoded − accepted,
+  decoded = ``predicted_n`` − 1: each verified step emits its accepted tokens plus one of its own), else
+  ``inferred`` from the arrival pattern when every event carries its own count and at least a quarter of
+  the decode events carry several tokens and their counts vary (a fixed count is ``--stream-interval``
+  coalescing, not speculation; one event per step: steps = decode events; drafted unknown).
+  None when the request shows no speculation. ``acceptance_rate`` = accepted ÷ drafted;
+  ``mean_accepted_len`` = accepted ÷ steps (draft tokens kept per verified step, bonus token excluded);
+  ``tokens_per_step`` = (accepted + steps) ÷ steps = 1 + ``mean_accepted_len`` (vLLM's "mean acceptance
+  length", SGLang's ``spec_accept_length``). :func:`spec_decode_run` sums the counts over records.
 """
 
 from __future__ import annotations
+
+from typing import Any, Iterable
 
 from phasescope.measure.records import RequestRecord
 
@@ -357,3 +369,67 @@ def no_token_reason(r: RequestRecord) -> str | None:
     if r.output_tokens == 0:
         return "the response carried no output token (the server counted 0)"
     return None
+
+
+# --- speculative decoding (issue 33) --------------------------------------------------------------------
+#: the share of decode events that must carry several tokens before a stream is read as speculating
+SPEC_BURST_SHARE = 0.25
+
+
+def spec_summary(drafted: float | None, accepted: float | None, steps: float | None, source: str) -> dict[str, Any] | None:
+    """The contract's ``spec_decode`` dict from counts (module docstring); None without accepted/steps."""
+    if accepted is None or not steps or steps <= 0 or accepted < 0:
+        return None
+    out: dict[str, Any] = {
+        "drafted": int(round(drafted)) if drafted is not None else None,
+        "accepted": int(round(accepted)),
+        "acceptance_rate": (accepted / drafted) if drafted else None,
+        "mean_accepted_len": accepted / steps,
+        "tokens_per_step": (accepted + steps) / steps,
+        "source": source,
+        "steps": int(round(steps)),
+    }
+    return out
+
+
+def _spec_counts(r: RequestRecord) -> tuple[float | None, float, float, str] | None:
+    """(drafted, accepted, steps, source) of one record, or None (module docstring)."""
+    raw = (r.server or {}).get("raw") or {}
+    d, a = raw.get("draft_n"), raw.get("draft_n_accepted")
+    if isinstance(d, (int, float)) and not isinstance(d, bool) and d > 0 and isinstance(a, (int, float)):
+        n = (r.server or {}).get("predicted_n")
+        if not isinstance(n, (int, float)) or isinstance(n, bool):
+            n = output_tokens(r)
+        if not n or n < 2:
+            return None
+        steps = float(n) - 1.0 - float(a)
+        if steps <= 0:
+            return None
+        return float(d), float(a), steps, "llamacpp_timings"
+    tok = r.token_events()
+    if len(tok) < 3 or not all(e.n_tokens is not None for e in tok):
+        return None
+    dec = [int(e.n_tokens or 0) for e in tok[1:] if (e.n_tokens or 0) > 0]
+    if not dec or sum(1 for k in dec if k > 1) < SPEC_BURST_SHARE * len(dec):
+        return None
+    if len(set(dec[:-1])) < 2:  # one fixed size (the last event aside) is coalescing (--stream-interval), not
+        return None             # speculation, whose accepted count varies from step to step
+    return None, float(sum(dec) - len(dec)), float(len(dec)), "inferred"
+
+
+def spec_decode(r: RequestRecord) -> dict[str, Any] | None:
+    """One request's speculative decoding (module docstring), None when it shows none."""
+    c = _spec_counts(r)
+    return spec_summary(*c) if c else None
+
+
+def spec_decode_run(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
+    """Run-level ``spec_decode``: counts summed over the records that show speculation (counters first:
+    a record with llama.cpp timings outranks inferred ones; the two are never mixed)."""
+    got = [c for c in (_spec_counts(r) for r in records) if c]
+    if not got:
+        return None
+    best = "llamacpp_timings" if any(c[3] == "llamacpp_timings" for c in got) else "inferred"
+    got = [c for c in got if c[3] == best]
+    drafted = sum(c[0] for c in got if c[0] is not None) if best != "inferred" else None
+    return spec_summary(drafted, sum(c[1] for c in got), sum(c[2] for c in got), best)

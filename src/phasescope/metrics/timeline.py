@@ -35,6 +35,8 @@ GAUGE_AGG: dict[str, str] = {
     "prefix_cache_hit_rate_gauge": "mean",
     "prompt_tok_s_gauge": "sum",
     "generation_tok_s_gauge": "sum",
+    "spec_accept_length": "mean",
+    "spec_accept_rate": "mean",
 }
 
 #: the keys of :meth:`Timeline.summary` in display order (the ``--json`` / CSV contract)

@@ -9,7 +9,9 @@ the fallback folder; Ctrl-C or a dead server keeps the partial run), and returns
      "sizes": [{"prompt_tokens", "repeats", "n", "ttft_s", "ttft_s_ci", "ttfo_s", "ttfo_s_ci", "ttft_net_s",
                 "reasoning_tokens", "answer_tokens", "reasoning_tok_s", "answer_tok_s", "prefill_tok_s",
                 "decode_tok_s", "decode_tok_s_ci", "itl_p50_s", "itl_p99_s", "intervals", "unstable",
-                "server", ...}],
+                "server", "spec_decode" (only when the server speculates), ...}],
+     "spec_decode" ({drafted, accepted, acceptance_rate, mean_accepted_len, tokens_per_step, source, steps}:
+     :func:`phasescope.measure.derive.spec_decode_run`, absent when the server does not speculate),
      "verdict", "warmup", "ceilings", "ceilings_note", "plan", "host", "warnings", "run_id", "records_path"}
 
 ``host`` is the machine's CPU contention during the run (:mod:`phasescope.measure.host`);
@@ -42,7 +44,14 @@ def summarize_run(run: Any) -> dict[str, Any]:
     for n in run.plan.sizes:
         recs = [r for r in run.records if r.tags.get("prompt_tokens_target") == n]
         sizes.append(size_summary(n, recs))
-    return {"sizes": sizes, "verdict": verdict(sizes), "warmup": warmup_summary(run.warmup, sizes)}
+    out = {"sizes": sizes, "verdict": verdict(sizes), "warmup": warmup_summary(run.warmup, sizes)}
+    from phasescope.measure import aggregate as A
+    from phasescope.measure.derive import spec_decode_run
+
+    sd = spec_decode_run(A.successful(A.measured(r for r in run.records if r.tags.get("prompt_tokens_target") in run.plan.sizes)))
+    if sd is not None:  # speculative decoding over the run; absent when the server does not speculate
+        out["spec_decode"] = sd
+    return out
 
 
 def parse_repeat(repeat: int | str, max_repeat: int = 8) -> tuple[bool, int]:
@@ -66,8 +75,11 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
           warmup: bool = True, retries: int = 0, out_dir: str | os.PathLike[str] | None = None,
           model_spec: str | None = None, device: str | None = None, save: bool = True,
           progress: Callable[[str], None] | None = None, gpu_metrics: list[str] | None = None,
-          nvml: bool = True) -> dict[str, Any]:
+          nvml: bool = True, engine_spec: str | None = None) -> dict[str, Any]:
     sizes = sorted(set(sizes or [200, 2000]))
+    from phasescope.engine.spec import check_engine_spec
+
+    engine_spec = check_engine_spec(engine_spec, url)
     if not sizes or sizes[0] < 1:
         raise E.InputError("--prompt-tokens must be positive integers")
     if max_tokens < 2:
@@ -90,7 +102,8 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
 
     gpu = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25, server_url=url)  # None without GPU telemetry
     try:
-        return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say, gpu))
+        return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say, gpu,
+                                  engine_spec=engine_spec))
     finally:
         if gpu is not None:
             gpu.stop()  # idempotent: the section already holds what it recorded
@@ -98,14 +111,18 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
 
 async def _probe(url: str | None, api: str, model: str | None, api_key: str | None, timeouts: Timeouts | None,
                  plan: ProbePlan, out_dir: Any, model_spec: str | None, device: str | None, save: bool,
-                 say: Callable[[str], None], gpu: Any = None) -> dict[str, Any]:
-    ot = open_target(url, api=api, model=model, api_key=api_key, timeouts=timeouts,
-                     engine_kwargs={"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))})
+                 say: Callable[[str], None], gpu: Any = None, engine_spec: str | None = None) -> dict[str, Any]:
+    ekw: dict[str, Any] = {"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))}
+    if engine_spec:
+        ekw["spec"] = engine_spec
+    ot = open_target(url, api=api, model=model, api_key=api_key, timeouts=timeouts, engine_kwargs=ekw)
     async with ot as target:
         say(f"target {target.display_url}: {target.engine} {target.engine_version or ''}, api {target.api}, model {target.model}")
         params = {"sizes": plan.sizes, "max_tokens": plan.max_tokens, "repeat": "auto" if plan.auto else plan.repeat,
                   "max_repeat": plan.repeat if plan.auto else None, "warmup": plan.warmup,
                   "retries": plan.retries, "api": target.api}
+        if engine_spec:
+            params["engine_spec"] = engine_spec
         from phasescope.lifecycle import run_output
 
         # the store and/or --out, else the fallback folder; each record written as it completes
@@ -141,6 +158,7 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 if spec is not None and dev is not None:
                     try:
                         result["ceilings"] = C.ceilings(spec, dev, result["sizes"])
+                        C.add_per_step_ceilings(result["ceilings"], result["sizes"])
                         result["ceilings_note"] = None
                         result["warnings"] += [w.to_dict() for w in C.above_ceiling_warnings(spec, dev, result["sizes"])]
                     except Exception as exc:  # noqa: BLE001 - theory is advisory; never lose the measurement

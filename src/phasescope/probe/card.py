@@ -74,6 +74,15 @@ def _itl(row: dict[str, Any]) -> str:
     return text
 
 
+def _spec(sd: dict[str, Any] | None) -> str:
+    if not sd:
+        return "—"
+    if sd.get("drafted") is None:
+        return f"{sd['accepted']} / ? (inferred)"
+    rate = sd.get("acceptance_rate")
+    return f"{sd['accepted']} / {sd['drafted']}" + (f" ({rate:.0%})" if rate is not None else "")
+
+
 def _any_wide(sizes: list[dict[str, Any]]) -> bool:
     for s in sizes:
         for row in (s, s.get("server") or {}):
@@ -108,6 +117,10 @@ def render(result: dict[str, Any]) -> Panel:
     if any(x.get("decode_tok_s") is not None for x in srv):
         row("  decode tok/s (server)", [_cell(x, "decode_tok_s", _rate) for x in srv])
     row("  ITL p50 / p99 per token", [_itl(s) for s in sizes])
+    if any(s.get("spec_decode") for s in sizes):  # speculative decoding: what each verified step emitted
+        row("  speculation: accepted / drafted", [_spec(s.get("spec_decode")) for s in sizes])
+        row("  tokens per verified step", [f"{sd['tokens_per_step']:.2f}" if (sd := s.get("spec_decode")) else "—"
+                                           for s in sizes])
     if any(s.get("reasoning_tokens") for s in sizes):  # a reasoning model: the answer's wait and the split
         t.add_row(Text("REASONING", style="bold green"), *["" for _ in sizes])
         row("  TTFO (first answer token)", [_cell(s, "ttfo_s", _ms) for s in sizes])
@@ -120,6 +133,8 @@ def render(result: dict[str, Any]) -> Panel:
         cr = [crow.get(s.get("prompt_tokens") or s.get("prompt_tokens_target"), {}) for s in sizes]
         t.add_row(Text("CEILINGS", style="bold yellow"), *["" for _ in sizes])
         row("  decode ceiling tok/s", [_rate(c.get("decode_ceiling_tok_s")) for c in cr])
+        if any(c.get("decode_ceiling_per_step_tok_s") for c in cr):  # the roof × tokens per verified step
+            row("  … per verified step", [_rate(c.get("decode_ceiling_per_step_tok_s")) for c in cr])
         row("  decode efficiency", [_pct(c.get("decode_efficiency")) for c in cr])
         row("  prefill floor", [_ms(c.get("prefill_floor_s")) for c in cr])
         row("  prefill efficiency", [_pct(c.get("prefill_efficiency")) for c in cr])

@@ -24,6 +24,12 @@ per token), so it means an input is wrong. :func:`above_ceiling` returns an ``ab
   file (pass ``--model-spec`` with the served ``.gguf``/config);
 * ``model_bytes`` — otherwise: the spec overstates the bytes read per token (another model, MoE).
 
+Speculative decoding (issue 33): one verified step reads the weights once and emits ``accepted + 1``
+tokens, so the roof is per step — :func:`speculative_roof_tok_s` = bandwidth ÷ (bytes per step + the
+draft's own bytes per step) × tokens per step; n-gram speculation has no draft model (0 draft bytes), so
+its roof is the plain one × tokens per step. :func:`above_ceiling` checks against it when the size has a
+``spec_decode`` with more than one token per step, so a healthy speculating server is never "above".
+
 Tolerance: :data:`ABOVE_CEILING_TOLERANCE` (client timing of bursty streams can read a few % high).
 """
 
@@ -38,8 +44,9 @@ from phasescope.measure.warnings import MeasurementWarning, warn
 from phasescope.theory import ceilings as T
 from phasescope.theory.ceilings import ceilings, get_device, is_loopback
 
-__all__ = ["ABOVE_CEILING_TOLERANCE", "MIN_BITS_PER_WEIGHT", "above_ceiling", "above_ceiling_warnings", "ceilings",
-           "discover_spec", "explain_above_ceiling", "get_device", "is_loopback"]
+__all__ = ["ABOVE_CEILING_TOLERANCE", "MIN_BITS_PER_WEIGHT", "above_ceiling", "add_per_step_ceilings", "above_ceiling_warnings", "ceilings",
+           "discover_spec", "explain_above_ceiling", "get_device", "is_loopback",
+           "speculative_roof_tok_s"]
 
 #: measured ÷ bandwidth roof above which a decode speed is flagged (2 % for timing noise)
 ABOVE_CEILING_TOLERANCE = 1.02
@@ -59,6 +66,19 @@ async def discover_spec(session: Session, target: Target, detected: Any, model_s
     return await T.discover_spec(target, detected, model_spec, show_ollama=show)
 
 
+def speculative_roof_tok_s(plain_roof_tok_s: float, tokens_per_step: float | None, *,
+                           step_bytes: float | None = None, draft_bytes_per_step: float | None = None) -> float:
+    """The bandwidth roof per verified step (module docstring): ``plain × step_bytes ÷ (step_bytes +
+    draft bytes) × tokens_per_step``; the plain roof when nothing speculates (``tokens_per_step`` ≤ 1 or
+    None). Without ``step_bytes`` a draft's cost cannot be weighed and is taken as 0."""
+    if not tokens_per_step or tokens_per_step <= 1:
+        return plain_roof_tok_s
+    share = 1.0
+    if draft_bytes_per_step and step_bytes and step_bytes > 0:
+        share = step_bytes / (step_bytes + draft_bytes_per_step)
+    return plain_roof_tok_s * share * tokens_per_step
+
+
 def above_ceiling(
     measured_tok_s: float | None,
     *,
@@ -70,9 +90,16 @@ def above_ceiling(
     bits_per_weight: float | None = None,
     bytes_exact: bool = False,
     where: str = "decode",
+    tokens_per_step: float | None = None,
+    draft_bytes_per_step: float | None = None,
 ) -> list[MeasurementWarning]:
     """``[above_ceiling warning]`` when ``measured_tok_s`` beats the bandwidth roof, else ``[]``
-    (module docstring: which input is likely wrong)."""
+    (module docstring: which input is likely wrong). With ``tokens_per_step`` > 1 (speculative decoding)
+    the roof is :func:`speculative_roof_tok_s`'s per-step one."""
+    if bandwidth_roof_tok_s and tokens_per_step and tokens_per_step > 1:
+        bandwidth_roof_tok_s = speculative_roof_tok_s(bandwidth_roof_tok_s, tokens_per_step, step_bytes=bytes_per_token,
+                                                      draft_bytes_per_step=draft_bytes_per_step)
+        bytes_per_token = bytes_per_token / tokens_per_step if bytes_per_token else bytes_per_token
     if not measured_tok_s or not bandwidth_roof_tok_s or measured_tok_s <= bandwidth_roof_tok_s * ABOVE_CEILING_TOLERANCE:
         return []
     ratio = measured_tok_s / bandwidth_roof_tok_s
@@ -111,6 +138,7 @@ def above_ceiling(
         "implied_bits_per_weight": implied_bits,
         "bytes_exact": bytes_exact,
         "likely_wrong": likely,
+        "tokens_per_step": tokens_per_step,
     }
     return [warn("above_ceiling", likely, ev, **said)]
 
@@ -138,6 +166,7 @@ def above_ceiling_warnings(spec: Any, device: Any, sizes: list[dict[str, Any]]) 
     exact = getattr(spec, "origin", None) in ("gguf", "weights") or getattr(spec, "file_weight_bytes", None) is not None
     for s in sizes:
         n = int(s.get("prompt_tokens") or s.get("prompt_tokens_target") or 0)
+        tps = (s.get("spec_decode") or {}).get("tokens_per_step")
         try:
             roofs = R.decode_ceiling(spec, device, context=n, batch=1)
         except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError):
@@ -146,16 +175,30 @@ def above_ceiling_warnings(spec: Any, device: Any, sizes: list[dict[str, Any]]) 
             ws = above_ceiling(v, bandwidth_roof_tok_s=roofs.bandwidth_tok_s, device_id=getattr(device, "id", None),
                                device_bandwidth_gb_s=getattr(device, "mem_bandwidth_gb_s", None),
                                bytes_per_token=roofs.step_bytes, weight_format=fmt, bits_per_weight=bits,
-                               bytes_exact=exact, where=f"decode at {n:,}-token prompt ({label})")
+                               bytes_exact=exact, where=f"decode at {n:,}-token prompt ({label})",
+                               tokens_per_step=tps)
             out.extend(ws)
             if ws:
                 break  # one warning per size: the server figure says the same
     return out
 
 
-def explain_above_ceiling(results: dict[str, Any], ceil: Any) -> list[MeasurementWarning]:
+def add_per_step_ceilings(ceil: dict[str, Any] | None, sizes: list[dict[str, Any]]) -> None:
+    """``decode_ceiling_per_step_tok_s`` on each ceilings row whose size speculated: the row's decode
+    ceiling × that size's ``spec_decode.tokens_per_step`` (:func:`speculative_roof_tok_s`, no draft model)."""
+    if not ceil:
+        return
+    by_n = {s.get("prompt_tokens"): s for s in sizes}
+    for row in ceil.get("sizes") or []:
+        tps = ((by_n.get(row.get("prompt_tokens")) or {}).get("spec_decode") or {}).get("tokens_per_step")
+        if tps and row.get("decode_ceiling_tok_s"):
+            row["decode_ceiling_per_step_tok_s"] = speculative_roof_tok_s(row["decode_ceiling_tok_s"], tps)
+
+
+def explain_above_ceiling(results: dict[str, Any], ceil: Any, records: Any = None) -> list[MeasurementWarning]:
     """``explain``: the single-stream decode the diagnosis uses against the explain ceiling; the warning
-    is appended to the measuring experiment's ``info.warnings`` and returned."""
+    is appended to the measuring experiment's ``info.warnings`` and returned. With the run's ``records``
+    a speculating server is judged against the per-step roof (its run-level ``tokens_per_step``)."""
     if ceil is None or not getattr(ceil, "decode_ceiling_tok_s", None):
         return []
     try:
@@ -166,8 +209,14 @@ def explain_above_ceiling(results: dict[str, Any], ceil: Any) -> list[Measuremen
     bw = getattr(ceil, "bandwidth_gb_s", None)
     w = getattr(ceil, "weight_bytes", None)
     roof = bw * 1e9 / w if bw and w else ceil.decode_ceiling_tok_s
+    tps = None
+    if records is not None:
+        from phasescope.measure.derive import spec_decode_run
+
+        tps = (spec_decode_run(r for r in records if getattr(r, "ok", False)) or {}).get("tokens_per_step")
     ws = above_ceiling(d, bandwidth_roof_tok_s=roof, device_id=getattr(ceil, "device", None), device_bandwidth_gb_s=bw,
-                       bytes_per_token=w, where=f"single-stream decode ({src.split(':')[0] or 'explain'})")
+                       bytes_per_token=w, where=f"single-stream decode ({src.split(':')[0] or 'explain'})",
+                       tokens_per_step=tps)
     name = src.split(":")[0] if src else ""
     exp = results.get(name)
     info = getattr(exp, "info", None)

@@ -166,6 +166,9 @@ def size_summary(n_target: int, recs: list[RequestRecord]) -> dict[str, Any]:
     out["intervals"] = {k: iv.to_json() for k, iv in intervals.items() if iv is not None}
     # the figures the sentences rest on whose repeats disagree (a spread known and wider than ±10 %)
     out["unstable"] = [k for k in STOP_FIGURES if (iv := intervals.get(k)) is not None and iv.known and not iv.tight()]
+    sd = D.spec_decode_run(ok)  # speculative decoding: only where the server speculates (issue 33)
+    if sd is not None:
+        out["spec_decode"] = sd
     return out
 
 

@@ -5,6 +5,8 @@ Real aiohttp HTTP servers, bound to 127.0.0.1 on a free port, speaking the wire 
 OpenAI's Responses API as their sources define them (edge cases included), for the APIs we cannot run here and for fault
 injection. Every request's ground truth is logged with ``time.perf_counter_ns`` (CLOCK_MONOTONIC,
 so it is comparable with a client's ``now_ns`` in another process on the same machine).
+One job: the server's configuration and its request loop; each wire format and the spec-decode
+schedule live in ``testing/wire/``, and what stays here is the constructor's documented knobs.
 
 Constructor (all keyword arguments)::
 
@@ -36,6 +38,12 @@ Constructor (all keyword arguments)::
                                   # vllm:prefix_cache_{queries,hits}_total / sglang:cached_tokens_total)
         glue_every=None,          # every k-th output token glues onto the word before (no leading space): the
                                   # reply re-tokenizes to fewer tokens than were generated, as real models' can
+        spec_draft=0,             # speculative decoding: draft tokens proposed per verified step (0 = off)
+        spec_accepted=None,       # accepted drafts per step, cycled (default: all of spec_draft); each step is
+                                  # one event of accepted + 1 tokens, one itl_s apart; the truth is
+                                  # spec_counts(n): vLLM exports vllm:spec_decode_num_{drafts,draft_tokens,
+                                  # accepted_tokens}_total, SGLang sglang:spec_accept_length / _rate, llama.cpp
+                                  # timings.draft_n / draft_n_accepted and llamacpp:spec_decode_* counters
     )
 
 Use it as ``async with FakeServer(...) as srv:`` (inside a loop), ``with FakeServer(...).running()
@@ -74,7 +82,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from aiohttp import web
 
 from phasescope.testing._serve import LoopbackServer, rx_ns, serve_until_signal
-from phasescope.testing.wire import anthropic, llamacpp, metrics, ollama, openai, responses
+from phasescope.testing.wire import anthropic, llamacpp, metrics, ollama, openai, responses, spec
 from phasescope.testing.wire.common import (BOS_ID, FAULTS, FLAVORS, MID_STREAM, REASONING_FORMATS, GroundTruth,
                                             bind, fake_tokenize, words)
 
@@ -119,6 +127,8 @@ class FakeServer(LoopbackServer):
         host: str = "127.0.0.1",
         port: int = 0,
         error_text: str = "internal engine error",
+        spec_draft: int = 0,
+        spec_accepted: tuple[int, ...] | list[int] | None = None,
     ) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}")
@@ -161,7 +171,9 @@ class FakeServer(LoopbackServer):
         self._runner: web.AppRunner | None = None
         self._logfh: Any = None
         self._running = 0
-        self._counters = {"prompt": 0, "gen": 0, "req": 0, "pc_queries": 0, "pc_hits": 0}
+        self._counters = {"prompt": 0, "gen": 0, "req": 0, "pc_queries": 0, "pc_hits": 0,
+                          "spec_drafts": 0, "spec_draft_tokens": 0, "spec_accepted": 0}
+        self.spec_draft, self.spec_accepted = spec.check(spec_draft, spec_accepted)
         self.prefix_cache = prefix_cache
         self._blocks: set[int] = set()  # hashes of cached 16-token block chains (vLLM APC)
 
@@ -287,11 +299,29 @@ class FakeServer(LoopbackServer):
             n = min(n, self.eos_after)
         return n
 
+    def _spec_steps(self, n_out: int) -> list[tuple[int, int, int]]:
+        return spec.steps(n_out, self.spec_draft, self.spec_accepted, self.reasoning_tokens)
+
+    def spec_counts(self, n_out: int) -> tuple[int, int, int]:
+        """The truth of ``n_out`` tokens' speculation: (drafted, accepted, steps that drafted)."""
+        return spec.counts(n_out, self.spec_draft, self.spec_accepted, self.reasoning_tokens)
+
+    def count_generated(self, gt: GroundTruth, n: int) -> None:
+        """A request's ``n`` generated tokens into the /metrics counters (speculation's too)."""
+        self._counters["gen"] += n
+        d, a, steps = self.spec_counts(n)
+        self._counters["spec_draft_tokens"] += d
+        self._counters["spec_accepted"] += a
+        self._counters["spec_drafts"] += steps
+        gt.spec_drafted, gt.spec_accepted = d, a
+
     def _schedule(self, n_out: int) -> list[tuple[int, int]]:
         """(first token index, count) per event."""
         out: list[tuple[int, int]] = []
         if n_out <= 0:
             return out
+        if self.spec_draft:
+            return [(i, k) for i, k, _ in self._spec_steps(n_out)]
         out.append((0, 1))  # the first token always goes alone (prefill's output)
         i = 1
         while i < n_out:
@@ -400,7 +430,8 @@ class FakeServer(LoopbackServer):
         t_first = t0 + ttft
         sent = 0
         for ev_i, (i, k) in enumerate(self._schedule(n_out)):
-            await self._sleep_until(t0, ttft + (i + k - 1) * self.itl_s)
+            # one verified step per event when speculating, else one token per itl_s
+            await self._sleep_until(t0, ttft + (ev_i if self.spec_draft else i + k - 1) * self.itl_s)
             if ev_i == 0:
                 t_first = time.perf_counter()
             if fault in MID_STREAM and ev_i == self.fault_after:
@@ -466,6 +497,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fault-after", type=int, default=2)
     ap.add_argument("--fault-skip", type=int, default=0, help="answer the first N generation requests well")
     ap.add_argument("--api-key", default=None, help="require this Bearer key")
+    ap.add_argument("--spec-draft", type=int, default=0, help="speculative decoding: draft tokens per step (0 = off)")
+    ap.add_argument("--spec-accepted", default=None, help="accepted drafts per step, comma-separated, cycled")
     ap.add_argument("--echo-args", action="store_true", help="print the command line at start, as vLLM prints its args")
     a = ap.parse_args(argv)
     if a.echo_args:
@@ -474,7 +507,8 @@ def main(argv: list[str] | None = None) -> None:
                      tokens_per_event=a.tokens_per_event, log_path=a.log, prefill_tok_s=a.prefill_tok_s,
                      prefix_cache=a.prefix_cache, fault=a.fault, fault_after=a.fault_after, api_key=a.api_key,
                      fault_skip=a.fault_skip, reasoning_tokens=a.reasoning_tokens,
-                     reasoning_format=a.reasoning_format)
+                     reasoning_format=a.reasoning_format, spec_draft=a.spec_draft,
+                     spec_accepted=[int(x) for x in a.spec_accepted.split(",")] if a.spec_accepted else None)
 
     asyncio.run(serve_until_signal(srv))
 

@@ -54,6 +54,8 @@ ENGINE_PARAMS: dict[str, EngineParam] = {p.name: p for p in (
     EngineParam("ctx", "-c/--ctx-size: KV cache size in tokens (all slots)", "int", 64),
     EngineParam("cache-ram", "-cram/--cache-ram: MiB of host-memory prompt cache (0 = off, -1 = no limit)", "int", -1),
     EngineParam("ctx-checkpoints", "-ctxcp/--ctx-checkpoints: context checkpoints per slot (0 = none)", "int", 0),
+    EngineParam("spec", "--spec-type: speculative decoding without a draft model (none; ngram = ngram-mod)", "choice",
+                choices=("none", "ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")),
     EngineParam("quant", "the model file's quant type, made with `engine quantize` (cached); TYPE-pure: every tensor at TYPE", "quant"),
 )}
 
@@ -62,7 +64,7 @@ ALIASES = {
     "n-parallel": "parallel", "t": "threads", "flash-attn": "fa", "c": "ctx", "ctx-size": "ctx",
     "cache_reuse": "cache-reuse", "q": "quant", "quantization": "quant",
     "cram": "cache-ram", "cache_ram": "cache-ram", "ctxcp": "ctx-checkpoints", "ctx_checkpoints": "ctx-checkpoints",
-    "swa-checkpoints": "ctx-checkpoints",
+    "swa-checkpoints": "ctx-checkpoints", "spec-type": "spec", "spec_type": "spec",
 }
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")

@@ -98,6 +98,8 @@ class GroundTruth:
     status: int = 200
     fault: str | None = None
     reasoning_tokens: int = 0  # the first N output tokens were reasoning (as a delta field or inside <think>)
+    spec_drafted: int = 0  # speculative decoding: draft tokens proposed for this request (FakeServer.spec_counts)
+    spec_accepted: int = 0  # … and kept
 
     @property
     def t_first_token_ns(self) -> int | None:

@@ -41,10 +41,13 @@ def add_routes(srv: FakeServer, r: web.UrlDispatcher) -> None:
     r.add_post("/completions", bind(srv, completion))
 
 
-def timings(*, n_prompt: int, cached: int, n: int, t0: float, t_first: float, t_last: float) -> dict[str, Any]:
-    """llama-server's ``timings`` object: prompt from the body read to the first token, then generation."""
+def timings(*, n_prompt: int, cached: int, n: int, t0: float, t_first: float, t_last: float,
+            draft: tuple[int, int] | None = None) -> dict[str, Any]:
+    """llama-server's ``timings`` object: prompt from the body read to the first token, then generation;
+    ``draft_n`` / ``draft_n_accepted`` only when the request drafted (server-common.cpp at the pin)."""
     pm, gm = (t_first - t0) * 1000, (t_last - t_first) * 1000
-    return {"cache_n": cached, "prompt_n": n_prompt - cached, "prompt_ms": pm,
+    spec = {"draft_n": draft[0], "draft_n_accepted": draft[1]} if draft and draft[0] > 0 else {}
+    return spec | {"cache_n": cached, "prompt_n": n_prompt - cached, "prompt_ms": pm,
             "prompt_per_token_ms": pm / max(1, n_prompt - cached),
             "prompt_per_second": 1000 * (n_prompt - cached) / pm if pm else 0,
             "predicted_n": n, "predicted_ms": gm, "predicted_per_token_ms": gm / max(1, n - 1),
@@ -101,7 +104,8 @@ async def completion(srv: FakeServer, request: web.Request) -> web.StreamRespons
                 "generation_settings": {"n_predict": n_predict, "ignore_eos": bool(body.get("ignore_eos")), "stream": bool(body.get("stream"))},
                 "prompt": "<bos>…", "has_new_line": False, "truncated": False,
                 "stop_type": "limit" if n >= n_predict else "eos", "stopping_word": "", "tokens_cached": len(ids) + n - 1,
-                "timings": timings(n_prompt=len(ids), cached=cached, n=n, t0=t0, t_first=t_first, t_last=t_last)}
+                "timings": timings(n_prompt=len(ids), cached=cached, n=n, t0=t0, t_first=t_first, t_last=t_last,
+                                   draft=srv.spec_counts(n)[:2] if srv.spec_draft else None)}
 
     if not body.get("stream"):
         await asyncio.sleep(ttft)
@@ -129,7 +133,7 @@ async def completion(srv: FakeServer, request: web.Request) -> web.StreamRespons
             return resp
         sent, t_first = done
         gt.output_tokens = sent
-        srv._counters["gen"] += sent
+        srv.count_generated(gt, sent)
         if fault == "no_done":
             await resp.write_eof()
             return resp

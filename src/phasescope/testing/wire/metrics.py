@@ -32,6 +32,12 @@ async def metrics(srv: FakeServer, request: web.Request) -> web.Response:
                     "Number of prompt tokens processed, excluding cached tokens", "", c["prompt"])
             + _family("llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed", "", c["gen"])
             + _family("llamacpp:requests_processing", "gauge", "Number of requests processing", "", srv._running)
+            + _family("llamacpp:spec_decode_num_draft_tokens_total", "counter",
+                      "Speculative: Total draft tokens generated", "", c["spec_draft_tokens"])
+            + _family("llamacpp:spec_decode_num_accepted_tokens_total", "counter",
+                      "Speculative: Total draft tokens accepted by the target model", "", c["spec_accepted"])
+            + _family("llamacpp:spec_decode_num_drafts_total", "counter",
+                      "Speculative: Total speculative decoding verification steps", "", c["spec_drafts"])
         )
     else:
         p = "vllm:" if srv.flavor == "vllm" else "sglang:"
@@ -51,4 +57,16 @@ async def metrics(srv: FakeServer, request: web.Request) -> web.Response:
         elif srv.prefix_cache:
             text += _family("sglang:cached_tokens_total", "counter", "The number of prefix cached tokens.", lab,
                             float(c["pc_hits"]))
+        if srv.spec_draft and srv.flavor == "vllm":  # vllm/v1/spec_decode/metrics.py (SpecDecodingProm)
+            text += (_family("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", lab,
+                             float(c["spec_drafts"]))
+                     + _family("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", lab,
+                               float(c["spec_draft_tokens"]))
+                     + _family("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+                               lab, float(c["spec_accepted"])))
+        elif srv.spec_draft and c["spec_drafts"]:  # SGLang: gauges the scheduler sets (tokens per verify step, bonus in)
+            text += (_family("sglang:spec_accept_length", "gauge", "The average acceptance length of speculative decoding.",
+                             lab, (c["spec_accepted"] + c["spec_drafts"]) / c["spec_drafts"])
+                     + _family("sglang:spec_accept_rate", "gauge", "The average acceptance rate of speculative decoding.",
+                               lab, c["spec_accepted"] / max(1, c["spec_draft_tokens"])))
     return web.Response(text=text, content_type="text/plain", charset="utf-8", headers={})

@@ -144,7 +144,8 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         gt.reasoning_tokens = min(n_out, srv.reasoning_tokens)
 
     def timings(n: int, t_first: float, t_last: float) -> dict[str, Any]:
-        return llamacpp.timings(n_prompt=len(ids), cached=cached, n=n, t0=t0, t_first=t_first, t_last=t_last)
+        return llamacpp.timings(n_prompt=len(ids), cached=cached, n=n, t0=t0, t_first=t_first, t_last=t_last,
+                                draft=srv.spec_counts(n)[:2] if srv.spec_draft else None)
 
     if not body.get("stream"):
         await asyncio.sleep(ttft + srv.itl_s * max(0, n_out - 1))
@@ -159,7 +160,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                                "model": srv.model, "choices": [choice], "usage": usage(n_out)}
         if is_llamacpp:
             out["timings"] = timings(n_out, t0 + ttft, time.perf_counter())
-        srv._counters["gen"] += n_out
+        srv.count_generated(gt, n_out)
         srv._record(gt)
         return web.json_response(out)
 
@@ -220,7 +221,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         sent, t_first_tok = done
         t_last = time.perf_counter()
         gt.output_tokens = sent
-        srv._counters["gen"] += sent
+        srv.count_generated(gt, sent)
         if fault == "no_done":
             return resp
         if srv.flavor != "vllm" or n_out == 0:
