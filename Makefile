@@ -51,15 +51,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
+# The pure unit tier runs on every core (pytest-xdist: no sockets, no processes, so no test can feel
+# another); the integration tier runs one test at a time, since its tests share the machine's cores with
+# the servers they measure.
 test: lint engine browser $(TEST_STAMP)
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q -n auto tests/unit
+	$(BIN)/python -m pytest -q --durations=15 tests/integration
 
 # The quick gate before a commit: lint, types and tests/unit (pure: no sockets, no processes, no engine).
 check: lint
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n auto tests/unit
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n auto tests/unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
