@@ -63,4 +63,4 @@ def test_long_prompts_on_an_idle_server_put_p99_ttft_in_prefill(monkeypatch, tmp
     p99 = out["waterfall"]["bands"]["p99"]
     assert p99["shares"]["prefill"]["value"] > 0.6
     assert p99["prefill_s"] >= 3 * p99["queue_s"]
-XX
+    assert p99["prefill_s"] >= 0.19  # the server's prompt_ms: the designed 200 ms (a busy host only lengthens it)
