@@ -25,7 +25,7 @@ def test_the_llamacpp_waterfalls_prefill_is_the_servers_prompt_ms(engine, tmp_pa
     probe = json.loads(_cli(["probe", engine.url, "--prompt-tokens", "64,512", "--max-tokens", "8", "--repeat", "3",
                              "--json"], env))
     wf = probe["waterfall"]
-    assert wf["spans_joined"] == 0 and wf["spans_missing"] == 0 and wf["requests"] >= 6
+    assert wf["spans_joined"] == 0 and wf["unattributed"] == 0 and wf["requests"] >= 6
     from phasescope.measure.aggregate import measured
     from phasescope.measure.waterfall import request_waterfall
     from phasescope.store import open_store

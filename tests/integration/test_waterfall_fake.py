@@ -37,7 +37,7 @@ def test_one_slot_under_load_puts_p99_ttft_in_the_queue(monkeypatch, tmp_path) -
     with running_behaviour_fake(Behaviour(slots=1, prefill_s_per_token=5e-5, **BASE)) as fake:
         out = _bench(fake.url, "-n", "24", "--max-concurrency", "8", "--input-len", "64", "--output-len", "16")
     wf = out["waterfall"]
-    assert wf["spans_joined"] == 0 and wf["spans_missing"] == 0 and wf["derived"] is True
+    assert wf["spans_joined"] == 0 and wf["unattributed"] == 0 and wf["derived"] is True
     p99 = wf["bands"]["p99"]
     assert p99["shares"]["queue"]["value"] > 0.5
     assert p99["queue_s"] >= 3 * p99["prefill_s"]

@@ -97,7 +97,7 @@ def test_bench_waterfall_attributes_ttft_with_each_prefill_beside_its_floor(loca
     add_bench_ceilings(SimpleNamespace(url="http://127.0.0.1:8000"), Target("http://127.0.0.1:8000", model="llama-3.1-8b"),
                        recs, s)
     wf = s["waterfall"]
-    assert wf["spans_joined"] == 0 and wf["spans_missing"] == 0 and wf["derived"] is True
+    assert wf["spans_joined"] == 0 and wf["unattributed"] == 0 and wf["derived"] is True
     p99 = wf["bands"]["p99"]  # the 800 ms request: 750 ms queue, 50 ms prefill
     assert p99["queue_s"] == pytest.approx(0.75) and p99["prefill_s"] == pytest.approx(0.05)
     assert p99["decode_s"] == pytest.approx(0.1) and p99["network_client_s"] == 0
@@ -108,4 +108,4 @@ def test_bench_waterfall_attributes_ttft_with_each_prefill_beside_its_floor(loca
 def test_bench_waterfall_without_server_timings_counts_them_missing():
     s = {"output_throughput": 100.0}
     add_bench_ceilings(SimpleNamespace(url="http://10.0.0.1:8000"), Target("http://10.0.0.1:8000", model="x"), RECS, s)
-    assert s["waterfall"]["spans_missing"] == 4 and s["waterfall"]["bands"] == {}
+    assert s["waterfall"]["unattributed"] == 4 and s["waterfall"]["bands"] == {}

@@ -74,7 +74,7 @@ def test_without_server_timings_queue_and_prefill_are_one_share_and_counted_miss
     assert w is not None
     assert w["queue_s"] is None and w["prefill_s"] is None and w["server_s"] == pytest.approx(0.050)
     out = run_waterfall([rec(i, timings=False) for i in range(4)])
-    assert out["spans_missing"] == 4 and out["spans_joined"] == 0 and out["sentence"] is None
+    assert out["unattributed"] == 4 and out["spans_missing"] == 4 and out["spans_joined"] == 0 and out["sentence"] is None
 
 
 def test_bounds_sit_beside_prefill_and_decode() -> None:

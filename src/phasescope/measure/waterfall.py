@@ -1,5 +1,6 @@
 """Where every millisecond of one request went: a waterfall from the client's own clock and the
-server's per-response timings (issue 35, items 2–4; no spans are joined yet: ``spans_joined`` is 0).
+server's own account of it: its span (``server_span``, joined from OTLP by :mod:`phasescope.apis.otlp`) where
+there is one, else its per-response timings (issue 35, items 2–4).
 
 Per request (:func:`request_waterfall`), on the client's monotonic clock, in integer nanoseconds so the
 phases add up to the client's E2E (start → last token) *exactly*:
@@ -21,7 +22,11 @@ phases add up to the client's E2E (start → last token) *exactly*:
 
 ``network_client_s`` = connect + network, the share the server never saw. Without server timings
 (an OpenAI-compatible server without spans) ``queue_s`` and ``prefill_s`` are None and
-``server_s`` (TTFT − network and client) holds both; such a request counts in ``spans_missing``.
+``server_s`` (TTFT − network and client) holds both; such a request counts in ``unattributed``.
+
+With a span (``source: "span"``, not derived): queue and prefill are the server's
+``queue_s``/``prefill_s``; network and client is the rest of the client's TTFT (connect inside it), and
+``client_minus_server_ttft_s`` = client TTFT − the span's TTFT (the client's share as the server sees it).
 
 Bounds beside each phase, where the caller knows the model and the device (:class:`Bounds`; from
 :func:`phasescope.theory.ceilings.waterfall_bounds`): the prefill floor of the *computed* tokens and
@@ -72,6 +77,9 @@ def request_waterfall(r: RequestRecord, bounds: Bounds | None = None) -> dict[st
     start = r.t_start_ns
     ttft = first - start
     conn = max(0, min(ttft, (r.t_conn_ready_ns - start) if r.t_conn_ready_ns is not None else 0))
+    span = r.server_span if isinstance(r.server_span, dict) else None
+    if span is not None and _num(span.get("queue_s")) is not None and _num(span.get("prefill_s")) is not None:
+        return _span_waterfall(r, span, bounds, first, last)
     srv = r.server or {}
     pre_s = _num(srv.get("prefill_s"))
     pre = int(round(pre_s * NS)) if pre_s is not None and pre_s >= 0 else None
@@ -102,6 +110,39 @@ def request_waterfall(r: RequestRecord, bounds: Bounds | None = None) -> dict[st
         shown = min(pre, rest)
         out.update(queue_s=(rest - shown) / NS, prefill_s=shown / NS, server_s=rest / NS,
                    server_prefill_s=pre_s, clamped=shown < pre)
+    return _with_bounds(r, out, bounds)
+
+
+def _span_waterfall(r: RequestRecord, span: dict[str, Any], bounds: Bounds | None, first: int,
+                    last: int) -> dict[str, Any]:
+    """The waterfall from the server's own span (``server_span``): queue and prefill as the server
+    timed them, network and client = the rest of the client's TTFT (module docstring)."""
+    start = r.t_start_ns
+    ttft = first - start
+    q = max(0, int(round(float(span["queue_s"]) * NS)))
+    p = max(0, int(round(float(span["prefill_s"]) * NS)))
+    shown_p = min(p, ttft)
+    shown_q = min(q, ttft - shown_p)
+    nc = ttft - shown_p - shown_q
+    conn = max(0, min(nc, (r.t_conn_ready_ns - start) if r.t_conn_ready_ns is not None else 0))
+    srv_ttft = _num(span.get("ttft_s"))
+    cached = derive.cached_prompt_tokens(r)
+    computed = None if r.prompt_tokens is None else max(0, r.prompt_tokens - (cached or 0))
+    out: dict[str, Any] = {"id": r.id, "derived": False, "source": "span", "ttft_s": ttft / NS,
+                           "e2e_s": (last - start) / NS, "connect_s": conn / NS, "network_s": (nc - conn) / NS,
+                           "network_client_s": nc / NS,
+                           "network_note": "the client's TTFT less the server's queue and prefill",
+                           "client_minus_server_ttft_s": (ttft / NS - srv_ttft) if srv_ttft is not None else None,
+                           "queue_s": shown_q / NS, "prefill_s": shown_p / NS, "server_s": (shown_q + shown_p) / NS,
+                           "server_prefill_s": float(span["prefill_s"]), "server_queue_s": float(span["queue_s"]),
+                           "clamped": shown_p < p or shown_q < q, "decode_s": (last - first) / NS,
+                           "server_decode_s": _num(span.get("decode_s")), "cached_tokens": cached,
+                           "computed_tokens": computed}
+    return _with_bounds(r, out, bounds)
+
+
+def _with_bounds(r: RequestRecord, out: dict[str, Any], bounds: Bounds | None) -> dict[str, Any]:
+    prompt_n = out.get("computed_tokens")
     out["prefill_floor_s"] = out["decode_floor_s"] = None
     if bounds is not None:
         if prompt_n:
@@ -163,12 +204,16 @@ def band_attribution(rows: Sequence[dict[str, Any]], *, seed: int = 0) -> dict[s
 def run_waterfall(records: Sequence[RequestRecord], bounds: Bounds | None = None, *, seed: int = 0) -> dict[str, Any]:
     """The ``waterfall`` key of probe/bench ``--json`` (module docstring): per TTFT band the mean
     ``queue_s``, ``prefill_s``, ``decode_s``, ``network_client_s`` and the shares of TTFT with intervals;
-    ``spans_joined`` (0: no span receiver yet), ``spans_missing`` (successful requests with neither a span
-    nor the server's timings), ``derived`` (queue is TTFT less what was measured), and ``sentence``."""
+    ``spans_joined`` (successful requests with a server span), ``spans_missing`` (those without one),
+    ``unattributed`` (with neither a span nor the server's timings), ``derived`` (True when some queue is TTFT
+    less what was measured, not a span's), and ``sentence``."""
     ws = [w for w in (request_waterfall(r, bounds) for r in records if r.ok) if w is not None]
     timed = [w for w in ws if w["prefill_s"] is not None]
-    out: dict[str, Any] = {"derived": True, "source": "timings", "spans_joined": 0,
-                           "spans_missing": len(ws) - len(timed), "requests": len(timed), "bands": {}}
+    joined = sum(1 for w in ws if w["source"] == "span")
+    out: dict[str, Any] = {"derived": joined < len(timed), "source": "span" if joined and joined == len(timed) else
+                           ("span+timings" if joined else "timings"), "spans_joined": joined,
+                           "spans_missing": len(ws) - joined, "unattributed": len(ws) - len(timed),
+                           "requests": len(timed), "bands": {}}
     if not timed:
         out["sentence"] = None
         out["reason"] = ("no request carried the server's own timings (llama.cpp `timings`, Ollama durations) or a span"
@@ -178,7 +223,7 @@ def run_waterfall(records: Sequence[RequestRecord], bounds: Bounds | None = None
         out["bands"][name] = band_attribution(_band_members(timed, lo, hi), seed=seed)
     slow = sorted(timed, key=lambda w: w["ttft_s"], reverse=True)[:5]
     out["slowest"] = slow
-    out["sentence"] = attribution_sentence(out["bands"]["p99"], "p99")
+    out["sentence"] = attribution_sentence(out["bands"]["p99"], "p99", derived=out["derived"])
     return out
 
 
@@ -191,14 +236,15 @@ def _pct(share: dict[str, Any] | None) -> str:
     return f"{v * 100:.0f} % ({lo * 100:.0f}–{hi * 100:.0f} %)"
 
 
-def attribution_sentence(band: dict[str, Any], name: str = "p99") -> str:
+def attribution_sentence(band: dict[str, Any], name: str = "p99", *, derived: bool = True) -> str:
     """"Of p99 TTFT, 71 % (65–78 %) was queue, 24 % prefill (1.9× its floor), 5 % network and client"."""
     sh = band["shares"]
     floor = band.get("prefill_vs_floor")
     pre = f"{_pct(sh['prefill'])} prefill" + (f" ({floor:.1f}× its floor)" if floor else "")
     return (f"Of {name} TTFT ({band['n']} request{'s' if band['n'] != 1 else ''}, mean {band['ttft_s'] * 1e3:,.1f} ms), "
             f"{_pct(sh['queue'])} was queue, {pre}, {_pct(sh['network_client'])} network and client "
-            f"(queue derived: TTFT less the server's prompt time and the network)")
+            + ("(queue derived: TTFT less the server's prompt time and the network)" if derived
+               else "(queue and prefill from the server's spans)"))
 
 
 def waterfall_lines(w: dict[str, Any]) -> list[str]:
@@ -207,12 +253,13 @@ def waterfall_lines(w: dict[str, Any]) -> list[str]:
         return "—" if v is None else f"{float(v) * 1e3:,.2f} ms"
 
     lines = [f"request {w['id']}: TTFT {ms(w['ttft_s'])}, E2E {ms(w['e2e_s'])} "
-             f"({'derived from the server timings' if w['source'] == 'timings' else 'client only: no server timings'})"]
+             f"({ {'timings': 'derived from the server timings', 'span': 'from the server span'}.get(w['source'], 'client only: no server timings')})"]
     rows = [("connect", w["connect_s"], ""), ("network", w["network_s"], w.get("network_note") or "")]
     if w["prefill_s"] is None:
         rows.append(("queue + prefill", w["server_s"], "no server timings: not separable"))
     else:
-        rows.append(("queue (derived)", w["queue_s"], "TTFT − connect − network − prefill"))
+        rows.append(("queue (derived)", w["queue_s"], "TTFT − connect − network − prefill") if w["derived"]
+                    else ("queue", w["queue_s"], "the server span's time in queue"))
         tok = f"{w['computed_tokens']} computed + {w['cached_tokens'] or 0} cached tokens" \
             if w.get("computed_tokens") is not None else ""
         fl = f"; floor {ms(w['prefill_floor_s'])} ({w['prefill_vs_floor']:.1f}×)" if w.get("prefill_vs_floor") else ""
