@@ -103,3 +103,13 @@ def test_otlp_protobuf_from_the_official_sdk_encoder() -> None:
     assert spans[0]["trace_id"] == trace_id_for("r1")
     ss = server_span(spans[0])
     assert ss is not None and ss["queue_s"] == 0.3 and ss["prefill_s"] == 0.04 and ss["request_id"] == "cmpl-r1-0"
+
+
+def test_otlp_listen_without_the_extra_says_what_to_install(monkeypatch, capsys) -> None:
+    import phasescope.apis.otlp as O
+    from phasescope.cli import run
+
+    monkeypatch.setattr(O, "otlp_proto_available", lambda: False)
+    assert run(["bench", "http://127.0.0.1:9", "--otlp-listen", "127.0.0.1:4318"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'phasescope[otlp]'" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2

@@ -67,6 +67,16 @@ def traceparent_for(record_id: str) -> str:
     return f"00-{trace_id_for(record_id)}-{span if int(span, 16) else '0' * 15 + '1'}-01"
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:4318`` for IPv6) → (host, port); bad input is one line, exit 2."""
+    v = (value or "").strip()
+    host, sep, port = v.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise E.InputError(f"--otlp-listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:4318")
+    return host, int(port)
+
+
 def otlp_proto_available() -> bool:
     try:
         import opentelemetry.proto.collector.trace.v1.trace_service_pb2  # noqa: F401
