@@ -36,7 +36,8 @@ def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_pat
                                      "--otlp-listen", f"127.0.0.1:{port}", "--json"], env={"COLUMNS": "200"})
         assert r.exit_code == 0, r.output
         truth = dict(fake.span_truth)
-    wf = json.loads(r.stdout)["waterfall"]
+    doc = json.loads(r.stdout)
+    wf = doc["waterfall"]
     assert wf["spans_received"] >= 12 and wf["spans_joined"] == 12 and wf["spans_missing"] == 0
     assert wf["derived"] is False and wf["source"] == "span"
     assert wf["slowest"]
@@ -50,3 +51,9 @@ def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_pat
     p99 = wf["bands"]["p99"]
     assert p99["shares"]["queue"]["value"] > 0.5 and p99["queue_s"] >= 3 * p99["prefill_s"]
     assert "from the server's spans" in wf["sentence"]
+    # the stored run keeps each span: show --request reads the request from it, not derived
+    some = wf["slowest"][0]["id"]
+    shown = CliRunner().invoke(app, ["show", doc["run_id"], "--request", some, "--json"])
+    assert shown.exit_code == 0, shown.output
+    w = json.loads(shown.stdout)["waterfall"]
+    assert w["source"] == "span" and w["queue_s"] == pytest.approx(truth[some]["queue_s"], abs=1e-3)

@@ -142,9 +142,10 @@ def _run_bounds(info: "RunInfo") -> object:
 
 def _request_waterfall(info: "RunInfo", records: list, request_id: str) -> dict:
     from phasescope.errors import InputError
-    from phasescope.measure.waterfall import request_waterfall
+    from phasescope.measure.waterfall import attach_spans, request_waterfall
 
     found = [r for r in records if r.id == request_id]
+    attach_spans(found, info.summary)
     if not found:
         some = ", ".join(r.id for r in records[:3])
         raise InputError(f"run {info.id} has no request {request_id!r}"

@@ -408,6 +408,9 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
     if spans_received is not None:
         summary["waterfall"]["spans_received"] = spans_received
         summary["waterfall"]["otlp_listen"] = cfg.otlp_listen
+        # the records were stored as they completed, before their spans came: the run keeps each joined
+        # span by record id, and show/report put it back on its record (measure.waterfall.attach_spans)
+        summary["server_spans"] = {r.id: r.server_span for r in res.records if r.server_span}
     summary["prompt_salt"] = run_salt
     if cfg.engine_flags:
         build = dict(build or {}, user_flags=cfg.engine_flags)

@@ -64,6 +64,18 @@ class Bounds:
     decode_ceiling_tok_s: Callable[[int], float | None]
 
 
+def attach_spans(records: Sequence[RequestRecord], summary: dict[str, Any] | None) -> None:
+    """Put each stored run's joined span (``summary["server_spans"]``, by record id: bench
+    ``--otlp-listen``) back on its record as ``server_span``, where the record has none."""
+    spans = (summary or {}).get("server_spans")
+    if not isinstance(spans, dict):
+        return
+    for r in records:
+        sp = spans.get(r.id)
+        if r.server_span is None and isinstance(sp, dict):
+            r.server_span = sp
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 

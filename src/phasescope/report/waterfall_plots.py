@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phasescope.measure.waterfall import request_waterfall, run_waterfall
+from phasescope.measure.waterfall import attach_spans, request_waterfall, run_waterfall
 from phasescope.report.figure import Plot, Run, colour, esc, layout, ok_records
 
 #: requests drawn in the slowest-requests waterfall
@@ -27,6 +27,7 @@ PHASES = (("network_client", "network and client", 3), ("queue", "queue (derived
 def _timed(runs: list[Run]) -> list[tuple[Any, dict[str, Any]]]:
     out = []
     for info, recs in runs:
+        attach_spans(recs, info.summary if isinstance(info.summary, dict) else None)
         for r in ok_records(recs):
             if r.tags.get("warmup"):
                 continue
@@ -64,6 +65,7 @@ def plot_waterfall_bands(runs: list[Run]) -> Plot | str:
 
     cols: list[tuple[str, dict[str, Any]]] = []
     for info, recs in runs:
+        attach_spans(recs, info.summary if isinstance(info.summary, dict) else None)
         wf = run_waterfall([r for r in recs if not r.tags.get("warmup")])
         for band, b in (wf.get("bands") or {}).items():
             cols.append((f"{esc(info.id)}<br>{band}" if len(runs) > 1 else band, b))
