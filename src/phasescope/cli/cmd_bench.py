@@ -380,7 +380,7 @@ def bench(
     trace_duration: Optional[float] = typer.Option(None, "--trace-duration", help="Trace replay: replay S seconds of the trace (trace time, before --trace-speed)."),
     twin_from: Optional[str] = typer.Option(None, "--twin-from", help="Calibrate the twin (plan's prediction of this run, beside each percentile) from this stored run (default: the newest probe of the same target and model)."),
     no_twin: bool = typer.Option(False, "--no-twin", help="No twin: do not predict the run from a stored calibration."),
-    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", help="HOST:PORT: receive the server's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces; vLLM --otlp-traces-endpoint http://HOST:PORT/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) and take each request's queue and prefill from its span. Needs pip install 'phasescope\\[otlp]'."),
+    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="HOST:PORT", help="HOST:PORT: receive the server's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces; vLLM --otlp-traces-endpoint http://HOST:PORT/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) and take each request's queue and prefill from its span. Needs pip install 'phasescope\\[otlp]'."),
 ) -> None:
     """Load benchmark with vllm-bench-serve metrics, server /metrics alongside, sweeps and multi-process load."""
     from phasescope.apis.base import Timeouts

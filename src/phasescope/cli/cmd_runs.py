@@ -102,7 +102,7 @@ def show(
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the run, its summary and derived metrics as JSON."),
     fmt: Optional[str] = format_option(),
-    request: Optional[str] = typer.Option(None, "--request", help="Print where one request's time went (its id in the records: connect, network, queue, prefill, decode, each beside its floor where the run knew the model and the device)."),
+    request: Optional[str] = typer.Option(None, "--request", metavar="ID", help="Print where one request's time went (its id in the records: connect, network, queue, prefill, decode, each beside its floor where the run knew the model and the device)."),
 ) -> None:
     """Show one stored run: its environment, parameters, summary and the metrics of its raw records."""
     from phasescope.measure.aggregate import metric_table
