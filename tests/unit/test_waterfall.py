@@ -122,3 +122,15 @@ def test_ratio_of_sums_interval_resamples_pairs() -> None:
     assert iv is not None and iv.value == 0.5 and iv.low == iv.high == 0.5
     assert bootstrap_ratio_of_sums([], []) is None
     assert bootstrap_ratio_of_sums([1.0], [0.0]) is None
+
+
+def test_a_late_headers_round_trip_beyond_the_runs_fastest_is_queue_not_network() -> None:
+    # llama-server answers the headers only once an HTTP worker took the request: a busy server's come late
+    fast = rec(0, net_ms=0.5, queue_ms=0, prefill_ms=20)
+    late = rec(1, net_ms=800, queue_ms=0, prefill_ms=20)  # 800 ms before the headers: the server's wait
+    out = run_waterfall([fast, late])
+    w = max(out["slowest"], key=lambda x: x["ttft_s"])
+    assert w["network_s"] == pytest.approx(0.0005) and w["queue_s"] == pytest.approx(0.7995)
+    assert "queue" in w["network_note"]
+    parts = w["connect_s"] + w["network_s"] + w["queue_s"] + w["prefill_s"] + w["decode_s"]
+    assert parts == pytest.approx(w["e2e_s"], abs=1e-12)

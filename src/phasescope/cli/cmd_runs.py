@@ -142,7 +142,7 @@ def _run_bounds(info: "RunInfo") -> object:
 
 def _request_waterfall(info: "RunInfo", records: list, request_id: str) -> dict:
     from phasescope.errors import InputError
-    from phasescope.measure.waterfall import attach_spans, request_waterfall
+    from phasescope.measure.waterfall import attach_spans, network_estimate_ns, request_waterfall
 
     found = [r for r in records if r.id == request_id]
     attach_spans(found, info.summary)
@@ -150,7 +150,8 @@ def _request_waterfall(info: "RunInfo", records: list, request_id: str) -> dict:
         some = ", ".join(r.id for r in records[:3])
         raise InputError(f"run {info.id} has no request {request_id!r}"
                          + (f" (its requests are named like {some})" if some else " (it has no records)"))
-    w = request_waterfall(found[0], _run_bounds(info))  # type: ignore[arg-type]
+    w = request_waterfall(found[0], _run_bounds(info),  # type: ignore[arg-type]
+                          network_ns=network_estimate_ns(records))
     if w is None:
         raise InputError(f"request {request_id} of run {info.id} produced no token: there is no waterfall to show"
                          + (f" ({found[0].error_kind}: {found[0].error_message})" if found[0].error_kind else ""))

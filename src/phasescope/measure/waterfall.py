@@ -8,9 +8,11 @@ phases add up to the client's E2E (start → last token) *exactly*:
 * ``connect_s`` — request start → connection ready (:func:`~phasescope.measure.derive.connect_s`; 0 on a
   pooled connection): the client's own share before a byte leaves;
 * ``network_s`` — connection ready → response headers, *only* when the headers came back before the
-  server's prefill could have begun (``t_headers ≤ first token − prefill``): servers that answer the
-  headers at once (llama.cpp, vLLM's streaming response) then show the round trip and the request's
-  parsing. Headers that came with the first token say nothing about the network: 0, and ``network_note``;
+  server's prefill could have begun (``t_headers ≤ first token − prefill``), and at most the run's fastest
+  such round trip (:func:`network_estimate_ns`): llama-server answers the headers only once one of its HTTP
+  worker threads took the request, so a busy server's headers come late and the excess is its wait
+  (queue), not the network. Headers that came with the first token say nothing about the network: 0, and
+  ``network_note``;
 * ``prefill_s`` — the server's own prompt time (llama.cpp ``timings.prompt_ms``, Ollama
   ``prompt_eval_duration``: ``server.prefill_s``), split into ``cached_tokens`` (``cache_n``, served from
   the prefix cache, taking no prefill time) and ``computed_tokens`` (``prompt_n``);
@@ -80,8 +82,34 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def request_waterfall(r: RequestRecord, bounds: Bounds | None = None) -> dict[str, Any] | None:
-    """One request's waterfall (module docstring); None when it produced no token."""
+def _headers_ns(r: RequestRecord, first: int, pre: int | None) -> int | None:
+    """Connection ready → headers, when the headers came before the server's prefill began; else None."""
+    if r.t_headers_ns is None or r.t_conn_ready_ns is None:
+        return None
+    h = r.t_headers_ns - r.t_conn_ready_ns
+    return h if 0 <= h and r.t_headers_ns <= first - (pre or 0) else None
+
+
+def network_estimate_ns(records: Sequence[RequestRecord]) -> int | None:
+    """The run's network round trip: the fastest headers' round trip of its successful requests (the
+    others' excess is the server's wait for an HTTP worker); None when no request shows one."""
+    best: int | None = None
+    for r in records:
+        first = derive.first_token_ns(r)
+        if not r.ok or first is None:
+            continue
+        pre_s = _num((r.server or {}).get("prefill_s"))
+        h = _headers_ns(r, first, int(round(pre_s * NS)) if pre_s is not None and pre_s >= 0 else None)
+        if h is not None and (best is None or h < best):
+            best = h
+    return best
+
+
+def request_waterfall(r: RequestRecord, bounds: Bounds | None = None, *,
+                      network_ns: int | None = None) -> dict[str, Any] | None:
+    """One request's waterfall (module docstring); None when it produced no token. ``network_ns``: the
+    run's network round trip (:func:`network_estimate_ns`), the most of a request's headers' round trip
+    counted as network (None: all of it)."""
     first = derive.first_token_ns(r)
     if first is None:
         return None
@@ -97,12 +125,15 @@ def request_waterfall(r: RequestRecord, bounds: Bounds | None = None) -> dict[st
     pre = int(round(pre_s * NS)) if pre_s is not None and pre_s >= 0 else None
     net = 0
     note = None
-    if r.t_headers_ns is not None and r.t_conn_ready_ns is not None:
-        h = r.t_headers_ns - r.t_conn_ready_ns
-        if 0 <= h and r.t_headers_ns <= first - (pre or 0):
-            net = min(h, ttft - conn)
-        else:
-            note = "headers came with the first token: the network is inside the server's share"
+    h = _headers_ns(r, first, pre)
+    if h is not None:
+        # the headers' round trip holds the server's own wait for an HTTP worker too (llama-server answers
+        # them only once a worker thread took the request): the run's fastest one is the network
+        net = min(h, ttft - conn, h if network_ns is None else network_ns)
+        if network_ns is not None and h > network_ns:
+            note = "the headers' round trip beyond the run's fastest is the server's wait: counted as queue"
+    elif r.t_headers_ns is not None and r.t_conn_ready_ns is not None:
+        note = "headers came with the first token: the network is inside the server's share"
     else:
         note = "no header timestamp: the network is inside the server's share"
     rest = ttft - conn - net  # the server's share of TTFT, ≥ 0
@@ -219,7 +250,8 @@ def run_waterfall(records: Sequence[RequestRecord], bounds: Bounds | None = None
     ``spans_joined`` (successful requests with a server span), ``spans_missing`` (those without one),
     ``unattributed`` (with neither a span nor the server's timings), ``derived`` (True when some queue is TTFT
     less what was measured, not a span's), and ``sentence``."""
-    ws = [w for w in (request_waterfall(r, bounds) for r in records if r.ok) if w is not None]
+    net = network_estimate_ns(records)
+    ws = [w for w in (request_waterfall(r, bounds, network_ns=net) for r in records if r.ok) if w is not None]
     timed = [w for w in ws if w["prefill_s"] is not None]
     joined = sum(1 for w in ws if w["source"] == "span")
     out: dict[str, Any] = {"derived": joined < len(timed), "source": "span" if joined and joined == len(timed) else

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phasescope.measure.waterfall import attach_spans, request_waterfall, run_waterfall
+from phasescope.measure.waterfall import attach_spans, network_estimate_ns, request_waterfall, run_waterfall
 from phasescope.report.figure import Plot, Run, colour, esc, layout, ok_records
 
 #: requests drawn in the slowest-requests waterfall
@@ -28,10 +28,11 @@ def _timed(runs: list[Run]) -> list[tuple[Any, dict[str, Any]]]:
     out = []
     for info, recs in runs:
         attach_spans(recs, info.summary if isinstance(info.summary, dict) else None)
+        net = network_estimate_ns(recs)
         for r in ok_records(recs):
             if r.tags.get("warmup"):
                 continue
-            w = request_waterfall(r)
+            w = request_waterfall(r, network_ns=net)
             if w is not None and w["prefill_s"] is not None:
                 out.append((info, w))
     return out
