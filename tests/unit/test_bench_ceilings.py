@@ -85,3 +85,27 @@ def test_report_card_shows_the_stored_ceilings(local_l40s):
     s2 = {}
     add_bench_ceilings(SimpleNamespace(url="http://10.0.0.1:8000"), Target("http://10.0.0.1:8000", model="x"), RECS, s2)
     assert "no shape for x: pass --model-spec" in _bench_card(s2)
+
+
+def test_bench_waterfall_attributes_ttft_with_each_prefill_beside_its_floor(local_l40s):
+    recs = []
+    for r in RECS:  # the server's own prompt time: 50 ms of each TTFT, the rest waited in its queue
+        r = dataclasses.replace(r, server={"prefill_s": 0.05, "prompt_n": 512, "cache_n": 0, "decode_s": 0.1,
+                                           "predicted_n": 11})
+        recs.append(r)
+    s = {"output_throughput": 300.0}
+    add_bench_ceilings(SimpleNamespace(url="http://127.0.0.1:8000"), Target("http://127.0.0.1:8000", model="llama-3.1-8b"),
+                       recs, s)
+    wf = s["waterfall"]
+    assert wf["spans_joined"] == 0 and wf["unattributed"] == 0 and wf["derived"] is True
+    p99 = wf["bands"]["p99"]  # the 800 ms request: 750 ms queue, 50 ms prefill
+    assert p99["queue_s"] == pytest.approx(0.75) and p99["prefill_s"] == pytest.approx(0.05)
+    assert p99["decode_s"] == pytest.approx(0.1) and p99["network_client_s"] == 0
+    assert p99["prefill_vs_floor"] is not None and p99["prefill_vs_floor"] > 1
+    assert "Of p99 TTFT" in "\n".join(console_lines(s))
+
+
+def test_bench_waterfall_without_server_timings_counts_them_missing():
+    s = {"output_throughput": 100.0}
+    add_bench_ceilings(SimpleNamespace(url="http://10.0.0.1:8000"), Target("http://10.0.0.1:8000", model="x"), RECS, s)
+    assert s["waterfall"]["unattributed"] == 4 and s["waterfall"]["bands"] == {}

@@ -51,7 +51,8 @@ def full_runs() -> list:  # type: ignore[type-arg]
 
 def test_all_plots_present(tmp_path: Path) -> None:
     res = write_report(full_runs(), tmp_path / "r.html")
-    assert res.plots == [name for name, _, _ in PLOTS]
+    # the records carry llama.cpp's timings: the two waterfalls follow the plots of PLOTS
+    assert res.plots == [name for name, _, _ in PLOTS] + ["waterfall_slowest", "waterfall_bands"]
     assert res.skipped == {}
     page = (tmp_path / "r.html").read_text()
     for name in res.plots:
@@ -100,7 +101,7 @@ def test_single_size_probe_has_ttft_plot_without_fit() -> None:
     plots, skipped = build_plots([(one, sequential_run(5, seed=3))])
     names = [p.name for p in plots]
     # one prompt size: no TTFT-vs-prompt column of dots (issue 19) but the TTFT distribution
-    assert names == ["ttft_distribution", "itl_cdf"]
+    assert names == ["ttft_distribution", "itl_cdf", "waterfall_slowest", "waterfall_bands"]  # + timings' waterfalls
     assert "one prompt length (256 tokens)" in skipped["ttft_vs_prompt"]
     assert set(skipped) == {"ttft_vs_prompt", "decode_vs_context", "throughput_vs_itl", "request_timeline",
                             "server_timeline", "ceilings"}

@@ -46,6 +46,7 @@ from phasescope.apis._errors import (ERR_BODY_MAX, TRANSPORT, connect_timeout, c
 from phasescope.apis._fast import Redirected
 from phasescope.apis._session import MAX_STALE_RETRIES, POOLED
 from phasescope.apis.base import GenRequest, Target
+from phasescope.apis.otlp import traceparent_for
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import Event, RequestRecord
 
@@ -265,6 +266,7 @@ async def exchange(session: aiohttp.ClientSession, proto: Protocol) -> RequestRe
     if proto.extra_headers:
         headers.update(proto.extra_headers)
     headers["X-Request-Id"] = rec.id
+    headers["traceparent"] = traceparent_for(rec.id)  # a server that traces continues it (phasescope.apis.otlp)
     to = target.timeouts
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=to.connect_s, connect=None, sock_read=None)
     dog = _Watchdog()

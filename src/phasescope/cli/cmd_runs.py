@@ -13,7 +13,7 @@ from phasescope.cli._common import LIVE_HELP, console, err_console, print_json
 from phasescope.cli._output import console_view, format_option, output
 
 if TYPE_CHECKING:
-    from phasescope.store import RunStore
+    from phasescope.store import RunInfo, RunStore
 
 #: compare's --format is its own (a table or markdown), not the output formats of the other commands
 COMPARE_FORMAT_HELP = "table (terminal) | md (markdown table for a pull-request comment)."
@@ -102,6 +102,7 @@ def show(
     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print the run, its summary and derived metrics as JSON."),
     fmt: Optional[str] = format_option(),
+    request: Optional[str] = typer.Option(None, "--request", metavar="ID", help="Print where one request's time went (its id in the records: connect, network, queue, prefill, decode, each beside its floor where the run knew the model and the device)."),
 ) -> None:
     """Show one stored run: its environment, parameters, summary and the metrics of its raw records."""
     from phasescope.measure.aggregate import metric_table
@@ -109,10 +110,61 @@ def show(
     sink = output(json_out, fmt)
     st = _store(store)
     info = st.get(run_id)
+    if request is not None:
+        w = _request_waterfall(info, st.load_records(info.id), request)
+        sink.emit(Report.of("show_request", {"run": info.id, "request": request, "waterfall": w}, info=info))
+        return
     metrics = metric_table(st.load_records(info.id))
     names = [n for n, rid in st.baselines().items() if rid == info.id]
     with _stored(f"run {info.id}"):
         sink.emit(Report.of("show", {"run": info.to_dict(), "baselines": names, "metrics": metrics}, info=info))
+
+
+def _run_bounds(info: "RunInfo") -> object:
+    """The waterfall's bounds for a stored run: the model and the device its ceilings named, or None."""
+    c = (info.summary or {}).get("ceilings") or {}
+    m, d = c.get("model_spec") or {}, c.get("device") or {}
+    if not (m.get("source") or m.get("id")) or not d.get("id"):
+        return None
+    try:
+        from phasescope.theory.ceilings import waterfall_bounds
+        from phasescope.theory.devices import get_device
+        from phasescope.theory.models.load import load_model_spec
+
+        try:
+            spec = load_model_spec(str(m.get("source") or m.get("id")))
+        except Exception:  # noqa: BLE001 - a GGUF since moved: the catalog id, if it is one
+            spec = load_model_spec(str(m.get("id")))
+        return waterfall_bounds(spec, get_device(str(d["id"])))
+    except Exception:  # noqa: BLE001 - no bounds is no failure: the phases stand alone
+        return None
+
+
+def _request_waterfall(info: "RunInfo", records: list, request_id: str) -> dict:
+    from phasescope.errors import InputError
+    from phasescope.measure.waterfall import attach_spans, network_estimate_ns, request_waterfall
+
+    found = [r for r in records if r.id == request_id]
+    attach_spans(found, info.summary)
+    if not found:
+        some = ", ".join(r.id for r in records[:3])
+        raise InputError(f"run {info.id} has no request {request_id!r}"
+                         + (f" (its requests are named like {some})" if some else " (it has no records)"))
+    w = request_waterfall(found[0], _run_bounds(info),  # type: ignore[arg-type]
+                          network_ns=network_estimate_ns(records))
+    if w is None:
+        raise InputError(f"request {request_id} of run {info.id} produced no token: there is no waterfall to show"
+                         + (f" ({found[0].error_kind}: {found[0].error_message})" if found[0].error_kind else ""))
+    return w
+
+
+@console_view("show_request")
+def _show_request(result: Result) -> None:
+    """One request's waterfall, a line per phase."""
+    from phasescope.measure.waterfall import waterfall_lines
+
+    for line in waterfall_lines(result["waterfall"]):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @console_view("show")

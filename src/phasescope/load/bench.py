@@ -99,6 +99,8 @@ class BenchConfig:
     server_metrics: bool = True
     gpu_metrics: list[str] = field(default_factory=list)  # --gpu-metrics URL (repeatable): dcgm-exporter
     nvml: bool = True  # sample local GPUs through NVML when nvidia-ml-py and a GPU are there (--no-nvml)
+    otlp_listen: str | None = None  # --otlp-listen HOST:PORT: receive the server's OTLP spans (phasescope.apis.otlp)
+    otlp_wait_s: float = 8.0  # after the run, wait this long at most for spans still to come (vLLM batches every 5 s)
     out_dir: str | None = None
     store: bool = True
     label: str | None = None
@@ -311,6 +313,35 @@ def _run_trials(run: _Run, first: tuple[str | None, list[WorkItem]],
     return _finish(summary, merged, out, server)
 
 
+def _start_otlp(cfg: BenchConfig) -> Any:
+    """The OTLP receiver of ``--otlp-listen HOST:PORT``, started, or None without the flag."""
+    if not cfg.otlp_listen:
+        return None
+    from phasescope.apis.otlp import OtlpReceiver, parse_listen
+
+    host, port = parse_listen(cfg.otlp_listen)
+    return OtlpReceiver(host, port).start()
+
+
+def _join_otlp(cfg: BenchConfig, rx: Any, records: list[Any]) -> int:
+    """Wait (at most ``cfg.otlp_wait_s``) until a span came for every successful request, stop the
+    receiver, join the spans to the records (``server_span``); returns how many spans arrived."""
+    import time
+
+    from phasescope.apis.otlp import join_spans
+
+    ok = [r for r in records if r.ok]
+    deadline = time.monotonic() + max(0.0, cfg.otlp_wait_s)
+    try:
+        while join_spans(ok, rx.taken()) < len(ok) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        rx.stop()
+    spans = rx.taken()
+    join_spans(ok, spans)
+    return len(spans)
+
+
 def _finish(summary: dict[str, Any], res: RunResult, out: Any, server: ServerMetricsResult | None) -> BenchResult:
     """Close the run's output with its summary and status (``out.finish``)."""
     rpath = out.records_path
@@ -347,12 +378,15 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
     from phasescope.measure.host import HostSampler
 
     host = HostSampler(getattr(target, "base_url", None)).start()
+    otlp = _start_otlp(cfg)
     try:
         res = run.driver.run(Drive(cfg, wl, sched, items, target, out, run.on_record, run.stop, run_id, recorder,
                                    run_salt, run.status))
         wl.after_run(res)
     except BaseException:  # the run output marks the stored run partial on the way out
         host.stop()
+        if otlp is not None:
+            otlp.stop()
         if recorder is not None:
             recorder.stop()
         if gpu_rec is not None:
@@ -368,11 +402,18 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
                 row["t_s"] = row["wall_s"] - res.wall_t0_ns / 1e9
 
     host_d = host.stop()
+    spans_received = _join_otlp(cfg, otlp, res.records) if otlp is not None else None
     summary = assemble_summary(cfg, target, res, server, sched, host=host_d, workload=wl)
     wl.add_sections(summary, res)  # trace; turns + conversation (issue 17)
     from phasescope.load.bench_ceilings import add_bench_ceilings
 
     add_bench_ceilings(cfg, target, res.records, summary)  # prompt ÷ TTFT named honestly, + ceilings (issue 30)
+    if spans_received is not None:
+        summary["waterfall"]["spans_received"] = spans_received
+        summary["waterfall"]["otlp_listen"] = cfg.otlp_listen
+        # the records were stored as they completed, before their spans came: the run keeps each joined
+        # span by record id, and show/report put it back on its record (measure.waterfall.attach_spans)
+        summary["server_spans"] = {r.id: r.server_span for r in res.records if r.server_span}
     summary["prompt_salt"] = run_salt
     if cfg.engine_flags:
         build = dict(build or {}, user_flags=cfg.engine_flags)

@@ -70,13 +70,13 @@ def _spec(cfg: Any, target: Any) -> tuple[Any, str | None]:
         return None, f"model shape not discoverable ({exc})"
 
 
-def bench_ceilings(cfg: Any, target: Any, records: Sequence[Any], summary: dict[str, Any]) -> dict[str, Any]:
-    """``ceilings`` of ``bench --json`` (module docstring); never raises."""
+def _spec_device(cfg: Any, target: Any) -> tuple[Any, Any, str | None]:
+    """(spec, device, None), or (spec or None, None, why not) — never raises."""
     from phasescope.theory import ceilings as C
 
     spec, why = _spec(cfg, target)
     if spec is None:
-        return {"available": False, "reason": why or "model shape unknown"}
+        return None, None, why or "model shape unknown"
     try:
         dev, why_dev = C.get_device(None, same_machine=C.is_loopback(getattr(target, "base_url", "") or ""))
     except Exception as exc:  # noqa: BLE001
@@ -84,7 +84,18 @@ def bench_ceilings(cfg: Any, target: Any, records: Sequence[Any], summary: dict[
     if dev is None:  # bench takes no --device: say what does
         why_dev = (why_dev or "device unknown").replace("pass --device ID or run", "run").replace(
             "pass --device ID (see `phasescope devices`)", "`phasescope probe --device ID` sets it beside its ceilings")
-        return {"available": False, "reason": why_dev}
+        return spec, None, why_dev
+    return spec, dev, None
+
+
+def bench_ceilings(cfg: Any, target: Any, records: Sequence[Any], summary: dict[str, Any],
+                   spec_dev: tuple[Any, Any, str | None] | None = None) -> dict[str, Any]:
+    """``ceilings`` of ``bench --json`` (module docstring); never raises."""
+    from phasescope.theory import ceilings as C
+
+    spec, dev, why = spec_dev if spec_dev is not None else _spec_device(cfg, target)
+    if spec is None or dev is None:
+        return {"available": False, "reason": why}
     ok = aggregate.successful(records)
     prompts = [r.prompt_tokens for r in ok if r.prompt_tokens]
     if not prompts:
@@ -118,7 +129,24 @@ def bench_ceilings(cfg: Any, target: Any, records: Sequence[Any], summary: dict[
 def add_bench_ceilings(cfg: Any, target: Any, records: Sequence[Any], summary: dict[str, Any]) -> None:
     """Put ``prompt_tok_per_ttft_s`` and ``ceilings`` in the bench summary (the one call ``bench`` makes)."""
     summary["prompt_tok_per_ttft_s"] = prompt_tok_per_ttft_s(records)
-    summary["ceilings"] = bench_ceilings(cfg, target, aggregate.measured(records), summary)
+    spec_dev = _spec_device(cfg, target)
+    summary["ceilings"] = bench_ceilings(cfg, target, aggregate.measured(records), summary, spec_dev)
+    summary["waterfall"] = bench_waterfall(records, spec_dev)
+
+
+def bench_waterfall(records: Sequence[Any], spec_dev: tuple[Any, Any, str | None]) -> dict[str, Any]:
+    """``waterfall`` of ``bench --json`` (:func:`phasescope.measure.waterfall.run_waterfall` over the measured
+    requests, each phase beside its floor where the model and the device are known); never raises."""
+    from phasescope.measure.waterfall import run_waterfall
+    from phasescope.theory.ceilings import waterfall_bounds
+
+    spec, dev, _ = spec_dev
+    try:
+        bounds = waterfall_bounds(spec, dev) if spec is not None and dev is not None else None
+        return run_waterfall(aggregate.measured(records), bounds)
+    except Exception as exc:  # noqa: BLE001 - an attribution is advisory; never lose the run
+        return {"derived": True, "spans_joined": 0, "spans_missing": None, "bands": {}, "sentence": None,
+                "reason": f"waterfall failed: {exc}"}
 
 
 def console_lines(s: dict[str, Any]) -> list[str]:
@@ -128,6 +156,9 @@ def console_lines(s: dict[str, Any]) -> list[str]:
     if v is not None:
         out.append(f"{PROMPT_RATE_LABEL}: median {v:,.1f} — prompt ÷ TTFT per request; TTFT here includes waiting "
                    f"behind other requests, so this is not the prefill speed (`phasescope probe` measures that alone)")
+    wf = (s.get("waterfall") or {}).get("sentence")
+    if wf:
+        out.append(wf)
     c = s.get("ceilings") or {}
     if not c:
         return out

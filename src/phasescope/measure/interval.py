@@ -279,6 +279,27 @@ def bootstrap_interval(samples: Sequence[float | None], stat: Callable[[np.ndarr
     return Interval(v, min(lo, v), max(hi, v), n, "bootstrap", confidence, float(a.min()), float(a.max()))
 
 
+def bootstrap_ratio_of_sums(num: Sequence[float], den: Sequence[float], *, n_boot: int = 2000,
+                            confidence: float = CONFIDENCE, seed: int = 0) -> Interval | None:
+    """Σ num ÷ Σ den over paired samples (a share of sums: the waterfall's "71 % of p99 TTFT was queue"),
+    with a percentile-bootstrap interval resampling the pairs together; None when Σ den is not positive."""
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if a.size == 0 or a.size != b.size or not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)) or b.sum() <= 0:
+        return None
+    v = float(a.sum() / b.sum())
+    n = int(a.size)
+    if n == 1:
+        return single(v)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(n_boot, n))
+    sb = b[idx].sum(axis=1)
+    keep = sb > 0
+    boots = a[idx].sum(axis=1)[keep] / sb[keep]
+    alpha = (1 - confidence) / 2
+    lo, hi = float(np.quantile(boots, alpha)), float(np.quantile(boots, 1 - alpha))
+    return Interval(v, min(lo, v), max(hi, v), n, "bootstrap", confidence)
+
+
 def ratio(num: Interval, den: Interval) -> Interval:
     """num ÷ den with a conservative interval (ends divided crosswise; both must be positive)."""
     if den.low <= 0 or num.low < 0:

@@ -109,6 +109,9 @@ class RequestRecord:
     # server-side timings normalised to seconds where the API reports them:
     # prefill_s, decode_s, prompt_n, predicted_n, cache_n, load_s, total_s, queue_s, raw:{...}
     server: dict[str, Any] | None = None
+    #: the server's own span of this request, joined from OTLP (engine-neutral names:
+    #: queue_s, ttft_s, prefill_s, decode_s, e2e_s, request_id, engine, trace_id; phasescope.apis.otlp)
+    server_span: dict[str, Any] | None = None
     finish_reason: str | None = None
     stopped_early: bool | None = None  # fewer tokens than max_tokens with fixed-length intent
     # outcome
@@ -169,7 +172,7 @@ class RequestRecord:
             v = d.get(name)
             if isinstance(v, str) and v:
                 d[name] = redact_field(v)
-        for name in ("tags", "server"):
+        for name in ("tags", "server", "server_span"):
             if d.get(name):
                 d[name] = redact_obj(d[name], field=True)
         return encodable(json.dumps(d, ensure_ascii=False, separators=(",", ":")))

@@ -12,7 +12,10 @@ the fallback folder; Ctrl-C or a dead server keeps the partial run), and returns
                 "server", "spec_decode" (only when the server speculates), ...}],
      "spec_decode" ({drafted, accepted, acceptance_rate, mean_accepted_len, tokens_per_step, source, steps}:
      :func:`phasescope.measure.derive.spec_decode_run`, absent when the server does not speculate),
-     "verdict", "warmup", "ceilings", "ceilings_note", "plan", "host", "warnings", "run_id", "records_path"}
+     "verdict", "warmup", "ceilings", "ceilings_note", "waterfall", "plan", "host", "warnings", "run_id",
+     "records_path"}
+
+``waterfall`` is where each request's time went (:func:`phasescope.measure.waterfall.run_waterfall`).
 
 ``host`` is the machine's CPU contention during the run (:mod:`phasescope.measure.host`);
 Every figure ``X`` of a size carries ``X_ci`` (its 95 % interval, ``[low, high]``) and, in
@@ -166,6 +169,16 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 else:
                     result["ceilings"] = None
                     result["ceilings_note"] = why_spec or why_dev
+                from phasescope.measure.aggregate import measured
+                from phasescope.measure.waterfall import run_waterfall
+                from phasescope.theory.ceilings import waterfall_bounds
+
+                try:  # where each request's time went (issue 35): derived from the server's own timings
+                    result["waterfall"] = run_waterfall(
+                        measured(run.records), waterfall_bounds(spec, dev) if spec is not None and dev is not None else None)
+                except Exception as exc:  # noqa: BLE001 - advisory; never lose the measurement
+                    result["waterfall"] = {"derived": True, "spans_joined": 0, "spans_missing": None, "bands": {},
+                                           "sentence": None, "reason": f"waterfall failed: {exc}"}
                 if gpu is not None:
                     from phasescope.metrics.gpu_phases import probe_section
 

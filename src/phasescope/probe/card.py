@@ -181,6 +181,9 @@ def render(result: dict[str, Any]) -> Panel:
             notes.append(f"model shape: {escape(str(m['chosen_by']))}.")
     elif result.get("ceilings_note"):
         notes.append(f"[dim]no ceilings: {result['ceilings_note']}[/dim]")
+    wf = (result.get("waterfall") or {}).get("sentence")
+    if wf:
+        notes.append(escape(str(wf)) + ".")
     if result.get("records_path"):
         notes.append(f"[dim]records: {result['records_path']}" + (f"  run: {result['run_id']}" if result.get("run_id") else "") + "[/dim]")
     parts.append(Text.from_markup("\n" + "\n".join(notes)))

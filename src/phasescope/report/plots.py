@@ -23,6 +23,8 @@ load level gets no throughput/latency "curve" but the per-request timeline. Each
 * ``per_endpoint`` (only when a run's records went to more than one endpoint, ``bench --target``),
   :mod:`phasescope.report.endpoint_plots`.
 * ``twin`` (only when a bench run stored a twin block) — predicted against measured, :mod:`phasescope.report.twin_plots`.
+* ``waterfall_slowest`` and ``waterfall_bands`` (only when requests carry the server's own timings) — where the
+  time went, :mod:`phasescope.report.waterfall_plots`.
 
 Which requests one histogram or one median line may hold — by experiment, phase, load and prompt size,
 and which decoded alone — is :mod:`phasescope.report.populations`' (never 200- and 2,000-token
@@ -468,6 +470,11 @@ def build_plots(runs: list[Run]) -> tuple[list[Plot], dict[str, str]]:
     tw = plot_twin(runs)  # bench's twin: predicted against measured (issue 36), only when a run stored one
     if not isinstance(tw, str):
         plots.append(tw)
+    from phasescope.report.waterfall_plots import plot_waterfall_bands, plot_waterfall_slowest
+
+    for wfp in (plot_waterfall_slowest(runs), plot_waterfall_bands(runs)):  # only with the server's timings
+        if not isinstance(wfp, str):
+            plots.append(wfp)
     from phasescope.report.tune_plots import tune_plots
 
     plots.extend(tune_plots(runs))  # a tune run: one plot per metric across its settings; [] otherwise

@@ -81,6 +81,10 @@ class Behaviour:
     #: designed noise: each scheduler step lasts an extra Exp(mean ``jitter_s``) seconds (seeded)
     jitter_s: float = 0.0
     jitter_seed: int = 0
+    #: export one OpenTelemetry span per finished OpenAI-API request to this OTLP/HTTP endpoint
+    #: (``http://HOST:PORT/v1/traces``) with the official SDK exporter (the test extra), named as vLLM names
+    #: them (``vllm/tracing.py``) and continuing the caller's ``traceparent``; the truth in ``fake.span_truth``
+    otlp_endpoint: str | None = None
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
@@ -296,6 +300,10 @@ class BehaviourFake(LoopbackServer):
         self.port = port
         self.engine: _Engine | None = None
         self.requests_seen = 0
+        #: per X-Request-Id, the times the exported span carries (``Behaviour.otlp_endpoint``)
+        self.span_truth: dict[str, dict[str, Any]] = {}
+        self._tracer: Any = None
+        self._provider: Any = None
 
     @property
     def counters(self) -> FakeCounters:
@@ -310,6 +318,9 @@ class BehaviourFake(LoopbackServer):
     async def _on_stop(self) -> None:
         if self.engine is not None:
             await self.engine.stop()
+        if self._provider is not None:  # the spans still batched go out before the fake is gone
+            await asyncio.get_running_loop().run_in_executor(None, self._provider.shutdown)
+            self._provider = self._tracer = None
 
     def _middlewares(self) -> list[object]:
         return [self._network] if self.b.network_rtt_s > 0 else []
@@ -592,6 +603,7 @@ class BehaviourFake(LoopbackServer):
                 await send(last)
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
+            self._export_span(request, seq)
             return resp
         except asyncio.CancelledError:
             seq.cancelled = True
@@ -599,6 +611,41 @@ class BehaviourFake(LoopbackServer):
         except ConnectionResetError:  # the client hung up (an experiment stopping a stream): not an error
             seq.cancelled = True
             return web.Response(status=499)
+
+    def _export_span(self, request: web.Request, seq: _Seq) -> None:
+        """One vLLM-named span for a finished request (``Behaviour.otlp_endpoint``): queue = arrival →
+        prefill start, prefill = prefill start → first token, decode = first → last token, TTFT and E2E from
+        arrival, as vLLM's output processor computes them; recorded in ``span_truth`` by ``X-Request-Id``."""
+        if not self.b.otlp_endpoint or seq.t_prefill_start is None or seq.t_prefill_end is None:
+            return
+        if self._tracer is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            self._provider = TracerProvider()
+            self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=self.b.otlp_endpoint),
+                                                                 schedule_delay_millis=50))
+            self._tracer = self._provider.get_tracer("vllm.entrypoints.openai")
+        from opentelemetry.trace import SpanKind
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        xrid = request.headers.get("X-Request-Id") or f"fake-{self.requests_seen}"
+        arrival, p0, p1 = seq.t_arrival, seq.t_prefill_start, seq.t_prefill_end
+        last = seq.t_last or p1
+        truth: dict[str, Any] = {"request_id": f"cmpl-{xrid}", "queue_s": p0 - arrival, "prefill_s": p1 - p0, "decode_s": last - p1,
+                 "ttft_s": p1 - arrival, "e2e_s": last - arrival, "t_arrival": arrival}
+        self.span_truth[xrid] = truth
+        ctx = TraceContextTextMapPropagator().extract({k.lower(): v for k, v in request.headers.items()})
+        attrs = {"gen_ai.request.id": truth["request_id"], "gen_ai.response.model": self.b.model,
+                 "gen_ai.usage.prompt_tokens": len(seq.tokens), "gen_ai.usage.completion_tokens": seq.generated,
+                 "gen_ai.latency.time_in_queue": truth["queue_s"], "gen_ai.latency.time_to_first_token": truth["ttft_s"],
+                 "gen_ai.latency.e2e": truth["e2e_s"], "gen_ai.latency.time_in_model_prefill": truth["prefill_s"],
+                 "gen_ai.latency.time_in_model_decode": truth["decode_s"]}
+        now = time.time_ns()
+        with self._tracer.start_as_current_span("llm_request", context=ctx, kind=SpanKind.SERVER, attributes=attrs,
+                                                start_time=now - int(truth["e2e_s"] * 1e9), end_on_exit=False) as span:
+            span.end(end_time=now)
 
     def _usage(self, seq: _Seq) -> dict[str, Any]:
         u: dict[str, Any] = {"prompt_tokens": len(seq.tokens), "completion_tokens": seq.generated,

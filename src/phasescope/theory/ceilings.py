@@ -138,3 +138,24 @@ def ceilings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> dict[str, A
                    "dense_bf16_tflops": getattr(device, "dense_bf16_tflops", None), "profile": _hw.profile_for(device)},
         "sizes": rows,
     }
+
+
+def waterfall_bounds(spec: Any, device: Any) -> Any:
+    """The bounds the request waterfall sets beside its phases (:class:`phasescope.measure.waterfall.Bounds`):
+    the prefill floor of the computed prompt tokens and the batch-1 decode ceiling at the prompt's context."""
+    from phasescope.measure.waterfall import Bounds
+    from phasescope.theory import roofline as R
+
+    def prefill(n: int) -> float | None:
+        try:
+            return R.prefill_floor_s(spec, device, int(n))
+        except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError):
+            return None
+
+    def decode(ctx: int) -> float | None:
+        try:
+            return R.decode_ceiling(spec, device, context=int(ctx), batch=1).ceiling_tok_s
+        except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError):
+            return None
+
+    return Bounds(prefill_floor_s=prefill, decode_ceiling_tok_s=decode)

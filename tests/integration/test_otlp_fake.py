@@ -1,0 +1,59 @@
+"""The OTLP receiver against real OTLP bytes: the behaviour fake answering as vLLM exports one span per
+request with the official OpenTelemetry SDK exporter (OTLP/HTTP protobuf), continuing the traceparent
+phasescope sent; bench --otlp-listen joins them, and each request's queue and prefill match the fake's
+truth within 1 ms, the client's share is client TTFT − the span's TTFT, and p99 TTFT is mostly queue."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("opentelemetry.proto")
+pytest.importorskip("opentelemetry.sdk")
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+
+from phasescope.cli import app  # noqa: E402
+from phasescope.testing.behaviour_fake import Behaviour, running_behaviour_fake  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "runs.db"))
+    port = _free_port()
+    b = Behaviour(flavour="vllm", slots=1, prefix_cache=False, overhead_s=0.001, prefill_s_per_token=5e-5,
+                  decode_step_s=0.008, metrics=False, otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces")
+    with running_behaviour_fake(b) as fake:
+        r = CliRunner().invoke(app, ["bench", fake.url, "--api", "openai", "-n", "12", "--max-concurrency", "4",
+                                     "--input-len", "64", "--output-len", "8", "--no-server-metrics", "--no-twin",
+                                     "--otlp-listen", f"127.0.0.1:{port}", "--json"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, r.output
+        truth = dict(fake.span_truth)
+    doc = json.loads(r.stdout)
+    wf = doc["waterfall"]
+    assert wf["spans_received"] >= 12 and wf["spans_joined"] == 12 and wf["spans_missing"] == 0
+    assert wf["derived"] is False and wf["source"] == "span"
+    assert wf["slowest"]
+    for w in wf["slowest"]:
+        t = truth[w["id"]]
+        assert w["source"] == "span"
+        assert w["queue_s"] == pytest.approx(t["queue_s"], abs=1e-3)
+        assert w["prefill_s"] == pytest.approx(t["prefill_s"], abs=1e-3)
+        assert w["client_minus_server_ttft_s"] == pytest.approx(w["ttft_s"] - t["ttft_s"], abs=1e-9)
+        assert w["client_minus_server_ttft_s"] >= 0
+    p99 = wf["bands"]["p99"]
+    assert p99["shares"]["queue"]["value"] > 0.5 and p99["queue_s"] >= 3 * p99["prefill_s"]
+    assert "from the server's spans" in wf["sentence"]
+    # the stored run keeps each span: show --request reads the request from it, not derived
+    some = wf["slowest"][0]["id"]
+    shown = CliRunner().invoke(app, ["show", doc["run_id"], "--request", some, "--json"])
+    assert shown.exit_code == 0, shown.output
+    w = json.loads(shown.stdout)["waterfall"]
+    assert w["source"] == "span" and w["queue_s"] == pytest.approx(truth[some]["queue_s"], abs=1e-3)
