@@ -37,6 +37,8 @@ def test_low_acceptance_is_a_finding_with_the_engines_flags() -> None:
     changes = " ".join(a.change for a in f.advice)
     assert "--spec-type" in changes and "--spec-draft-n-max" in changes
     assert "speculation" not in d.undecided_ids()
+    # whether it pays at the server's own concurrency is measured, not claimed: tune with speculation off and on
+    assert "tune" in changes and "spec=none,ngram" in changes
     # every engine's flags when the engine is unknown
     g = _run([(60, 6), (60, 5), (60, 7), (60, 4), (60, 6), (60, 5)], engine=None).get("speculation-low-acceptance")
     assert g is not None

@@ -132,6 +132,7 @@ KNOBS: dict[str, list[Advice]] = {
         A("vllm", "drop --speculative-config, or a lower \"num_speculative_tokens\" in it (or another \"method\": ngram pays only on repetitive text)", "rejected drafts cost verification compute on every step"),
         A("sglang", "drop --speculative-algorithm, or fewer --speculative-num-draft-tokens / --speculative-num-steps", "rejected drafts cost verification compute on every step"),
         A("any", "speculation pays on predictable output (code edits, quoting the prompt, structured output) at low concurrency", "free-form text at high sampling temperature keeps little of the draft"),
+        A("any", "measure it at your load: phasescope tune --workload bench --max-concurrency N --param spec=none,ngram (embedded engine; --serve with the engine's speculation flag as a {param} elsewhere)", "at high concurrency a step is compute-bound and verifying drafts costs more than it saves; only the same load with speculation off and on shows where"),
     ],
     "fixed_overhead": [
         A("any", "look between the client and the engine: proxies, TLS, auth gateways, tokenization and chat templating", "this time does not grow with the prompt, so it is not prefill"),

@@ -8,7 +8,8 @@ their median's 95 % interval against :data:`~phasescope.diagnose.thresholds.SPEC
 speculation is only inferred from the arrival pattern carry no drafted count, so they decide nothing here.
 
 Not built: "the batch is too large for speculation" needs the same load with speculation off to compare against;
-no experiment measures that pair, so the rule claims nothing about concurrency.
+no experiment measures that pair, so the rule claims nothing about concurrency; its advice names the ``tune`` run
+that measures it (``--param spec=none,ngram`` under a bench load).
 
 Pure: no I/O.
 """
