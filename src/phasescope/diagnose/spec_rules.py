@@ -63,6 +63,6 @@ def rule_speculation(r: dict[str, Any], diag: Diagnosis, ceil: Any, records: Seq
         ev.append(Evidence("tokens drafted / accepted", f"{run['drafted']} / {run['accepted']}", "", src))
     diag.findings.append(Finding(
         "speculation-low-acceptance", "problem",
-        f"Speculative decoding keeps too few of its drafts to pay: {band} of drafted tokens accepted, below the "
+        f"Speculative decoding keeps too few of its drafts to pay: drafted tokens accepted per request {band}, below the "
         f"{_pct(SPEC_ACCEPT_LOW)} at which drafting and verifying cost what the accepted tokens save.",
         ev, advice_for("spec_low_acceptance", diag.engine)))
