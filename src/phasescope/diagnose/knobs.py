@@ -124,6 +124,16 @@ KNOBS: dict[str, list[Advice]] = {
         A("ollama", "keep_alive: -1 (or OLLAMA_KEEP_ALIVE=30m)", "the model was loaded during a request: the default keep_alive of 5m unloads it when idle"),
         A("any", "send a warm-up request after (re)starting the server", "the first request pays for loading"),
     ],
+    # speculative decoding keeps too few drafted tokens (rule ``speculation``; flags: llama-server --help at the
+    # pinned build, vLLM's speculative_config, SGLang's server arguments)
+    "spec_low_acceptance": [
+        A("llamacpp", "--spec-type none (no speculation), or fewer drafted tokens: --spec-draft-n-max (draft model, -md) / --spec-ngram-mod-n-max (ngram-mod)", "each verified step checks every drafted token; most are rejected, so the work buys little"),
+        A("llamacpp", "-md a smaller draft model of the target's own family (same tokenizer), or another --spec-type (ngram-* only pays on text that repeats the prompt)", "acceptance is how often the draft agrees with the target"),
+        A("vllm", "drop --speculative-config, or a lower \"num_speculative_tokens\" in it (or another \"method\": ngram pays only on repetitive text)", "rejected drafts cost verification compute on every step"),
+        A("sglang", "drop --speculative-algorithm, or fewer --speculative-num-draft-tokens / --speculative-num-steps", "rejected drafts cost verification compute on every step"),
+        A("any", "speculation pays on predictable output (code edits, quoting the prompt, structured output) at low concurrency", "free-form text at high sampling temperature keeps little of the draft"),
+        A("any", "measure it at your load: phasescope tune --workload bench --max-concurrency N --param spec=none,ngram (embedded engine; --serve with the engine's speculation flag as a {param} elsewhere)", "at high concurrency a step is compute-bound and verifying drafts costs more than it saves; only the same load with speculation off and on shows where"),
+    ],
     "fixed_overhead": [
         A("any", "look between the client and the engine: proxies, TLS, auth gateways, tokenization and chat templating", "this time does not grow with the prompt, so it is not prefill"),
         A("ollama", "keep_alive so the model stays loaded", "a model load shows up as a fixed TTFT cost"),

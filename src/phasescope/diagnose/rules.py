@@ -15,6 +15,7 @@ from phasescope.diagnose.claims import (CANNOT_TELL, overlap_reason, rate_fmt, s
 from phasescope.diagnose.batching_rules import batching_gate, level_interval
 from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.queue_rules import rule_queue
+from phasescope.diagnose.spec_rules import rule_speculation
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Rule, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
 from phasescope.diagnose.tradeoffs import prefill_cost, reconcile
@@ -479,5 +480,6 @@ def diagnose(results: dict[str, Any], *, engine: str | None = None, ceilings: Ce
     for rule in sorted(dict.fromkeys([*RULES, *rules]), key=lambda r: r.order):
         rule.check(results, diag, ceilings)
     rule_model_load(results, diag, ceilings, records)
+    rule_speculation(results, diag, ceilings, records)  # the requests' own draft counts
     reconcile(diag.findings)  # two pieces of advice never pull one setting opposite ways
     return diag

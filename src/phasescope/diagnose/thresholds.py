@@ -31,3 +31,10 @@ KNEE_GAIN = 1.15
 #: a prefill stall is claimed when the longest gap stands this many usual gaps above the whole interval
 #: (experiment ``prefill-interference`` and its rule)
 SPIKE_MIN_X = 3.0
+#: speculative decoding pays only while enough drafted tokens survive verification. At acceptance α with k tokens
+#: drafted per step, a step emits (1 − α^(k+1)) / (1 − α) tokens on average; with k = 4 and a draft that costs a
+#: tenth of a target step (step 1 + 0.1·k = 1.4× as long), α = 0.3 gives 1.42 tokens per 1.4× step: break-even.
+#: Below it the verification and the draft cost more than the accepted tokens save (rule ``speculation``)
+SPEC_ACCEPT_LOW = 0.30
+#: requests with the server's draft counts needed before the speculation rule decides (fewer: "cannot tell")
+SPEC_MIN_REQUESTS = 3

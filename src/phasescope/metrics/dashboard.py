@@ -127,6 +127,9 @@ def render(state: WatchState) -> RenderableType:
         ("requests/s", _num(s.get("requests_per_s"), "{:,.2f}"), "requests_per_s"),
         ("preemptions (window)", _num(s.get("preemptions"), "{:g}"), "preemptions"),
     ]
+    if s.get("spec_acceptance_rate") is not None or s.get("spec_tokens_per_step") is not None:
+        rows += [("speculation: accepted / drafted", _pct(s.get("spec_acceptance_rate")), "spec_acceptance_rate"),
+                 ("tokens per verified step", _num(s.get("spec_tokens_per_step"), "{:.2f}"), "spec_tokens_per_step")]
     for label, val, key in rows:
         load.add_row(label, val, sparkline(col(key)))
 

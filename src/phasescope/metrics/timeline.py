@@ -67,6 +67,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "requests_per_s",
     "ttft_observations",
     "itl_observations",
+    "spec_acceptance_rate",
+    "spec_tokens_per_step",
 )
 
 
@@ -216,6 +218,10 @@ class Timeline:
         engine's own gauge; prefill_speed_tok_s = Δprefilled tokens / Δprefill seconds (vLLM:
         kv-computed tokens over prefill time; llama.cpp: prompt_tokens over prompt_seconds);
         itl_mean_s = Δitl_sum / Δitl_count (llama.cpp: Δtokens_predicted_seconds / Δtokens_predicted).
+        Speculative decoding (None when the server does not speculate): spec_acceptance_rate = Δaccepted /
+        Δdrafted tokens and spec_tokens_per_step = (Δaccepted + Δdrafts) / Δdrafts over the window (vLLM, llama.cpp
+        ``spec_decode_num_*`` counters; a step is one that drafted), else SGLang's own gauges as they stand
+        (``spec_accept_rate``, ``spec_accept_length``: tokens per verify step, the bonus token included).
         """
         s: dict[str, Any] = {k: None for k in SUMMARY_KEYS}
         snap = self.latest
@@ -277,7 +283,19 @@ class Timeline:
             s["itl_mean_s"] = dt / dn if dt is not None and dn else None
         s["preemptions"] = inc("preemptions")
         s["requests_per_s"] = rate("requests_finished")
+        s["spec_acceptance_rate"], s["spec_tokens_per_step"] = self._spec(inc, sel)
         return s
+
+    def _spec(self, inc: Any, sel: Mapping[str, str] | None) -> tuple[float | None, float | None]:
+        """(acceptance rate, tokens per verified step) over the window (:meth:`summary`)."""
+        steps, drafted, accepted = inc("spec_drafts"), inc("spec_draft_tokens"), inc("spec_accepted_tokens")
+        if accepted is not None and (drafted or steps):
+            return (accepted / drafted if drafted else None,
+                    (accepted + steps) / steps if steps else None)
+        length = self.gauge("spec_accept_length", select=sel)
+        rate = self.gauge("spec_accept_rate", select=sel)
+        return (rate if rate is not None and rate > 0 else None,
+                length if length is not None and length > 0 else None)
 
     def summary_by(self, label: str, *, select: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
         """One summary per value of ``label`` (e.g. per ``model_name`` or per vLLM ``engine``)."""

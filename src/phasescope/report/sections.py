@@ -177,6 +177,7 @@ def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) ->
         ("decode tok/s (one stream)", [_spread(s, "decode_tok_s", fmt_rate) for s in sizes]),
         ("ITL p50 / p99", [f"{fmt_ms(s.get('itl_p50_s'))} / {fmt_ms(s.get('itl_p99_s'))}" for s in sizes]),
     ]
+    rows += _spec_rows([s.get("spec_decode") for s in sizes])
     if any(c.get("decode_ceiling_tok_s") is not None for c in cr):
         rows += [("decode ceiling tok/s", [fmt_rate(c.get("decode_ceiling_tok_s")) for c in cr]),
                  ("decode efficiency", [fmt_pct(c.get("decode_efficiency")) for c in cr]),
@@ -184,6 +185,19 @@ def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) ->
     else:
         rows.append(("ceilings", [f"— (unknown model shape or device: probe {CEILING_FLAGS})"] + [""] * (len(sizes) - 1)))
     return _card_table(head, rows)
+
+
+def _spec_rows(sds: list[Any]) -> list[tuple[str, list[str]]]:
+    """Speculative decoding (issue 33), the rows probe's console card prints, only where a column has
+    ``spec_decode``: accepted / drafted (the rate) and the tokens each verified step emitted."""
+    from phasescope.probe.card import _spec
+
+    sds = [sd if isinstance(sd, dict) else None for sd in sds]
+    if not any(sds):
+        return []
+    return [("speculation: accepted / drafted", [esc(_spec(sd)) for sd in sds]),
+            ("tokens per verified step", [f"{t:.2f}" if sd and (t := _f(sd.get("tokens_per_step"))) is not None
+                                          else "—" for sd in sds])]
 
 
 def _bench_card(s: dict[str, Any]) -> str:
@@ -199,6 +213,7 @@ def _bench_card(s: dict[str, Any]) -> str:
         ("DECODE", []),
         ("ITL p50 / p99", [f"{ms('median_itl_ms')} / {ms('p99_itl_ms')}"]),
         ("TPOT p50", [ms("median_tpot_ms")]),
+        *_spec_rows([s.get("spec_decode")]),
         ("LOAD", []),
         ("output tok/s (all requests)", [fmt_rate(s.get("output_throughput"))]),
         ("requests/s", [f"{_f(s.get('request_throughput')):.2f}" if _f(s.get("request_throughput")) is not None else "—"]),
