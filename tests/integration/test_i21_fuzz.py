@@ -47,6 +47,8 @@ BASE: dict[str, list[str]] = {
     "serve": ["serve"], "engine install": ["engine", "install"], "engine status": ["engine", "status"],
     "engine quantize": ["engine", "quantize", "Q8_0"],
     "tune": ["tune", "--serve", "false --port {port} {x}", "--param", "x=1"],  # a server that never starts
+    "import": ["import", "no-such-result.json"], "export": ["export", "r-nope"],
+    "engine synth": ["engine", "synth", "smollm2-135m", "--dry-run"],  # --dry-run: plans, writes no file
 }
 
 

@@ -49,16 +49,17 @@ def body_attr(dom: str, name: str) -> str | None:
 def test_report_renders_every_plot_without_errors(tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     res = write_report(full_runs(), out)
-    assert len(res.plots) == len(PLOTS)
+    # every plot of PLOTS has data in these runs; the extras (per endpoint, twin, waterfalls) come on top
+    assert {n for n, _, _ in PLOTS} <= set(res.plots) and "waterfall_slowest" in res.plots
     dom = dom_of(tmp_path, out)
     assert body_attr(dom, "data-ps-done") == "1", "the page's init script did not finish"
     errors = re.search(r'<pre id="ps-errors">(.*?)</pre>', dom, re.S)
     assert body_attr(dom, "data-ps-errors") == "0", errors.group(1) if errors else dom[-2000:]
-    assert body_attr(dom, "data-plots-rendered") == str(len(PLOTS))
+    assert body_attr(dom, "data-plots-rendered") == str(len(res.plots))
     for name in res.plots:  # each plot div holds plotly's rendered SVG
         div = re.search(rf'<div class="ps-plot[^"]*" id="plot-{name}".*?class="main-svg"', dom, re.S)
         assert div, f"plot {name} not rendered"
-    assert dom.count('class="main-svg"') >= len(PLOTS)
+    assert dom.count('class="main-svg"') >= len(res.plots)
     # escaped server strings stay text in the live DOM
     assert "<script>alert('pwned')</script>" not in dom.split('<script id="ps-specs"')[0].split("</script>")[-1]
     shot = tmp_path / "report.png"

@@ -271,7 +271,10 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
         "policy": policy, "slots_assumed": slots, "slots_source": slots_src, "api_overhead_ms": cal.api_overhead_s * 1e3,
         "calibration_ratio_ci": {"prefill": None if rp is None else rp.to_json(), "decode": None if rd is None else rd.to_json()},
         "host_busy": busy, "host_other_share": share, "host_share_delta": delta, "metrics": rows,
-        "flagged": [r["metric"] for r in rows if r["verdict"] in (ABOVE, BELOW)],
+        # a shortfall is flagged; a latency below its band (faster than this server's own calibration says)
+        # is shown in ``metrics`` but is no finding: the simulator's bias (it batches prompts sent together)
+        # put a quiet host's unchanged fake 'below' on TTFT p99
+        "flagged": [r["metric"] for r in rows if r["verdict"] == ABOVE],
     }
     return block, warns
 
