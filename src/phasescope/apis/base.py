@@ -133,3 +133,16 @@ class GenRequest:
     extra_body: dict[str, Any] = field(default_factory=dict)
     messages: list[dict[str, Any]] | None = None
     keep_text: bool = False
+
+
+def add_engine_fields(body: dict[str, Any], req: "GenRequest", tgt: "Target", *, ignore_eos: bool = True) -> None:
+    """The engines' own request extensions, one rule for every OpenAI-shaped body: ``ignore_eos`` (with
+    vLLM/SGLang's ``min_tokens``) when the request asks for it and ``ignore_eos`` says the endpoint reads
+    it, llama.cpp's ``cache_prompt``, then the caller's ``extra_body``."""
+    if req.ignore_eos and ignore_eos:
+        body["ignore_eos"] = True
+        if tgt.engine in ("vllm", "sglang"):
+            body["min_tokens"] = req.max_tokens
+    if req.cache_prompt is not None and tgt.engine == "llamacpp":
+        body["cache_prompt"] = req.cache_prompt
+    body.update(req.extra_body)

@@ -36,7 +36,7 @@ from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._json import fetch_json, json_object
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
 from phasescope.apis._think import DONE, WATCH, ThinkSpans
-from phasescope.apis.base import GenRequest, Target
+from phasescope.apis.base import GenRequest, Target, add_engine_fields
 from phasescope.apis.spec import ApiSpec, Detected, Prober, engine_from_metrics
 from phasescope.measure.records import EVENT_CONTENT, Event, RequestRecord
 
@@ -68,14 +68,7 @@ class _OpenAI(Protocol):
         b["stream"] = req.stream
         if req.stream:
             b["stream_options"] = {"include_usage": True}
-        if req.ignore_eos:
-            # vLLM/SGLang/llama.cpp extensions; others ignore unknown fields
-            b["ignore_eos"] = True
-            if tgt.engine in ("vllm", "sglang"):
-                b["min_tokens"] = req.max_tokens
-        if req.cache_prompt is not None and tgt.engine == "llamacpp":
-            b["cache_prompt"] = req.cache_prompt
-        b.update(req.extra_body)
+        add_engine_fields(b, req, tgt)  # vLLM/SGLang/llama.cpp extensions; others ignore unknown fields
         return b
 
     # -- streamed messages --------------------------------------------------------------------

@@ -42,7 +42,7 @@ from phasescope.apis._errors import error_message_of
 from phasescope.apis._http import Protocol, exchange
 from phasescope.apis._think import ThinkSpans
 from phasescope.apis._records import add_event, fill_fallback_counts, llamacpp_timings, new_record, set_count
-from phasescope.apis.base import GenRequest, Target
+from phasescope.apis.base import GenRequest, Target, add_engine_fields
 from phasescope.apis.spec import ApiSpec, Detected, Prober
 from phasescope.measure.records import RequestRecord
 
@@ -73,13 +73,7 @@ class _Responses(Protocol):
         b["max_output_tokens"] = req.max_tokens
         b["temperature"] = req.temperature
         b["stream"] = req.stream
-        if req.ignore_eos and tgt.engine in _IGNORE_EOS_ENGINES:
-            b["ignore_eos"] = True
-            if tgt.engine in ("vllm", "sglang"):
-                b["min_tokens"] = req.max_tokens
-        if req.cache_prompt is not None and tgt.engine == "llamacpp":
-            b["cache_prompt"] = req.cache_prompt
-        b.update(req.extra_body)
+        add_engine_fields(b, req, tgt, ignore_eos=tgt.engine in _IGNORE_EOS_ENGINES)
         return b
 
     def _error(self, obj: dict[str, Any], during: str) -> E.ServerStreamError:
