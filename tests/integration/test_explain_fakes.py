@@ -79,7 +79,8 @@ def test_prefix_cache_off_is_a_problem_with_vllm_advice():
 def test_prefix_cache_cannot_tell_when_the_system_prompt_costs_nothing():
     b = Behaviour(prefix_cache=False, **{**FAST, "prefill_s_per_token": 1e-7})
     r = run_on(b, lambda ctx: prefix_cache.run(ctx, 6, system_tokens=512))
-    assert r.cache_detected is None and "noise" in r.reason
+    # within the noise, or (a cold request that hiccuped under load, CI stop 39) "cannot tell" with the spread
+    assert r.cache_detected is None and ("noise" in r.reason or r.reason.startswith("cannot tell")), r.reason
     d = diagnose({"prefix-cache": r})
     assert "prefix-cache" in d.undecided_ids() and not d.ids()
 

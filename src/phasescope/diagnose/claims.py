@@ -89,6 +89,10 @@ def differ(a: Interval | None, b: Interval | None, *, min_rel: float = 0.0) -> s
 def _fmt_iv(iv: Interval, f: Callable[[float], str]) -> str:
     if iv.n < 2:
         return f"{f(iv.value)} (1 sample: no spread known)"
+    if unstable(iv) and iv.min is not None and iv.max is not None:
+        # the interval of a few samples this far apart is unbounded (two samples 30× apart give a log-t
+        # interval from 1e-10 ms to 1e10 s); the range a reader can check is the samples'
+        return f"{f(iv.value)} ({iv.n} samples spread {f(iv.min)}–{f(iv.max)})"
     return f"{f(iv.value)} ({f(iv.low)}–{f(iv.high)}, {iv.n} samples)"
 
 
