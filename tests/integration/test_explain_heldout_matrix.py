@@ -10,14 +10,11 @@ processes) and writes one JSON line per cell to ``$PHASESCOPE_MATRIX_OUT`` when 
 
 from __future__ import annotations
 
-import json
 import os
-import time
 
 import pytest
 
-from phasescope.experiments.suite import run_explain
-from phasescope.testing.behaviour_fake import running_behaviour_fake
+from phasescope.testing.explain_matrix import run_graded
 from phasescope.testing.heldout_matrix import CELLS, SUBSET, Cell, grade
 
 _SEL = os.environ.get("PHASESCOPE_HELDOUT_MATRIX", "")
@@ -30,25 +27,17 @@ else:
 
 
 def run_cell(cell: Cell) -> tuple[str, list[str], dict]:
-    t0 = time.monotonic()
-    with running_behaviour_fake(cell.behaviour) as fake:
-        rep = run_explain(fake.url, budget_s=cell.budget_s, save=False)
-    doc = rep.to_json()
-    g, why = grade(cell, doc)
     b = cell.behaviour
-    row = {"matrix": "heldout", "cell": cell.name, "flavour": b.flavour, "step_s": b.decode_step_s,
-           "effects": list(cell.must), "may": list(cell.may), "grade": g, "why": why,
-           "wall_s": round(time.monotonic() - t0, 1), "duration_s": doc.get("duration_s"),
-           "findings": [f["id"] for f in doc["findings"]],
-           "undecided": {u["id"]: u["reason"] for u in doc["undecided"]},
-           "interference": {k: pi.get(k) for k in ("spike_x", "spike_x_ci", "stall_s", "itl_baseline_s", "itl_quiet_max_s",
-                                                    "tokens_during_prefill", "chunked_prefill_likely", "client_stall_max_s")}
-           if (pi := (doc.get("experiments") or {}).get("prefill-interference")) else None}
-    out = os.environ.get("PHASESCOPE_MATRIX_OUT")
-    if out:
-        with open(out, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
-    return g, why, row
+    return run_graded(b, cell.budget_s, lambda doc: grade(cell, doc),
+                      {"matrix": "heldout", "cell": cell.name, "flavour": b.flavour, "step_s": b.decode_step_s,
+                       "effects": list(cell.must), "may": list(cell.may)}, _interference)
+
+
+def _interference(doc: dict) -> dict:
+    pi = (doc.get("experiments") or {}).get("prefill-interference")
+    keys = ("spike_x", "spike_x_ci", "stall_s", "itl_baseline_s", "itl_quiet_max_s", "tokens_during_prefill",
+            "chunked_prefill_likely", "client_stall_max_s")
+    return {"interference": {k: pi.get(k) for k in keys} if pi else None}
 
 
 @pytest.mark.slow

@@ -9,15 +9,11 @@ set, which ``benchmarks/explain_matrix.py`` turns into the confusion matrix in d
 from __future__ import annotations
 
 import itertools
-import json
 import os
-import time
 
 import pytest
 
-from phasescope.experiments.suite import run_explain
-from phasescope.testing.behaviour_fake import running_behaviour_fake
-from phasescope.testing.explain_matrix import EFFECTS, SPEEDS, judge, scenario
+from phasescope.testing.explain_matrix import EFFECTS, SPEEDS, judge, run_graded, scenario
 
 #: explain's budget per speed: the slow server needs more time for the same number of samples
 BUDGET_S = {0.005: 20.0, 0.025: 30.0, 0.150: 75.0}
@@ -34,19 +30,8 @@ def cell_id(cell: tuple[tuple[str, ...], float]) -> str:
 
 
 def run_cell(effects: tuple[str, ...], step: float) -> tuple[str, list[str], dict]:
-    t0 = time.monotonic()
-    with running_behaviour_fake(scenario(effects, step)) as fake:
-        rep = run_explain(fake.url, budget_s=BUDGET_S[step], save=False)
-    doc = rep.to_json()
-    grade, why = judge(effects, doc)
-    row = {"effects": list(effects), "step_s": step, "grade": grade, "why": why, "wall_s": round(time.monotonic() - t0, 1),
-           "findings": [f["id"] for f in doc["findings"]],
-           "undecided": {u["id"]: u["reason"] for u in doc["undecided"]}}
-    out = os.environ.get("PHASESCOPE_MATRIX_OUT")
-    if out:
-        with open(out, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
-    return grade, why, row
+    return run_graded(scenario(effects, step), BUDGET_S[step], lambda doc: judge(effects, doc),
+                      {"effects": list(effects), "step_s": step})
 
 
 @pytest.mark.slow

@@ -5,11 +5,15 @@ pairs at several speeds on a :class:`~phasescope.testing.behaviour_fake.Behaviou
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 from phasescope.testing.behaviour_fake import Behaviour
 
-__all__ = ["EFFECTS", "NAMES_IT", "SPEEDS", "judge", "scenario"]
+__all__ = ["EFFECTS", "NAMES_IT", "SPEEDS", "judge", "run_graded", "scenario"]
 
 #: decode step (s per token) of the matrix's three speeds: a fast GPU, a typical GPU, a CPU
 SPEEDS = (0.005, 0.025, 0.150)
@@ -143,3 +147,28 @@ def judge(effects: "set[str] | tuple[str, ...]", doc: dict[str, Any], *, may: "s
     if undecided_eff:
         return "cannot tell", undecided_eff
     return "right", []
+
+
+def run_graded(behaviour: Behaviour, budget_s: float, grade: Callable[[dict[str, Any]], tuple[str, list[str]]],
+               row: dict[str, Any], extra: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+               ) -> tuple[str, list[str], dict[str, Any]]:
+    """One matrix cell: ``explain`` (unsaved) against a fake with ``behaviour`` for ``budget_s``, its
+    ``--json`` document graded by ``grade``. Returns the grade, the reasons and ``row`` completed with the
+    grade, the wall time, the findings, the undecided reasons and ``extra(doc)``; the row is appended as
+    one JSON line to ``$PHASESCOPE_MATRIX_OUT`` when set (``benchmarks/explain_matrix.py`` reads them)."""
+    from phasescope.experiments.suite import run_explain
+    from phasescope.testing.behaviour_fake import running_behaviour_fake
+
+    t0 = time.monotonic()
+    with running_behaviour_fake(behaviour) as fake:
+        rep = run_explain(fake.url, budget_s=budget_s, save=False)
+    doc = rep.to_json()
+    g, why = grade(doc)
+    row = {**row, "grade": g, "why": why, "wall_s": round(time.monotonic() - t0, 1),
+           "duration_s": doc.get("duration_s"), "findings": [f["id"] for f in doc["findings"]],
+           "undecided": {u["id"]: u["reason"] for u in doc["undecided"]}, **(extra(doc) if extra else {})}
+    out = os.environ.get("PHASESCOPE_MATRIX_OUT")
+    if out:
+        with open(out, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+    return g, why, row
