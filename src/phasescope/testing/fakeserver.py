@@ -306,8 +306,17 @@ class FakeServer(LoopbackServer):
         """The truth of ``n_out`` tokens' speculation: (drafted, accepted, steps that drafted)."""
         return spec.counts(n_out, self.spec_draft, self.spec_accepted, self.reasoning_tokens)
 
+    async def answer_unstreamed(self, gt: GroundTruth, ttft: float, n_out: int) -> None:
+        """A non-streamed answer, every wire's: wait out its TTFT and decode steps, then count its
+        ``n_out`` tokens and record its ground truth; the caller writes the body."""
+        await asyncio.sleep(ttft + self.itl_s * max(0, n_out - 1))
+        self.count_generated(gt, n_out)
+        self._record(gt)
+
     def count_generated(self, gt: GroundTruth, n: int) -> None:
-        """A request's ``n`` generated tokens into the /metrics counters (speculation's too)."""
+        """A request's ``n`` generated tokens: its ground truth's output count and the /metrics counters
+        (speculation's too)."""
+        gt.output_tokens = n
         self._counters["gen"] += n
         d, a, steps = self.spec_counts(n)
         self._counters["spec_draft_tokens"] += d

@@ -119,10 +119,7 @@ async def messages(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                 "stop_reason": stop_reason, "stop_sequence": None, "usage": usage_in(n)}
 
     if not body.get("stream"):
-        await asyncio.sleep(ttft + srv.itl_s * max(0, n_out - 1))
-        gt.output_tokens = n_out
-        srv._counters["gen"] += n_out
-        srv._record(gt)
+        await srv.answer_unstreamed(gt, ttft, n_out)
         return web.json_response(message(n_out, [{"type": "text", "text": srv.words(0, n_out)}], stop))
 
     async with srv._stream(request, gt, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}) as resp:
@@ -170,8 +167,7 @@ async def messages(srv: FakeServer, request: web.Request) -> web.StreamResponse:
         if done is None:
             return resp
         sent, _ = done
-        gt.output_tokens = sent
-        srv._counters["gen"] += sent
+        srv.count_generated(gt, sent)
         if fault == "no_done":
             await resp.write_eof()
             return resp

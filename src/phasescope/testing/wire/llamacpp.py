@@ -132,7 +132,6 @@ async def completion(srv: FakeServer, request: web.Request) -> web.StreamRespons
         if done is None:
             return resp
         sent, t_first = done
-        gt.output_tokens = sent
         srv.count_generated(gt, sent)
         if fault == "no_done":
             await resp.write_eof()

@@ -148,8 +148,7 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                                 draft=srv.spec_counts(n)[:2] if srv.spec_draft else None)
 
     if not body.get("stream"):
-        await asyncio.sleep(ttft + srv.itl_s * max(0, n_out - 1))
-        gt.output_tokens = n_out
+        await srv.answer_unstreamed(gt, ttft, n_out)
         text = srv.words(0, n_out)
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
         if chat:
@@ -160,8 +159,6 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
                                "model": srv.model, "choices": [choice], "usage": usage(n_out)}
         if is_llamacpp:
             out["timings"] = timings(n_out, t0 + ttft, time.perf_counter())
-        srv.count_generated(gt, n_out)
-        srv._record(gt)
         return web.json_response(out)
 
     def chunk(choice: dict[str, Any] | None, u: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -220,7 +217,6 @@ async def generate(srv: FakeServer, request: web.Request) -> web.StreamResponse:
             return resp
         sent, t_first_tok = done
         t_last = time.perf_counter()
-        gt.output_tokens = sent
         srv.count_generated(gt, sent)
         if fault == "no_done":
             return resp

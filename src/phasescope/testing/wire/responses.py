@@ -125,10 +125,7 @@ async def respond(srv: FakeServer, request: web.Request) -> web.StreamResponse:
 
     final_status = "completed" if llama or not capped else "incomplete"
     if not body.get("stream"):
-        await asyncio.sleep(ttft + srv.itl_s * max(0, n_out - 1))
-        gt.output_tokens = n_out
-        srv._counters["gen"] += n_out
-        srv._record(gt)
+        await srv.answer_unstreamed(gt, ttft, n_out)
         return web.json_response(response(final_status, n_out, srv.words(0, n_out)))
 
     seq = [0]
@@ -198,8 +195,7 @@ async def respond(srv: FakeServer, request: web.Request) -> web.StreamResponse:
             return resp
         sent, t_first_tok[0] = done
         t_last = time.perf_counter()
-        gt.output_tokens = sent
-        srv._counters["gen"] += sent
+        srv.count_generated(gt, sent)
         if fault == "no_done":
             await resp.write_eof()
             return resp
