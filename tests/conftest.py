@@ -87,3 +87,30 @@ def _no_secrets_from_earlier_tests() -> Iterator[None]:
     redact.forget_all()
     yield
     redact.forget_all()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _interruptible_children() -> Iterator[None]:
+    """A suite started in the background by a non-interactive shell (``make test &``, ``nohup``) inherits
+    SIGINT ignored, and so does every CLI child a test spawns: the Ctrl-C tests (exit 130, a partial run)
+    then see exit 0. Children inherit the default disposition again, as when run from a terminal."""
+    import signal
+
+    old = signal.getsignal(signal.SIGINT)
+    if old == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if old == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that takes the ``engine`` fixture is an engine test whether or not its file says so: ``make
+    test`` runs engine and ``serial`` tests one at a time on a quiet machine, the others on every core."""
+    for item in items:
+        if "engine" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("engine"):
+            item.add_marker(pytest.mark.engine)
