@@ -1,6 +1,8 @@
 """bench's twin on the behaviour fake (issue 36 item 4): probe the fake, then bench it unchanged (the twin
-flags nothing) and bench a fake on the same URL at half the speed behind the probe's back (the twin flags the
-shortfall). The fake's designed truth is a 2× slower prefill and decode; the verdicts come from intervals."""
+flags nothing) and bench a slower fake on the same URL behind the probe's back (the twin flags the shortfall).
+The fake's designed truth is a 2× slower prefill and a 4× slower decode: 4× stays above the band even when other
+work takes up to half the cores more than during the probe; beyond that the twin says the host changed
+(``HOST_MAX_DELTA``), which is the answer a test beside other tests must accept. The verdicts come from intervals."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ from typing import Any
 from typer.testing import CliRunner
 
 from phasescope.cli import app
+from phasescope.plan import twin
 from phasescope.testing.behaviour_fake import Behaviour, BehaviourFake, running_behaviour_fake
 
 #: the fake's designed server: 50 µs per prompt token, 8 ms decode steps, 8 slots
 FAST = dict(slots=8, prefix_cache=False, overhead_s=0.002, prefill_s_per_token=5e-5, decode_step_s=0.008, metrics=False)
-SLOW = {**FAST, "prefill_s_per_token": 1e-4, "decode_step_s": 0.016}
+SLOW = {**FAST, "prefill_s_per_token": 1e-4, "decode_step_s": 0.032}
 
 
 def _json(args: list[str]) -> dict[str, Any]:
@@ -31,7 +34,7 @@ def _bench(url: str) -> dict[str, Any]:
                   "--output-len", "24", "--no-server-metrics", "--json"])
 
 
-def test_twin_flags_half_the_speed_and_nothing_on_the_same_server(monkeypatch, tmp_path) -> None:
+def test_twin_flags_a_slower_server_and_nothing_on_the_same_server(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "runs.db"))
     with running_behaviour_fake(Behaviour(**FAST)) as fake:
         url, port = fake.url, fake.port
@@ -51,6 +54,10 @@ def test_twin_flags_half_the_speed_and_nothing_on_the_same_server(monkeypatch, t
     h = half["twin"]
     assert h["calibration_run_id"] == probe["run_id"]
     verdicts = {r["metric"]: r["verdict"] for r in h["metrics"]}
+    if h["host_share_delta"] > twin.HOST_MAX_DELTA:  # other work moved in between: no verdict, and it says why
+        assert set(verdicts.values()) == {"cannot tell"} and h["flagged"] == [], _rows(h)
+        assert all("the host, not the server, changed" in r["why"] for r in h["metrics"]), _rows(h)
+        return
     assert verdicts["tpot_p50"] == "above" and "tpot_p50" in h["flagged"], _rows(h)
     w = next(w for w in half["warnings"] if w["kind"] == "twin_shortfall" and w["evidence"]["metric"] == "tpot_p50")
     assert "at concurrency 2 this server's TPOT p50 is" in w["message"] and probe["run_id"] in w["message"]
