@@ -127,6 +127,7 @@ def _run(cmd: list[str], url: str, tmp: Path) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+@pytest.mark.serial  # it loads both cores itself: beside other tests it would be their busy host
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_host_busy_iff_other_work_took_the_cores(name: str, fake_process: str, tmp_path: Path) -> None:
     # quiet side: whatever else this shared machine runs, the warning fires exactly when the
