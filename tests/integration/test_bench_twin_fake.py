@@ -100,8 +100,11 @@ def test_twin_flags_half_the_slots_behind_the_probes_back(monkeypatch, tmp_path)
     assert t["policy"] == "llamacpp" and t["slots_assumed"] == 8 and t["flagged"] == [], _rows(t)
     assert h["slots_assumed"] == 8 and h["slots_source"].startswith("the calibration run")
     verdicts = {r["metric"]: r["verdict"] for r in h["metrics"]}
-    # every request waits for a slot: E2E (and TTFT, unless the host is busy) above the band
-    assert verdicts["e2el_p50"] == "above", _rows(h)
+    # every request waits for a slot: E2E and TTFT above the band, unless the host is busy (then the start of a
+    # request, and the E2E that holds it, may read "cannot tell": twin.BUSY_METRICS)
+    assert verdicts["e2el_p50"] == "above" or (h["host_busy"] and verdicts["e2el_p50"] == "cannot tell"), _rows(h)
     assert verdicts["ttft_p50"] in ("above", "cannot tell") and verdicts["tpot_p50"] != "above", _rows(h)
+    if "above" not in verdicts.values():
+        return  # a busy host: nothing claimed, nothing to warn about (asserted just above)
     assert any(w["kind"] == "twin_shortfall" and "check max sequences / slots (the twin assumed 8)" in w["fix"]
                for w in half["warnings"])

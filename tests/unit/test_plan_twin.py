@@ -106,8 +106,12 @@ def test_a_busy_host_widens_ttft_by_its_share_and_beyond_80_percent_cannot_tell(
     half, _ = _twin(recs, 16, warnings=busy, host={"during": {"other_cpu_share": 0.5}})
     full, _ = _twin(recs, 16, warnings=busy, host={"during": {"other_cpu_share": 0.9}})
     top = {r["metric"]: r["band_ms"][1] for r in calm["metrics"]}
-    for r in half["metrics"]:  # TTFT and the p99s: the top doubles; TPOT and E2E p50 keep their band
-        want = 2 * top[r["metric"]] if r["metric"].startswith("ttft") or r["metric"].endswith("p99") else top[r["metric"]]
-        assert abs(r["band_ms"][1] - want) < 1e-6 * want
-    assert {r["metric"]: r["verdict"] for r in full["metrics"]}["ttft_p50"] == "cannot tell"
+    for r in half["metrics"]:  # TTFT, E2E (which holds the TTFT) and the p99s: the top doubles; TPOT keeps its band
+        busy_side = r["metric"].startswith(("ttft", "e2el")) or r["metric"].endswith("p99")
+        want = 2 * top[r["metric"]] if busy_side else top[r["metric"]]
+        assert abs(r["band_ms"][1] - want) < 1e-6 * want, r
+    v = {r["metric"]: r["verdict"] for r in full["metrics"]}
+    # a loaded host (96 % busy, the probe as busy) read E2E p50 565-601 ms against a 433-562 ms band: "above" on
+    # a server that had not changed; beyond 80 % the start of a request, and so its E2E, measures the host
+    assert v["ttft_p50"] == "cannot tell" and v["e2el_p50"] == "cannot tell", v
     assert half["host_other_share"] == 0.5 and half["host_busy"] is True
