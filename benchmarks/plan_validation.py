@@ -46,11 +46,11 @@ from phasescope.engine import running_engine
 from phasescope.measure import derive
 from phasescope.measure.clock import now_ns
 from phasescope.measure.records import RequestRecord
-from phasescope.plan.build import cost_from_theory
-from phasescope.plan.calibrate import calibrate
-from phasescope.plan.metrics import summarize_sim
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.workload import Workload, build_requests
+from phasescope.planning.build import cost_from_theory
+from phasescope.planning.calibrate import calibrate
+from phasescope.planning.metrics import summarize_sim
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.workload import Workload, build_requests
 from phasescope.theory.devices import custom_device
 from phasescope.theory.models import load_model_spec
 

@@ -28,9 +28,9 @@ import time
 from typing import Any
 
 from phasescope.engine.synth import synthesize, use_synthetic
-from phasescope.plan.build import cost_from_theory
-from phasescope.probe import probe
-from phasescope.probe.ceilings import ceilings
+from phasescope.planning.build import cost_from_theory
+from phasescope.probing import probe
+from phasescope.probing.ceilings import ceilings
 from phasescope.theory.models import spec_from_gguf
 
 

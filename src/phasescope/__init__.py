@@ -9,17 +9,11 @@ request's raw timestamps; errors derive from :class:`PhasescopeError` (bad input
 an unusable server: :class:`TargetError`). Everything public is named here (``__all__``); the modules
 whose names start with ``_`` are the implementation.
 
-``probe`` and ``plan`` are also the names of subpackages, and Python's import system sets a
-subpackage as an attribute of its parent when it loads it — which would turn ``phasescope.probe``
-from the function into a module the first time anything imports ``phasescope.probe.runner``. So
-this package's module type keeps the two names callable: when a subpackage lands on them, it
-becomes a module that calls the API function of its name (``phasescope.probe(...)`` is
-:func:`phasescope.api.probe` either way, and ``import phasescope.probe.runner as r`` still works).
+The implementation packages are named for what they do (``probing``, ``planning``, ``load``, …), never
+for an API function, so ``phasescope.probe`` and ``phasescope.plan`` are the functions whatever was
+imported before (a subpackage named ``probe`` would replace the function once loaded).
 """
 
-import inspect as _inspect
-import sys as _sys
-import types as _types
 from typing import Any as _Any
 
 from phasescope._results import (
@@ -83,32 +77,3 @@ def __getattr__(name: str) -> _Any:
 
         return ExplainReport
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-#: API functions whose names are also subpackages (see the module docstring)
-_SHADOWED = ("plan", "probe")
-
-
-class _ApiModule(_types.ModuleType):
-    """A subpackage that, called, runs the API function of its name."""
-
-    def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        from phasescope import api
-
-        return getattr(api, self.__name__.rpartition(".")[2])(*args, **kwargs)
-
-
-class _Package(_types.ModuleType):
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _SHADOWED and isinstance(value, _types.ModuleType) and not isinstance(value, _ApiModule):
-            from phasescope import api
-
-            value.__class__ = _ApiModule
-            value.__signature__ = _inspect.signature(getattr(api, name))  # type: ignore[attr-defined]
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
-for _name in _SHADOWED:  # a subpackage already loaded while this module ran
-    if isinstance(_sys.modules.get(f"{__name__}.{_name}"), _types.ModuleType):
-        setattr(_sys.modules[__name__], _name, _sys.modules[f"{__name__}.{_name}"])

@@ -91,7 +91,7 @@ ALIASES: dict[str, dict[str, Callable[[Any], dict[str, Any]]]] = {
 }
 
 #: the config dataclass whose fields the API also takes, for the few that no flag sets (set on it as given)
-_CONFIGS = {"bench": ("phasescope.load.bench", "BenchConfig"), "plan": ("phasescope.plan.api", "PlanOptions")}
+_CONFIGS = {"bench": ("phasescope.load.bench", "BenchConfig"), "plan": ("phasescope.planning.api", "PlanOptions")}
 
 
 def _snake(opt: str) -> str:

@@ -1,6 +1,8 @@
 """The Python API's surface (docs/api.md): exported names, one clear error for an unknown option, and
-``phasescope.probe`` / ``phasescope.plan`` staying the API functions although they are also the names
-of subpackages (each case in a fresh interpreter, since import order is what breaks it)."""
+``phasescope.probe`` / ``plan`` / ``tune`` being the API functions themselves whatever was imported first
+(each case in a fresh interpreter, since import order is what would break it): no implementation package
+shares an API function's name, so no module-type trick keeps the name callable. (Before the packages were
+renamed, ``import phasescope.tune.run`` turned ``phasescope.tune`` into a module that could not be called.)"""
 
 from __future__ import annotations
 
@@ -18,18 +20,24 @@ def _fresh(code: str) -> str:
     return out.stdout
 
 
-@pytest.mark.parametrize("first", ["", "import phasescope.probe.runner as r\n", "from phasescope.probe import runner\n",
-                                   "import phasescope.plan.sim\n", "from phasescope.plan.api import run_plan\n"])
-def test_probe_and_plan_stay_the_api_functions_whatever_was_imported_first(first: str) -> None:
-    out = _fresh(first + "import inspect, phasescope\n"
-                 "print(callable(phasescope.probe), 'url' in inspect.signature(phasescope.probe).parameters)\n"
+@pytest.mark.parametrize("first", ["", "import phasescope.probing.runner as r\n", "from phasescope.probing import runner\n",
+                                   "import phasescope.planning.sim\n", "from phasescope.planning.api import run_plan\n",
+                                   "import phasescope.tuning.run\n"])
+def test_probe_and_plan_are_the_api_functions_whatever_was_imported_first(first: str) -> None:
+    out = _fresh(first + "import types, phasescope, phasescope.api as api\n"
+                 "print(phasescope.probe is api.probe, phasescope.plan is api.plan, phasescope.tune is api.tune,\n"
+                 "      type(phasescope) is types.ModuleType)\n"
                  "doc = phasescope.plan(model='llama-3.1-8b', device='h100-sxm', rate=2, num_requests=20, save=False)\n"
                  "print(doc['kind'], doc['summary']['completed'] if 'completed' in doc['summary'] else doc['summary'].get('n'))\n"
-                 "import phasescope.probe.runner as r; print(r.__name__)\n")
+                 "import phasescope.probing.runner as r; print(r.__name__, phasescope.probe is api.probe)\n")
     lines = out.split("\n")
-    assert lines[0] == "True True", out
+    assert lines[0] == "True True True True", out
     assert lines[1].startswith("plan "), out
-    assert lines[2] == "phasescope.probe.runner", out
+    assert lines[2] == "phasescope.probing.runner True", out
+    import pkgutil
+
+    subpackages = {m.name for m in pkgutil.iter_modules(phasescope.__path__)}
+    assert not subpackages & set(phasescope.__all__), subpackages & set(phasescope.__all__)
 
 
 def test_every_exported_name_is_there_and_errors_share_one_base() -> None:

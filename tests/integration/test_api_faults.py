@@ -17,7 +17,7 @@ from phasescope.apis import get_client, new_session
 from phasescope.apis._fast import available as raw_path_available
 from phasescope.apis.base import GenRequest, Target, Timeouts
 from phasescope.measure.records import read_records
-from phasescope.probe.runner import send_with_retries
+from phasescope.probing.runner import send_with_retries
 from phasescope.testing import FakeServer
 
 KEY = "sk-test-5ecret-DO-NOT-LEAK"

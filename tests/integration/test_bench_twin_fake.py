@@ -15,7 +15,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from phasescope.cli import app
-from phasescope.plan import twin
+from phasescope.planning import twin
 from phasescope.testing.behaviour_fake import Behaviour, BehaviourFake, running_behaviour_fake
 
 #: the fake's designed server: 50 µs per prompt token, 8 ms decode steps, 8 slots

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from phasescope.probe import probe
+from phasescope.probing import probe
 from phasescope.testing import FakeServer
 from cli_helpers import isolated_home  # noqa: F401  (isolated_home: the autouse fixture "_home")
 

@@ -61,7 +61,7 @@ def test_the_check_comes_before_the_server_is_contacted(cmd, flags, msg, capsys,
 
 @pytest.mark.parametrize("flags,msg", BAD)
 def test_tune_refuses_a_bad_ceiling_input_before_starting_a_server(flags, msg, capsys, monkeypatch) -> None:
-    from phasescope.tune import launch
+    from phasescope.tuning import launch
 
     started = []
 
@@ -80,7 +80,7 @@ def test_tune_refuses_a_bad_ceiling_input_before_starting_a_server(flags, msg, c
 
 def test_library_probe_checks_first_too() -> None:
     from phasescope.errors import UnknownDeviceError
-    from phasescope.probe import probe
+    from phasescope.probing import probe
 
     with pytest.raises(UnknownDeviceError):
         probe(DEAD_URL, sizes=[10], max_tokens=4, repeat=1, device="nosuchdev", save=False)

@@ -31,8 +31,8 @@ def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_synthetic_llama_shape_serves_tokens_and_probes_as_synthetic() -> None:
     from phasescope.engine import running_engine
-    from phasescope.probe import probe
-    from phasescope.probe.card import render
+    from phasescope.probing import probe
+    from phasescope.probing.card import render
     from rich.console import Console
 
     res = S.synthesize(TINY, "q8_0")  # the real llama-bpe vocabulary: 128,256 tokens

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from phasescope.measure.warnings import MeasurementWarning
-from phasescope.probe import probe
-from phasescope.probe.ceilings import above_ceiling, explain_above_ceiling
+from phasescope.probing import probe
+from phasescope.probing.ceilings import above_ceiling, explain_above_ceiling
 from phasescope.testing import FakeServer
 from phasescope.theory import roofline as R
 from phasescope.theory.devices import custom_device, save_local_device

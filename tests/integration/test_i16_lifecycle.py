@@ -89,8 +89,8 @@ def _run(kind: str, url: str, mp: pytest.MonkeyPatch, on_record: Any = None, sav
                           server_metrics=False, nvml=False, **kw)
         return run_bench(cfg, on_record=on_record).summary
     if kind == "probe":
-        import phasescope.probe.runner as pr
-        from phasescope.probe import probe
+        import phasescope.probing.runner as pr
+        from phasescope.probing import probe
 
         if on_record is not None:
             orig = pr.run_probe
@@ -102,7 +102,7 @@ def _run(kind: str, url: str, mp: pytest.MonkeyPatch, on_record: Any = None, sav
                     hook(rec)
                 return await orig(target, plan, on_record=both, **k)
 
-            mp.setattr("phasescope.probe.run_probe", spy)
+            mp.setattr("phasescope.probing.run_probe", spy)
         return probe(url, sizes=[8, 16], max_tokens=4, repeat=2, save=save, nvml=False, **kw)
     if kind == "explain":
         import phasescope.experiments.suite as suite
@@ -121,7 +121,7 @@ def _run(kind: str, url: str, mp: pytest.MonkeyPatch, on_record: Any = None, sav
             mp.setattr(suite, "RunContext", ctx)
         return run_explain(url, budget_s=4.0, names=["prompt-scaling"], save=save, nvml=False).to_json()
     if kind == "plan":
-        import phasescope.plan.api as api
+        import phasescope.planning.api as api
 
         if on_record is not None:
             orig_to = api.to_records

@@ -17,8 +17,8 @@ import pytest
 from phasescope.apis import get_client, new_session
 from phasescope.apis.base import GenRequest, Target
 from phasescope.measure.records import write_records
-from phasescope.plan.build import cost_from_theory
-from phasescope.plan.calibrate import calibrate
+from phasescope.planning.build import cost_from_theory
+from phasescope.planning.calibrate import calibrate
 from phasescope.theory.models import load_model_spec
 
 

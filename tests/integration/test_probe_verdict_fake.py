@@ -7,7 +7,7 @@ import pytest
 
 @pytest.mark.parametrize("prefill_tok_s", [None, 20000.0])
 def test_probe_verdict_on_a_fake(prefill_tok_s, tmp_path, monkeypatch):
-    from phasescope.probe import probe
+    from phasescope.probing import probe
     from phasescope.testing import FakeServer
 
     monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path / "cfg"))

@@ -123,7 +123,7 @@ def _truth_ms(records, log, which: str) -> float:  # type: ignore[no-untyped-def
 @pytest.mark.parametrize("flavor,api,fmt", [("vllm", "chat", "field"), ("vllm", "chat", "think"),
                                              ("anthropic", "anthropic", "field"), ("responses", "responses", "field")])
 def test_probe_reports_ttfo_against_the_fakes_truth(tmp_path: Path, flavor: str, api: str, fmt: str) -> None:
-    from phasescope.probe import probe
+    from phasescope.probing import probe
 
     with FakeServer(flavor=flavor, ttft_s=TTFT_S, itl_s=ITL_S, reasoning_tokens=R, reasoning_format=fmt).running() as srv:
         res = probe(srv.url, api=api, sizes=[20], max_tokens=12, repeat=4, warmup=False, save=False,

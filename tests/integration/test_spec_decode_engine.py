@@ -22,7 +22,7 @@ REPETITIVE = " ".join(["one two three four five six seven eight nine ten."] * 12
 
 def test_ngram_speculation_drafts_and_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from phasescope.engine import running_engine
-    from phasescope.probe import probe
+    from phasescope.probing import probe
     from phasescope.theory.devices import custom_device, save_local_device
 
     with running_engine(parallel=1, ctx_size=4096, spec="ngram") as eng:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from phasescope.cli import run as cli_run
-from phasescope.probe import probe
+from phasescope.probing import probe
 from phasescope.testing.fakeserver import FakeServer
 
 DRAFT, ACCEPTED = 4, (3, 1, 0, 2)

@@ -17,7 +17,7 @@ from phasescope.load.summary import summarize  # noqa: E402
 from phasescope.measure import aggregate as A  # noqa: E402
 from phasescope.measure import derive as D  # noqa: E402
 from phasescope.measure.records import Event, RequestRecord  # noqa: E402
-from phasescope.probe.summary import size_summary  # noqa: E402
+from phasescope.probing.summary import size_summary  # noqa: E402
 
 NS = 1_000_000_000
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

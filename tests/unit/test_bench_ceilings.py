@@ -51,7 +51,7 @@ def test_no_device_guessed_for_a_remote_server(local_l40s):
 
 
 def test_ceilings_for_a_catalog_model_on_this_machine(local_l40s):
-    from phasescope.probe.ceilings import ceilings
+    from phasescope.probing.ceilings import ceilings
     from phasescope.theory.devices import get_device
     from phasescope.theory.models import load_model_spec
 

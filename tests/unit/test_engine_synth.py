@@ -250,7 +250,7 @@ def test_cli_refuses_synthetic_with_a_url_and_engine_synth_dry_run(tiny_env: Pat
 
 
 def test_a_tune_made_with_synthetic_keeps_it_in_its_id_and_spec(tiny_env: Path) -> None:
-    from phasescope.tune.spec import TuneSpec, tune_id
+    from phasescope.tuning.spec import TuneSpec, tune_id
 
     plain = TuneSpec(params=[("ub", ["32", "512"])])
     assert plain.synthetic is None and "synthetic" not in plain.to_dict()  # ids of ordinary tunes unchanged

@@ -158,8 +158,8 @@ def test_profile_sentence_names_the_age() -> None:
 def test_the_probe_card_names_the_local_profile_it_used(capsys, monkeypatch, _home: Path) -> None:
     from rich.console import Console
 
-    from phasescope.probe.card import render
-    from phasescope.probe.ceilings import ceilings
+    from phasescope.probing.card import render
+    from phasescope.probing.ceilings import ceilings
     from phasescope.theory.devices import get_device
     from phasescope.theory.models import load_model_spec
 

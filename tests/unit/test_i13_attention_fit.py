@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 
 from phasescope.measure.records import RequestRecord
-from phasescope.plan.build import cost_from_theory
-from phasescope.plan.calibrate import calibrate
-from phasescope.plan.costmodel import chunk_pairs
-from phasescope.plan.metrics import to_records
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.workload import Workload
+from phasescope.planning.build import cost_from_theory
+from phasescope.planning.calibrate import calibrate
+from phasescope.planning.costmodel import chunk_pairs
+from phasescope.planning.metrics import to_records
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.workload import Workload
 from phasescope.theory.devices import custom_device
 
 from plan_synth import on_one_clock

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from phasescope.plan.calibrate import calibrate
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.metrics import to_records
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.workload import Workload
+from phasescope.planning.calibrate import calibrate
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.metrics import to_records
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.workload import Workload
 
 from plan_synth import on_one_clock
 
@@ -72,7 +72,7 @@ def test_requests_sent_at_the_same_instant_are_batched_together() -> None:
 def test_a_disturbed_batch_cannot_scale_beyond_b_serial_steps() -> None:
     """A batch measured while other work hogged the CPU (8× slow) must not become an 8× batch scale:
     B decode rows in one step never cost more than B single steps."""
-    from phasescope.plan.calibrate import batch_scale_points
+    from phasescope.planning.calibrate import batch_scale_points
 
     c = BASE
     pts = batch_scale_points(c, [(100.0, 2.0, 8 * c.decode_step_s(2, 100)), (100.0, 2.0, 8 * c.decode_step_s(2, 100))])

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from phasescope.measure.records import RequestRecord
-from phasescope.plan.calibrate import calibrate
-from phasescope.plan.costmodel import CostModel
+from phasescope.planning.calibrate import calibrate
+from phasescope.planning.costmodel import CostModel
 
 DATA = Path(__file__).parent.parent / "data" / "plan" / "llamacpp_calibration_quiet.json"
 

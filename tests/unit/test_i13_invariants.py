@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from phasescope.errors import InputError
-from phasescope.plan.build import cost_from_theory
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.workload import Workload
+from phasescope.planning.build import cost_from_theory
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.workload import Workload
 from phasescope.theory import parallel, rows
 from phasescope.theory import roofline as R
 from phasescope.theory.devices import list_devices

@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phasescope.plan.build import cost_from_theory
-from phasescope.plan.costmodel import chunk_pairs
-from phasescope.plan.sim import SchedulerConfig, Simulator
-from phasescope.plan.workload import Workload, RequestPlan
+from phasescope.planning.build import cost_from_theory
+from phasescope.planning.costmodel import chunk_pairs
+from phasescope.planning.sim import SchedulerConfig, Simulator
+from phasescope.planning.workload import Workload, RequestPlan
 from phasescope.theory.devices import custom_device
 
 DEV = custom_device(40.0, name="x", dense_bf16_tflops=0.665)
@@ -45,7 +45,7 @@ def _run(arrivals: list[float], inp: int = 256, out: int = 64, cost=COST, **kw):
 
 
 def test_breaks_follow_llama_cpp_checkpoint_offsets() -> None:
-    from phasescope.plan.costmodel import prefill_chunks
+    from phasescope.planning.costmodel import prefill_chunks
 
     sched = SchedulerConfig(**SCHED)
     assert sched.tail_breaks(COST) == (516, 4)
@@ -120,7 +120,7 @@ def test_a_prompt_next_to_decodes_stretches_their_gap_as_recorded() -> None:
 def test_plan_reports_the_lone_prefill_the_simulator_runs() -> None:
     # `plan`'s "one request alone → prefill" (cost_model.prefill_alone_ms) is what a lone request's TTFT is
     # in the simulation: with llama.cpp's checkpoint break that is two steps, more than one merged step
-    from phasescope.plan.planner import cost_facts
+    from phasescope.planning.planner import cost_facts
 
     w = Workload(concurrency=1, num_requests=1, input_len=256, output_len=4)
     facts = cost_facts(COST, w, SchedulerConfig(**SCHED))

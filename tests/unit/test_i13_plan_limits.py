@@ -9,12 +9,12 @@ import pytest
 
 from cli_helpers import isolated_home, run  # noqa: F401  (isolated_home: the autouse fixture "_home")
 from phasescope.errors import InputError
-from phasescope.plan.api import PlanOptions, run_plan
-from phasescope.plan.limits import LIMITS
-from phasescope.plan.metrics import summarize_sim
-from phasescope.plan.build import cost_from_theory
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.workload import Workload
+from phasescope.planning.api import PlanOptions, run_plan
+from phasescope.planning.limits import LIMITS
+from phasescope.planning.metrics import summarize_sim
+from phasescope.planning.build import cost_from_theory
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.workload import Workload
 
 
 
@@ -106,11 +106,11 @@ def test_some_requests_failing_carry_a_failed_reason() -> None:
 def test_simulator_fails_an_unadmittable_prompt_instead_of_blocking_the_queue() -> None:
     """Without chunking, a prompt over the budget used to block the head of the queue forever."""
     cost = cost_from_theory("llama-3.1-8b", "l40s")
-    from phasescope.plan.workload import RequestPlan
+    from phasescope.planning.workload import RequestPlan
     w = Workload(num_requests=3, input_len=100, output_len=5)
     reqs = RequestPlan(arrival_s=np.zeros(3), input_tokens=np.array([100, 5000, 100]),
                        output_tokens=np.array([5, 5, 5]), prefix_tokens=np.zeros(3, dtype=np.int64))
-    from phasescope.plan.sim import Simulator
+    from phasescope.planning.sim import Simulator
     res = Simulator(cost, w, SchedulerConfig(chunked_prefill=False, max_num_batched_tokens=2048, max_num_seqs=4),
                     requests=reqs).run()
     assert list(res.ok) == [True, False, True]

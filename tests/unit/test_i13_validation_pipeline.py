@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 from phasescope.measure.records import RequestRecord
-from phasescope.plan.build import cost_from_theory
-from phasescope.plan.metrics import to_records
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.workload import Workload
+from phasescope.planning.build import cost_from_theory
+from phasescope.planning.metrics import to_records
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.workload import Workload
 from phasescope.theory.devices import custom_device
 
 from plan_synth import on_one_clock

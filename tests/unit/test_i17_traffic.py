@@ -216,7 +216,7 @@ def test_num_prompts_is_refused_for_a_conversation_before_anything_starts(capsys
 
 def test_tune_sends_its_conversation_workload_without_num_prompts() -> None:
     from phasescope.load.datasets import check_workload
-    from phasescope.tune.run import bench_config
+    from phasescope.tuning.run import bench_config
 
     cfg = bench_config({"dataset": "conversation", "users": 2, "turns": "3"}, "http://127.0.0.1:9")
     assert cfg.num_prompts is None

@@ -286,7 +286,7 @@ def _tune_store(tmp_path: Path, decode_means: tuple[float, ...] = (60.0, 62.0), 
     """A store with one probe run per setting (real records, repeats that overlap) and the tune run
     that refers to them, as tune stores it."""
     from phasescope.store import open_store
-    from phasescope.tune.table import finding, row_metrics, with_ratios
+    from phasescope.tuning.table import finding, row_metrics, with_ratios
 
     st = open_store(tmp_path / "store")
     rows = []

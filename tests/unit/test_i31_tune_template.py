@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from phasescope.tune.launch import render, shown
-from phasescope.tune.spec import (TuneSpec, has_masked_secret, masked_template, template_api_key,
+from phasescope.tuning.launch import render, shown
+from phasescope.tuning.spec import (TuneSpec, has_masked_secret, masked_template, template_api_key,
                                   template_secrets)
 
 HOSTILE = ["1 --die", "1; touch F", "x' --y 'z", '"', "a b c", "$(touch F)", "1 sh -c 'touch F' x", "{port}",

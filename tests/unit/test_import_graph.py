@@ -8,7 +8,7 @@ Five rules (docs/api.md, issue #16, issue #32):
   parent packages a module's import runs first count too (``import a.b.c`` runs ``a/__init__``).
 * **The facade is on top**: ``phasescope/__init__`` and ``phasescope.api`` (the public API) import the
   rest; nothing in the package imports them back (the version lives in ``phasescope._version``).
-* **Forbidden arrows**: the runners (``load``, ``probe``, ``experiments``, ``plan``, ``tune``) never import
+* **Forbidden arrows**: the runners (``load``, ``probing``, ``experiments``, ``planning``, ``tuning``) never import
   ``report`` (they hand records to a sink; report reads the store); ``measure`` and ``theory`` never
   import ``apis`` (derivation and physics do not talk to servers).
 * **Layers**: every package sits in one layer of :data:`LAYERS` (bottom first); a module imports only
@@ -30,10 +30,10 @@ PKG = "phasescope"
 
 FORBIDDEN = {
     "load": ("report",),
-    "probe": ("report",),
+    "probing": ("report",),
     "experiments": ("report",),
-    "plan": ("report",),
-    "tune": ("report",),
+    "planning": ("report",),
+    "tuning": ("report",),
     "measure": ("apis",),
     "theory": ("apis",),
 }
@@ -52,7 +52,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(x.split()) for x in (
     "diagnose",                         # findings from results (experiments' rules live here)
     "store",                            # the run store a run is written into
     "lifecycle",                        # one run's output: the store or --out, partial, finish
-    "load", "probe", "experiments", "plan", "tune",  # the runners, each on the ones before it
+    "load", "probing", "experiments", "planning", "tuning",  # the runners, each on the ones before it
     "report",                           # reads stored runs: nothing below imports it
     "cli", "api", "(root)", "__main__", "testing",  # the commands, the public API on top; fakes
 ))
@@ -231,8 +231,8 @@ def test_the_checker_sees_a_cycle_and_a_forbidden_arrow(tmp_path: Path) -> None:
     # the function-level import counts (as a lazy one), the TYPE_CHECKING one does not
     assert _imports("phasescope.a", pkg / "a.py", mods) == [("phasescope.b.c", False, 5)]
     top, every = _graph()
-    assert "phasescope.errors" in top["phasescope.probe"]  # a module-level import it must see
-    assert "phasescope.lifecycle" in {d for d, _ in every["phasescope.probe"]}  # and a lazy one
+    assert "phasescope.errors" in top["phasescope.probing"]  # a module-level import it must see
+    assert "phasescope.lifecycle" in {d for d, _ in every["phasescope.probing"]}  # and a lazy one
 
 
 FACADE = (PKG, f"{PKG}.api")

@@ -130,14 +130,14 @@ def _unresolved() -> set[tuple[str, str]]:
 
 
 def test_resolver_tells_a_real_name_from_a_stale_one() -> None:
-    import phasescope.plan.sim as sim
+    import phasescope.planning.sim as sim
 
     assert resolves("phasescope.theory.models.ModelSpec", sim, [])
-    assert resolves("phasescope.plan.replica.Replica.plan_step", sim, [])
+    assert resolves("phasescope.planning.replica.Replica.plan_step", sim, [])
     assert resolves(".costmodel", sim, []) and resolves("Simulator", sim, []) and resolves("run", sim, ["Simulator"])
-    assert not resolves("phasescope.plan.sim.from_theory", sim, [])
+    assert not resolves("phasescope.planning.sim.from_theory", sim, [])
     assert not resolves("phasescope.theory.models.no_such_name", sim, [])
-    assert not resolves(".plan", importlib.import_module("phasescope.plan"), [])
+    assert not resolves(".plan", importlib.import_module("phasescope.planning"), [])
 
 
 def test_docstring_references_name_things_that_exist() -> None:

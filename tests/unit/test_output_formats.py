@@ -36,7 +36,7 @@ def oneline() -> Iterator[list[Any]]:
 
 def test_a_format_registered_in_one_place_renders_every_command(oneline: list[Any], capsys: pytest.CaptureFixture[str],
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(importlib.import_module("phasescope.probe"), "probe",
+    monkeypatch.setattr(importlib.import_module("phasescope.probing"), "probe",
                         lambda url, **kw: {"target": url, "sizes": [], "verdict": None, "run_id": None})
     for argv, command in ((PLAN, "plan"), (CEILING, "ceiling"), (["probe", "http://127.0.0.1:9"], "probe")):
         assert run([*argv, "--format", "oneline"]) == 0

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from phasescope.plan.api import PlanOptions, build_spec, run_plan
-from phasescope.plan.planner import run_once
+from phasescope.planning.api import PlanOptions, build_spec, run_plan
+from phasescope.planning.planner import run_once
 
 ISSUE = dict(model="llama-3.1-8b", device="l40s", dataset="conversation", users=32, turns=6,
              system_prompt_len=1000, turn_input_len=200, output_len=200, save=False)
@@ -73,7 +73,7 @@ def test_plan_json_carries_the_contract_keys():
 
 
 def test_peak_in_flight_counts_touching_spans_once():
-    from phasescope.plan.metrics import peak_in_flight
+    from phasescope.planning.metrics import peak_in_flight
 
     # b is sent the instant a ends (think time 0): never two in flight
     assert peak_in_flight(np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0])) == 1
@@ -106,7 +106,7 @@ def test_llamacpp_slots_keep_one_sessions_history():
 
 
 def test_stored_records_let_a_user_check_the_closed_loop():
-    from phasescope.plan.metrics import to_records
+    from phasescope.planning.metrics import to_records
 
     spec, _, _ = build_spec(PlanOptions(**{**ISSUE, "users": 3, "turns": 3, "think_time_s": 1.0}))
     res, _ = run_once(spec)

@@ -14,12 +14,12 @@ from phasescope.errors import InputError
 from phasescope.load.summary import summarize
 from phasescope.measure import derive
 from phasescope.measure.records import read_records, write_records
-from phasescope.plan.calibrate import calibrate
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.metrics import parse_slo, summarize_sim, to_records, weighted_percentile
-from phasescope.plan.planner import PlanSpec, capacity, parse_sweep, sweep
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.workload import Workload
+from phasescope.planning.calibrate import calibrate
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.metrics import parse_slo, summarize_sim, to_records, weighted_percentile
+from phasescope.planning.planner import PlanSpec, capacity, parse_sweep, sweep
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.workload import Workload
 
 from plan_synth import on_one_clock
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from phasescope.errors import InputError
 from phasescope.load.traces import read_mooncake
-from phasescope.plan import sessions
-from phasescope.plan.api import PlanOptions, run_plan
+from phasescope.planning import sessions
+from phasescope.planning.api import PlanOptions, run_plan
 
 
 def _conv(**kw):

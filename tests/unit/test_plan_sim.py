@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from phasescope.errors import InputError
-from phasescope.plan.build import cost_from_theory
-from phasescope.plan.costmodel import CostModel, chunk_pairs
-from phasescope.plan.metrics import summarize_sim, to_records
-from phasescope.plan.sim import Deployment, SchedulerConfig, simulate
-from phasescope.plan.workload import Workload, build_requests
+from phasescope.planning.build import cost_from_theory
+from phasescope.planning.costmodel import CostModel, chunk_pairs
+from phasescope.planning.metrics import summarize_sim, to_records
+from phasescope.planning.sim import Deployment, SchedulerConfig, simulate
+from phasescope.planning.workload import Workload, build_requests
 
 # an H100-like 8B replica with round numbers; overhead makes step counts visible in times
 COST = CostModel(

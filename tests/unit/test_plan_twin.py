@@ -1,14 +1,14 @@
-"""bench's twin (phasescope.plan.twin) on a simulated clock: a probe of a known server calibrates the twin, a
+"""bench's twin (phasescope.planning.twin) on a simulated clock: a probe of a known server calibrates the twin, a
 bench of the same server is within its band, a bench of the server at half its capacity is flagged with the
 sentence, and a busy host makes TTFT "cannot tell" (issue 36 item 4)."""
 
 from __future__ import annotations
 
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.metrics import to_records
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.twin import console_lines, twin_block
-from phasescope.plan.workload import Workload
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.metrics import to_records
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.twin import console_lines, twin_block
+from phasescope.planning.workload import Workload
 
 #: the designed server: 8 ms decode steps, 50 µs per prompt token, 1 ms per step, 8 slots
 TRUTH = CostModel(name="truth", weight_bytes=1.0, kv_bytes_per_token=0.0, flops_per_token=1.0, attn_flops_per_pair=0.0,

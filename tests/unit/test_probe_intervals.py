@@ -15,10 +15,10 @@ from rich.console import Console
 from phasescope import errors as E
 from phasescope.measure import interval as I
 from phasescope.measure.records import Event, RequestRecord
-from phasescope.probe import parse_repeat
-from phasescope.probe import runner as R
-from phasescope.probe.card import render
-from phasescope.probe.summary import size_interval, size_summary, unstable_warnings, verdict
+from phasescope.probing import parse_repeat
+from phasescope.probing import runner as R
+from phasescope.probing.card import render
+from phasescope.probing.summary import size_interval, size_summary, unstable_warnings, verdict
 
 MS = 1_000_000
 
@@ -294,7 +294,7 @@ def test_the_report_card_shows_the_spread_the_console_card_shows() -> None:
 
 
 def test_the_ceilings_efficiencies_carry_the_measured_figures_intervals() -> None:
-    from phasescope.probe import ceilings as C
+    from phasescope.probing import ceilings as C
     from phasescope.theory.devices import get_device
     from phasescope.theory.models import get_catalog_model
 

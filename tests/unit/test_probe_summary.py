@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from phasescope.measure.records import Event, RequestRecord
-from phasescope.probe.runner import error_from_record
-from phasescope.probe.summary import size_summary, verdict, warmup_summary
+from phasescope.probing.runner import error_from_record
+from phasescope.probing.summary import size_summary, verdict, warmup_summary
 from phasescope import errors as E
 
 MS = 1_000_000
@@ -93,7 +93,7 @@ def test_warmup_cold_start_and_error_from_record():
 
 
 def test_local_device_only_describes_servers_on_this_machine(tmp_path, monkeypatch) -> None:
-    from phasescope.probe import ceilings as C
+    from phasescope.probing import ceilings as C
 
     assert C.is_loopback("http://127.0.0.1:8000") and C.is_loopback("http://localhost:1/v1")
     assert C.is_loopback("http://[::1]:8080")
@@ -110,7 +110,7 @@ def test_local_device_only_describes_servers_on_this_machine(tmp_path, monkeypat
 def test_one_minute_sentence_never_contradicts_its_own_decode_change():
     # a measured fall of 11 % is not "independent of prompt length": the sentence names the KV reads;
     # "independent" only where the change is within a few percent
-    from phasescope.probe.summary import verdict
+    from phasescope.probing.summary import verdict
 
     def text(d_hi: float) -> str:
         sizes = [_size(200, 0.27, 80.0), _size(2000, 2.7, d_hi)]
@@ -126,7 +126,7 @@ def test_one_minute_sentence_never_contradicts_its_own_decode_change():
 
 def test_one_minute_sentence_has_no_minus_zero_percent():
     # 125.0 → 124.9 tok/s rounds to "-0%", which reads as a measured fall; say it did not change
-    from phasescope.probe.summary import verdict
+    from phasescope.probing.summary import verdict
 
     for d_hi in (79.9, 80.0, 80.3):
         sizes = [_size(200, 0.27, 80.0), _size(2000, 2.7, d_hi)]

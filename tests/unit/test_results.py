@@ -49,7 +49,7 @@ def _no_wall(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_plan_json_is_run_plans_document(capsys: pytest.CaptureFixture[str]) -> None:
-    from phasescope.plan.api import PlanOptions, run_plan
+    from phasescope.planning.api import PlanOptions, run_plan
 
     old = json.loads(dumps(run_plan(PlanOptions(model="llama-3.1-8b", device="h100-sxm", rate=4, num_requests=40,
                                                 seed=3, save=False))))
@@ -84,7 +84,7 @@ def fixed_probe(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("phasescope.probe"), "probe", fake)
+    monkeypatch.setattr(importlib.import_module("phasescope.probing"), "probe", fake)
     return calls
 
 

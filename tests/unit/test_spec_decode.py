@@ -12,7 +12,7 @@ from phasescope.engine.spec import check_engine_spec, spec_args
 from phasescope.errors import EngineError, InputError
 from phasescope.measure import derive as D
 from phasescope.measure.records import Event, RequestRecord
-from phasescope.probe.ceilings import above_ceiling, above_ceiling_warnings, speculative_roof_tok_s
+from phasescope.probing.ceilings import above_ceiling, above_ceiling_warnings, speculative_roof_tok_s
 
 MS = 1_000_000
 
@@ -143,7 +143,7 @@ def test_engine_spec_flags() -> None:
 
 
 def test_ceiling_rows_get_the_per_step_roof_only_where_a_size_speculated() -> None:
-    from phasescope.probe.ceilings import add_per_step_ceilings
+    from phasescope.probing.ceilings import add_per_step_ceilings
 
     ceil = {"sizes": [{"prompt_tokens": 200, "decode_ceiling_tok_s": 100.0},
                       {"prompt_tokens": 2000, "decode_ceiling_tok_s": 90.0}]}
@@ -154,8 +154,8 @@ def test_ceiling_rows_get_the_per_step_roof_only_where_a_size_speculated() -> No
 
 
 def test_tune_varies_the_embedded_engines_speculation() -> None:
-    from phasescope.tune import launch
-    from phasescope.tune.spec import parse_param
+    from phasescope.tuning import launch
+    from phasescope.tuning.spec import parse_param
 
     assert parse_param("spec-type=none,ngram", engine=True) == ("spec", ["none", "ngram"])
     with pytest.raises(InputError, match="spec"):
@@ -167,7 +167,7 @@ def test_tune_varies_the_embedded_engines_speculation() -> None:
 def test_explain_judges_a_speculating_server_per_step() -> None:
     from types import SimpleNamespace
 
-    from phasescope.probe.ceilings import explain_above_ceiling
+    from phasescope.probing.ceilings import explain_above_ceiling
 
     def ps():  # type: ignore[no-untyped-def]  # 1 / typical token gap of 2 ms = 500 tok/s against a 50 tok/s roof
         return SimpleNamespace(points=[SimpleNamespace(decode_step_s=0.002, prompt_tokens=64, n=3, decode_tok_s=480.0)],

@@ -31,6 +31,6 @@ def test_an_ollama_model_is_read_from_the_show_the_caller_hands() -> None:
 
 
 def test_probe_keeps_its_names() -> None:
-    from phasescope.probe import ceilings as C
+    from phasescope.probing import ceilings as C
 
     assert (C.ceilings, C.get_device, C.is_loopback) == (T.ceilings, T.get_device, T.is_loopback)

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from phasescope.errors import InputError
-from phasescope.tune import launch
-from phasescope.tune.run import plan_resume, stored_settings
-from phasescope.tune.spec import TuneSpec, check_template, expand, parse_param, setting_key, tune_id
+from phasescope.tuning import launch
+from phasescope.tuning.run import plan_resume, stored_settings
+from phasescope.tuning.spec import TuneSpec, check_template, expand, parse_param, setting_key, tune_id
 from phasescope.measure import interval as I
-from phasescope.tune.table import Verdict, compare_metric, finding, row_intervals, with_ratios
+from phasescope.tuning.table import Verdict, compare_metric, finding, row_intervals, with_ratios
 
 # --- expansion ------------------------------------------------------------------------------------
 _values = st.lists(st.integers(1, 9999).map(str), min_size=1, max_size=4, unique=True)
@@ -248,7 +248,7 @@ def test_failed_rows_are_said_and_a_failed_baseline_compares_nothing():
 
 
 def test_recommend_picks_the_highest_throughput_within_the_slo():
-    from phasescope.tune.table import recommend
+    from phasescope.tuning.table import recommend
 
     def r(i, ttft99, itl99, tp, status="ok"):
         return {"index": i, "label": f"x={i}", "params": {"x": str(i)}, "status": status,
@@ -266,8 +266,8 @@ def test_recommend_picks_the_highest_throughput_within_the_slo():
 def test_a_figure_its_run_flagged_unstable_carries_no_finding_and_the_table_marks_it():
     from rich.console import Console
 
-    from phasescope.tune.render import render
-    from phasescope.tune.table import unstable_metrics
+    from phasescope.tuning.render import render
+    from phasescope.tuning.table import unstable_metrics
 
     # the setting's stored probe run: its 128-token decode rate's repeats still disagreed
     summary = {"sizes": [{"prompt_tokens": 128, "unstable": ["decode_tok_s"]}],

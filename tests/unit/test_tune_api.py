@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from phasescope.tune.run import bench_config
+from phasescope.tuning.run import bench_config
 
 
 def test_bench_workload_speaks_the_tunes_api() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from phasescope.tune.predict import PREDICTED_KEYS, plan_knobs, predict_rows, prediction_sentence
+from phasescope.tuning.predict import PREDICTED_KEYS, plan_knobs, predict_rows, prediction_sentence
 
 
 def test_knob_mapping_embedded_and_template_names():
@@ -65,7 +65,7 @@ def test_a_baseline_run_plan_cannot_calibrate_from_is_a_reason_not_a_crash(tmp_p
 
 
 def test_bench_workload_flags_reach_plans_workload():
-    from phasescope.tune.predict import _workloads
+    from phasescope.tuning.predict import _workloads
 
     a = {"num_prompts": 12, "request_rate": "inf", "max_concurrency": 4, "input_len": 128, "output_len": 32,
          "range_ratio": 0.5, "burstiness": 2.0, "seed": 7, "duration_s": 30.0}
@@ -78,7 +78,7 @@ def test_bench_workload_flags_reach_plans_workload():
 
 
 def test_prediction_lines_one_reason_once_and_nothing_after_a_failed_baseline():
-    from phasescope.tune.run import _prediction_lines
+    from phasescope.tuning.run import _prediction_lines
 
     ok = [_row(0, {"ub": "512"}), dict(_row(1, {"ub": "32"}), reason="x")]
     assert _prediction_lines(ok, {"reason": "unknown model 'm'"}, prediction_sentence) == \
@@ -96,9 +96,9 @@ def test_every_setting_is_priced_with_the_cost_fitted_at_the_baselines_knobs(mon
     # a 1 % slower TTFT than the 32 one). The fit follows the baseline; the scheduler follows the row.
     from dataclasses import dataclass
 
-    import phasescope.plan.api as api
-    import phasescope.plan.planner as planner
-    import phasescope.tune.predict as predict
+    import phasescope.planning.api as api
+    import phasescope.planning.planner as planner
+    import phasescope.tuning.predict as predict
 
     @dataclass
     class Spec:

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from phasescope.measure.records import Event, RequestRecord
-from phasescope.tune import launch
-from phasescope.tune.spec import TuneSpec, parse_param, tune_id
-from phasescope.tune import table as T
-from phasescope.tune.table import finding, row_metrics, with_ratios
+from phasescope.tuning import launch
+from phasescope.tuning.spec import TuneSpec, parse_param, tune_id
+from phasescope.tuning import table as T
+from phasescope.tuning.table import finding, row_metrics, with_ratios
 
 MS = 1_000_000
 
@@ -96,7 +96,7 @@ def test_one_length_has_no_long_prompts():
 def test_the_table_shows_the_long_prompts_column_only_for_a_mixed_workload():
     from rich.console import Console
 
-    from phasescope.tune.render import render
+    from phasescope.tuning.render import render
 
     def text(rows):
         with_ratios(rows)
@@ -220,7 +220,7 @@ def test_the_roofs_line_claims_a_binding_roof_only_when_the_intervals_back_it(pt
 
 
 def test_a_pure_quant_type_is_its_own_setting_and_file(monkeypatch, tmp_path):
-    from phasescope.tune import predict
+    from phasescope.tuning import predict
 
     assert parse_param("quant=q4_0-pure,Q4_0", engine=True) == ("quant", ["Q4_0-pure", "Q4_0"])
     assert predict.plan_knobs({"quant": "Q4_0-pure"}) == ({"quant": "q4_0"}, [])

@@ -3,7 +3,7 @@
 A client module exposes ``async def send(session, target, req) -> RequestRecord`` that never
 raises for a server-side failure: the failure is recorded (``ok=False``, ``error_kind``,
 ``error_message``) so that every request leaves a record. Callers that want an exception (probe's
-single requests) raise :func:`phasescope.probe.runner.error_from_record`.
+single requests) raise :func:`phasescope.probing.runner.error_from_record`.
 """
 
 from __future__ import annotations

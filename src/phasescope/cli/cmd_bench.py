@@ -186,7 +186,7 @@ def _print_summary(s: dict[str, Any]) -> None:
 
     for line in console_lines(s):  # prompt ÷ TTFT under load (not prefill speed), and the ceilings
         console.print(line, highlight=False, soft_wrap=True)
-    from phasescope.plan.twin import console_lines as twin_lines
+    from phasescope.planning.twin import console_lines as twin_lines
 
     for line in twin_lines(s.get("twin")):  # plan's prediction from this server's calibration (issue 36)
         console.print(line, highlight=False, soft_wrap=True)
@@ -427,7 +427,7 @@ def bench(
 
         raise InputError("--twin-from and --no-twin contradict each other: drop one")
     if not no_twin and not sweep and trials == 1:
-        from phasescope.plan.twin import bench_twin
+        from phasescope.planning.twin import bench_twin
 
         if twin_from:  # a run id that names nothing is bad input, said before anything is sent
             from phasescope.store import open_store

@@ -13,7 +13,7 @@ from phasescope.cli._common import console as _console
 from phasescope._results import PlanResult, Result
 from phasescope.cli._common import err_console, print_warnings
 from phasescope.cli._output import console_view, format_option, output
-from phasescope.plan.api import PlanOptions, run_plan
+from phasescope.planning.api import PlanOptions, run_plan
 
 console = _console if _console.is_terminal else Console(width=160, soft_wrap=True)
 

@@ -59,7 +59,7 @@ def probe(
 ) -> None:
     """Measure TTFT (prefill) and decode speed apart, next to their ceilings: the one-minute test."""
     from phasescope.apis.base import Timeouts
-    from phasescope.probe import probe as run_probe
+    from phasescope.probing import probe as run_probe
 
     sink = output(json_out, fmt)
     sizes = _sizes(prompt_tokens)
@@ -83,7 +83,7 @@ def probe(
 def show(result: Result) -> None:
     """The probe card, then GPU, host and warnings lines."""
     from phasescope.cli._gpu import print_gpu
-    from phasescope.probe.card import render
+    from phasescope.probing.card import render
 
     console.print(render(result.to_json()))
     print_gpu(result.get("gpu"))

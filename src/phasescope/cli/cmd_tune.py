@@ -9,7 +9,7 @@ import typer
 from phasescope._results import Result, TuneResult
 from phasescope.cli._common import api_option, console, err_console
 from phasescope.cli._output import console_view, format_option, output
-from phasescope.tune.run import BENCH_TRAFFIC_ARGS
+from phasescope.tuning.run import BENCH_TRAFFIC_ARGS
 
 
 def _sizes(values: List[str]) -> list[int]:
@@ -50,7 +50,7 @@ def _check_bench_args(a: dict[str, Any]) -> None:
         raise InputError(f"--{traffic[0].replace('_', '-')} needs --dataset conversation, mooncake or burstgpt")
     if ds in ("conversation", "mooncake", "burstgpt"):  # bench's own checks (and the trace read), before any server
         from phasescope.load.datasets import check_workload
-        from phasescope.tune.run import bench_config
+        from phasescope.tuning.run import bench_config
 
         check_workload(bench_config(a, None))
 
@@ -107,8 +107,8 @@ def tune(
 ) -> None:
     """Measure prefill and decode for each server setting in turn: start, warm up, run, stop, next (resumable)."""
     from phasescope.errors import InputError
-    from phasescope.tune.run import WORKLOADS, find_tune_spec, run_tune
-    from phasescope.tune.spec import TuneSpec, check_template, parse_param
+    from phasescope.tuning.run import WORKLOADS, find_tune_spec, run_tune
+    from phasescope.tuning.spec import TuneSpec, check_template, parse_param
 
     import math
 
@@ -131,7 +131,7 @@ def tune(
             check_template(serve, [n for n, _ in parsed])
         args: dict[str, Any]
         if workload == "probe":
-            from phasescope.probe import parse_repeat
+            from phasescope.probing import parse_repeat
 
             if max_tokens < 2:
                 raise InputError("--max-tokens must be ≥ 2")
@@ -173,7 +173,7 @@ def tune(
         spec = TuneSpec(params=parsed, workload=workload, workload_args=args, serve=serve,
                         one_at_a_time=one_at_a_time, salt=salt)
     from phasescope.load.sweep import parse_slo
-    from phasescope.tune.table import SLO_METRICS
+    from phasescope.tuning.table import SLO_METRICS
 
     slo_d = parse_slo(slo)
     if any(k not in SLO_METRICS for k in slo_d):
@@ -188,7 +188,7 @@ def tune(
 
 @console_view("tune")
 def _show(result: Result) -> None:
-    from phasescope.tune.render import render
+    from phasescope.tuning.render import render
 
     console.print(render(result.to_json()))
 

@@ -363,7 +363,7 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
     diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records, settings=settings,
                     facts=facts, rules=registry.rules())
     add_skipped(diag, skipped)
-    from phasescope.probe.ceilings import explain_above_ceiling
+    from phasescope.probing.ceilings import explain_above_ceiling
 
     explain_above_ceiling(results, ceil, ctx.records)  # decode above the (per-step) bandwidth roof → experiment warning
     gpu_doc = explain_gpu_finish(gpu, ctx.records, diag, ceil)  # + the GPU's evidence findings

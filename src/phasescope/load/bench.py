@@ -419,7 +419,7 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
         build = dict(build or {}, user_flags=cfg.engine_flags)
     summary["server_build"] = build
     summary["run_id"] = out.id
-    if cfg.twin is not None:  # the twin block and its findings (phasescope.plan.twin, via the command layer)
+    if cfg.twin is not None:  # the twin block and its findings (phasescope.planning.twin, via the command layer)
         cfg.twin(summary, res.records)
     if gpu_rec is not None:
         from phasescope.metrics.gpu_phases import finish_section

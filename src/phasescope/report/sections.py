@@ -190,7 +190,7 @@ def _probe_card(sizes: list[dict[str, Any]], crow: dict[Any, dict[str, Any]]) ->
 def _spec_rows(sds: list[Any]) -> list[tuple[str, list[str]]]:
     """Speculative decoding (issue 33), the rows probe's console card prints, only where a column has
     ``spec_decode``: accepted / drafted (the rate) and the tokens each verified step emitted."""
-    from phasescope.probe.card import _spec
+    from phasescope.probing.card import _spec
 
     sds = [sd if isinstance(sd, dict) else None for sd in sds]
     if not any(sds):

@@ -1,7 +1,7 @@
 """A stored tune in ``report``: its table and one plot per metric across the settings.
 
 A tune run (kind ``tune``) stores the ``tune --json`` document as its summary
-(:mod:`phasescope.tune.run`): per setting ``metrics``, ``vs_baseline`` (measured ÷ the baseline's)
+(:mod:`phasescope.tuning.run`): per setting ``metrics``, ``vs_baseline`` (measured ÷ the baseline's)
 and, where plan could simulate it, ``predicted_vs_baseline``. :func:`tune_html` renders the table
 (each metric's value and measured ratio, plan's predicted ratio beside it, the finding);
 :func:`tune_plots` draws, per metric of :data:`PLOTTED`, the measured ratio and plan's predicted
@@ -10,7 +10,7 @@ the stored one, so the report says what ``tune`` printed.
 
 The spread beside each value is the one tune's finding speaks of ("cannot tell, within the repeat
 spread"): the range (min–max) of the per-request samples its noise rule compares
-(:func:`phasescope.tune.table.row_metrics` over the setting run's records, read from the store the
+(:func:`phasescope.tuning.table.row_metrics` over the setting run's records, read from the store the
 tune run is in, :func:`setting_records`), drawn as error bars ÷ the baseline's value, with the
 baseline's own range as a grey band around 1 — where a setting's bar reaches into the band, the
 finding says "cannot tell". The value axis always spans at least 0.9–1.1, so a 1 % change does not
@@ -101,9 +101,9 @@ def setting_records(info: RunInfo, rows: list[dict[str, Any]]) -> dict[int, list
 
 def setting_samples(info: RunInfo, rows: list[dict[str, Any]]) -> dict[int, dict[str, list[float]]]:
     """Per ok setting (by ``index``), per metric, the samples tune's noise rule compares: the row's
-    stored ``samples`` where tune kept them, else :func:`phasescope.tune.table.row_metrics` over the
+    stored ``samples`` where tune kept them, else :func:`phasescope.tuning.table.row_metrics` over the
     setting run's records (:func:`setting_records`)."""
-    from phasescope.tune.table import row_metrics
+    from phasescope.tuning.table import row_metrics
 
     out: dict[int, dict[str, list[float]]] = {}
     missing = [r for r in rows if not isinstance(r.get("samples"), dict) or not r.get("samples")]

@@ -1,5 +1,5 @@
 """The report's twin view (issue 36 item 4): per bench run that stored a ``twin`` block
-(:mod:`phasescope.plan.twin`), each predicted percentile with its band beside the measured one with its
+(:mod:`phasescope.planning.twin`), each predicted percentile with its band beside the measured one with its
 95 % interval, labelled with the verdict — the numbers bench stored, never recomputed here.
 """
 

@@ -1,14 +1,14 @@
 """A run beside its physical ceilings: the model spec, the device and the roofline rows for them.
 
 Shared by the runners (``probe`` and ``bench``): no request is made here (an Ollama server's
-``/api/show`` is asked by the caller, :func:`phasescope.probe.ceilings.discover_spec`).
+``/api/show`` is asked by the caller, :func:`phasescope.probing.ceilings.discover_spec`).
 
 Model spec, first that works: ``--model-spec`` (catalog id | config.json | .gguf); llama.cpp
 ``/props`` ``model_path`` (a GGUF readable here); the served model name when it is a catalog id;
 ``/props`` or ``/v1/models`` ``meta`` (size, n_params); Ollama's ``/api/show``. Device: ``--device``
 or the ``local`` device measured by ``phasescope hw`` (:func:`get_device`). :func:`ceilings`: the
 decode ceiling, prefill floor and efficiencies per prompt size
-(:mod:`phasescope.probe.ceilings`' docstring).
+(:mod:`phasescope.probing.ceilings`' docstring).
 """
 
 from __future__ import annotations

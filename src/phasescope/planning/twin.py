@@ -1,7 +1,7 @@
 """A twin for every bench run: what ``plan`` predicts for the same workload from this server's own calibration.
 
 Issue 36 item 4. After a bench run, the newest stored probe of the same target and model (else its newest
-stored bench run; or ``--twin-from RUN_ID``) calibrates a cost model (:func:`phasescope.plan.calibrate.calibrate`),
+stored bench run; or ``--twin-from RUN_ID``) calibrates a cost model (:func:`phasescope.planning.calibrate.calibrate`),
 the plan simulator runs the run's workload on it, and each measured percentile is set beside the predicted one:
 
 * **The cost model** is empirical (:func:`empirical_base`): one "byte" per step read at the fitted rate (a
@@ -49,10 +49,10 @@ from phasescope.errors import PhasescopeError
 from phasescope.measure import derive
 from phasescope.measure.interval import Interval, bootstrap_interval, median_interval
 from phasescope.measure.records import RequestRecord
-from phasescope.plan.calibrate import Calibration, _isolated, calibrate
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.sim import SchedulerConfig, simulate
-from phasescope.plan.workload import Workload
+from phasescope.planning.calibrate import Calibration, _isolated, calibrate
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning.workload import Workload
 
 #: the simulator's own tolerance by percentile (benchmarks/plan_validation.py's goal on the real engine)
 SIM_REL = {50.0: 0.10, 99.0: 0.20}
@@ -109,7 +109,7 @@ def fit(records: Sequence[RequestRecord]) -> tuple[Calibration, Interval | None,
 def policy_of(records: Sequence[RequestRecord]) -> str:
     """``llamacpp`` when the calibration's records carry llama.cpp's own timings (``prompt_n`` and
     ``predicted_n``: one KV stream per slot, mixed steps as two passes), else ``vllm`` — plan's own rule
-    for ``--calibrate-from`` (:func:`phasescope.plan.api.build_spec`)."""
+    for ``--calibrate-from`` (:func:`phasescope.planning.api.build_spec`)."""
     return "llamacpp" if any((r.server or {}).get("prompt_n") is not None and (r.server or {}).get("predicted_n")
                              is not None and r.api != "sim" for r in records) else "vllm"
 

@@ -1,6 +1,6 @@
 """One replica of the simulated server: its queue, running set, KV pool, prefix cache and step history,
 and the plan of its next step (:meth:`Replica.plan_step`, vLLM V1 ``Scheduler.schedule`` /
-llama.cpp ``update_slots``) — the scheduler that :mod:`phasescope.plan.sim` drives with its events.
+llama.cpp ``update_slots``) — the scheduler that :mod:`phasescope.planning.sim` drives with its events.
 A :class:`Seq` is one request as the replicas see it.
 """
 
@@ -11,10 +11,10 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from phasescope.plan.costmodel import CostModel, chunk_pairs
+from phasescope.planning.costmodel import CostModel, chunk_pairs
 
 if TYPE_CHECKING:
-    from phasescope.plan.sim import SchedulerConfig, Simulator
+    from phasescope.planning.sim import SchedulerConfig, Simulator
 
 
 class Seq:

@@ -28,7 +28,7 @@ import numpy as np
 
 from phasescope.load.summary import parse_ms_pairs
 from phasescope.measure.records import Event, RequestRecord
-from phasescope.plan.sim import SimResult
+from phasescope.planning.sim import SimResult
 
 PERCENTILES = (50, 90, 95, 99)
 SLO_KEYS = ("ttft", "tpot", "itl", "e2el")

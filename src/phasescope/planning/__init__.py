@@ -9,9 +9,9 @@ measured runs; :mod:`.build` ties them to the model and device catalogs; :mod:`.
 
 from __future__ import annotations
 
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.sim import Deployment, SchedulerConfig, SimResult, Simulator, simulate
-from phasescope.plan.workload import Workload, build_requests
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.sim import Deployment, SchedulerConfig, SimResult, Simulator, simulate
+from phasescope.planning.workload import Workload, build_requests
 
 __all__ = [
     "CostModel",

@@ -76,7 +76,7 @@ ACTIVATION_RESERVE_FRAC = 0.05
 class CostModel:
     """Everything the simulator needs to time a step. Units are in the names.
 
-    A replica from the model and device catalogs is :func:`phasescope.plan.build.cost_from_theory`
+    A replica from the model and device catalogs is :func:`phasescope.planning.build.cost_from_theory`
     (build imports this module, never the other way round).
 
     ``weight_bytes``: bytes streamed per step per device group (theory.md §2 ``W_read·b_w``).
@@ -232,7 +232,7 @@ class CostModel:
                        breaks: tuple[int, ...] = ()) -> float:
         """Time to prefill ``prompt_tokens`` (positions ``start+1 …``) alone, in chunks of ``chunk``,
         each chunk also cut where the prompt reaches ``prompt_tokens − b`` for ``b`` in ``breaks``
-        (llama.cpp's checkpoint breaks, :class:`~phasescope.plan.sim.SchedulerConfig`)."""
+        (llama.cpp's checkpoint breaks, :class:`~phasescope.planning.sim.SchedulerConfig`)."""
         return sum(self.step_time_s(0, 0.0, prefill_tokens=c, prefill_pairs=chunk_pairs(p, c),
                                     prefill_kv_tokens=p + c, n_prefill_chunks=1,
                                     n_sampled=1 if p + c >= prompt_tokens else 0)

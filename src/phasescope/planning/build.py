@@ -1,8 +1,8 @@
-"""Build a :class:`~phasescope.plan.costmodel.CostModel` from the theory catalogs (a ModelSpec and a Device).
+"""Build a :class:`~phasescope.planning.costmodel.CostModel` from the theory catalogs (a ModelSpec and a Device).
 
 Every physical number comes from :mod:`phasescope.theory` (theory.md §1–§4, §6); only the
 efficiencies and the per-step overhead are planning defaults here, overridable by flags and replaced
-by measured values when calibrating (:mod:`phasescope.plan.calibrate`):
+by measured values when calibrating (:mod:`phasescope.planning.calibrate`):
 
 * GPUs: η_bw = 0.8 (NVIDIA aiconfigurator ``mem_bw_empirical_scaling_factor``; theory.md §5 finds
   70–82 % for ≥7B 16-bit models), η_f = 0.6 (a typical prefill MFU), 1.5 ms per step (scheduler,
@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from phasescope.errors import InputError
-from phasescope.plan.costmodel import CostModel, min_tp
+from phasescope.planning.costmodel import CostModel, min_tp
 from phasescope.theory import parallel, roofline
 from phasescope.theory.devices import Device, get_device
 from phasescope.theory.models import ModelSpec, load_model_spec

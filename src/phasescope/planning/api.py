@@ -14,11 +14,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from phasescope.errors import InputError, PhasescopeError
-from phasescope.plan.build import cost_from_theory, resolve_device, resolve_model
-from phasescope.plan.calibrate import calibrate, calibration_warnings, load_calibration_records
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.metrics import parse_slo, to_records
-from phasescope.plan.planner import (
+from phasescope.planning.build import cost_from_theory, resolve_device, resolve_model
+from phasescope.planning.calibrate import calibrate, calibration_warnings, load_calibration_records
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.metrics import parse_slo, to_records
+from phasescope.planning.planner import (
     PlanSpec,
     capacity,
     compare_disaggregation,
@@ -27,8 +27,8 @@ from phasescope.plan.planner import (
     run_once,
     sweep,
 )
-from phasescope.plan.sim import SchedulerConfig, SimResult
-from phasescope.plan.workload import Workload
+from phasescope.planning.sim import SchedulerConfig, SimResult
+from phasescope.planning.workload import Workload
 
 #: scheduler defaults per policy: vLLM V1 (8192-token budget, 256 sequences) and llama-server
 #: (n_batch 2048, the embedded engine's 4 slots and 16,384-token context)
@@ -212,7 +212,7 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
         if o.capacity:
             raise InputError("--capacity does not take --dataset yet: vary --users or --session-rate by hand")
         if o.sweep:
-            from phasescope.plan.planner import parse_sweep as _ps
+            from phasescope.planning.planner import parse_sweep as _ps
 
             name, _ = _ps(o.sweep)
             if name not in ("max_num_batched_tokens", "max_num_seqs"):
@@ -221,8 +221,8 @@ def build_spec(o: PlanOptions) -> tuple[PlanSpec, dict[str, Any] | None, dict[st
 
 
 def _session_workload(o: PlanOptions, cost: CostModel, *, pool_caching: bool) -> Any:
-    """The conversation or Mooncake workload of ``--dataset`` (:mod:`phasescope.plan.sessions`)."""
-    from phasescope.plan import sessions
+    """The conversation or Mooncake workload of ``--dataset`` (:mod:`phasescope.planning.sessions`)."""
+    from phasescope.planning import sessions
 
     if o.dataset not in sessions.DATASETS:
         raise InputError(f"unknown --dataset {o.dataset!r} for plan (use one of {', '.join(sessions.DATASETS)})")

@@ -8,7 +8,7 @@ runs into the table, the ratios to the baseline and a finding that never says mo
 repeat spread shows. See ``docs/commands/tune.md``.
 """
 
-from phasescope.tune.run import run_tune
-from phasescope.tune.spec import TuneSpec, expand, parse_param, tune_id
+from phasescope.tuning.run import run_tune
+from phasescope.tuning.spec import TuneSpec, expand, parse_param, tune_id
 
 __all__ = ["TuneSpec", "expand", "parse_param", "run_tune", "tune_id"]

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from phasescope.probe.summary import size_interval
+from phasescope.probing.summary import size_interval
 from phasescope.theory.hw import local_profile_note
 
 

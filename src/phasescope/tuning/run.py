@@ -1,12 +1,12 @@
 """The tune loop: for each setting, start the server, run the workload, stop the server, next.
 
 Each setting's measurement is an ordinary run made through the workload's own entry point —
-:func:`phasescope.probe.probe`, :func:`phasescope.load.bench.run_bench` or
+:func:`phasescope.probing.probe`, :func:`phasescope.load.bench.run_bench` or
 :func:`phasescope.experiments.suite.run_explain` — inside :func:`phasescope.lifecycle.run_tags`, so
 the stored run carries ``params.tune = {"id", "index", "setting", "key"}`` and ``runs``, ``show``,
 ``compare`` and ``report`` work on it. The tune itself is one more stored run (kind ``tune``,
 through :func:`phasescope.lifecycle.run_output`; no records) whose summary is the table
-(:mod:`phasescope.tune.table`).
+(:mod:`phasescope.tuning.table`).
 
 Resume (:func:`plan_resume`): a setting is done when the store holds a ``complete`` run tagged
 with this tune id and the setting's key; those are reused and the rest run, in order. The same
@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from phasescope.errors import InputError, PhasescopeError
-from phasescope.tune.spec import Setting, TuneSpec, setting_key, tune_id
+from phasescope.tuning.spec import Setting, TuneSpec, setting_key, tune_id
 
 __all__ = ["DEFAULT_WORKLOAD_ARGS", "WORKLOADS", "find_tune_spec", "plan_resume", "run_tune", "stored_settings"]
 
@@ -59,7 +59,7 @@ def find_tune_spec(store: Any, tid: str) -> TuneSpec:
         p = info.params if isinstance(info.params, dict) else {}
         if p.get("tune_id") == tid and isinstance(p.get("spec"), dict):
             spec = TuneSpec.from_dict(p["spec"])
-            from phasescope.tune.spec import has_masked_secret
+            from phasescope.tuning.spec import has_masked_secret
 
             if has_masked_secret(spec.serve):  # the store never held the template's key
                 raise InputError(f"--resume {tid}: its --serve template held a secret, which the store does not "
@@ -118,12 +118,12 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
                   server_flags: str | None = None) -> tuple[str | None, str]:
     """Run the workload against ``url``: (stored run id, status). ``server_flags``: the setting's
     command line, so explain's advice is set against the values this setting runs with."""
-    from phasescope.tune.spec import template_api_key
+    from phasescope.tuning.spec import template_api_key
 
     a = {**DEFAULT_WORKLOAD_ARGS[spec.workload], **spec.workload_args}
     key = template_api_key(spec.serve)  # a server started with --api-key K is asked with K
     if spec.workload == "probe":
-        from phasescope.probe import probe
+        from phasescope.probing import probe
 
         res = probe(url, sizes=list(a["prompt_tokens"]), max_tokens=int(a["max_tokens"]), repeat=a["repeat"],
                     warmup=True, save=True, progress=say, model_spec=a.get("model_spec"), device=a.get("device"),
@@ -152,7 +152,7 @@ def _run_workload(spec: TuneSpec, url: str, say: Callable[[str], None],
 
 def _row(setting: Setting, info: Any, store: Any, resumed: bool) -> dict[str, Any]:
     from phasescope.measure.interval import to_ci
-    from phasescope.tune.table import roof_facts, row_intervals, row_metrics, unstable_metrics
+    from phasescope.tuning.table import roof_facts, row_intervals, row_metrics, unstable_metrics
 
     records = store.load_records(info.id)
     metrics, samples = row_metrics(records)
@@ -230,8 +230,8 @@ def _run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, start
               slo: dict[str, float] | None = None) -> dict[str, Any]:
     from phasescope.lifecycle import run_output, run_tags
     from phasescope.store import open_store
-    from phasescope.tune import launch
-    from phasescope.tune.table import finding, recommend, with_ratios
+    from phasescope.tuning import launch
+    from phasescope.tuning.table import finding, recommend, with_ratios
 
     tell = say or (lambda _m: None)
     if spec.workload not in WORKLOADS:
@@ -249,7 +249,7 @@ def _run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, start
         tell(f"tune {tid}: {len(finished)} of {len(settings)} settings already in the store; continuing with "
              f"{todo[0].label() if todo else 'none'}")
     logs = store.dir / "logs" / tid
-    from phasescope.tune.spec import masked_template, register_template_secrets
+    from phasescope.tuning.spec import masked_template, register_template_secrets
 
     register_template_secrets(spec.serve)  # the template's own key: masked in everything printed or written
     params = {"tune_id": tid, "spec": spec.stored_dict(), "settings": [s.params for s in settings]}
@@ -300,7 +300,7 @@ def _run_tune(spec: TuneSpec, *, say: Callable[[str], None] | None = None, start
                 on_row(rows[s.index])
         ordered = [rows[s.index] for s in settings]
         with_ratios(ordered)
-        from phasescope.tune.predict import predict_rows, prediction_sentence
+        from phasescope.tuning.predict import predict_rows, prediction_sentence
 
         a = {**DEFAULT_WORKLOAD_ARGS[spec.workload], **spec.workload_args}
         prediction = predict_rows(ordered, spec.workload, a, embedded=spec.serve is None, say=tell)

@@ -112,7 +112,7 @@ def _model_for(qtype: str | None, say: Any) -> tuple[str | None, str | None]:
     if qtype is None:
         return None, None
     from phasescope.engine.synth import active, alias_of, synthesize
-    from phasescope.tune.spec import split_pure
+    from phasescope.tuning.spec import split_pure
 
     syn = active()
     if syn is not None:  # ``--synthetic SHAPE``: the same shape at the setting's type
@@ -127,7 +127,7 @@ def _model_for(qtype: str | None, say: Any) -> tuple[str | None, str | None]:
     from phasescope.engine.model import BUNDLED_MODEL_ALIAS, ensure_bundled_model
     from phasescope.engine.quantize import output_path, quantize
 
-    from phasescope.tune.spec import split_pure
+    from phasescope.tuning.spec import split_pure
 
     bundled = ensure_bundled_model()
     base, pure = split_pure(qtype)
@@ -173,7 +173,7 @@ def render(template: str, params: dict[str, str], port: int) -> tuple[list[str],
     so no value can add an argument (``--param "x=1 --die"``) or a program: a leading ``NAME=value``
     argument is an environment assignment by the template's own text, and a value lands in it as the
     variable's value only (``OLLAMA_NUM_PARALLEL={n}`` with ``n=1 sh -c …`` sets the variable to that text)."""
-    from phasescope.tune.spec import _template_words
+    from phasescope.tuning.spec import _template_words
 
     words = _template_words(template)
     values = {**params, "port": str(port)}
@@ -201,7 +201,7 @@ def render(template: str, params: dict[str, str], port: int) -> tuple[list[str],
 
 def shown(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """The command as logs and the store get it: secret arguments' values masked (tune.spec)."""
-    from phasescope.tune.spec import mask_words
+    from phasescope.tuning.spec import mask_words
 
     words = mask_words([f"{k}={v}" for k, v in env.items()] + list(argv))
     env_shown = dict(w.partition("=")[::2] for w in words[:len(env)])
@@ -221,7 +221,7 @@ def from_template(template: str, params: dict[str, str], *, logs: Path, startup_
     import threading
 
     from phasescope.redact import secrets
-    from phasescope.tune.spec import register_template_secrets
+    from phasescope.tuning.spec import register_template_secrets
 
     register_template_secrets(template)  # the server's own output may print its key: masked in the log
     port = free_port()

@@ -1,7 +1,7 @@
 """What ``plan`` predicted for the same sweep: the simulator calibrated from the baseline's run.
 
 After the settings ran, the baseline setting's stored run calibrates the cost model (``plan
---calibrate-from RUN``: :func:`phasescope.plan.api.build_spec`), and each setting whose parameters
+--calibrate-from RUN``: :func:`phasescope.planning.api.build_spec`), and each setting whose parameters
 map to plan knobs (:data:`PLAN_KNOBS`) is simulated with the same workload:
 
 * ``ub`` → ``max_num_batched_tokens`` (the prefill chunk), ``parallel`` → ``max_num_seqs``,
@@ -106,9 +106,9 @@ def _simulate(calibrate_from: str, over: dict[str, Any], base_quant: str | None,
     """The setting ``over`` simulated with the cost model fitted at the baseline's knobs ``base_over``
     (the server that produced the records: fitting them under another setting's chunk would re-read the
     same measurements as a different machine), and ``over``'s scheduler."""
-    from phasescope.plan.api import POLICY_DEFAULTS, PlanOptions, build_spec
-    from phasescope.plan.build import cost_from_theory, resolve_model
-    from phasescope.plan.planner import run_once
+    from phasescope.planning.api import POLICY_DEFAULTS, PlanOptions, build_spec
+    from phasescope.planning.build import cost_from_theory, resolve_model
+    from phasescope.planning.planner import run_once
 
     quant = over.get("quant")
     if policy is None:  # plan's own choice from the records (llamacpp when they carry its timings)

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from phasescope.measure.interval import Interval
-from phasescope.tune.table import METRIC_KEYS, OPTIONAL_KEYS
+from phasescope.tuning.table import METRIC_KEYS, OPTIONAL_KEYS
 
 __all__ = ["render"]
 

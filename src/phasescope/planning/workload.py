@@ -44,11 +44,11 @@ class Workload:
     ramp_s: float = 0.0
     #: replay: (arrival offset s, prompt tokens, output tokens[, prefix-hit tokens]) per request
     trace: Sequence[Sequence[float]] | None = field(default=None, repr=False)
-    #: session workloads (:mod:`phasescope.plan.sessions`): the share of prompt tokens a cache that
+    #: session workloads (:mod:`phasescope.planning.sessions`): the share of prompt tokens a cache that
     #: keeps everything would serve, and what the sessions were
     implied_hit_share: float | None = None
     session_facts: dict | None = field(default=None, repr=False)
-    #: closed-loop conversations (:class:`phasescope.plan.sessions.ConversationLoop`): the simulator
+    #: closed-loop conversations (:class:`phasescope.planning.sessions.ConversationLoop`): the simulator
     #: sends each session's next turn when the previous reply is complete, plus the think time
     sessions: Any = field(default=None, repr=False)
 

@@ -3,7 +3,7 @@
 
 ``repeat`` fixed (``--repeat N``): N rounds of every size. ``auto`` (``--repeat auto``, the default):
 after each round from the second on, a size whose TTFT and decode rate both have a 95 % interval of
-the median within ±10 % (:func:`phasescope.probe.summary.is_stable`) is done; the rounds go on over
+the median within ±10 % (:func:`phasescope.probing.summary.is_stable`) is done; the rounds go on over
 the sizes still unsettled until none is left or each has had ``repeat`` (``--max-repeat``) rounds. A
 size still unsettled then is what the ``unstable`` warning names.
 
@@ -131,7 +131,7 @@ async def run_probe(target: Target, plan: ProbePlan, *, on_record: Callable[[Req
                 run.records.append(rec)
             r += 1
             if plan.auto and r >= plan.min_repeat:
-                from phasescope.probe.summary import is_stable
+                from phasescope.probing.summary import is_stable
 
                 settled = [n for n in todo if is_stable([x for x in run.records
                                                          if x.tags.get("prompt_tokens_target") == n])]

@@ -31,9 +31,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.sim import SchedulerConfig, SimResult
-from phasescope.plan.workload import Workload
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.sim import SchedulerConfig, SimResult
+from phasescope.planning.workload import Workload
 
 LIMITS = ("kv_pool", "bandwidth", "prefill_pauses", "max_num_seqs", "arrival_rate")
 BLOCK_SHARE = 0.05

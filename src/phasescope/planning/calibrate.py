@@ -58,7 +58,7 @@ from phasescope.errors import InputError
 from phasescope.measure import derive
 from phasescope.measure.aggregate import successful
 from phasescope.measure.records import RequestRecord, read_records
-from phasescope.plan.costmodel import CostModel, chunk_pairs
+from phasescope.planning.costmodel import CostModel, chunk_pairs
 
 
 @dataclass
@@ -261,7 +261,7 @@ def calibrate(records: Sequence[RequestRecord], base: CostModel, *, tail_breaks:
     def adjust_group(ns: list[float], y: float) -> tuple[list[float], float]:
         """Prompts prefilled together (one sequence or a batch sent at once): their first chunks, and the
         measured time less the later steps (each later chunk of every prompt together, as the server runs it)."""
-        from phasescope.plan.costmodel import prefill_chunks
+        from phasescope.planning.costmodel import prefill_chunks
 
         chs = [prefill_chunks(int(n), None, 0, tail_breaks) for n in ns]
         if all(len(ch) < 2 for ch in chs):

@@ -18,11 +18,11 @@ import numpy as np
 from phasescope.errors import InputError
 from collections import Counter
 
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.limits import analyse
-from phasescope.plan.metrics import compact, summarize_sim, timeseries
-from phasescope.plan.sim import Deployment, SchedulerConfig, SimResult, Simulator
-from phasescope.plan.workload import Workload
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.limits import analyse
+from phasescope.planning.metrics import compact, summarize_sim, timeseries
+from phasescope.planning.sim import Deployment, SchedulerConfig, SimResult, Simulator
+from phasescope.planning.workload import Workload
 
 #: sweepable parameters → where they live
 SWEEP_PARAMS: dict[str, tuple[str, type]] = {
@@ -115,7 +115,7 @@ def cost_facts(cost: CostModel, w: Workload, sched: SchedulerConfig) -> dict[str
 def hit_shares(res: SimResult, w: Workload) -> dict[str, Any]:
     """``prefix_hit_share``: prompt tokens the simulated prefix cache served over all prompt tokens
     sent (failed requests count with no hit); ``implied_hit_share``: what a cache keeping everything
-    would serve (:mod:`phasescope.plan.sessions`)."""
+    would serve (:mod:`phasescope.planning.sessions`)."""
     seqs = res.sim.seqs
     total = sum(s.prompt for s in seqs)
     cached = sum(s.cached for s in seqs if not s.failed)

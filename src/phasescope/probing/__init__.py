@@ -35,9 +35,9 @@ from phasescope import errors as E
 from phasescope.apis import new_session
 from phasescope.apis.base import Timeouts
 from phasescope.target import open_target
-from phasescope.probe import ceilings as C
-from phasescope.probe.runner import ProbePlan, run_probe
-from phasescope.probe.summary import size_summary, verdict, warmup_summary
+from phasescope.probing import ceilings as C
+from phasescope.probing.runner import ProbePlan, run_probe
+from phasescope.probing.summary import size_summary, verdict, warmup_summary
 
 __all__ = ["ProbePlan", "parse_repeat", "probe", "summarize_run"]
 
@@ -188,7 +188,7 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
             from phasescope.load.hygiene import server_build
 
             result["server_build"] = server_build(ot.detected)
-            from phasescope.probe.summary import probe_warnings
+            from phasescope.probing.summary import probe_warnings
 
             result["warnings"] = probe_warnings(result, run, host_d, result.get("warnings"))
             result["records_path"] = out.records_path

@@ -9,14 +9,14 @@ previous answer ended) are scheduled together, as llama-server's ``update_slots`
 ``schedule`` take everything already queued.
 
 This module holds the events, the deployment and the results; one replica's scheduler is
-:class:`~phasescope.plan.replica.Replica`. One step of a replica (vLLM V1 ``Scheduler.schedule``;
+:class:`~phasescope.planning.replica.Replica`. One step of a replica (vLLM V1 ``Scheduler.schedule``;
 llama.cpp ``server_context::update_slots`` does the same order with ``n_batch`` as the budget):
 
 1. every running decode sequence gets one token (budget −1 each);
 2. running prompts continue prefilling in chunks, in admission order, while budget remains;
 3. waiting requests are admitted FCFS while budget remains, ``running < max_num_seqs`` and the KV
    pool can take them — the head of the queue blocks the rest (no skipping);
-4. the step time comes from :class:`~phasescope.plan.costmodel.CostModel`; at its end a prompt whose
+4. the step time comes from :class:`~phasescope.planning.costmodel.CostModel`; at its end a prompt whose
    last chunk ran emits its first token, every decode emits a token, finished sequences free KV.
 
 llama.cpp on a sliding-window model (``SchedulerConfig.prompt_tail_breaks``) stops each prompt's batch
@@ -37,7 +37,7 @@ served, so a turn hits its whole history only on the slot its session used last 
 (another session's slot shares the system prompt at most); the slot is chosen this session's first,
 then any used one, then an empty one.
 
-Conversations (``Workload.sessions``, :class:`~phasescope.plan.sessions.ConversationLoop`) are a closed
+Conversations (``Workload.sessions``, :class:`~phasescope.planning.sessions.ConversationLoop`) are a closed
 loop per session: a session's first turn is sent at its start, and each later turn at the simulated
 time the previous turn's last token was produced (or it failed) plus the think time — never before the
 reply exists, so a session has at most one turn in flight. Its prefix hit is looked up in the
@@ -65,9 +65,9 @@ from typing import Any
 import numpy as np
 
 from phasescope.errors import InputError
-from phasescope.plan.costmodel import CostModel
-from phasescope.plan.replica import Replica, Seq
-from phasescope.plan.workload import RequestPlan, Workload, build_requests
+from phasescope.planning.costmodel import CostModel
+from phasescope.planning.replica import Replica, Seq
+from phasescope.planning.workload import RequestPlan, Workload, build_requests
 
 POLICIES = ("vllm", "llamacpp")
 
