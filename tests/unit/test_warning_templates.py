@@ -53,6 +53,17 @@ def _late(v: dict[str, Any]) -> str:
             f"{v['max']:.1f} ms) versus their schedule: the client was busy, so the offered load "
             "was lower than requested and TTFTs started late.")
 
+#: planning/twin's values for one shortfall, and the sentence it composed inline before the table held it
+TWIN = {"where": "at concurrency 16", "metric": "TTFT", "p": 50.0, "x": 2.345, "who": "probe", "calib_id": "p1",
+        "predicted_ms": 41.25, "low_ms": 36.0, "high_ms": 47.5, "m_low_ms": 90.04, "m_high_ms": 101.96, "slots": 8}
+
+
+def _twin_old(v: dict[str, Any]) -> str:
+    return (f"{v['where']} this server's {v['metric']} p{v['p']:g} is {v['x']:.1f}× what its own {v['who']} "
+            f"({v['calib_id']}) predicts (predicted {v['predicted_ms']:.1f} ms, band {v['low_ms']:.1f}–"
+            f"{v['high_ms']:.1f} ms; measured {v['m_low_ms']:.1f}–{v['m_high_ms']:.1f} ms)")
+
+
 #: (kind, says, values, the old message, the old fix)
 CASES: list[tuple[str, str, dict[str, Any], Callable[[dict[str, Any]], str], str | None]] = [
     ("host_busy", "contention",
@@ -224,6 +235,12 @@ CASES: list[tuple[str, str, dict[str, Any], Callable[[dict[str, Any]], str], str
      lambda v: (f"actor {v['actor']} on {v['node_ip']} runs phasescope {v['actor_version']} but the driver runs "
                 f"{v['driver_version']}"),
      "install the same phasescope version on every node"),
+    ("twin_shortfall", "decode", dict(TWIN), _twin_old,
+     "decode runs slower than at calibration: another load on the server, a throttled device, or a changed engine, "
+     "model or quantization — probe again and compare"),
+    ("twin_shortfall", "queue", dict(TWIN), _twin_old,
+     "requests wait before they start while each decodes at the calibrated speed: the server queues sooner than its "
+     "calibration — check max sequences / slots (the twin assumed 8) and the batch budget"),
 ]
 
 

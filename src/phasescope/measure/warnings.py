@@ -62,6 +62,8 @@ def _busy(sentence: str, busy: str | None) -> str:
     return sentence.replace("{busy}", busy)
 
 
+_TWIN = ("{where} this server's {metric} p{p:g} is {x:.1f}× what its own {who} ({calib_id}) predicts (predicted "
+         "{predicted_ms:.1f} ms, band {low_ms:.1f}–{high_ms:.1f} ms; measured {m_low_ms:.1f}–{m_high_ms:.1f} ms)")
 _PREFIX_HITS = ("The server answered {rate_pct:.1f} % of prompt tokens from its prefix cache ({sources}; expected "
                 "{expected_pct:.1f} %): ")
 
@@ -209,7 +211,14 @@ WARNINGS: dict[str, Kind] = {
         "ray_actor": _T("actor {actor} on {node_ip} runs phasescope {actor_version} but the driver runs {driver_version}",
                         "install the same phasescope version on every node"),
     }),
-    "twin_shortfall": Kind("the server measured outside the band its own calibration predicts (bench's twin)"),
+    "twin_shortfall": Kind("the server measured outside the band its own calibration predicts (bench's twin)", {
+        # a slow decode is the engine; a slow start with a normal decode is queueing
+        "decode": _T(_TWIN, "decode runs slower than at calibration: another load on the server, a throttled device, "
+                             "or a changed engine, model or quantization — probe again and compare"),
+        "queue": _T(_TWIN, "requests wait before they start while each decodes at the calibrated speed: the server "
+                           "queues sooner than its calibration — check max sequences / slots (the twin assumed {slots}) "
+                           "and the batch budget"),
+    }),
     "note": Kind("an observation that fits no other kind"),
 }
 

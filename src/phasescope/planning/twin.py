@@ -198,7 +198,7 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
                calib_id: str | None, calib_kind: str | None = None, calib_summary: dict[str, Any] | None = None,
                calib_warnings: Any = None) -> tuple[dict[str, Any], list[Any]]:
     """The ``twin`` block of a bench summary and its ``twin_shortfall`` warnings (module docstring)."""
-    from phasescope.measure.warnings import MeasurementWarning
+    from phasescope.measure.warnings import warn
 
     w, where = _workload(summary, records)
     if w is None:
@@ -225,7 +225,7 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
     share = _other_share(summary)
     who = "probe" if calib_kind == "probe" else f"{calib_kind or 'calibration'} run"
     rows: list[dict[str, Any]] = []
-    pending: list[tuple[str, dict[str, Any]]] = []
+    pending: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for metric, p in METRICS:
         preds = [float(np.percentile(s[metric], p)) if len(s[metric]) else math.nan for s in sims]
         m_iv = _measured_interval(meas[metric], p)
@@ -262,13 +262,14 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
         if verdict == ABOVE:
             x = m_iv.value / band.value if band.value > 0 else math.inf
             pending.append((
-                f"{where} this server's {_WORDS[metric]} p{p:g} is {x:.1f}× what its own {who} ({calib_id}) predicts "
-                f"(predicted {band.value * 1e3:.1f} ms, band {band.low * 1e3:.1f}–{band.high * 1e3:.1f} ms; measured "
-                f"{m_iv.low * 1e3:.1f}–{m_iv.high * 1e3:.1f} ms)",
+                {"where": where, "metric": _WORDS[metric], "p": p, "x": x, "who": who, "calib_id": calib_id,
+                 "predicted_ms": band.value * 1e3, "low_ms": band.low * 1e3, "high_ms": band.high * 1e3,
+                 "m_low_ms": m_iv.low * 1e3, "m_high_ms": m_iv.high * 1e3, "slots": slots},
                 {"metric": key, "ratio": x, "calibration_run_id": calib_id, "slots_assumed": slots}))
     verdicts = {r["metric"]: r["verdict"] for r in rows}
-    fix = _fix(verdicts, slots)
-    warns = [MeasurementWarning("twin_shortfall", msg, ev, fix) for msg, ev in pending]
+    # a slow decode is the engine; a slow start with a normal decode is queueing
+    says = "decode" if verdicts.get("tpot_p50") == ABOVE else "queue"
+    warns = [warn("twin_shortfall", says, ev, **values) for values, ev in pending]
     block = {
         "available": True, "calibration_run_id": calib_id, "calibration_kind": calib_kind, "where": where,
         "policy": policy, "slots_assumed": slots, "slots_source": slots_src, "api_overhead_ms": cal.api_overhead_s * 1e3,
@@ -280,15 +281,6 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
         "flagged": [r["metric"] for r in rows if r["verdict"] == ABOVE],
     }
     return block, warns
-
-
-def _fix(verdicts: dict[str, str], slots: int) -> str:
-    """The fix of a shortfall: a slow start with a normal decode is queueing, a slow decode is the engine."""
-    if verdicts.get("tpot_p50") == ABOVE:
-        return ("decode runs slower than at calibration: another load on the server, a throttled device, or a "
-                "changed engine, model or quantization — probe again and compare")
-    return (f"requests wait before they start while each decodes at the calibrated speed: the server queues sooner "
-            f"than its calibration — check max sequences / slots (the twin assumed {slots}) and the batch budget")
 
 
 def find_calibration(store: Any, *, target: str | None, model: str | None, exclude: str | None) -> Any:
