@@ -1,22 +1,10 @@
-"""What the GPU's own counters say about each phase: sentences, warnings and findings.
+"""explain's findings from the GPU's own counters (rule ``gpu``).
 
-The rules, their sentences and warnings are the telemetry's own reading
-(:mod:`phasescope.metrics.gpu_evidence`, re-exported here); this module makes them explain's findings.
-Input is the ``gpu`` section of :func:`phasescope.metrics.gpu_phases.gpu_section`. The rules read
-the per-phase DRAM-active and tensor-active ratios (dcgm-exporter ``DCGM_FI_PROF_DRAM_ACTIVE`` /
-``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE``, or NVML GPM) against what the roofline predicts: decode
-reads every weight per step, so DRAM should be busy and the tensor pipes idle; prefill is one
-large matrix product, so the tensor pipes should be busy.
-
-* decode DRAM active ≥ :data:`BUSY` and above tensor → bandwidth-bound, as the ceiling predicts
-  (but below :data:`LOW_EFF` of the ceiling → more bytes per token than the weights);
-* decode below :data:`IDLE_MEM` DRAM active while measured decode is below :data:`LOW_EFF` of
-  its ceiling → the engine (launches, scheduling, small batches), not the memory, is the limit;
-* decode tensor ≥ :data:`BUSY` above DRAM → the batch is large enough to be compute-bound;
-* prefill tensor ≥ :data:`COMPUTE` → compute-bound as predicted; below it → tensor cores idle.
-
-:func:`gpu_findings` turns the same rules into :class:`~phasescope.diagnose.findings.Finding`\\ s
-for ``explain``; every number in a finding is an :class:`Evidence` naming its source.
+The rules, their thresholds (:data:`BUSY`, :data:`IDLE_MEM`, :data:`LOW_EFF`, :data:`COMPUTE`), sentences
+and warnings are the telemetry's own reading, documented and defined once in
+:mod:`phasescope.metrics.gpu_evidence` and re-exported here; this module turns the same rules into
+:class:`~phasescope.diagnose.findings.Finding`\\ s for ``explain`` (:func:`gpu_findings`), every number in a
+finding an :class:`Evidence` naming its source.
 """
 
 from __future__ import annotations
