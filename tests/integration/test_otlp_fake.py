@@ -1,7 +1,8 @@
 """The OTLP receiver against real OTLP bytes: the behaviour fake answering as vLLM exports one span per
 request with the official OpenTelemetry SDK exporter (OTLP/HTTP protobuf), continuing the traceparent
-phasescope sent; bench --otlp-listen joins them, and each request's queue and prefill match the fake's
-truth within 1 ms, the client's share is client TTFT − the span's TTFT, and p99 TTFT is mostly queue."""
+phasescope sent; bench --otlp-listen and probe --otlp-listen join them, and each request's queue and prefill
+match the fake's truth within 1 ms, the client's share is client TTFT − the span's TTFT, and (bench, behind one
+slot) p99 TTFT is mostly queue."""
 
 from __future__ import annotations
 
@@ -57,3 +58,45 @@ def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_pat
     assert shown.exit_code == 0, shown.output
     w = json.loads(shown.stdout)["waterfall"]
     assert w["source"] == "span" and w["queue_s"] == pytest.approx(truth[some]["queue_s"], abs=1e-3)
+
+
+def test_probe_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "runs.db"))
+    port = _free_port()
+    b = Behaviour(flavour="vllm", slots=4, prefix_cache=False, overhead_s=0.001, prefill_s_per_token=5e-5,
+                  decode_step_s=0.008, metrics=False, otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces")
+    with running_behaviour_fake(b) as fake:
+        r = CliRunner().invoke(app, ["probe", fake.url, "--api", "openai", "-p", "64,1024", "-n", "8", "--repeat", "3",
+                                     "--otlp-listen", f"127.0.0.1:{port}", "--json"], env={"COLUMNS": "200"})
+        assert r.exit_code == 0, r.output
+        truth = dict(fake.span_truth)
+    doc = json.loads(r.stdout)
+    wf = doc["waterfall"]
+    # 3 repeats × 2 sizes, each with its span (the warm-up's span may come too: received ≥ joined)
+    assert wf["spans_joined"] == 6 and wf["spans_missing"] == 0 and wf["spans_received"] >= 6, wf
+    assert wf["derived"] is False and wf["source"] == "span" and wf["otlp_listen"] == f"127.0.0.1:{port}"
+    assert len(doc["server_spans"]) == 6
+    for w in wf["slowest"]:
+        t = truth[w["id"]]
+        assert w["source"] == "span"
+        assert w["queue_s"] == pytest.approx(t["queue_s"], abs=1e-3)
+        assert w["prefill_s"] == pytest.approx(t["prefill_s"], abs=1e-3)
+        assert w["client_minus_server_ttft_s"] == pytest.approx(w["ttft_s"] - t["ttft_s"], abs=1e-9)
+    # the stored probe keeps each span: show --request reads the request from it
+    some = wf["slowest"][0]["id"]
+    shown = CliRunner().invoke(app, ["show", doc["run_id"], "--request", some, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["waterfall"]["source"] == "span"
+
+
+def test_probe_otlp_listen_bad_address_or_no_extra_is_one_line_before_any_request(monkeypatch, capsys) -> None:
+    import phasescope.apis.otlp as O
+    from phasescope.cli import run
+
+    assert run(["probe", "http://127.0.0.1:9", "--otlp-listen", "nohost"]) == 2  # nothing listens on :9: never asked
+    err = capsys.readouterr().err
+    assert "--otlp-listen 'nohost': expected HOST:PORT" in err and len(err.strip().splitlines()) <= 2, err
+    monkeypatch.setattr(O, "otlp_proto_available", lambda: False)
+    assert run(["probe", "http://127.0.0.1:9", "--otlp-listen", "127.0.0.1:4318"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'phasescope[otlp]'" in err and "Traceback" not in err, err

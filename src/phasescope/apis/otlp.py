@@ -296,3 +296,29 @@ class OtlpReceiver:
     def taken(self) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.spans)
+
+
+def start_listening(listen: str | None) -> "OtlpReceiver | None":
+    """The receiver of ``--otlp-listen HOST:PORT``, started, or None without the flag (probe and bench)."""
+    if not listen:
+        return None
+    host, port = parse_listen(listen)
+    return OtlpReceiver(host, port).start()
+
+
+def join_after_run(rx: "OtlpReceiver", records: Iterable[Any], wait_s: float) -> int:
+    """After a run: wait (at most ``wait_s``: vLLM's exporter batches every 5 s) until a span came for every
+    successful request, stop the receiver, join the spans to the records (``server_span``); returns how many
+    spans arrived."""
+    import time
+
+    ok = [r for r in records if r.ok]
+    deadline = time.monotonic() + max(0.0, wait_s)
+    try:
+        while join_spans(ok, rx.taken()) < len(ok) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        rx.stop()
+    spans = rx.taken()
+    join_spans(ok, spans)
+    return len(spans)

@@ -9,6 +9,24 @@ from rich.console import Console
 
 from phasescope.jsonutil import dumps
 
+#: ``--otlp-listen`` on probe and bench (issue 35)
+OTLP_LISTEN_HELP = ("HOST:PORT: receive the server's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces; vLLM "
+                    "--otlp-traces-endpoint http://HOST:PORT/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
+                    "http/protobuf) and take each request's queue and prefill from its span. Needs pip install "
+                    "'phasescope\\[otlp]'.")
+
+
+def check_otlp_listen(value: str | None) -> str | None:
+    """``--otlp-listen``, checked before anything is sent: a bad address, or the extra missing, is bad input."""
+    if value is None:
+        return None
+    from phasescope.apis.otlp import parse_listen, require_otlp
+
+    parse_listen(value)
+    require_otlp()
+    return value
+
+
 #: ``--engine-spec`` on probe and bench (issue 33)
 ENGINE_SPEC_HELP = ("Embedded engine only: speculative decoding, none (default) or ngram (n-gram lookup, no draft model; "
                     "llama-server --spec-type ngram-mod), or a --spec-type name (ngram-simple, ngram-map-k, ngram-mod, "

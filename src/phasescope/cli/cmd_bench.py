@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 import typer
 
 from phasescope._results import BenchSummary, BenchSweep, Result
-from phasescope.cli._common import ENGINE_SPEC_HELP, api_key_option, api_option, console, err_console, print_host_line, print_warnings
+from phasescope.cli._common import ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, check_otlp_listen, api_option, console, err_console, print_host_line, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.cli._output import console_view, format_option, output
 
@@ -381,7 +381,7 @@ def bench(
     trace_duration: Optional[float] = typer.Option(None, "--trace-duration", help="Trace replay: replay S seconds of the trace (trace time, before --trace-speed)."),
     twin_from: Optional[str] = typer.Option(None, "--twin-from", help="Calibrate the twin (plan's prediction of this run, beside each percentile) from this stored run (default: the newest probe of the same target and model)."),
     no_twin: bool = typer.Option(False, "--no-twin", help="No twin: do not predict the run from a stored calibration."),
-    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="HOST:PORT", help="HOST:PORT: receive the server's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces; vLLM --otlp-traces-endpoint http://HOST:PORT/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf) and take each request's queue and prefill from its span. Needs pip install 'phasescope\\[otlp]'."),
+    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="HOST:PORT", help=OTLP_LISTEN_HELP),
 ) -> None:
     """Load benchmark with vllm-bench-serve metrics, server /metrics alongside, sweeps and multi-process load."""
     from phasescope.apis.base import Timeouts
@@ -413,12 +413,7 @@ def bench(
     cfg.system_prompt_scope, cfg.turn_input_len, cfg.think_time_s = system_prompt, turn_input_len, think_time_s
     cfg.tool_output_len, cfg.session_rate, cfg.cache_prompt = tool_output_len, session_rate, (False if no_cache_prompt else None)
     cfg.block_size, cfg.trace_start, cfg.trace_duration = block_size, trace_start, trace_duration
-    if otlp_listen is not None:  # checked before anything is sent: a bad address, or the extra missing
-        from phasescope.apis.otlp import parse_listen, require_otlp
-
-        parse_listen(otlp_listen)
-        require_otlp()
-        cfg.otlp_listen = otlp_listen
+    cfg.otlp_listen = check_otlp_listen(otlp_listen)
     sink = output(json_out, fmt)
     for key, value in sink.overrides.items():  # the API's BenchConfig fields that no flag sets
         setattr(cfg, key, value)

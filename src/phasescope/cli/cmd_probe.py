@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from phasescope._results import ProbeResult, Result
-from phasescope.cli._common import ENGINE_SPEC_HELP, api_key_option, api_option, console, err_console, print_host_line, print_warnings
+from phasescope.cli._common import ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, check_otlp_listen, api_option, console, err_console, print_host_line, print_warnings
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.cli._output import console_view, format_option, output
 
@@ -56,6 +56,7 @@ def probe(
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
     engine_spec: Optional[str] = typer.Option(None, "--engine-spec", help=ENGINE_SPEC_HELP),
+    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="HOST:PORT", help=OTLP_LISTEN_HELP),
 ) -> None:
     """Measure TTFT (prefill) and decode speed apart, next to their ceilings: the one-minute test."""
     from phasescope.apis.base import Timeouts
@@ -63,6 +64,7 @@ def probe(
 
     sink = output(json_out, fmt)
     sizes = _sizes(prompt_tokens)
+    otlp_listen = check_otlp_listen(otlp_listen)
     timeouts = Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout)
     def progress_line(s: str) -> None:  # server-supplied names (model id, version) in it: no markup, no escapes
         from rich.markup import escape
@@ -75,7 +77,7 @@ def probe(
                        max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat, warmup=warmup, retries=retries,
                        out_dir=out,
                        model_spec=model_spec, device=device, save=save, progress=sink.progress(progress_line),
-                       gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml, engine_spec=engine_spec)
+                       gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml, engine_spec=engine_spec, otlp_listen=otlp_listen)
     sink.emit(ProbeResult.from_json(result))
 
 

@@ -313,35 +313,6 @@ def _run_trials(run: _Run, first: tuple[str | None, list[WorkItem]],
     return _finish(summary, merged, out, server)
 
 
-def _start_otlp(cfg: BenchConfig) -> Any:
-    """The OTLP receiver of ``--otlp-listen HOST:PORT``, started, or None without the flag."""
-    if not cfg.otlp_listen:
-        return None
-    from phasescope.apis.otlp import OtlpReceiver, parse_listen
-
-    host, port = parse_listen(cfg.otlp_listen)
-    return OtlpReceiver(host, port).start()
-
-
-def _join_otlp(cfg: BenchConfig, rx: Any, records: list[Any]) -> int:
-    """Wait (at most ``cfg.otlp_wait_s``) until a span came for every successful request, stop the
-    receiver, join the spans to the records (``server_span``); returns how many spans arrived."""
-    import time
-
-    from phasescope.apis.otlp import join_spans
-
-    ok = [r for r in records if r.ok]
-    deadline = time.monotonic() + max(0.0, cfg.otlp_wait_s)
-    try:
-        while join_spans(ok, rx.taken()) < len(ok) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        rx.stop()
-    spans = rx.taken()
-    join_spans(ok, spans)
-    return len(spans)
-
-
 def _finish(summary: dict[str, Any], res: RunResult, out: Any, server: ServerMetricsResult | None) -> BenchResult:
     """Close the run's output with its summary and status (``out.finish``)."""
     rpath = out.records_path
@@ -378,7 +349,9 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
     from phasescope.measure.host import HostSampler
 
     host = HostSampler(getattr(target, "base_url", None)).start()
-    otlp = _start_otlp(cfg)
+    from phasescope.apis.otlp import join_after_run, start_listening
+
+    otlp = start_listening(cfg.otlp_listen)
     try:
         res = run.driver.run(Drive(cfg, wl, sched, items, target, out, run.on_record, run.stop, run_id, recorder,
                                    run_salt, run.status))
@@ -402,7 +375,7 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
                 row["t_s"] = row["wall_s"] - res.wall_t0_ns / 1e9
 
     host_d = host.stop()
-    spans_received = _join_otlp(cfg, otlp, res.records) if otlp is not None else None
+    spans_received = join_after_run(otlp, res.records, cfg.otlp_wait_s) if otlp is not None else None
     summary = assemble_summary(cfg, target, res, server, sched, host=host_d, workload=wl)
     wl.add_sections(summary, res)  # trace; turns + conversation (issue 17)
     from phasescope.load.bench_ceilings import add_bench_ceilings

@@ -67,7 +67,7 @@ class Bounds:
 
 
 def attach_spans(records: Sequence[RequestRecord], summary: dict[str, Any] | None) -> None:
-    """Put each stored run's joined span (``summary["server_spans"]``, by record id: bench
+    """Put each stored run's joined span (``summary["server_spans"]``, by record id: probe's and bench's
     ``--otlp-listen``) back on its record as ``server_span``, where the record has none."""
     spans = (summary or {}).get("server_spans")
     if not isinstance(spans, dict):

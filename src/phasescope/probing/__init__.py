@@ -78,7 +78,8 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
           warmup: bool = True, retries: int = 0, out_dir: str | os.PathLike[str] | None = None,
           model_spec: str | None = None, device: str | None = None, save: bool = True,
           progress: Callable[[str], None] | None = None, gpu_metrics: list[str] | None = None,
-          nvml: bool = True, engine_spec: str | None = None) -> dict[str, Any]:
+          nvml: bool = True, engine_spec: str | None = None, otlp_listen: str | None = None,
+          otlp_wait_s: float = 8.0) -> dict[str, Any]:
     sizes = sorted(set(sizes or [200, 2000]))
     from phasescope.engine.spec import check_engine_spec
 
@@ -106,7 +107,7 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
     gpu = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25, server_url=url)  # None without GPU telemetry
     try:
         return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say, gpu,
-                                  engine_spec=engine_spec))
+                                  engine_spec=engine_spec, otlp_listen=otlp_listen, otlp_wait_s=otlp_wait_s))
     finally:
         if gpu is not None:
             gpu.stop()  # idempotent: the section already holds what it recorded
@@ -114,7 +115,8 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
 
 async def _probe(url: str | None, api: str, model: str | None, api_key: str | None, timeouts: Timeouts | None,
                  plan: ProbePlan, out_dir: Any, model_spec: str | None, device: str | None, save: bool,
-                 say: Callable[[str], None], gpu: Any = None, engine_spec: str | None = None) -> dict[str, Any]:
+                 say: Callable[[str], None], gpu: Any = None, engine_spec: str | None = None,
+                 otlp_listen: str | None = None, otlp_wait_s: float = 8.0) -> dict[str, Any]:
     ekw: dict[str, Any] = {"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))}
     if engine_spec:
         ekw["spec"] = engine_spec
@@ -137,10 +139,21 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 if gpu is not None:
                     gpu.start()
                 host = HostSampler(target.base_url).start()
+                from phasescope.apis.otlp import join_after_run, start_listening
+
+                otlp = start_listening(otlp_listen)  # --otlp-listen: the server's spans, joined after the run
                 try:
                     run = await run_probe(target, plan, on_record=out.write, progress=say, session=session)
+                except BaseException:
+                    if otlp is not None:
+                        otlp.stop()
+                    raise
                 finally:
                     host_d = host.stop()
+                spans_received = None
+                if otlp is not None:
+                    say(f"waiting up to {otlp_wait_s:g} s for the server's spans (--otlp-listen {otlp_listen})")
+                    spans_received = await asyncio.to_thread(join_after_run, otlp, run.records, otlp_wait_s)
                 result: dict[str, Any] = {
                     "target": target.display_url, "api": target.api, "engine": target.engine,
                     "engine_version": target.engine_version, "model": target.model,
@@ -179,6 +192,10 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 except Exception as exc:  # noqa: BLE001 - advisory; never lose the measurement
                     result["waterfall"] = {"derived": True, "spans_joined": 0, "spans_missing": None, "bands": {},
                                            "sentence": None, "reason": f"waterfall failed: {exc}"}
+                if spans_received is not None:  # as bench: the spans came after the records were stored
+                    result["waterfall"]["spans_received"] = spans_received
+                    result["waterfall"]["otlp_listen"] = otlp_listen
+                    result["server_spans"] = {r.id: r.server_span for r in run.records if r.server_span}
                 if gpu is not None:
                     from phasescope.metrics.gpu_phases import probe_section
 
