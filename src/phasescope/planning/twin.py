@@ -19,10 +19,11 @@ the plan simulator runs the run's workload on it, and each measured percentile i
   of the cores (``host.during.other_cpu_share``) differs between the bench run and the calibration by more than
   :data:`HOST_NOISE`, the band's top widens by 1 ÷ (1 − that difference), the most the extra work could slow the
   server's share of the cores (beyond :data:`HOST_MAX_DELTA` every metric reads "cannot tell"); and on a
-  busy host (a ``host_busy`` or ``client_saturated`` warning in the bench run or the calibration) the start of
-  every request and the tails wait for a core (``compare``'s ``BUSY_SIDE``: TTFT and the p99s; here E2E too,
-  which holds the TTFT: a 96 % busy host read an unchanged server's E2E p50 above its band), so their band's
-  top widens by 1 ÷ (1 − other work's share of the cores during the bench run) — above
+  busy host (a ``host_busy`` or ``client_saturated`` warning in the bench run or the calibration) every metric's
+  band top widens (``compare``'s ``BUSY_SIDE`` holds only TTFT and the p99s, since it compares two runs of one
+  workload; the twin compares a bench at concurrency N with a probe of one stream, and 96–97 % busy hosts read an
+  unchanged fake's E2E p50 and TPOT p50 above their bands: the N streams' client waited for a core more than the
+  one stream's had) by 1 ÷ (1 − other work's share of the cores during the bench run) — above
   :data:`BUSY_MAX_SHARE`, or with the share unknown, they read "cannot tell". A server that queues at half
   its slots still reads ``above`` on a 60 % busy host (its TTFT several times the prediction); 15 % of noise
   does not.
@@ -66,8 +67,6 @@ HOST_NOISE = 0.10
 HOST_MAX_DELTA = 0.5
 #: on a busy host, TTFT and the p99s read "cannot tell" beyond this share of the cores taken by other work
 BUSY_MAX_SHARE = 0.8
-#: the medians a busy host moves (beside every p99): the start of a request waits for a core, and E2E holds it
-BUSY_METRICS = ("ttft", "e2el")
 #: the slot count when neither the calibration nor the bench run says one (vLLM's --max-num-seqs)
 DEFAULT_SLOTS = 256
 WITHIN, ABOVE, BELOW, CANNOT_TELL = "within", "above", "below", "cannot tell"
@@ -234,7 +233,7 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
             continue
         rel = SIM_REL.get(p, SIM_REL[99.0])
         top = max(preds) * (1 + rel) / (1 - min(delta, HOST_MAX_DELTA))
-        busy_side = busy and (metric in BUSY_METRICS or p >= 99.0)
+        busy_side = busy  # the client and the server both wait for a core: every metric, not only the start
         if busy_side and share is not None and share <= BUSY_MAX_SHARE:
             top /= 1 - share
         band = Interval(preds[0], min(preds) * (1 - rel), top, len(calib_records), "twin")
@@ -244,7 +243,7 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
         elif busy_side and (share is None or share > BUSY_MAX_SHARE):
             verdict, why = CANNOT_TELL, ("a busy host (host_busy / client_saturated"
                                          + ("" if share is None else f", other work {share * 100:.0f} % of the cores")
-                                         + "): TTFT, E2E and tails measure the host")
+                                         + "): at this concurrency the client's timing measures the host")
         elif not m_iv.known:
             verdict, why = CANNOT_TELL, "one sample: no spread"
         elif band.low <= m_iv.low and m_iv.high <= band.high:
