@@ -26,6 +26,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _matches_the_truth(slowest: list[dict], truth: dict[str, dict]) -> None:
+    """Each request's waterfall from its span: queue and prefill within 1 ms of the fake's truth, and the
+    client's share exactly client TTFT − the span's TTFT (never negative)."""
+    assert slowest
+    for w in slowest:
+        t = truth[w["id"]]
+        assert w["source"] == "span"
+        assert w["queue_s"] == pytest.approx(t["queue_s"], abs=1e-3)
+        assert w["prefill_s"] == pytest.approx(t["prefill_s"], abs=1e-3)
+        assert w["client_minus_server_ttft_s"] == pytest.approx(w["ttft_s"] - t["ttft_s"], abs=1e-9)
+        assert w["client_minus_server_ttft_s"] >= 0
+
+
 def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "runs.db"))
     port = _free_port()
@@ -41,14 +54,7 @@ def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_pat
     wf = doc["waterfall"]
     assert wf["spans_received"] >= 12 and wf["spans_joined"] == 12 and wf["spans_missing"] == 0
     assert wf["derived"] is False and wf["source"] == "span"
-    assert wf["slowest"]
-    for w in wf["slowest"]:
-        t = truth[w["id"]]
-        assert w["source"] == "span"
-        assert w["queue_s"] == pytest.approx(t["queue_s"], abs=1e-3)
-        assert w["prefill_s"] == pytest.approx(t["prefill_s"], abs=1e-3)
-        assert w["client_minus_server_ttft_s"] == pytest.approx(w["ttft_s"] - t["ttft_s"], abs=1e-9)
-        assert w["client_minus_server_ttft_s"] >= 0
+    _matches_the_truth(wf["slowest"], truth)
     p99 = wf["bands"]["p99"]
     assert p99["shares"]["queue"]["value"] > 0.5 and p99["queue_s"] >= 3 * p99["prefill_s"]
     assert "from the server's spans" in wf["sentence"]
@@ -76,12 +82,7 @@ def test_probe_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_pat
     assert wf["spans_joined"] == 6 and wf["spans_missing"] == 0 and wf["spans_received"] >= 6, wf
     assert wf["derived"] is False and wf["source"] == "span" and wf["otlp_listen"] == f"127.0.0.1:{port}"
     assert len(doc["server_spans"]) == 6
-    for w in wf["slowest"]:
-        t = truth[w["id"]]
-        assert w["source"] == "span"
-        assert w["queue_s"] == pytest.approx(t["queue_s"], abs=1e-3)
-        assert w["prefill_s"] == pytest.approx(t["prefill_s"], abs=1e-3)
-        assert w["client_minus_server_ttft_s"] == pytest.approx(w["ttft_s"] - t["ttft_s"], abs=1e-9)
+    _matches_the_truth(wf["slowest"], truth)
     # the stored probe keeps each span: show --request reads the request from it
     some = wf["slowest"][0]["id"]
     shown = CliRunner().invoke(app, ["show", doc["run_id"], "--request", some, "--json"])
