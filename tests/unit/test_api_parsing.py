@@ -206,3 +206,23 @@ def test_url_normalisation_and_api_names():
     assert _normalise_url("http://h:1/api/generate") == "http://h:1"
     with pytest.raises(E.InputError):
         open_target("http://h:1", api="grpc")
+
+
+def test_llamacpp_native_output_held_back_to_the_end_is_counted_at_the_final_event():
+    """llama-server sends a partial event only once a token's text is whole UTF-8; a synthetic-weights model
+    that emits byte tokens which never form a character sends nothing until the stop event, whose
+    tokens_predicted says 8 (clean-clone stop 40: probe then failed "the stream ended without a single token").
+    The 8 tokens arrived, at the stop event: that is when the client first saw output."""
+    p = _proto(llamacpp._Native, api="llamacpp", engine="llamacpp", max_tokens=8)
+    p.on_message({"index": 0, "content": "", "tokens": [], "stop": True, "tokens_predicted": 8, "tokens_evaluated": 64,
+                  "stop_type": "limit", "timings": {"prompt_n": 64, "prompt_ms": 12.0, "predicted_n": 8,
+                                                    "predicted_ms": 40.0}}, 700)
+    p.rec.t_start_ns = 0
+    p.finish()
+    assert [e.kind for e in p.rec.events] == ["content", "usage"]
+    assert [e.n_tokens for e in p.rec.token_events()] == [8]
+    assert D.ttft_s(p.rec) == 700 / 1e9 and p.rec.output_tokens == 8
+    # a stop event after real tokens adds nothing, and one with nothing predicted stays empty
+    q = _proto(llamacpp._Native, api="llamacpp", engine="llamacpp", max_tokens=8)
+    q.on_message({"index": 0, "content": "", "tokens": [], "stop": True, "tokens_predicted": 0, "stop_type": "eos"}, 5)
+    assert [e.kind for e in q.rec.events] == ["usage"]

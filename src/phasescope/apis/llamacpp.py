@@ -59,6 +59,11 @@ class _Native(Protocol):
         obj = self.message(obj, "event")
         if obj.get("stop"):
             self._final(obj)
+            n_pred = obj.get("tokens_predicted")
+            if isinstance(n_pred, int) and n_pred > 0 and not self.rec.token_events():
+                # llama-server streams a token only once its text is whole UTF-8: output that never formed a
+                # character (byte tokens of synthetic weights) first reaches the client here, all at once
+                add_event(self.rec, t_ns, "content", n_pred, len(obj.get("content") or ""))
             add_event(self.rec, t_ns, "usage", None, 0)
             self.done = True
             return
