@@ -7,6 +7,7 @@ from __future__ import annotations
 from phasescope.planning.costmodel import CostModel
 from phasescope.planning.metrics import to_records
 from phasescope.planning.sim import SchedulerConfig, simulate
+from phasescope.planning import twin
 from phasescope.planning.twin import console_lines, twin_block
 from phasescope.planning.workload import Workload
 
@@ -116,3 +117,22 @@ def test_a_busy_host_widens_every_band_by_its_share_and_beyond_80_percent_cannot
     assert set(v.values()) == {"cannot tell"}, v
     assert all("busy host" in r["why"] for r in full["metrics"]), full["metrics"]
     assert half["host_other_share"] == 0.5 and half["host_busy"] is True
+
+
+def test_a_band_too_wide_to_tell_a_match_from_a_shortfall_says_cannot_tell_not_within() -> None:
+    """The embedded engine beside a busy clean-clone run (host 50 % busy, the probe noisy too) drew TTFT p50 bands
+    of 1.8-10.8 s and "within" for a measured 4.7-5.9 s: a band 6x wide matches anything. Past
+    twin.WITHIN_MAX_SPAN (top ÷ bottom) the twin says "cannot tell" and why; a shortfall above even that top
+    is still flagged."""
+    busy = [{"kind": "host_busy", "message": "busy"}]
+    recs = _bench(TRUTH, 16, SLOTS)
+    calm, _ = _twin(recs, 16)
+    wide, _ = _twin(recs, 16, warnings=busy, host={"during": {"other_cpu_share": 0.75}})  # every top × 4
+    assert all(r["band_ms"][1] / r["band_ms"][0] <= twin.WITHIN_MAX_SPAN for r in calm["metrics"])
+    assert {r["verdict"] for r in calm["metrics"]} == {"within"}
+    for r in wide["metrics"]:
+        assert r["band_ms"][1] / r["band_ms"][0] > twin.WITHIN_MAX_SPAN, r
+        assert r["verdict"] == "cannot tell" and "too wide" in r["why"], r
+    slow = _bench(TRUTH.rescaled(prefill=1.0, decode=8.0), 4, SLOTS)
+    v = {r["metric"]: r["verdict"] for r in _twin(slow, 4, warnings=busy, host={"during": {"other_cpu_share": 0.75}})[0]["metrics"]}
+    assert v["tpot_p50"] == "above", v

@@ -29,8 +29,9 @@ the plan simulator runs the run's workload on it, and each measured percentile i
   does not.
 * **The verdict** per metric: the measured interval (order statistics for the median, a bootstrap for p99)
   against the band — ``above`` / ``below`` only when the two do not overlap, ``within`` when the measured
-  interval lies inside the band, and ``cannot tell`` when it reaches past the band's edge, either has no
-  spread or the host rule applies. ``above`` on a latency is a shortfall and
+  interval lies inside a band at most :data:`WITHIN_MAX_SPAN` times as high at its top as at its bottom (a
+  wider band matches anything), and ``cannot tell`` when it reaches past the band's edge, the band is wider
+  than that, either has no spread or the host rule applies. ``above`` on a latency is a shortfall and
   becomes a ``twin_shortfall`` warning with the sentence (``at concurrency 16 this server's TTFT p50 is 2.3×
   what its own probe predicts …``).
 
@@ -65,6 +66,9 @@ BUSY_KINDS = ("host_busy", "client_saturated")
 HOST_NOISE = 0.10
 #: beyond this difference the host changed too much between calibration and run: every metric "cannot tell"
 HOST_MAX_DELTA = 0.5
+#: a band whose top is more than this many times its bottom matches anything: "cannot tell", not "within"
+#: (quiet runs draw bands 1.2-1.6x wide; the engine beside a busy clean-clone run drew 6x)
+WITHIN_MAX_SPAN = 3.0
 #: on a busy host, TTFT and the p99s read "cannot tell" beyond this share of the cores taken by other work
 BUSY_MAX_SHARE = 0.8
 #: the slot count when neither the calibration nor the bench run says one (vLLM's --max-num-seqs)
@@ -246,6 +250,10 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
                                          + "): at this concurrency the client's timing measures the host")
         elif not m_iv.known:
             verdict, why = CANNOT_TELL, "one sample: no spread"
+        elif band.low <= m_iv.low and m_iv.high <= band.high and band.high > WITHIN_MAX_SPAN * band.low:
+            verdict, why = CANNOT_TELL, (f"the band is too wide to tell a match from a shortfall ({band.low * 1e3:.1f}–"
+                                         f"{band.high * 1e3:.1f} ms, {band.high / band.low:.1f}× top to bottom: a noisy "
+                                         "calibration or a busy host)")
         elif band.low <= m_iv.low and m_iv.high <= band.high:
             verdict, why = WITHIN, None
         elif m_iv.overlaps(band):  # it reaches past the band: neither a match nor a shortfall is shown
