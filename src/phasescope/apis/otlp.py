@@ -298,6 +298,10 @@ class OtlpReceiver:
             return list(self.spans)
 
 
+#: after a run, how long probe and bench wait at most for spans still to come (vLLM's exporter batches every 5 s)
+OTLP_WAIT_S = 8.0
+
+
 def start_listening(listen: str | None) -> "OtlpReceiver | None":
     """The receiver of ``--otlp-listen HOST:PORT``, started, or None without the flag (probe and bench)."""
     if not listen:
@@ -307,7 +311,7 @@ def start_listening(listen: str | None) -> "OtlpReceiver | None":
 
 
 def join_after_run(rx: "OtlpReceiver", records: Iterable[Any], wait_s: float) -> int:
-    """After a run: wait (at most ``wait_s``: vLLM's exporter batches every 5 s) until a span came for every
+    """After a run: wait (at most ``wait_s``, :data:`OTLP_WAIT_S` by default in probe and bench) until a span came for every
     successful request, stop the receiver, join the spans to the records (``server_span``); returns how many
     spans arrived."""
     import time

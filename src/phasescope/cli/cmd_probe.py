@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from phasescope._results import ProbeResult, Result
-from phasescope.cli._common import ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, check_otlp_listen, api_option, console, err_console, print_host_line, print_warnings
+from phasescope.cli._common import (ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, api_option,
+                                    check_otlp_listen, console, err_console, print_host_line, print_warnings)
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.cli._output import console_view, format_option, output
 

@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Any, Callable
 
 from phasescope.apis.base import Target, Timeouts
+from phasescope.apis.otlp import OTLP_WAIT_S, join_after_run, start_listening
 from phasescope.errors import InputError
 from phasescope.load.datasets import Workload, workload_for
 from phasescope.load.drivers import Drive, Driver, driver_for, say_nothing
@@ -100,7 +101,7 @@ class BenchConfig:
     gpu_metrics: list[str] = field(default_factory=list)  # --gpu-metrics URL (repeatable): dcgm-exporter
     nvml: bool = True  # sample local GPUs through NVML when nvidia-ml-py and a GPU are there (--no-nvml)
     otlp_listen: str | None = None  # --otlp-listen HOST:PORT: receive the server's OTLP spans (phasescope.apis.otlp)
-    otlp_wait_s: float = 8.0  # after the run, wait this long at most for spans still to come (vLLM batches every 5 s)
+    otlp_wait_s: float = OTLP_WAIT_S  # after the run, wait this long at most for spans still to come
     out_dir: str | None = None
     store: bool = True
     label: str | None = None
@@ -349,8 +350,6 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
     from phasescope.measure.host import HostSampler
 
     host = HostSampler(getattr(target, "base_url", None)).start()
-    from phasescope.apis.otlp import join_after_run, start_listening
-
     otlp = start_listening(cfg.otlp_listen)
     try:
         res = run.driver.run(Drive(cfg, wl, sched, items, target, out, run.on_record, run.stop, run_id, recorder,
@@ -382,11 +381,9 @@ def _measure(run: _Run, run_salt: str | None, items: list[WorkItem], out: Any,
 
     add_bench_ceilings(cfg, target, res.records, summary)  # prompt ÷ TTFT named honestly, + ceilings (issue 30)
     if spans_received is not None:
-        summary["waterfall"]["spans_received"] = spans_received
-        summary["waterfall"]["otlp_listen"] = cfg.otlp_listen
-        # the records were stored as they completed, before their spans came: the run keeps each joined
-        # span by record id, and show/report put it back on its record (measure.waterfall.attach_spans)
-        summary["server_spans"] = {r.id: r.server_span for r in res.records if r.server_span}
+        from phasescope.measure.waterfall import keep_spans
+
+        keep_spans(summary, res.records, spans_received, cfg.otlp_listen)
     summary["prompt_salt"] = run_salt
     if cfg.engine_flags:
         build = dict(build or {}, user_flags=cfg.engine_flags)

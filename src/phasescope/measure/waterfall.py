@@ -66,6 +66,15 @@ class Bounds:
     decode_ceiling_tok_s: Callable[[int], float | None]
 
 
+def keep_spans(summary: dict[str, Any], records: Sequence[RequestRecord], received: int, listen: str | None) -> None:
+    """After ``--otlp-listen`` (probe, bench): the spans' count and address in ``summary["waterfall"]``, and each
+    joined span by record id in ``summary["server_spans"]`` — the records were stored as they completed, before
+    their spans came, so the run keeps the spans and :func:`attach_spans` puts each back on its record."""
+    summary["waterfall"]["spans_received"] = received
+    summary["waterfall"]["otlp_listen"] = listen
+    summary["server_spans"] = {r.id: r.server_span for r in records if r.server_span}
+
+
 def attach_spans(records: Sequence[RequestRecord], summary: dict[str, Any] | None) -> None:
     """Put each stored run's joined span (``summary["server_spans"]``, by record id: probe's and bench's
     ``--otlp-listen``) back on its record as ``server_span``, where the record has none."""

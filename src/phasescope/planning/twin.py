@@ -60,16 +60,16 @@ from phasescope.planning.workload import Workload
 SIM_REL = {50.0: 0.10, 99.0: 0.20}
 #: (metric, percentile) the twin predicts
 METRICS: tuple[tuple[str, float], ...] = (("ttft", 50.0), ("ttft", 99.0), ("tpot", 50.0), ("e2el", 50.0))
-#: warnings that make a run's start-of-request phase and tails measure the host (report.comparability)
+#: warnings that make a run measure the host as well as the server (the kinds report.comparability calls busy)
 BUSY_KINDS = ("host_busy", "client_saturated")
 #: other work's share of the cores may differ this much between two runs before it counts (report.comparability)
 HOST_NOISE = 0.10
 #: beyond this difference the host changed too much between calibration and run: every metric "cannot tell"
 HOST_MAX_DELTA = 0.5
 #: a band whose top is more than this many times its bottom matches anything: "cannot tell", not "within"
-#: (quiet runs draw bands 1.2-1.6x wide; the engine beside a busy clean-clone run drew 6x)
+#: (quiet runs draw bands 1.2-1.5x wide; the engine beside a busy clean-clone run drew 6x)
 WITHIN_MAX_SPAN = 3.0
-#: on a busy host, TTFT and the p99s read "cannot tell" beyond this share of the cores taken by other work
+#: on a busy host, every metric reads "cannot tell" beyond this share of the cores taken by other work
 BUSY_MAX_SHARE = 0.8
 #: the slot count when neither the calibration nor the bench run says one (vLLM's --max-num-seqs)
 DEFAULT_SLOTS = 256
@@ -237,24 +237,24 @@ def twin_block(summary: dict[str, Any], records: Sequence[RequestRecord], calib_
             continue
         rel = SIM_REL.get(p, SIM_REL[99.0])
         top = max(preds) * (1 + rel) / (1 - min(delta, HOST_MAX_DELTA))
-        busy_side = busy  # the client and the server both wait for a core: every metric, not only the start
-        if busy_side and share is not None and share <= BUSY_MAX_SHARE:
+        if busy and share is not None and share <= BUSY_MAX_SHARE:  # the client and the server wait for a core
             top /= 1 - share
         band = Interval(preds[0], min(preds) * (1 - rel), top, len(calib_records), "twin")
+        inside = band.low <= m_iv.low and m_iv.high <= band.high
         if delta > HOST_MAX_DELTA:
             verdict, why = CANNOT_TELL, (f"other work took {delta * 100:.0f} % more of the cores than during the "
                                          "calibration: the host, not the server, changed")
-        elif busy_side and (share is None or share > BUSY_MAX_SHARE):
+        elif busy and (share is None or share > BUSY_MAX_SHARE):
             verdict, why = CANNOT_TELL, ("a busy host (host_busy / client_saturated"
                                          + ("" if share is None else f", other work {share * 100:.0f} % of the cores")
                                          + "): at this concurrency the client's timing measures the host")
         elif not m_iv.known:
             verdict, why = CANNOT_TELL, "one sample: no spread"
-        elif band.low <= m_iv.low and m_iv.high <= band.high and band.high > WITHIN_MAX_SPAN * band.low:
+        elif inside and band.high > WITHIN_MAX_SPAN * band.low:
             verdict, why = CANNOT_TELL, (f"the band is too wide to tell a match from a shortfall ({band.low * 1e3:.1f}–"
                                          f"{band.high * 1e3:.1f} ms, {band.high / band.low:.1f}× top to bottom: a noisy "
                                          "calibration or a busy host)")
-        elif band.low <= m_iv.low and m_iv.high <= band.high:
+        elif inside:
             verdict, why = WITHIN, None
         elif m_iv.overlaps(band):  # it reaches past the band: neither a match nor a shortfall is shown
             verdict, why = CANNOT_TELL, "the measured interval reaches past the band's edge"

@@ -34,6 +34,7 @@ from typing import Any, Callable
 from phasescope import errors as E
 from phasescope.apis import new_session
 from phasescope.apis.base import Timeouts
+from phasescope.apis.otlp import OTLP_WAIT_S, join_after_run, start_listening
 from phasescope.target import open_target
 from phasescope.probing import ceilings as C
 from phasescope.probing.runner import ProbePlan, run_probe
@@ -79,7 +80,7 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
           model_spec: str | None = None, device: str | None = None, save: bool = True,
           progress: Callable[[str], None] | None = None, gpu_metrics: list[str] | None = None,
           nvml: bool = True, engine_spec: str | None = None, otlp_listen: str | None = None,
-          otlp_wait_s: float = 8.0) -> dict[str, Any]:
+          otlp_wait_s: float = OTLP_WAIT_S) -> dict[str, Any]:
     sizes = sorted(set(sizes or [200, 2000]))
     from phasescope.engine.spec import check_engine_spec
 
@@ -116,7 +117,7 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
 async def _probe(url: str | None, api: str, model: str | None, api_key: str | None, timeouts: Timeouts | None,
                  plan: ProbePlan, out_dir: Any, model_spec: str | None, device: str | None, save: bool,
                  say: Callable[[str], None], gpu: Any = None, engine_spec: str | None = None,
-                 otlp_listen: str | None = None, otlp_wait_s: float = 8.0) -> dict[str, Any]:
+                 otlp_listen: str | None = None, otlp_wait_s: float = OTLP_WAIT_S) -> dict[str, Any]:
     ekw: dict[str, Any] = {"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))}
     if engine_spec:
         ekw["spec"] = engine_spec
@@ -139,8 +140,6 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 if gpu is not None:
                     gpu.start()
                 host = HostSampler(target.base_url).start()
-                from phasescope.apis.otlp import join_after_run, start_listening
-
                 otlp = start_listening(otlp_listen)  # --otlp-listen: the server's spans, joined after the run
                 try:
                     run = await run_probe(target, plan, on_record=out.write, progress=say, session=session)
@@ -192,10 +191,10 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 except Exception as exc:  # noqa: BLE001 - advisory; never lose the measurement
                     result["waterfall"] = {"derived": True, "spans_joined": 0, "spans_missing": None, "bands": {},
                                            "sentence": None, "reason": f"waterfall failed: {exc}"}
-                if spans_received is not None:  # as bench: the spans came after the records were stored
-                    result["waterfall"]["spans_received"] = spans_received
-                    result["waterfall"]["otlp_listen"] = otlp_listen
-                    result["server_spans"] = {r.id: r.server_span for r in run.records if r.server_span}
+                if spans_received is not None:
+                    from phasescope.measure.waterfall import keep_spans
+
+                    keep_spans(result, run.records, spans_received, otlp_listen)
                 if gpu is not None:
                     from phasescope.metrics.gpu_phases import probe_section
 
