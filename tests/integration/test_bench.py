@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_helpers import wait_for_records
+
 from phasescope.apis import get_client
 from phasescope.apis.base import Target
 from phasescope.load.runner import run_load
@@ -113,17 +115,6 @@ def _bench_cli(args: list[str], env_extra: dict[str, str] | None = None) -> subp
     return subprocess.Popen(PS + ["bench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _wait_for_records(path: Path, n: int, timeout_s: float = 90.0) -> None:
-    """Until the run has written ``n`` records (the warm-up's among them): a loaded host can take longer than
-    a fixed sleep to start the CLI (a busy clean-clone run killed the server before one request finished)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= n:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{path}: fewer than {n} records after {timeout_s:g} s")
-
-
 def _start_fake(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     p = subprocess.Popen([sys.executable, "-m", "phasescope.testing.fakeserver", "--flavor", "vllm", *extra],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -164,7 +155,7 @@ def test_server_killed_mid_run_gives_partial_summary(tmp_path: Path) -> None:
     fake, url = _start_fake(tmp_path, "--ttft-ms", "10", "--itl-ms", "20")
     p = _bench_cli([url, "-n", "400", "--request-rate", "20", "--input-len", "8", "--output-len", "20",
                     "--out", str(tmp_path / "o"), "--no-store", "--no-server-metrics"])
-    _wait_for_records(tmp_path / "o" / "records.jsonl", 4)
+    wait_for_records(tmp_path / "o" / "records.jsonl", 4)
     fake.kill()
     fake.wait(10)
     out, err = p.communicate(timeout=60)
@@ -183,7 +174,7 @@ def test_ctrl_c_leaves_partial_run(tmp_path: Path) -> None:
     try:
         p = _bench_cli([url, "-n", "1000", "--request-rate", "10", "--input-len", "8", "--output-len", "5",
                         "--out", str(tmp_path / "o"), "--no-store", "--no-server-metrics"])
-        _wait_for_records(tmp_path / "o" / "records.jsonl", 4)
+        wait_for_records(tmp_path / "o" / "records.jsonl", 4)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
     finally:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import wait_for_records
+
 from phasescope.testing.fakeserver import FakeServer
 
 PS = [sys.executable, "-m", "phasescope"]
@@ -83,11 +85,7 @@ def test_a_server_frozen_mid_run_ends_it_after_timeouts_in_a_row(path: str, tmp_
         b = subprocess.Popen(PS + ["bench", url, "--json", *SMALL, "-n", "400", "--max-concurrency", "2",
                                    "--request-rate", "40", "--ttft-timeout", "1", "--out", str(tmp_path / "o")],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        # target resolved, prompts built, some requests done: waited for on the records, not a fixed sleep
-        # (a loaded host can take longer than 4 s to start the CLI: the run then completes nothing)
-        recs, t_end = tmp_path / "o" / "records.jsonl", time.monotonic() + 90
-        while not (recs.exists() and len(recs.read_text().splitlines()) >= 4) and time.monotonic() < t_end:
-            time.sleep(0.1)
+        wait_for_records(tmp_path / "o" / "records.jsonl", 4)  # target resolved, prompts built, some requests done
         os.kill(srv.pid, signal.SIGSTOP)
         out, err = b.communicate(timeout=120)
     finally:

@@ -39,18 +39,31 @@ def _matches_the_truth(slowest: list[dict], truth: dict[str, dict]) -> None:
         assert w["client_minus_server_ttft_s"] >= 0
 
 
-def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_path) -> None:
+def _run_with_spans(monkeypatch, tmp_path, slots: int, command: str, *args: str) -> tuple[dict, dict[str, dict], int]:
+    """``command`` (``--json``, ``--otlp-listen`` on a free port) against the vLLM-flavour fake exporting a span
+    per request to that port; its JSON document, the fake's span truth by record id, and the port."""
     monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "runs.db"))
     port = _free_port()
-    b = Behaviour(flavour="vllm", slots=1, prefix_cache=False, overhead_s=0.001, prefill_s_per_token=5e-5,
+    b = Behaviour(flavour="vllm", slots=slots, prefix_cache=False, overhead_s=0.001, prefill_s_per_token=5e-5,
                   decode_step_s=0.008, metrics=False, otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces")
     with running_behaviour_fake(b) as fake:
-        r = CliRunner().invoke(app, ["bench", fake.url, "--api", "openai", "-n", "12", "--max-concurrency", "4",
-                                     "--input-len", "64", "--output-len", "8", "--no-server-metrics", "--no-twin",
-                                     "--otlp-listen", f"127.0.0.1:{port}", "--json"], env={"COLUMNS": "200"})
+        r = CliRunner().invoke(app, [command, fake.url, "--api", "openai", *args, "--otlp-listen", f"127.0.0.1:{port}",
+                                     "--json"], env={"COLUMNS": "200"})
         assert r.exit_code == 0, r.output
         truth = dict(fake.span_truth)
-    doc = json.loads(r.stdout)
+    return json.loads(r.stdout), truth, port
+
+
+def _shown(run_id: str, request_id: str) -> dict:
+    """``show RUN --request ID --json``'s waterfall: the stored run keeps each span, so it is read back."""
+    shown = CliRunner().invoke(app, ["show", run_id, "--request", request_id, "--json"])
+    assert shown.exit_code == 0, shown.output
+    return json.loads(shown.stdout)["waterfall"]
+
+
+def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_path) -> None:
+    doc, truth, _ = _run_with_spans(monkeypatch, tmp_path, 1, "bench", "-n", "12", "--max-concurrency", "4",
+                                    "--input-len", "64", "--output-len", "8", "--no-server-metrics", "--no-twin")
     wf = doc["waterfall"]
     assert wf["spans_received"] >= 12 and wf["spans_joined"] == 12 and wf["spans_missing"] == 0
     assert wf["derived"] is False and wf["source"] == "span"
@@ -63,23 +76,12 @@ def test_bench_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_pat
     assert "from the server's spans" in wf["sentence"]
     # the stored run keeps each span: show --request reads the request from it, not derived
     some = wf["slowest"][0]["id"]
-    shown = CliRunner().invoke(app, ["show", doc["run_id"], "--request", some, "--json"])
-    assert shown.exit_code == 0, shown.output
-    w = json.loads(shown.stdout)["waterfall"]
+    w = _shown(doc["run_id"], some)
     assert w["source"] == "span" and w["queue_s"] == pytest.approx(truth[some]["queue_s"], abs=1e-3)
 
 
 def test_probe_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_path) -> None:
-    monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "runs.db"))
-    port = _free_port()
-    b = Behaviour(flavour="vllm", slots=4, prefix_cache=False, overhead_s=0.001, prefill_s_per_token=5e-5,
-                  decode_step_s=0.008, metrics=False, otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces")
-    with running_behaviour_fake(b) as fake:
-        r = CliRunner().invoke(app, ["probe", fake.url, "--api", "openai", "-p", "64,1024", "-n", "8", "--repeat", "3",
-                                     "--otlp-listen", f"127.0.0.1:{port}", "--json"], env={"COLUMNS": "200"})
-        assert r.exit_code == 0, r.output
-        truth = dict(fake.span_truth)
-    doc = json.loads(r.stdout)
+    doc, truth, port = _run_with_spans(monkeypatch, tmp_path, 4, "probe", "-p", "64,1024", "-n", "8", "--repeat", "3")
     wf = doc["waterfall"]
     # 3 repeats × 2 sizes, each with its span (the warm-up's span may come too: received ≥ joined)
     assert wf["spans_joined"] == 6 and wf["spans_missing"] == 0 and wf["spans_received"] >= 6, wf
@@ -87,10 +89,7 @@ def test_probe_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_pat
     assert len(doc["server_spans"]) == 6
     _matches_the_truth(wf["slowest"], truth)
     # the stored probe keeps each span: show --request reads the request from it
-    some = wf["slowest"][0]["id"]
-    shown = CliRunner().invoke(app, ["show", doc["run_id"], "--request", some, "--json"])
-    assert shown.exit_code == 0, shown.output
-    assert json.loads(shown.stdout)["waterfall"]["source"] == "span"
+    assert _shown(doc["run_id"], wf["slowest"][0]["id"])["source"] == "span"
 
 
 def test_probe_otlp_listen_bad_address_or_no_extra_is_one_line_before_any_request(monkeypatch, capsys) -> None:
