@@ -74,16 +74,16 @@ CASES: list[tuple[str, str, dict[str, Any], Callable[[dict[str, Any]], str], str
      "with taskset); compare only runs with similar host load"),
     ("unstable", "auto",
      {"prompt_tokens": 512, "figure": "TTFT", "n": 9, "max_repeat": 9, "spread": "40–61 ms", "low": "44 ms",
-      "high": "58 ms", "pct": 13.6},
+      "high": "58 ms", "pct": 13.6, "rests": "a sentence rests on it only where its whole interval supports the claim"},
      lambda v: (f"{v['prompt_tokens']}-token {v['figure']}: the repeats still disagree after {v['n']} runs (--max-repeat "
-                f"{v['max_repeat']}): {v['spread']}, a 95 % interval of {v['low']}–{v['high']} (±{v['pct']:.0f}%); no "
-                "sentence rests on it."),
+                f"{v['max_repeat']}): {v['spread']}, a 95 % interval of {v['low']}–{v['high']} (±{v['pct']:.0f}%); "
+                f"{v['rests']}."),
      "run on a quiet machine (see the host line), or raise --max-repeat"),
     ("unstable", "fixed",
      {"prompt_tokens": 64, "figure": "decode rate", "n": 3, "max_repeat": 3, "spread": "80–97 tok/s",
-      "low": "79 tok/s", "high": "99 tok/s", "pct": 11.2},
+      "low": "79 tok/s", "high": "99 tok/s", "pct": 11.2, "rests": "no sentence rests on it"},
      lambda v: (f"{v['prompt_tokens']}-token {v['figure']}: the repeats still disagree over --repeat {v['n']}: "
-                f"{v['spread']}, a 95 % interval of {v['low']}–{v['high']} (±{v['pct']:.0f}%); no sentence rests on it."),
+                f"{v['spread']}, a 95 % interval of {v['low']}–{v['high']} (±{v['pct']:.0f}%); {v['rests']}."),
      "use --repeat auto (repeats until stable), or run on a quiet machine"),
     ("token_count_mismatch", "prompt_lengths", {"by_size": "asked 64, server counted 65"},
      lambda v: (f"The server counted other prompt lengths than were asked for ({v['by_size']}): prefill rates use the "

@@ -81,10 +81,10 @@ WARNINGS: dict[str, Kind] = {
     "high_variance": Kind("repeated measurements of one point spread more than the effect being measured"),
     "unstable": Kind("a figure's repeats still disagree after the most repeats allowed: its interval is wider than ±10 %", {
         "auto": _T("{prompt_tokens}-token {figure}: the repeats still disagree after {n} runs (--max-repeat {max_repeat}): "
-                   "{spread}, a 95 % interval of {low}–{high} (±{pct:.0f}%); no sentence rests on it.",
+                   "{spread}, a 95 % interval of {low}–{high} (±{pct:.0f}%); {rests}.",
                    "run on a quiet machine (see the host line), or raise --max-repeat"),
         "fixed": _T("{prompt_tokens}-token {figure}: the repeats still disagree over --repeat {n}: {spread}, a 95 % "
-                    "interval of {low}–{high} (±{pct:.0f}%); no sentence rests on it.",
+                    "interval of {low}–{high} (±{pct:.0f}%); {rests}.",
                     "use --repeat auto (repeats until stable), or run on a quiet machine"),
         "trials": _T("{n} figure{plural} disagree across the {trials} trials (95 % interval wider than ±{threshold_pct:.0f} "
                      "% of the mean): {named}",

@@ -227,6 +227,20 @@ def _unstable_names(pairs: list[tuple[int, I.Interval]], word: str, fmt: Any) ->
     return "; ".join(f"the {p}-token {word}'s repeats disagree: {_spread(iv, fmt)}" for p, iv in pairs)
 
 
+def robust(iv: I.Interval) -> bool:
+    """An interval a claim may rest on even when it is wider than ±10 %: the distribution-free one of the
+    median (order statistics, from 6 repeats on), whose coverage holds whatever shape a stall gives the
+    repeats. A log-t interval of 2–5 repeats assumes a shape that one stalled repeat breaks, so a wide one
+    carries no claim."""
+    return iv.method == "order-stat"
+
+
+def _wide_note(pairs: list[tuple[int, I.Interval]], word: str, fmt: Any) -> str:
+    """The spread of the wide figures a claim still rests on, shown with the claim."""
+    return "; ".join(f"the {p}-token {word}'s repeats spread {_spread(iv, fmt)}, and even the ends of its "
+                     "interval show this" for p, iv in pairs)
+
+
 def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The one-minute test between the smallest and the largest prompt size, drawn from intervals.
 
@@ -274,7 +288,11 @@ def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
     # -- TTFT: does prefill scale? -------------------------------------------------------------------
     ttft_claim = "cannot_tell"
     grew = I.compare(t_lo, t_hi) == I.HIGHER
-    bad_t = [(p, iv) for p, k, iv in unstable if k == "ttft_s"]
+    # an unstable figure carries no claim, unless its interval is distribution-free: then a claim its whole
+    # interval supports stands, and says the spread it rests on
+    bad_t = [(p, iv) for p, k, iv in unstable if k == "ttft_s" and not robust(iv)]
+    wide_t = [(p, iv) for p, k, iv in unstable if k == "ttft_s" and robust(iv)]
+    wide = f" ({_wide_note(wide_t, 'TTFT', _ms_s)})" if wide_t else ""
     span = f"TTFT {_spread(t_lo, _ms_s)} → {_spread(t_hi, _ms_s)} for a ×{prompt_ratio:.1f} longer prompt"
     if not (t_lo.known and t_hi.known) or r_ttft is None:
         lines.append(f"cannot tell how TTFT scales from one request per size ({span}); repeat with --repeat auto")
@@ -283,16 +301,16 @@ def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
     elif grew and r_ttft.low / prompt_ratio >= PREFILL_SCALING:
         ttft_claim = "prefill_scales"
         lines.append(f"TTFT grew ×{ttft_ratio:.1f} for a ×{prompt_ratio:.1f} longer prompt: prefill is the TTFT "
-                     "and it scales with prompt length")
+                     f"and it scales with prompt length{wide}")
     elif r_ttft.high / prompt_ratio < PREFILL_SCALING and r_ttft.low >= OVERHEAD_RATIO:
         ttft_claim = "fixed_overhead"
         lines.append(f"TTFT grew ×{ttft_ratio:.1f} (×{r_ttft.low:.1f}–×{r_ttft.high:.1f}) for a "
                      f"×{prompt_ratio:.1f} longer prompt: part of TTFT is fixed overhead that does not grow with "
-                     f"the prompt{_where(lo, t_lo)}")
+                     f"the prompt{_where(lo, t_lo)}{wide}")
     elif r_ttft.high / prompt_ratio < PREFILL_SCALING and r_ttft.high < OVERHEAD_RATIO:
         ttft_claim = "flat"
         lines.append(f"TTFT barely grew (×{ttft_ratio:.1f}) for a ×{prompt_ratio:.1f} longer prompt: prefill is not "
-                     "what you wait for (fixed overhead dominates, or a prefix cache served the prompt)")
+                     f"what you wait for (fixed overhead dominates, or a prefix cache served the prompt){wide}")
     else:
         lines.append(f"cannot tell how much of TTFT is prefill: TTFT ×{ttft_ratio:.1f} (×{r_ttft.low:.1f}–"
                      f"×{r_ttft.high:.1f}) for a ×{prompt_ratio:.1f} longer prompt, a range on both sides of the "
@@ -308,13 +326,17 @@ def verdict(sizes: list[dict[str, Any]]) -> dict[str, Any] | None:
             marginal_ci = [(p_hi - p_lo) / dt_high, (p_hi - p_lo) / dt_low]
 
     # -- decode: a separate phase? --------------------------------------------------------------------
-    bad_d = [(p, iv) for p, k, iv in unstable if k == "decode_tok_s"]
+    bad_d = [(p, iv) for p, k, iv in unstable if k == "decode_tok_s" and not robust(iv)]
+    wide_d = [(p, iv) for p, k, iv in unstable if k == "decode_tok_s" and robust(iv)]
     bounded = r_dec is not None and (r_dec.low - 1) * 100 >= -SEPARATE_DECODE_PCT and \
         (r_dec.high - 1) * 100 <= SEPARATE_DECODE_PCT
     separate = bool(ttft_claim == "prefill_scales" and bounded and not bad_d and d_lo is not None
                     and d_hi is not None and d_lo.known and d_hi.known)
     if decode_change is not None and d_lo is not None and d_hi is not None:
-        lines.append(_decode_sentence(d_lo, d_hi, r_dec, decode_change, bad_d, bounded, separate, ttft_ratio))
+        sentence = _decode_sentence(d_lo, d_hi, r_dec, decode_change, bad_d, bounded, separate, ttft_ratio)
+        if wide_d and not sentence.startswith("cannot tell"):
+            sentence += f" ({_wide_note(wide_d, 'decode rate', _rate_s)})"
+        lines.append(sentence)
         if not separate and bounded and not bad_d and d_lo.known and d_hi.known and ttft_claim in ("flat",
                                                                                                   "fixed_overhead"):
             # decode held still, but with a TTFT that does not track the prompt this run has no prefill phase to show
@@ -424,7 +446,9 @@ def unstable_warnings(sizes: list[dict[str, Any]], *, auto: bool, max_repeat: in
                 {"prompt_tokens": p, "figure": key, "value": iv.value, "ci": iv.ci, "n": iv.n, "min": iv.min,
                  "max": iv.max, "spread": iv.spread, "rel_halfwidth": iv.rel_halfwidth},
                 prompt_tokens=p, figure=FIGURE_WORDS[key], n=iv.n, max_repeat=max_repeat, spread=_spread(iv, fmt),
-                low=fmt(iv.low), high=fmt(iv.high), pct=100 * iv.rel_halfwidth))
+                low=fmt(iv.low), high=fmt(iv.high), pct=100 * iv.rel_halfwidth,
+                rests=("a sentence rests on it only where its whole interval (distribution-free, from "
+                       f"{iv.n} runs) supports the claim" if robust(iv) else "no sentence rests on it")))
     return out
 
 
