@@ -113,19 +113,22 @@ def test_decode_slows_as_the_context_fills(engine):
 
 def test_batching_raises_throughput_and_itl(engine):
     # Another process on a 2-core box can stall a single stream for seconds, which only ever
-    # makes a level look slower. So the experiment runs twice and each level keeps its better
-    # figures (highest throughput, lowest p99 ITL) — the same rule for every level.
-    runs = []
+    # makes a level look slower. So where the first run does not show both effects, the experiment
+    # runs once more and each level keeps its better figures (highest throughput, lowest median ITL) —
+    # the same rule for every level. A quiet machine shows both at once and runs it once (10 s saved).
+    runs: list[dict[int, Any]] = []
     for _ in range(2):
         r = run_on(engine.url, lambda ctx: batching.run(ctx, 240, prompt_tokens=32, output_tokens=32, per_worker=2))
         by_c = {lv.concurrency: lv for lv in r.levels}
         assert set(by_c) == {1, 2, 4}  # bounded by the 4 slots /props reports
         assert r.max_concurrency_bound == 4 and "total_slots" in (r.bound_source or "")
         runs.append(by_c)
-    tput = {c: max(run[c].output_tok_s for run in runs) for c in (1, 4)}
-    # the typical token gap: a stall of another process lands in one level's p99 (0.39 s at 1 stream
-    # against 0.07 s at 4 on a loaded host), but not in its median
-    p50 = {c: min(run[c].itl_p50_s for run in runs) for c in (1, 4)}
+        tput = {c: max(run[c].output_tok_s for run in runs) for c in (1, 4)}
+        # the typical token gap: a stall of another process lands in one level's p99 (0.39 s at 1 stream
+        # against 0.07 s at 4 on a loaded host), but not in its median
+        p50 = {c: min(run[c].itl_p50_s for run in runs) for c in (1, 4)}
+        if tput[4] > tput[1] and p50[4] > p50[1]:
+            break
     # How much 4 streams gain depends on which roof binds on this CPU: 1.2-2x where memory binds,
     # barely more than 1x where the 2 cores' compute binds (CI measured 1.15x). The physics that
     # holds on every host is that 4 streams sharing each weight read never deliver less in total.
