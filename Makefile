@@ -55,17 +55,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
-# The pure unit tier runs on every core (pytest-xdist: no sockets, no processes, so no test can feel
-# another). The integration tier runs in two parts: the tests of the embedded engine and those marked
-# `serial` (they load the cores themselves) one at a time on a quiet machine, since llama-server's threads
-# collapse beside other work; then the fake-server tests four at a time (they spend most of their time
-# waiting on their servers: 257 CPU-s in 871 s), each one the others' busy host, which they must survive.
+# The integration tier's tests of the embedded engine and those marked `serial` (they load the cores
+# themselves) run one at a time, first, on a quiet machine: llama-server's threads collapse beside other
+# work. Then the pure unit tier and the fake-server tests together, four at a time (pytest-xdist): the fake
+# tests spend most of their time waiting on their servers (257 CPU-s in 871 s), so the unit tier's CPU
+# work fills those waits instead of running on its own first (about 40 s saved); each test is the others'
+# busy host, which the fake tests must survive (they also pass `make test` beside two CPU spinners).
 # Eight at a time was 40 s faster, but their timing tests failed there once in three clean-clone runs.
 test: EXTRAS = $(TEST_EXTRAS)
 test: lint engine browser $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n auto tests/unit
 	$(BIN)/python -m pytest -q --durations=15 -m "engine or serial" tests/integration
-	$(BIN)/python -m pytest -q --durations=15 -n 4 --dist worksteal -m "not (engine or serial)" tests/integration
+	$(BIN)/python -m pytest -q --durations=15 -n 4 --dist worksteal -m "not (engine or serial)" tests/unit tests/integration
 
 # The quick gate before a commit: lint, types and tests/unit (pure: no sockets, no processes, no engine).
 check: lint
