@@ -15,16 +15,20 @@ help:
 	@echo "make check  - lint (ruff), type-check (mypy) and the pure unit tier: no engine, no sockets, under 2 minutes"
 	@echo "make unit   - unit tests only (no engine needed)"
 
-# The user's install: core + the embedded engine's build tools and bundled model.
+# The user's install: core + the embedded engine's build tools and bundled model. `make test` asks for the
+# tests' extras too (Ray scale-out, PNG export; EXTRAS below), so a fresh clone installs once, not twice.
+EXTRAS      ?= engine,test
+TEST_EXTRAS := engine,test,ray,png
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[engine,test]'
+	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
 	@touch $@
+	@if [ "$(EXTRAS)" = "$(TEST_EXTRAS)" ]; then touch $(TEST_STAMP); fi
 
-# The tests also exercise the optional extras: Ray scale-out and PNG export.
+# The tests also exercise the optional extras (a venv made by `make demo` gets them here).
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[engine,test,ray,png]'
+	@if [ ! -e $@ ] || [ $(STAMP) -nt $@ ]; then $(BIN)/python -m pip install -q -e '.[$(TEST_EXTRAS)]'; fi
 	@touch $@
 
 venv: $(STAMP)
@@ -51,16 +55,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
-# The pure unit tier runs on every core (pytest-xdist: no sockets, no processes, so no test can feel
-# another). The integration tier runs in two parts: the tests of the embedded engine and those marked
-# `serial` (they load the cores themselves) one at a time on a quiet machine, since llama-server's threads
-# collapse beside other work; then the fake-server tests four at a time (they spend most of their time
-# waiting on their servers: 257 CPU-s in 871 s), each one the others' busy host, which they must survive.
+# The integration tier's tests of the embedded engine and those marked `serial` (they load the cores
+# themselves) run one at a time, first, on a quiet machine: llama-server's threads collapse beside other
+# work. Then the pure unit tier and the fake-server tests together, four at a time (pytest-xdist): the fake
+# tests spend most of their time waiting on their servers (257 CPU-s in 871 s), so the unit tier's CPU
+# work fills those waits instead of running on its own first (about 40 s saved); each test is the others'
+# busy host, which the fake tests must survive (they also pass `make test` beside two CPU spinners).
 # Eight at a time was 40 s faster, but their timing tests failed there once in three clean-clone runs.
+test: EXTRAS = $(TEST_EXTRAS)
 test: lint engine browser $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n auto tests/unit
 	$(BIN)/python -m pytest -q --durations=15 -m "engine or serial" tests/integration
-	$(BIN)/python -m pytest -q --durations=15 -n 4 --dist worksteal -m "not (engine or serial)" tests/integration
+	$(BIN)/python -m pytest -q --durations=15 -n 4 --dist worksteal -m "not (engine or serial)" tests/unit tests/integration
 
 # The quick gate before a commit: lint, types and tests/unit (pure: no sockets, no processes, no engine).
 check: lint

@@ -112,5 +112,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """A test that takes the ``engine`` fixture is an engine test whether or not its file says so: ``make
     test`` runs engine and ``serial`` tests one at a time on a quiet machine, the others on every core."""
     for item in items:
-        if "engine" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("engine"):
+        # the fixture, not a parametrize argument of the same name (tests/unit has `engine` as one)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "engine" in getattr(item, "fixturenames", ()) and "engine" not in params \
+                and not item.get_closest_marker("engine"):
             item.add_marker(pytest.mark.engine)

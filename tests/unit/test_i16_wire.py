@@ -9,6 +9,7 @@ Prometheus-prefix table in ``apis/engines.py`` (``metrics.engines`` re-exports i
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -24,14 +25,14 @@ SERVER_PATHS = ("/tokenize", "/detokenize", "/props", "/api/show", "/api/tags", 
 HTTP_CALLERS = {"apis/_http.py", "apis/_json.py", "apis/prometheus.py"}
 
 
+@functools.lru_cache(maxsize=1)  # parsed once for the tests of this file, not once each
+def _parsed() -> tuple[tuple[str, ast.Module], ...]:
+    return tuple((rel, ast.parse(p.read_text(encoding="utf-8"), filename=rel))
+                 for p in sorted(SRC.rglob("*.py")) for rel in [p.relative_to(SRC).as_posix()])
+
+
 def _modules(*, skip: tuple[str, ...] = ()) -> list[tuple[str, ast.Module]]:
-    out = []
-    for p in sorted(SRC.rglob("*.py")):
-        rel = p.relative_to(SRC).as_posix()
-        if rel.startswith(skip):
-            continue
-        out.append((rel, ast.parse(p.read_text(encoding="utf-8"), filename=rel)))
-    return out
+    return [(rel, tree) for rel, tree in _parsed() if not rel.startswith(skip)]
 
 
 def _is_path(value: str) -> bool:

@@ -21,6 +21,7 @@ Five rules (docs/api.md, issue #16, issue #32):
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,7 @@ def _imports(mod: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, 
     return [x for x in out if x[0] != mod]
 
 
+@functools.lru_cache(maxsize=1)  # the tree does not change during a run: parse it once, not 13 times
 def _graph() -> tuple[dict[str, set[str]], dict[str, list[tuple[str, int]]]]:
     modules = _modules()
     top: dict[str, set[str]] = {m: set() for m in modules}
