@@ -39,15 +39,19 @@ def _matches_the_truth(slowest: list[dict], truth: dict[str, dict]) -> None:
         assert w["client_minus_server_ttft_s"] >= 0
 
 
-def _run_with_spans(monkeypatch, tmp_path, slots: int, command: str, *args: str) -> tuple[dict, dict[str, dict], int]:
-    """``command`` (``--json``, ``--otlp-listen`` on a free port) against the vLLM-flavour fake exporting a span
-    per request to that port; its JSON document, the fake's span truth by record id, and the port."""
+def _run_with_spans(monkeypatch, tmp_path, slots: int, command: str, *args: str, grpc: bool = False,
+                    **behaviour: object) -> tuple[dict, dict[str, dict], int]:
+    """``command`` (``--json``, ``--otlp-listen`` on a free port; ``experiment NAME`` as ``"experiment NAME"``)
+    against the vLLM-flavour fake exporting a span per request to that port (over gRPC with ``grpc``); its JSON
+    document, the fake's span truth by record id, and the port."""
     monkeypatch.setenv("PHASESCOPE_STORE", str(tmp_path / "runs.db"))
     port = _free_port()
-    b = Behaviour(flavour="vllm", slots=slots, prefix_cache=False, overhead_s=0.001, prefill_s_per_token=5e-5,
-                  decode_step_s=0.008, metrics=False, otlp_endpoint=f"http://127.0.0.1:{port}/v1/traces")
+    listen = f"grpc://127.0.0.1:{port}" if grpc else f"127.0.0.1:{port}"
+    b = Behaviour(**{"flavour": "vllm", "slots": slots, "prefix_cache": False, "overhead_s": 0.001,  # type: ignore[arg-type]
+                     "prefill_s_per_token": 5e-5, "decode_step_s": 0.008, "metrics": False,
+                     "otlp_endpoint": listen if grpc else f"http://{listen}/v1/traces", **behaviour})
     with running_behaviour_fake(b) as fake:
-        r = CliRunner().invoke(app, [command, fake.url, "--api", "openai", *args, "--otlp-listen", f"127.0.0.1:{port}",
+        r = CliRunner().invoke(app, [*command.split(), fake.url, "--api", "openai", *args, "--otlp-listen", listen,
                                      "--json"], env={"COLUMNS": "200"})
         assert r.exit_code == 0, r.output
         truth = dict(fake.span_truth)
@@ -103,3 +107,43 @@ def test_probe_otlp_listen_bad_address_or_no_extra_is_one_line_before_any_reques
     assert run(["probe", "http://127.0.0.1:9", "--otlp-listen", "127.0.0.1:4318"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'phasescope[otlp]'" in err and "Traceback" not in err, err
+
+
+# -- explain --otlp-listen: the spans as evidence, and a disagreement said ----------------------------------------
+def _explain_queue(monkeypatch, tmp_path, **behaviour: object) -> tuple[dict, dict[str, dict]]:
+    """explain's queue experiment alone on one slot (/metrics on, so explain infers the queue itself too)."""
+    doc, truth, _ = _run_with_spans(monkeypatch, tmp_path, 1, "explain", "--only", "queue", "--budget", "10s",
+                                    metrics=True, **behaviour)
+    return doc, truth
+
+
+def test_explain_queue_finding_carries_the_servers_span_evidence(monkeypatch, tmp_path) -> None:
+    doc, truth = _explain_queue(monkeypatch, tmp_path)
+    wf = doc["waterfall"]
+    assert wf["spans_missing"] == 0 and wf["spans_joined"] >= 4, wf
+    att = wf["experiments"]["queue"]
+    assert att["source"] == "span" and att["spans_missing"] == 0
+    _matches_the_truth(att["slowest"], truth)
+    # one slot, several in flight: by design most of the server's share of TTFT is queue
+    assert att["all"]["queue_s"] >= 3 * att["all"]["prefill_s"], att["all"]
+    found = {f["id"]: f for f in doc["findings"]}
+    assert "ttft-queueing" in found, (doc["findings"], doc["undecided"])
+    span_ev = [e for e in found["ttft-queueing"]["evidence"] if "the server's own OTLP spans" in e["source"]]
+    assert any(e["what"] == "where p99 TTFT went" and "from the server's spans" in e["value"] for e in span_ev), span_ev
+    assert any(e["what"].startswith("queue share of all TTFT") for e in span_ev), span_ev
+    assert not [u for u in doc["undecided"] if "disagree" in u["reason"]], doc["undecided"]
+    # stored with the run: show --request reads one explain request's span back
+    some = att["slowest"][0]["id"]
+    w = _shown(doc["run_id"], some)
+    assert w["source"] == "span" and w["queue_s"] == pytest.approx(truth[some]["queue_s"], abs=1e-3)
+
+
+def test_explain_says_when_the_spans_and_its_own_inference_disagree(monkeypatch, tmp_path) -> None:
+    """A span whose clock starts at admission puts the queue at 0 while /metrics (and the client) see requests
+    wait: explain names both figures and claims neither."""
+    doc, truth = _explain_queue(monkeypatch, tmp_path, span_counts_queue=False)
+    assert all(t["queue_s"] == 0 for t in truth.values())
+    assert "ttft-queueing" not in {f["id"] for f in doc["findings"]}, doc["findings"]
+    why = [u["reason"] for u in doc["undecided"] if u["id"] == "ttft-queueing"]
+    assert why and "disagree" in why[0] and "the queue at 0 % (0–0 %)" in why[0], why
+    assert "explain inferred a queue" in why[0] and "Cannot tell which holds" in why[0], why

@@ -469,14 +469,15 @@ RULES: tuple[Rule, ...] = (QUEUE, PREFIX_CACHE, PROMPT_COST, DECODE_CEILING, LON
 
 def diagnose(results: dict[str, Any], *, engine: str | None = None, ceilings: Ceilings | None = None,
              records: Sequence[Any] = (), settings: Any = None, facts: Any = None,
-             rules: Sequence[Rule] = ()) -> Diagnosis:
+             rules: Sequence[Rule] = (), spans: dict[str, Any] | None = None) -> Diagnosis:
     """Run every rule over ``results`` (experiment name → typed result) and return the diagnosis.
 
     ``settings`` (:class:`phasescope.diagnose.settings.ServerSettings`): the server's current
     settings; advice then names them and leaves out changes that would not act. ``rules``: the
     experiments' rules (their specs'), run with :data:`RULES` each at its ``order`` (a rule named twice
-    runs once) — how a registered experiment's own rule is heard."""
-    diag = Diagnosis(engine=engine, settings=settings, facts=facts)
+    runs once) — how a registered experiment's own rule is heard. ``spans``: where each experiment's TTFT
+    went by the server's spans (``explain --otlp-listen``, :mod:`phasescope.diagnose.span_rules`)."""
+    diag = Diagnosis(engine=engine, settings=settings, facts=facts, spans=spans)
     for rule in sorted(dict.fromkeys([*RULES, *rules]), key=lambda r: r.order):
         rule.check(results, diag, ceilings)
     rule_model_load(results, diag, ceilings, records)

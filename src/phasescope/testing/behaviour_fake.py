@@ -85,6 +85,10 @@ class Behaviour:
     #: (``http://HOST:PORT/v1/traces``) with the official SDK exporter (the test extra), named as vLLM names
     #: them (``vllm/tracing.py``) and continuing the caller's ``traceparent``; the truth in ``fake.span_truth``
     otlp_endpoint: str | None = None
+    #: False: the exported span's clock starts at admission to a slot, not at arrival (queue 0, TTFT from
+    #: admission), as an engine's span that cannot see a wait in front of it (a proxy, the API server's backlog)
+    #: — a designed disagreement between the span and what the client and /metrics see
+    span_counts_queue: bool = True
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
@@ -632,6 +636,8 @@ class BehaviourFake(LoopbackServer):
 
         xrid = request.headers.get("X-Request-Id") or f"fake-{self.requests_seen}"
         arrival, p0, p1 = seq.t_arrival, seq.t_prefill_start, seq.t_prefill_end
+        if not self.b.span_counts_queue:
+            arrival = p0
         last = seq.t_last or p1
         truth: dict[str, Any] = {"request_id": f"cmpl-{xrid}", "queue_s": p0 - arrival, "prefill_s": p1 - p0, "decode_s": last - p1,
                  "ttft_s": p1 - arrival, "e2e_s": last - arrival, "t_arrival": arrival}
