@@ -96,6 +96,21 @@ def test_probe_joins_vllm_spans_and_matches_the_fakes_truth(monkeypatch, tmp_pat
     assert _shown(doc["run_id"], wf["slowest"][0]["id"])["source"] == "span"
 
 
+def test_bench_joins_vllm_spans_over_grpc(monkeypatch, tmp_path) -> None:
+    """vLLM's default OTLP protocol: the official gRPC exporter sends real gRPC to --otlp-listen grpc://…, and
+    the join is the same as over HTTP (every request, queue and prefill within 1 ms of the fake's truth)."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    doc, truth, port = _run_with_spans(monkeypatch, tmp_path, 1, "bench", "-n", "8", "--max-concurrency", "4",
+                                       "--input-len", "64", "--output-len", "8", "--no-server-metrics", "--no-twin",
+                                       grpc=True)
+    wf = doc["waterfall"]
+    assert wf["otlp_listen"] == f"grpc://127.0.0.1:{port}"
+    assert wf["spans_received"] >= 8 and wf["spans_joined"] == 8 and wf["spans_missing"] == 0, wf
+    assert wf["source"] == "span"
+    _matches_the_truth(wf["slowest"], truth)
+
+
 def test_probe_otlp_listen_bad_address_or_no_extra_is_one_line_before_any_request(monkeypatch, capsys) -> None:
     import phasescope.apis.otlp as O
     from phasescope.cli import run
@@ -107,6 +122,34 @@ def test_probe_otlp_listen_bad_address_or_no_extra_is_one_line_before_any_reques
     assert run(["probe", "http://127.0.0.1:9", "--otlp-listen", "127.0.0.1:4318"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'phasescope[otlp]'" in err and "Traceback" not in err, err
+
+
+def test_grpc_listen_bad_scheme_taken_port_or_no_grpcio_is_one_line_before_any_request(monkeypatch, capsys) -> None:
+    import phasescope.apis.otlp as O
+    from phasescope.cli import run
+
+    for cmd in ("bench", "probe", "explain"):
+        assert run([cmd, "http://127.0.0.1:9", "--otlp-listen", "udp://127.0.0.1:4317"]) == 2
+        err = capsys.readouterr().err
+        assert "expected HOST:PORT (OTLP/HTTP) or grpc://HOST:PORT (OTLP/gRPC)" in err and "Traceback" not in err, err
+    monkeypatch.setattr(O, "grpc_available", lambda: False)
+    assert run(["explain", "http://127.0.0.1:9", "--otlp-listen", "grpc://127.0.0.1:4317"]) == 2
+    err = capsys.readouterr().err
+    assert "OTLP over gRPC (grpc://) needs the otlp extra: pip install 'phasescope[otlp]'" in err, err
+    assert len(err.strip().splitlines()) <= 2 and "Traceback" not in err, err
+
+
+def test_grpc_receiver_on_a_taken_port_is_one_line() -> None:
+    pytest.importorskip("grpc")
+    from phasescope import errors as E
+    from phasescope.apis.otlp import start_listening
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(E.InputError, match=r"--otlp-listen grpc://127\.0\.0\.1:\d+: cannot listen"):
+            start_listening(f"grpc://127.0.0.1:{port}")
 
 
 # -- explain --otlp-listen: the spans as evidence, and a disagreement said ----------------------------------------

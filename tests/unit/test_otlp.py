@@ -113,3 +113,16 @@ def test_otlp_listen_without_the_extra_says_what_to_install(monkeypatch, capsys)
     assert run(["bench", "http://127.0.0.1:9", "--otlp-listen", "127.0.0.1:4318"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'phasescope[otlp]'" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_otlp_listen_forms_name_the_protocol() -> None:
+    from phasescope import errors as E
+    from phasescope.apis.otlp import parse_listen_url
+
+    assert parse_listen_url("127.0.0.1:4318") == ("http", "127.0.0.1", 4318)
+    assert parse_listen_url("http://0.0.0.0:4318/") == ("http", "0.0.0.0", 4318)
+    assert parse_listen_url("grpc://127.0.0.1:4317") == ("grpc", "127.0.0.1", 4317)
+    assert parse_listen_url("GRPC://[::1]:4317") == ("grpc", "::1", 4317)
+    for bad in ("udp://127.0.0.1:4317", "grpc://127.0.0.1", "grpc://:4317", "127.0.0.1:99999", ""):
+        with pytest.raises(E.InputError, match="expected HOST:PORT"):
+            parse_listen_url(bad)

@@ -375,7 +375,8 @@ class OtlpGrpcReceiver(OtlpReceiver):
                 return trace_service_pb2.ExportTraceServiceResponse()
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="phasescope-otlp-grpc"),
-                             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)])
+                             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                                      ("grpc.so_reuseport", 0)])  # a taken port is an error, not shared
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Service(), server)
         addr = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
         try:

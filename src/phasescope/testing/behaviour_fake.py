@@ -81,9 +81,10 @@ class Behaviour:
     #: designed noise: each scheduler step lasts an extra Exp(mean ``jitter_s``) seconds (seeded)
     jitter_s: float = 0.0
     jitter_seed: int = 0
-    #: export one OpenTelemetry span per finished OpenAI-API request to this OTLP/HTTP endpoint
-    #: (``http://HOST:PORT/v1/traces``) with the official SDK exporter (the test extra), named as vLLM names
-    #: them (``vllm/tracing.py``) and continuing the caller's ``traceparent``; the truth in ``fake.span_truth``
+    #: export one OpenTelemetry span per finished OpenAI-API request to this OTLP endpoint with the official SDK
+    #: exporter (the test extra): ``http://HOST:PORT/v1/traces`` OTLP/HTTP protobuf, ``grpc://HOST:PORT``
+    #: OTLP/gRPC; named as vLLM names them (``vllm/tracing.py``) and continuing the caller's ``traceparent``;
+    #: the truth in ``fake.span_truth``
     otlp_endpoint: str | None = None
     #: False: the exported span's clock starts at admission to a slot, not at arrival (queue 0, TTFT from
     #: admission), as an engine's span that cannot see a wait in front of it (a proxy, the API server's backlog)
@@ -623,13 +624,20 @@ class BehaviourFake(LoopbackServer):
         if not self.b.otlp_endpoint or seq.t_prefill_start is None or seq.t_prefill_end is None:
             return
         if self._tracer is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+            exporter: Any
+            if self.b.otlp_endpoint.startswith("grpc://"):
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+                exporter = GrpcExporter(endpoint=self.b.otlp_endpoint, insecure=True)  # as vllm/tracing.py passes it
+            else:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+                exporter = OTLPSpanExporter(endpoint=self.b.otlp_endpoint)
             self._provider = TracerProvider()
-            self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=self.b.otlp_endpoint),
-                                                                 schedule_delay_millis=50))
+            self._provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=50))
             self._tracer = self._provider.get_tracer("vllm.entrypoints.openai")
         from opentelemetry.trace import SpanKind
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
