@@ -111,6 +111,47 @@ def test_bench_joins_vllm_spans_over_grpc(monkeypatch, tmp_path) -> None:
     _matches_the_truth(wf["slowest"], truth)
 
 
+def test_bench_joins_sglangs_stage_spans(monkeypatch, tmp_path) -> None:
+    """SGLang reports a request as one span per stage (prefill_waiting, prefill_forward, decode_loop …) under its
+    request span: gathered by trace, queue and prefill match the fake's truth within 1 ms."""
+    doc, truth, _ = _run_with_spans(monkeypatch, tmp_path, 1, "bench", "-n", "8", "--max-concurrency", "4",
+                                    "--input-len", "64", "--output-len", "8", "--no-server-metrics", "--no-twin",
+                                    flavour="sglang")
+    wf = doc["waterfall"]
+    assert wf["spans_joined"] == 8 and wf["spans_missing"] == 0 and wf["source"] == "span", wf
+    _matches_the_truth(wf["slowest"], truth)
+    spans = doc["server_spans"]
+    assert {sp["engine"] for sp in spans.values()} == {"sglang"}
+    for rid, sp in spans.items():  # SGLang's own rid, read from its request span
+        assert sp["request_id"] == truth[rid]["request_id"]
+        assert sp["decode_s"] == pytest.approx(truth[rid]["decode_s"], abs=1e-3)
+
+
+def test_bench_joins_tgis_handler_spans_over_grpc(monkeypatch, tmp_path) -> None:
+    """TGI exports over gRPC only, one span per request named after its handler with Rust Duration strings:
+    its queue matches the fake's truth within 1 ms; its prefill is derived (TTFT less the queue, the network
+    inside), so never below the fake's truth, and said so."""
+    pytest.importorskip("grpc")
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    doc, truth, _ = _run_with_spans(monkeypatch, tmp_path, 1, "bench", "-n", "8", "--max-concurrency", "4",
+                                    "--input-len", "64", "--output-len", "8", "--no-server-metrics", "--no-twin",
+                                    flavour="tgi", grpc=True)
+    wf = doc["waterfall"]
+    assert wf["spans_joined"] == 8 and wf["spans_missing"] == 0 and wf["source"] == "span", wf
+    assert wf["derived"] is True and "prefill derived" in wf["sentence"], wf["sentence"]
+    for w in wf["slowest"]:
+        t = truth[w["id"]]
+        assert w["source"] == "span" and w["derived"] is True
+        assert w["queue_s"] == pytest.approx(t["queue_s"], abs=1e-3)
+        assert w["prefill_s"] >= t["prefill_s"] - 1e-3
+        assert w["prefill_s"] + w["queue_s"] + w["connect_s"] == pytest.approx(w["ttft_s"], abs=1e-6)
+    spans = doc["server_spans"]
+    assert {sp["span_name"] for sp in spans.values()} == {"completions"}
+    for rid, sp in spans.items():
+        assert sp["inference_s"] == pytest.approx(truth[rid]["inference_s"], abs=1e-6)
+        assert sp["e2e_s"] == pytest.approx(truth[rid]["e2e_s"], abs=1e-6)
+
+
 def test_probe_otlp_listen_bad_address_or_no_extra_is_one_line_before_any_request(monkeypatch, capsys) -> None:
     import phasescope.apis.otlp as O
     from phasescope.cli import run

@@ -27,7 +27,8 @@ vLLM attribute                          ``server_span`` key
 
 vLLM's ``gen_ai.request.id`` is its own request id, which embeds the client's ``X-Request-Id``
 (``cmpl-<id>``, ``chatcmpl-<id>``, a ``-0`` suffix per choice), so the join falls back to it when a span
-did not continue the trace.
+did not continue the trace. SGLang's stage spans and TGI's handler spans are mapped the same way, each
+table with its source file and commit in :mod:`phasescope.apis.otlp_names`.
 
 :class:`OtlpGrpcReceiver` serves OTLP/gRPC (``--otlp-listen grpc://HOST:PORT``; vLLM's default exporter
 protocol, grpcio in the same extra): ``TraceService/Export`` with the same protobuf messages.
@@ -41,23 +42,12 @@ import threading
 from typing import Any, Iterable
 
 from phasescope import errors as E
+# each engine's names, checked at the source (VLLM_ATTRS re-exported: it was defined here)
+from phasescope.apis.otlp_names import VLLM_ATTRS as VLLM_ATTRS, server_spans
 
 #: what to install for protobuf OTLP (one line, exit 2 where it is missing)
 INSTALL_HINT = "OTLP over protobuf needs the otlp extra: pip install 'phasescope[otlp]' (opentelemetry-proto)"
 GRPC_INSTALL_HINT = "OTLP over gRPC (grpc://) needs the otlp extra: pip install 'phasescope[otlp]' (grpcio, opentelemetry-proto)"
-
-#: vLLM span attribute → the engine-neutral ``server_span`` key (module docstring)
-VLLM_ATTRS = {
-    "gen_ai.request.id": "request_id",
-    "gen_ai.latency.time_in_queue": "queue_s",
-    "gen_ai.latency.time_to_first_token": "ttft_s",
-    "gen_ai.latency.time_in_model_prefill": "prefill_s",
-    "gen_ai.latency.time_in_model_decode": "decode_s",
-    "gen_ai.latency.e2e": "e2e_s",
-    "gen_ai.usage.prompt_tokens": "prompt_tokens",
-    "gen_ai.usage.completion_tokens": "output_tokens",
-}
-
 
 def trace_id_for(record_id: str) -> str:
     """The 32-hex-digit trace id phasescope uses for ``record_id`` (never all zeros)."""
@@ -201,33 +191,20 @@ def spans_of_request(req: Any) -> list[dict[str, Any]]:
 
 
 def server_span(span: dict[str, Any]) -> dict[str, Any] | None:
-    """The span's latencies in engine-neutral names (module docstring), or None when it carries none."""
-    attrs = span.get("attributes") or {}
-    out: dict[str, Any] = {}
-    for k, name in VLLM_ATTRS.items():
-        v = attrs.get(k)
-        if v is None:
-            continue
-        if name == "request_id":
-            out[name] = str(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[name] = int(v) if name.endswith("tokens") else float(v)
-    if not any(k.endswith("_s") for k in out):
-        return None
-    out.update(engine="vllm", trace_id=span.get("trace_id"), span_name=span.get("name"))
-    return out
+    """One vLLM or TGI span's latencies in engine-neutral names (:mod:`~phasescope.apis.otlp_names`), or None when
+    it carries none (SGLang's stage spans are gathered by trace: :func:`~phasescope.apis.otlp_names.server_spans`)."""
+    from phasescope.apis.otlp_names import tgi_span, vllm_span
+
+    return vllm_span(span) or tgi_span(span)
 
 
 def join_spans(records: Iterable[Any], spans: Iterable[dict[str, Any]]) -> int:
-    """Set ``record.server_span`` for every record a span belongs to — by the trace id phasescope sent
-    (:func:`trace_id_for`), else by a ``gen_ai.request.id`` that embeds the record id; returns how many
-    records got one."""
+    """Set ``record.server_span`` for every record a span belongs to (:func:`server_spans`: vLLM, SGLang, TGI) —
+    by the trace id phasescope sent (:func:`trace_id_for`), else by a request id (vLLM ``gen_ai.request.id``,
+    SGLang ``rid``) that embeds the record id; returns how many records got one."""
     by_trace: dict[str, dict[str, Any]] = {}
     by_rid: list[dict[str, Any]] = []
-    for s in spans:
-        ss = server_span(s)
-        if ss is None:
-            continue
+    for ss in server_spans(spans):
         if ss.get("trace_id"):
             by_trace[str(ss["trace_id"])] = ss
         if ss.get("request_id"):
