@@ -183,8 +183,14 @@ def test_grpc_listen_bad_scheme_taken_port_or_no_grpcio_is_one_line_before_any_r
 def test_grpc_receiver_on_a_taken_port_is_one_line() -> None:
     pytest.importorskip("grpc")
     from phasescope import errors as E
-    from phasescope.apis.otlp import start_listening
+    from phasescope.apis.otlp import OtlpGrpcReceiver, start_listening
 
+    rx = start_listening("grpc://127.0.0.1:0")  # a free port: gRPC, not the HTTP receiver
+    try:
+        assert isinstance(rx, OtlpGrpcReceiver) and rx.port > 0 and rx.url == f"grpc://127.0.0.1:{rx.port}"
+    finally:
+        assert rx is not None
+        rx.stop()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()

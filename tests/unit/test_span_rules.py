@@ -74,3 +74,37 @@ def test_where_explain_cannot_tell_the_spans_can() -> None:
     # without spans it stays "cannot tell"
     d = diagnose({"queue": q}, engine="vllm")
     assert "ttft-queueing" not in d.ids() and "ttft-queueing" in d.undecided_ids()
+
+
+def _ps() -> Any:
+    from phasescope.experiments.prompt_scaling import PromptScalingResult, QuadraticFit, ScalingPoint
+
+    a, b = 0.4, 1e-3
+    pts = [ScalingPoint(n, 2, a + b * n, None, None, None, 50.0, None) for n in (32, 256, 2048)]
+    return PromptScalingResult(ExperimentInfo(name="prompt-scaling"), points=pts, fit=QuadraticFit(a, b, 0.0, 0.99, 3),
+                               fixed_overhead_s=a, prefill_tok_s=1000.0, quadratic_share=0.0,
+                               ttft_growth_x=pts[-1].ttft_s / pts[0].ttft_s, ttft_grows=True, decode_change_pct=-3.0,
+                               decode_flat=True)
+
+
+def test_prompt_cost_and_fixed_overhead_carry_the_spans_split() -> None:
+    spans = {"prompt-scaling": _spans((0.02, 0.0, 0.05))["queue"]}
+    d = diagnose({"prompt-scaling": _ps()}, spans=spans)
+    for fid in ("prompt-cost", "ttft-fixed-overhead"):
+        f = d.get(fid)
+        assert f is not None, (fid, d.undecided)
+        whats = [e.what for e in f.evidence if "prompt-scaling: the server's own OTLP spans" in e.source]
+        assert "where p99 TTFT went" in whats
+        assert any(w.startswith("network and client share of all TTFT") for w in whats), whats
+    # without spans: the same findings, no span evidence
+    d = diagnose({"prompt-scaling": _ps()})
+    f = d.get("prompt-cost")
+    assert f is not None and not [e for e in f.evidence if "OTLP spans" in e.source]
+
+
+def test_a_prefill_rate_the_spans_say_was_queue_is_not_claimed() -> None:
+    spans = {"prompt-scaling": _spans((0.8, 0.7, 0.9))["queue"]}
+    d = diagnose({"prompt-scaling": _ps()}, spans=spans)
+    assert "prompt-cost" not in d.ids()
+    (why,) = [u.reason for u in d.undecided if u.id == "prompt-cost"]
+    assert "disagree" in why and "prefill at 1000 tok/s" in why and "the queue at 80 % (70–90 %)" in why

@@ -6,10 +6,14 @@ the shares of queue, prefill and network-and-client, each Σ phase ÷ Σ TTFT wi
 requests. The rules that infer a queue or a prefill cost from the client's clock read these as evidence,
 labelled as the server's; and where the two disagree they say so with both figures rather than claim either:
 
-* the spans *say a queue* when the whole interval of the queue's share of all TTFT lies at or above
+* the queue rule (:mod:`~phasescope.diagnose.queue_rules`): the spans *say a queue* when the whole interval of the queue's share of all TTFT lies at or above
   :data:`~phasescope.diagnose.thresholds.QUEUE_DOMINATES`; *no queue* when it lies wholly below
   :data:`SPAN_QUEUE_NONE`; otherwise they say neither (the interval straddles: cannot tell), and only stand
-  beside explain's own figures.
+  beside explain's own figures;
+* the prompt-cost rule (:func:`phasescope.diagnose.rules.rule_prompt_cost`), whose requests go one at a time:
+  where the spans *say a queue* there, the TTFT growth explain reads as prefill is not the prefill's alone, and
+  the rule says so (:func:`prefill_disagreement`) instead of stating a prefill rate; the fixed overhead it finds
+  outside prefill is split by the spans into queue and network-and-client (evidence).
 
 Pure: no I/O.
 """
@@ -75,11 +79,13 @@ def span_evidence(att: dict[str, Any] | None, experiment: str) -> list[Evidence]
     out = []
     if att.get("sentence"):
         out.append(Evidence("where p99 TTFT went", att["sentence"], "", _source(att, experiment)))
-    q = (att.get("all") or {}).get("shares", {}).get("queue")
-    if q:
-        lo, hi = q["ci"]
-        out.append(Evidence(f"queue share of all TTFT (Σ queue ÷ Σ TTFT; 95 % interval {100 * lo:.0f}–{100 * hi:.0f} %)",
-                            100 * q["value"], "%", _source(att, experiment)))
+    shares = (att.get("all") or {}).get("shares", {})
+    for key, label in (("queue", "queue"), ("prefill", "prefill"), ("network_client", "network and client")):
+        sh = shares.get(key)
+        if sh and (key == "queue" or experiment != "queue"):  # the queue's own evidence: its share alone
+            lo, hi = sh["ci"]
+            out.append(Evidence(f"{label} share of all TTFT (Σ {label} ÷ Σ TTFT; 95 % interval "
+                                f"{100 * lo:.0f}–{100 * hi:.0f} %)", 100 * sh["value"], "%", _source(att, experiment)))
     return out
 
 
@@ -97,3 +103,14 @@ def queue_disagreement(inferred: bool, explain_said: str, att: dict[str, Any] | 
     return (f"explain and the server's spans disagree: explain found no queue in the {experiment} experiment ({explain_said}), but the "
             f"server's spans put {spans_figure(att)} — at or above {QUEUE_DOMINATES * 100:.0f} %. Cannot tell which holds: "
             f"a queue the client's clock and /metrics missed, or spans that count more than waiting as queue")
+
+
+def prefill_disagreement(explain_said: str, att: dict[str, Any] | None, experiment: str = "prompt-scaling") -> str | None:
+    """The "cannot tell" sentence when explain reads TTFT's growth as prefill (``explain_said``) but the spans put
+    most of that TTFT in the queue (their interval at or above :data:`QUEUE_DOMINATES`); None otherwise."""
+    if att is None or queue_verdict(att) != QUEUE:
+        return None
+    return (f"explain and the server's spans disagree: explain read the TTFT growth in {experiment} as prefill "
+            f"({explain_said}), but the server's spans put {spans_figure(att)} — the queue at or above "
+            f"{QUEUE_DOMINATES * 100:.0f} % though the requests went one at a time. Cannot tell the prefill rate: "
+            f"something else held the requests (other traffic on the server?)")
