@@ -13,7 +13,7 @@ from phasescope.jsonutil import dumps
 OTLP_LISTEN_HELP = ("HOST:PORT (OTLP/HTTP, POST /v1/traces) or grpc://HOST:PORT (OTLP/gRPC, vLLM's default): receive "
                     "the server's OpenTelemetry spans for the run and take each request's queue and prefill from its "
                     "span (vLLM --otlp-traces-endpoint, SGLang --enable-trace --otlp-traces-endpoint, TGI "
-                    "--otlp-endpoint; see docs/commands/bench.md). Needs pip install 'phasescope\\[otlp]'.")
+                    "--otlp-endpoint, gRPC only; see docs/commands/bench.md; explain uses them as evidence). Needs pip install 'phasescope\\[otlp]'.")
 
 
 def check_otlp_listen(value: str | None) -> str | None:
