@@ -337,6 +337,8 @@ class OtlpGrpcReceiver(OtlpReceiver):
         return f"grpc://{self.host}:{self.port}"
 
     def start(self) -> "OtlpGrpcReceiver":
+        if not grpc_available():  # the one line, also where a caller skipped check_listen
+            raise E.InputError(GRPC_INSTALL_HINT)
         from concurrent import futures
 
         import grpc
