@@ -113,3 +113,53 @@ def test_otlp_listen_without_the_extra_says_what_to_install(monkeypatch, capsys)
     assert run(["bench", "http://127.0.0.1:9", "--otlp-listen", "127.0.0.1:4318"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'phasescope[otlp]'" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_otlp_listen_forms_name_the_protocol() -> None:
+    from phasescope import errors as E
+    from phasescope.apis.otlp import parse_listen_url
+
+    assert parse_listen_url("127.0.0.1:4318") == ("http", "127.0.0.1", 4318)
+    assert parse_listen_url("http://0.0.0.0:4318/") == ("http", "0.0.0.0", 4318)
+    assert parse_listen_url("grpc://127.0.0.1:4317") == ("grpc", "127.0.0.1", 4317)
+    assert parse_listen_url("GRPC://[::1]:4317") == ("grpc", "::1", 4317)
+    for bad in ("udp://127.0.0.1:4317", "grpc://127.0.0.1", "grpc://:4317", "127.0.0.1:99999", ""):
+        with pytest.raises(E.InputError, match="expected HOST:PORT"):
+            parse_listen_url(bad)
+
+
+def test_rust_duration_strings_from_tgi_read_as_seconds() -> None:
+    from phasescope.apis.otlp_names import rust_duration_s
+    from phasescope.testing.span_export import rust_duration
+
+    assert rust_duration_s("12.345678ms") == pytest.approx(0.012345678)
+    assert rust_duration_s("1.5s") == 1.5 and rust_duration_s("850µs") == pytest.approx(850e-6)
+    assert rust_duration_s("0ns") == 0.0 and rust_duration_s(0.25) == 0.25
+    assert rust_duration_s("soon") is None and rust_duration_s(None) is None
+    for x in (0.0, 3e-7, 4.2e-5, 0.0123456789, 1.25, 62.0):  # the fake writes them as Rust's Debug does
+        assert rust_duration_s(rust_duration(x)) == pytest.approx(x, abs=1e-9)
+
+
+def test_tgi_handler_span_and_sglang_stage_spans_map_to_engine_neutral_keys() -> None:
+    from phasescope.apis.otlp_names import server_spans
+
+    tgi = {"trace_id": "aa", "name": "generate_stream", "attributes": {
+        "queue_time": "120ms", "validation_time": "1.5ms", "inference_time": "2.25s", "total_time": "2.3715s"}}
+    other = {"trace_id": "bb", "name": "generate_stream", "attributes": {"parameters": "…"}}  # no durations: none
+    ms = 1_000_000
+    sgl = [{"trace_id": "cc", "name": " Req 0123abcd", "start_ns": 1, "end_ns": 900 * ms,
+            "attributes": {"rid": "0123abcdef"}},
+           {"trace_id": "cc", "name": "prefill_waiting", "start_ns": 100 * ms, "end_ns": 300 * ms},
+           {"trace_id": "cc", "name": "prefill_forward", "start_ns": 300 * ms, "end_ns": 350 * ms},
+           {"trace_id": "cc", "name": "chunked_prefill", "start_ns": 300 * ms, "end_ns": 320 * ms},  # inside: once
+           {"trace_id": "cc", "name": "decode_loop", "start_ns": 350 * ms, "end_ns": 600 * ms},
+           {"trace_id": "cc", "name": "decode_loop", "start_ns": 600 * ms, "end_ns": 800 * ms}]
+    got = {s["engine"]: s for s in server_spans([tgi, other, *sgl])}
+    assert set(got) == {"tgi", "sglang"}
+    t = got["tgi"]
+    assert t["queue_s"] == pytest.approx(0.12) and t["validation_s"] == pytest.approx(0.0015)
+    assert t["inference_s"] == 2.25 and t["e2e_s"] == pytest.approx(2.3715) and "prefill_s" not in t
+    s = got["sglang"]
+    assert s["request_id"] == "0123abcdef" and s["trace_id"] == "cc"
+    assert s["queue_s"] == pytest.approx(0.2) and s["prefill_s"] == pytest.approx(0.05)
+    assert s["decode_s"] == pytest.approx(0.45) and s["ttft_s"] == pytest.approx(0.25) and s["e2e_s"] == pytest.approx(0.7)

@@ -7,7 +7,8 @@
   ``opentelemetry-proto`` package, the ``[otlp]`` extra, imported on first use) or ``application/json``
   (OTLP/JSON: hex ids, attribute values as ``{"doubleValue": …}``; no extra needed), into plain spans;
 * :func:`server_span` — one span's attributes in engine-neutral names (seconds);
-* :class:`OtlpReceiver` — ``POST /v1/traces`` on HOST:PORT (OTLP/HTTP), collecting spans for a run.
+* :class:`OtlpReceiver` — ``POST /v1/traces`` on HOST:PORT (OTLP/HTTP), collecting spans for a run;
+  :class:`OtlpGrpcReceiver` — the same over OTLP/gRPC (``grpc://HOST:PORT``).
 
 Attribute names, checked at the source (vLLM ``vllm/tracing.py``, ``SpanAttributes``, main at 03b8a674):
 
@@ -26,8 +27,11 @@ vLLM attribute                          ``server_span`` key
 
 vLLM's ``gen_ai.request.id`` is its own request id, which embeds the client's ``X-Request-Id``
 (``cmpl-<id>``, ``chatcmpl-<id>``, a ``-0`` suffix per choice), so the join falls back to it when a span
-did not continue the trace. gRPC (vLLM's default exporter protocol) is not served yet: start vLLM with
-``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf``.
+did not continue the trace. SGLang's stage spans and TGI's handler spans are mapped the same way, each
+table with its source file and commit in :mod:`phasescope.apis.otlp_names`.
+
+:class:`OtlpGrpcReceiver` serves OTLP/gRPC (``--otlp-listen grpc://HOST:PORT``; vLLM's default exporter
+protocol, grpcio in the same extra): ``TraceService/Export`` with the same protobuf messages.
 """
 
 from __future__ import annotations
@@ -38,22 +42,12 @@ import threading
 from typing import Any, Iterable
 
 from phasescope import errors as E
+# each engine's names, checked at the source (VLLM_ATTRS re-exported: it was defined here)
+from phasescope.apis.otlp_names import VLLM_ATTRS as VLLM_ATTRS, server_spans
 
 #: what to install for protobuf OTLP (one line, exit 2 where it is missing)
 INSTALL_HINT = "OTLP over protobuf needs the otlp extra: pip install 'phasescope[otlp]' (opentelemetry-proto)"
-
-#: vLLM span attribute → the engine-neutral ``server_span`` key (module docstring)
-VLLM_ATTRS = {
-    "gen_ai.request.id": "request_id",
-    "gen_ai.latency.time_in_queue": "queue_s",
-    "gen_ai.latency.time_to_first_token": "ttft_s",
-    "gen_ai.latency.time_in_model_prefill": "prefill_s",
-    "gen_ai.latency.time_in_model_decode": "decode_s",
-    "gen_ai.latency.e2e": "e2e_s",
-    "gen_ai.usage.prompt_tokens": "prompt_tokens",
-    "gen_ai.usage.completion_tokens": "output_tokens",
-}
-
+GRPC_INSTALL_HINT = "OTLP over gRPC (grpc://) needs the otlp extra: pip install 'phasescope[otlp]' (grpcio, opentelemetry-proto)"
 
 def trace_id_for(record_id: str) -> str:
     """The 32-hex-digit trace id phasescope uses for ``record_id`` (never all zeros)."""
@@ -67,14 +61,27 @@ def traceparent_for(record_id: str) -> str:
     return f"00-{trace_id_for(record_id)}-{span if int(span, 16) else '0' * 15 + '1'}-01"
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:4318`` for IPv6) → (host, port); bad input is one line, exit 2."""
+def parse_listen_url(value: str) -> tuple[str, str, int]:
+    """``--otlp-listen`` → (protocol, host, port): ``HOST:PORT`` or ``http://HOST:PORT`` is OTLP/HTTP
+    (``POST /v1/traces``), ``grpc://HOST:PORT`` OTLP/gRPC (``TraceService/Export``); ``[::1]:4318`` for IPv6.
+    Bad input is one line, exit 2."""
     v = (value or "").strip()
+    proto = "http"
+    scheme, sep, rest = v.partition("://")
+    if sep:
+        proto, v = scheme.lower(), rest.rstrip("/")
     host, sep, port = v.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise E.InputError(f"--otlp-listen {value!r}: expected HOST:PORT, e.g. 127.0.0.1:4318")
-    return host, int(port)
+    if proto not in ("http", "grpc") or not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise E.InputError(f"--otlp-listen {value!r}: expected HOST:PORT (OTLP/HTTP) or grpc://HOST:PORT (OTLP/gRPC), "
+                           f"e.g. 127.0.0.1:4318 or grpc://127.0.0.1:4317")
+    return proto, host, int(port)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``--otlp-listen`` → (host, port) (:func:`parse_listen_url` without the protocol)."""
+    _, host, port = parse_listen_url(value)
+    return host, port
 
 
 def otlp_proto_available() -> bool:
@@ -89,6 +96,27 @@ def require_otlp() -> None:
     """Raise the one-line :class:`~phasescope.errors.InputError` (exit 2) when the extra is missing."""
     if not otlp_proto_available():
         raise E.InputError(INSTALL_HINT)
+
+
+def grpc_available() -> bool:
+    try:
+        import grpc  # noqa: F401
+        import opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_listen(value: str | None) -> str | None:
+    """``--otlp-listen``, checked before anything is sent: a bad address, or the extra (for gRPC, grpcio too)
+    missing, is one line, exit 2."""
+    if value is None:
+        return None
+    proto, _, _ = parse_listen_url(value)
+    require_otlp()
+    if proto == "grpc" and not grpc_available():
+        raise E.InputError(GRPC_INSTALL_HINT)
+    return value
 
 
 def _json_value(v: Any) -> Any:
@@ -145,44 +173,38 @@ def parse_traces(body: bytes, content_type: str) -> list[dict[str, Any]]:
             req.ParseFromString(body)
         except DecodeError as exc:
             raise E.InputError(f"OTLP/protobuf body does not decode ({exc})") from None
-        for rs in req.resource_spans:
-            for ss in rs.scope_spans:
-                for s in ss.spans:
-                    spans.append({"trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(), "name": s.name,
-                                  "start_ns": int(s.start_time_unix_nano), "end_ns": int(s.end_time_unix_nano),
-                                  "attributes": {a.key: _pb_value(a.value) for a in s.attributes}})
-        return spans
+        return spans_of_request(req)
     raise E.InputError(f"OTLP content type {content_type!r} is not served (application/x-protobuf or application/json)")
 
 
+def spans_of_request(req: Any) -> list[dict[str, Any]]:
+    """The spans of a decoded ``ExportTraceServiceRequest`` (OTLP/HTTP protobuf and OTLP/gRPC alike), as
+    :func:`parse_traces` returns them."""
+    spans: list[dict[str, Any]] = []
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                spans.append({"trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(), "name": s.name,
+                              "start_ns": int(s.start_time_unix_nano), "end_ns": int(s.end_time_unix_nano),
+                              "attributes": {a.key: _pb_value(a.value) for a in s.attributes}})
+    return spans
+
+
 def server_span(span: dict[str, Any]) -> dict[str, Any] | None:
-    """The span's latencies in engine-neutral names (module docstring), or None when it carries none."""
-    attrs = span.get("attributes") or {}
-    out: dict[str, Any] = {}
-    for k, name in VLLM_ATTRS.items():
-        v = attrs.get(k)
-        if v is None:
-            continue
-        if name == "request_id":
-            out[name] = str(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[name] = int(v) if name.endswith("tokens") else float(v)
-    if not any(k.endswith("_s") for k in out):
-        return None
-    out.update(engine="vllm", trace_id=span.get("trace_id"), span_name=span.get("name"))
-    return out
+    """One vLLM or TGI span's latencies in engine-neutral names (:mod:`~phasescope.apis.otlp_names`), or None when
+    it carries none (SGLang's stage spans are gathered by trace: :func:`~phasescope.apis.otlp_names.server_spans`)."""
+    from phasescope.apis.otlp_names import tgi_span, vllm_span
+
+    return vllm_span(span) or tgi_span(span)
 
 
 def join_spans(records: Iterable[Any], spans: Iterable[dict[str, Any]]) -> int:
-    """Set ``record.server_span`` for every record a span belongs to — by the trace id phasescope sent
-    (:func:`trace_id_for`), else by a ``gen_ai.request.id`` that embeds the record id; returns how many
-    records got one."""
+    """Set ``record.server_span`` for every record a span belongs to (:func:`server_spans`: vLLM, SGLang, TGI) —
+    by the trace id phasescope sent (:func:`trace_id_for`), else by a request id (vLLM ``gen_ai.request.id``,
+    SGLang ``rid``) that embeds the record id; returns how many records got one."""
     by_trace: dict[str, dict[str, Any]] = {}
     by_rid: list[dict[str, Any]] = []
-    for s in spans:
-        ss = server_span(s)
-        if ss is None:
-            continue
+    for ss in server_spans(spans):
         if ss.get("trace_id"):
             by_trace[str(ss["trace_id"])] = ss
         if ss.get("request_id"):
@@ -302,12 +324,64 @@ class OtlpReceiver:
 OTLP_WAIT_S = 8.0
 
 
+class OtlpGrpcReceiver(OtlpReceiver):
+    """OTLP/gRPC: ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` on ``host:port`` (vLLM's
+    default exporter protocol), served by grpcio's thread-pool server; ``spans`` as :class:`OtlpReceiver`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 4317) -> None:
+        super().__init__(host, port)
+        self._server: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"grpc://{self.host}:{self.port}"
+
+    def start(self) -> "OtlpGrpcReceiver":
+        if not grpc_available():  # the one line, also where a caller skipped check_listen
+            raise E.InputError(GRPC_INSTALL_HINT)
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+        rx = self
+
+        class _Service(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the gRPC method's name
+                got = spans_of_request(request)
+                with rx._lock:
+                    rx.spans.extend(got)
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="phasescope-otlp-grpc"),
+                             options=[("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                                      ("grpc.so_reuseport", 0)])  # a taken port is an error, not shared
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Service(), server)
+        addr = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        try:
+            port = server.add_insecure_port(addr)
+        except RuntimeError as exc:  # grpcio ≥ 1.50 raises where older ones return 0
+            raise E.InputError(f"--otlp-listen grpc://{addr}: cannot listen ({exc})") from None
+        if not port:
+            raise E.InputError(f"--otlp-listen grpc://{addr}: cannot listen (the address is taken or not this host's)")
+        self.port = int(port)
+        server.start()
+        self._server = server
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=1.0).wait(5)
+            self._server = None
+
+
 def start_listening(listen: str | None) -> "OtlpReceiver | None":
-    """The receiver of ``--otlp-listen HOST:PORT``, started, or None without the flag (probe and bench)."""
+    """The receiver of ``--otlp-listen`` (:func:`parse_listen_url`: OTLP/HTTP or, ``grpc://``, OTLP/gRPC),
+    started, or None without the flag (probe, bench and explain)."""
     if not listen:
         return None
-    host, port = parse_listen(listen)
-    return OtlpReceiver(host, port).start()
+    proto, host, port = parse_listen_url(listen)
+    return (OtlpGrpcReceiver if proto == "grpc" else OtlpReceiver)(host, port).start()
 
 
 def join_after_run(rx: "OtlpReceiver", records: Iterable[Any], wait_s: float) -> int:

@@ -9,22 +9,18 @@ from rich.console import Console
 
 from phasescope.jsonutil import dumps
 
-#: ``--otlp-listen`` on probe and bench (issue 35)
-OTLP_LISTEN_HELP = ("HOST:PORT: receive the server's OpenTelemetry spans (OTLP/HTTP, POST /v1/traces; vLLM "
-                    "--otlp-traces-endpoint http://HOST:PORT/v1/traces with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="
-                    "http/protobuf) and take each request's queue and prefill from its span. Needs pip install "
-                    "'phasescope\\[otlp]'.")
+#: ``--otlp-listen`` on probe, bench and explain (issue 35)
+OTLP_LISTEN_HELP = ("HOST:PORT (OTLP/HTTP, POST /v1/traces) or grpc://HOST:PORT (OTLP/gRPC, vLLM's default): receive "
+                    "the server's OpenTelemetry spans for the run and take each request's queue and prefill from its "
+                    "span (vLLM --otlp-traces-endpoint, SGLang --enable-trace --otlp-traces-endpoint, TGI "
+                    "--otlp-endpoint, gRPC only; see docs/commands/bench.md; explain uses them as evidence). Needs pip install 'phasescope\\[otlp]'.")
 
 
 def check_otlp_listen(value: str | None) -> str | None:
     """``--otlp-listen``, checked before anything is sent: a bad address, or the extra missing, is bad input."""
-    if value is None:
-        return None
-    from phasescope.apis.otlp import parse_listen, require_otlp
+    from phasescope.apis.otlp import check_listen
 
-    parse_listen(value)
-    require_otlp()
-    return value
+    return check_listen(value)
 
 
 #: ``--engine-spec`` on probe and bench (issue 33)

@@ -382,7 +382,7 @@ def bench(
     trace_duration: Optional[float] = typer.Option(None, "--trace-duration", help="Trace replay: replay S seconds of the trace (trace time, before --trace-speed)."),
     twin_from: Optional[str] = typer.Option(None, "--twin-from", help="Calibrate the twin (plan's prediction of this run, beside each percentile) from this stored run (default: the newest probe of the same target and model)."),
     no_twin: bool = typer.Option(False, "--no-twin", help="No twin: do not predict the run from a stored calibration."),
-    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="HOST:PORT", help=OTLP_LISTEN_HELP),
+    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="[grpc://]HOST:PORT", help=OTLP_LISTEN_HELP),
 ) -> None:
     """Load benchmark with vllm-bench-serve metrics, server /metrics alongside, sweeps and multi-process load."""
     from phasescope.apis.base import Timeouts

@@ -11,6 +11,8 @@ import typer
 from phasescope.apis.base import Timeouts
 from phasescope.cli._common import (
     LIVE_HELP,
+    OTLP_LISTEN_HELP,
+    check_otlp_listen,
     api_key_option,
     api_option,
     console,
@@ -45,12 +47,14 @@ LIVE_HELP.update({"explain --only": _only_help, "experiment name": _name_help, "
 def _common(url: Optional[str], names: list[str], budget: str, api: str, model: Optional[str], api_key: Optional[str],
             model_spec: Optional[str], device: Optional[str], save: bool, json_out: bool, connect_timeout: float,
             ttft_timeout: float, itl_timeout: float, single: bool, gpu_metrics: Optional[list[str]] = None,
-            nvml: bool = True, server_flags: Optional[str] = None, fmt: Optional[str] = None) -> None:
+            nvml: bool = True, server_flags: Optional[str] = None, fmt: Optional[str] = None,
+            otlp_listen: Optional[str] = None) -> None:
     from phasescope._results import ExperimentResult
     from phasescope.experiments.suite import parse_budget, run_explain
 
     sink = output(json_out, fmt)
     budget_s = parse_budget(budget)
+    otlp_listen = check_otlp_listen(otlp_listen)  # a bad address or a missing extra: one line, before any request
 
     def progress(msg: str) -> None:
         err_console.print(f"[dim]…[/dim] {msg}")
@@ -59,7 +63,7 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
                       model_spec=model_spec, device=device, progress=sink.progress(progress, always=True), save=save,
                       server_flags=server_flags,
                       timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
-                      gpu_metrics=list(gpu_metrics or []), nvml=nvml)
+                      gpu_metrics=list(gpu_metrics or []), nvml=nvml, otlp_listen=otlp_listen)
     sink.emit(ExperimentResult.of(rep, names[0]) if single else rep)
 
 
@@ -108,6 +112,7 @@ def explain(
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
     server_flags: Optional[str] = typer.Option(None, "--server-flags", help="The server's command line (e.g. \"-b 512 -np 4\", \"--max-num-batched-tokens 2048\"): advice is set against these values."),
+    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="[grpc://]HOST:PORT", help=OTLP_LISTEN_HELP),
 ) -> None:
     """Run experiments that expose each prefill/decode effect, then say what to change and why."""
     from phasescope.errors import InputError
@@ -119,7 +124,8 @@ def explain(
         if bad or not names:
             raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {experiment_names()}")
     _common(url, names, budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags, fmt=fmt)
+            ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags, fmt=fmt,
+            otlp_listen=otlp_listen)
 
 
 def experiment(
@@ -140,6 +146,7 @@ def experiment(
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
     server_flags: Optional[str] = typer.Option(None, "--server-flags", help="The server's command line (e.g. \"-b 512 -np 4\", \"--max-num-batched-tokens 2048\"): advice is set against these values."),
+    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="[grpc://]HOST:PORT", help=OTLP_LISTEN_HELP),
 ) -> None:
     """Run one experiment (its name: see the NAME argument)."""
     from phasescope.errors import InputError
@@ -147,7 +154,8 @@ def experiment(
     if registry.find(name) is None:
         raise InputError(f"unknown experiment {name!r}; choose from: {experiment_names()}")
     _common(url, [name], budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
-            ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags, fmt=fmt)
+            ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags, fmt=fmt,
+            otlp_listen=otlp_listen)
 
 
 def register(app: typer.Typer) -> None:

@@ -57,7 +57,7 @@ def probe(
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
     engine_spec: Optional[str] = typer.Option(None, "--engine-spec", help=ENGINE_SPEC_HELP),
-    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="HOST:PORT", help=OTLP_LISTEN_HELP),
+    otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="[grpc://]HOST:PORT", help=OTLP_LISTEN_HELP),
 ) -> None:
     """Measure TTFT (prefill) and decode speed apart, next to their ceilings: the one-minute test."""
     from phasescope.apis.base import Timeouts

@@ -84,6 +84,9 @@ class Diagnosis:
     settings: Any = None
     #: what the server says about its capacity (``experiments.context.ServerFacts``), when known
     facts: Any = None
+    #: where each experiment's TTFT went by the server's own spans (``explain --otlp-listen``): experiment name →
+    #: :func:`phasescope.experiments.spans.experiment_attribution`; None without spans
+    spans: dict[str, Any] | None = None
 
     def ids(self) -> list[str]:
         return [f.id for f in self.findings]

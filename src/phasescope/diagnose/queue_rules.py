@@ -5,6 +5,12 @@ and did the KV pool fill while they waited? Kept apart from :mod:`phasescope.dia
 
 The share of TTFT spent waiting is always Σ waiting ÷ Σ TTFT over the requests (time-weighted), never
 the median of per-request shares.
+
+With the server's spans (``explain --otlp-listen``) each finding carries the spans' own account as evidence
+(:mod:`phasescope.diagnose.span_rules`), and where the spans and explain's inference disagree — a queue
+inferred that the spans put near 0, or none inferred where the spans put most of TTFT in the queue — the
+rule says "cannot tell" with both figures instead of a finding; where explain cannot tell and the spans
+can, the spans' figure is the finding.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from phasescope.diagnose.findings import Diagnosis, Evidence, Finding, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
+from phasescope.diagnose.span_rules import (QUEUE, attribution, queue_disagreement, queue_verdict, span_evidence,
+                                            spans_figure)
 from phasescope.diagnose.thresholds import QUEUE_DOMINATES
 
 if TYPE_CHECKING:
@@ -38,7 +46,11 @@ def _queue_share(q: Any) -> float | None:
 def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> None:
     q, b = r.get("queue"), r.get("batching")
     found = False
-    if q is not None and q.queueing:
+    qa, ba = attribution(diag, "queue"), attribution(diag, "batching")
+    if q is not None and q.queueing and (why := queue_disagreement(True, q.reason, qa, "queue")) is not None:
+        diag.undecided.append(Undecided("ttft-queueing", why))
+        found = True
+    elif q is not None and q.queueing:
         cap, cap_src = _capacity(q)
         ev = []
         if q.metrics_available:
@@ -59,6 +71,7 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
         ev.append(Evidence(f"TTFT p99 at concurrency {q.concurrency}", q.ttft_p99_s, "s", "queue: client TTFT"))
         if q.kv_usage_max is not None:
             ev.append(Evidence("KV-cache usage (max)", 100 * q.kv_usage_max, "%", "/metrics"))
+        ev += span_evidence(qa, "queue")
         waited = []
         if q.waiting_share is not None and (q.waiting_max or 0) > 0:
             waited.append(f"up to {q.waiting_max:.0f} waited in /metrics ({q.waiting_share:.0%} of samples)")
@@ -103,7 +116,13 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
         # a result saved before that share existed is judged on the whole time outside prefill
         wait = None if top is None else (top.wait_share_total if getattr(top, "wait_share_total", None) is not None
                                          else top.queue_share_total)
-        if top is not None and wait is not None and wait >= QUEUE_DOMINATES:
+        said = (f"{wait:.0%} of TTFT at {top.concurrency} concurrent requests waiting beyond the unloaded overhead"
+                if top is not None and wait is not None else "")
+        if top is not None and wait is not None and (why := queue_disagreement(wait >= QUEUE_DOMINATES, said, ba,
+                                                                               "batching")) is not None:
+            diag.undecided.append(Undecided("ttft-queueing", why))
+            found = True
+        elif top is not None and wait is not None and wait >= QUEUE_DOMINATES:
             slots = b.max_concurrency_bound if b.bound_source and "slots" in b.bound_source else None
             mine = slots is not None and top.concurrency > slots
             cause = (f"At {top.concurrency} concurrent requests most of TTFT is waiting, not prefill"
@@ -117,8 +136,19 @@ def rule_queue(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) -> Non
                 + ([Evidence("share of TTFT spent waiting beyond the unloaded overhead", 100 * wait, "%",
                              f"batching: minus the {b.unloaded_overhead_s * 1e3:.0f} ms outside prefill at concurrency "
                              f"{b.levels[0].concurrency}")]
-                   if getattr(b, "unloaded_overhead_s", None) else []),
+                   if getattr(b, "unloaded_overhead_s", None) else []) + span_evidence(ba, "batching"),
                 [] if mine else tailored("queueing", diag.engine, diag.settings)))
             found = True
-    if not found and q is not None and q.queueing is None:
-        diag.undecided.append(Undecided("ttft-queueing", q.reason or "no queue signal"))
+    if not found and q is not None and q.queueing is False:
+        why = queue_disagreement(False, q.reason, qa, "queue")
+        if why is not None:
+            diag.undecided.append(Undecided("ttft-queueing", why))
+    elif not found and q is not None and q.queueing is None:
+        if queue_verdict(qa) == QUEUE and qa is not None:  # explain cannot tell; the server's own spans can
+            diag.findings.append(Finding(
+                "ttft-queueing", "info",
+                f"At {q.concurrency} concurrent requests, the server's own spans put {spans_figure(qa)}: requests "
+                f"waited before their prefill (explain's own channels could not tell: {q.reason or 'no queue signal'}).",
+                span_evidence(qa, "queue"), tailored("queueing", diag.engine, diag.settings)))
+        else:
+            diag.undecided.append(Undecided("ttft-queueing", q.reason or "no queue signal"))

@@ -16,6 +16,7 @@ from phasescope.diagnose.batching_rules import batching_gate, level_interval
 from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.queue_rules import rule_queue
 from phasescope.diagnose.spec_rules import rule_speculation
+from phasescope.diagnose.span_rules import attribution, prefill_disagreement, span_evidence
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Rule, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
 from phasescope.diagnose.tradeoffs import prefill_cost, reconcile
@@ -124,7 +125,11 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
         return
     src = f"prompt-scaling: fit of median TTFT over {ps.fit.n_points} prompt lengths (R² {ps.fit.r2:.2f})"
     pts = [p for p in ps.points if p.ttft_s is not None]
-    if not ps.ttft_grows:
+    pa = attribution(diag, "prompt-scaling")  # where its TTFT went by the server's own spans (explain --otlp-listen)
+    why_not = prefill_disagreement(f"prefill at {ps.prefill_tok_s:.0f} tok/s" if ps.prefill_tok_s else "TTFT grew", pa)
+    if ps.ttft_grows and why_not is not None:
+        diag.undecided.append(Undecided("prompt-cost", why_not))
+    elif not ps.ttft_grows:
         diag.undecided.append(Undecided(
             "prompt-cost", f"TTFT did not grow with the prompt ({ps.ttft_growth_x:.2f}× from {pts[0].prompt_tokens} "
                            f"to {pts[-1].prompt_tokens} tokens): a cache may have answered, or prefill is hidden by overhead"))
@@ -154,7 +159,7 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
                      f"its rate ({ps.prefill_tok_s:.0f} tok/s) is rough (a busy machine?); {decode}")
         diag.findings.append(Finding(
             "prompt-cost", "info", cause,
-            ev, tailored("prefill_slow", diag.engine, diag.settings)))
+            ev + span_evidence(pa, "prompt-scaling"), tailored("prefill_slow", diag.engine, diag.settings)))
     # When the server times its own prefill, the overhead is what lies outside it (measured per
     # request); otherwise the fit's intercept a.
     a_iv = None
@@ -177,7 +182,8 @@ def rule_prompt_cost(r: dict[str, Any], diag: Diagnosis, ceil: Ceilings | None) 
         diag.findings.append(Finding(
             "ttft-fixed-overhead", "problem",
             f"{a * 1e3:.0f} ms of every TTFT does not depend on the prompt: it is spent outside prefill.",
-            [a_ev, Evidence(f"TTFT at {pts[0].prompt_tokens} prompt tokens", pts[0].ttft_s, "s", "prompt-scaling: median client TTFT")],
+            [a_ev, Evidence(f"TTFT at {pts[0].prompt_tokens} prompt tokens", pts[0].ttft_s, "s", "prompt-scaling: median client TTFT")]
+            + span_evidence(pa, "prompt-scaling"),  # the spans split "outside prefill" into queue and network
             advice_for("fixed_overhead", diag.engine)))
 
 
@@ -469,14 +475,15 @@ RULES: tuple[Rule, ...] = (QUEUE, PREFIX_CACHE, PROMPT_COST, DECODE_CEILING, LON
 
 def diagnose(results: dict[str, Any], *, engine: str | None = None, ceilings: Ceilings | None = None,
              records: Sequence[Any] = (), settings: Any = None, facts: Any = None,
-             rules: Sequence[Rule] = ()) -> Diagnosis:
+             rules: Sequence[Rule] = (), spans: dict[str, Any] | None = None) -> Diagnosis:
     """Run every rule over ``results`` (experiment name → typed result) and return the diagnosis.
 
     ``settings`` (:class:`phasescope.diagnose.settings.ServerSettings`): the server's current
     settings; advice then names them and leaves out changes that would not act. ``rules``: the
     experiments' rules (their specs'), run with :data:`RULES` each at its ``order`` (a rule named twice
-    runs once) — how a registered experiment's own rule is heard."""
-    diag = Diagnosis(engine=engine, settings=settings, facts=facts)
+    runs once) — how a registered experiment's own rule is heard. ``spans``: where each experiment's TTFT
+    went by the server's spans (``explain --otlp-listen``, :mod:`phasescope.diagnose.span_rules`)."""
+    diag = Diagnosis(engine=engine, settings=settings, facts=facts, spans=spans)
     for rule in sorted(dict.fromkeys([*RULES, *rules]), key=lambda r: r.order):
         rule.check(results, diag, ceilings)
     rule_model_load(results, diag, ceilings, records)

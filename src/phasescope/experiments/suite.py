@@ -74,6 +74,10 @@ class ExplainReport(Result):
     server_build: dict[str, Any] | None = None  # engine build, flags, model file (phasescope.load.hygiene)
     status: str = "complete"  # complete · partial (stopped early: a dead server, a full disk) · failed (no success)
     stop_reason: str | None = None  # why it stopped early or failed (None: it did not)
+    #: ``--otlp-listen`` (issue 35): where the time went from the server's spans, per experiment
+    #: (:func:`span_attribution`), and each joined span by record id (``show --request`` reads them back)
+    waterfall: dict[str, Any] | None = None
+    server_spans: dict[str, Any] | None = None
 
     def warnings(self) -> list[dict[str, Any]]:
         """Every experiment's warnings (prefixed with its name) and ``host_busy``, as dicts."""
@@ -100,6 +104,7 @@ class ExplainReport(Result):
             "skipped": self.skipped,
             "experiments": {k: v for k, v in self.experiments.items()},
             **({"gpu": self.gpu} if self.gpu is not None else {}),
+            **({"waterfall": self.waterfall, "server_spans": self.server_spans} if self.waterfall is not None else {}),
         })
 
 
@@ -268,9 +273,11 @@ def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str
                 api_key: str | None = None, progress: Callable[[str], None] | None = None, save: bool = True,
                 timeouts: Timeouts | None = None, store_path: str | None = None,
                 gpu_metrics: list[str] | None = None, nvml: bool = True,
-                server_flags: str | None = None) -> ExplainReport:
+                server_flags: str | None = None, otlp_listen: str | None = None,
+                otlp_wait_s: float | None = None) -> ExplainReport:
     """Everything ``phasescope explain`` / ``experiment`` do, synchronously (``names``: default every
-    registered experiment)."""
+    registered experiment). ``otlp_listen``: ``--otlp-listen`` (:mod:`phasescope.experiments.spans`); after
+    the suite, wait at most ``otlp_wait_s`` (:data:`~phasescope.apis.otlp.OTLP_WAIT_S`) for the spans."""
     names = registry.names() if names is None else names
     bad = [n for n in names if registry.find(n) is None]
     if bad:
@@ -281,17 +288,22 @@ def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str
     from phasescope.theory.inputs import check_ceiling_inputs
 
     check_ceiling_inputs(model_spec, device)  # so is an unknown --model-spec or --device
+    from phasescope.apis.otlp import OTLP_WAIT_S, check_listen
+
+    check_listen(otlp_listen)  # and a bad --otlp-listen, or its extra missing
     return asyncio.run(_run_explain(url, budget_s=budget_s, names=list(names), api=api, model=model,
                                     model_spec=model_spec, device=device, api_key=api_key, progress=progress,
                                     save=save, timeouts=timeouts, store_path=store_path,
-                                    gpu_metrics=gpu_metrics, nvml=nvml, server_flags=server_flags))
+                                    gpu_metrics=gpu_metrics, nvml=nvml, server_flags=server_flags,
+                                    otlp=(otlp_listen, OTLP_WAIT_S if otlp_wait_s is None else otlp_wait_s)))
 
 
 async def _run_explain(url: str | None, *, budget_s: float, names: list[str], api: str, model: str | None,
                        model_spec: str | None, device: str | None, api_key: str | None,
                        progress: Callable[[str], None] | None, save: bool, timeouts: Timeouts | None,
                        store_path: str | None, gpu_metrics: list[str] | None = None,
-                       nvml: bool = True, server_flags: str | None = None) -> ExplainReport:
+                       nvml: bool = True, server_flags: str | None = None,
+                       otlp: tuple[str | None, float] = (None, 0.0)) -> ExplainReport:
     from phasescope.target import open_target
 
     say = progress or (lambda _m: None)
@@ -317,7 +329,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                         engine_version=getattr(det, "version", None), device=ceil.device if ceil else None) as out:
             try:
                 return await _explain_in(ot, target, det, out, budget_s, names, say, server_flags, url, gpu, ceil,
-                                         w, kv, msrc, t_start)
+                                         w, kv, msrc, t_start, otlp, _bounds(model_spec, device, det, url is None))
             except BaseException:
                 if gpu is not None:
                     gpu.stop()
@@ -327,7 +339,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
 async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float, names: list[str],
                       say: Callable[[str], None], server_flags: str | None, url: str | None, gpu: Any,
                       ceil: Ceilings | None, w: float | None, kv: float | None, msrc: str,
-                      t_start: float) -> ExplainReport:
+                      t_start: float, otlp: tuple[str | None, float] = (None, 0.0), bounds: Any = None) -> ExplainReport:
     from phasescope.experiments.context import experiment_session
     from phasescope.measure.records import ThreadedSink
     from phasescope.diagnose.gpu_evidence import explain_gpu_finish
@@ -353,15 +365,31 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
         from phasescope.measure.host import HostSampler
 
         host = HostSampler(target.base_url).start()
+        from phasescope.apis.otlp import join_after_run, start_listening
+
+        listen, wait_s = otlp
+        rx = start_listening(listen)  # --otlp-listen: the server's spans, joined after the suite
         try:
             results, skipped = await run_suite(ctx, budget_s, names, weight_bytes=w, kv_bytes_per_token=kv,
                                                model_source=msrc)
+        except BaseException:
+            if rx is not None:
+                rx.stop()
+            raise
         finally:
             host_d = host.stop()
             await ctx.close()
             sink.close()  # every record is on disk before the run is finished
+    spans_doc = server_spans = span_att = None
+    if rx is not None:
+        from phasescope.experiments.spans import explain_spans
+
+        say(f"waiting up to {wait_s:g} s for the server's spans (--otlp-listen {listen})")
+        received = await asyncio.to_thread(join_after_run, rx, ctx.records, wait_s)
+        spans_doc, server_spans = explain_spans(ctx.records, list(results), received, listen, bounds)
+        span_att = spans_doc["experiments"]
     diag = diagnose(results, engine=target.engine, ceilings=ceil, records=ctx.records, settings=settings,
-                    facts=facts, rules=registry.rules())
+                    facts=facts, rules=registry.rules(), spans=span_att)
     add_skipped(diag, skipped)
     from phasescope.probing.ceilings import explain_above_ceiling
 
@@ -375,7 +403,7 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
         budget_s=budget_s, facts=facts, calibration=ctx.calib, experiments=results, diagnosis=diag,
         ceilings=ceil, settings=settings, run_id=out.store_id, records_path=rp,
         duration_s=time.monotonic() - t_start, skipped=skipped, gpu=gpu_doc, host=host_d,
-        server_build=_server_build(det))
+        server_build=_server_build(det), waterfall=spans_doc, server_spans=server_spans)
     if sink.error is not None:  # a record could not be written (a full disk): partial, and said
         report.status, report.stop_reason = "partial", f"stopped: {sink.error}"
         out.finish(report.to_json(), status="partial")
@@ -393,6 +421,23 @@ async def _explain_in(ot: Any, target: Any, det: Any, out: Any, budget_s: float,
                           f"({len(ctx.records)} records)", hint=f"records: {rp}")
     out.finish(report.to_json())
     return report
+
+
+def _bounds(model_spec: str | None, device: str | None, det: Any, embedded: bool) -> Any:
+    """The waterfall's prefill floor and decode ceiling (:func:`phasescope.theory.ceilings.waterfall_bounds`) for
+    the model and device :func:`resolve_ceilings` reads, or None when either is unknown (advisory: never fails)."""
+    try:
+        from phasescope.theory.ceilings import waterfall_bounds
+        from phasescope.theory.devices import get_device, load_local_device
+        from phasescope.theory.models import from_llamacpp_props, load_model_spec
+
+        spec = (load_model_spec(model_spec) if model_spec else
+                from_llamacpp_props(det.props, meta=getattr(det, "model_meta", None))
+                if det is not None and getattr(det, "props", None) else None)
+        dev = get_device(device) if device else (load_local_device() if embedded else None)
+        return waterfall_bounds(spec, dev) if spec is not None and dev is not None else None
+    except Exception:  # noqa: BLE001 - no bounds is no failure: the phases stand alone
+        return None
 
 
 def _run_failure(ctx: RunContext) -> tuple[str, str] | None:

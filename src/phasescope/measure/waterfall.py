@@ -29,6 +29,9 @@ phases add up to the client's E2E (start → last token) *exactly*:
 With a span (``source: "span"``, not derived): queue and prefill are the server's
 ``queue_s``/``prefill_s``; network and client is the rest of the client's TTFT (connect inside it), and
 ``client_minus_server_ttft_s`` = client TTFT − the span's TTFT (the client's share as the server sees it).
+A span that times the queue but no prefill (TGI: its ``prefill`` span is per batch,
+:mod:`phasescope.apis.otlp_names`) gives the queue; prefill is then **derived**, the client's TTFT less connect,
+the span's validation and its queue — the network inside it, so ``network_s`` is 0 — and ``derived`` is True.
 
 Bounds beside each phase, where the caller knows the model and the device (:class:`Bounds`; from
 :func:`phasescope.theory.ceilings.waterfall_bounds`): the prefill floor of the *computed* tokens and
@@ -127,7 +130,7 @@ def request_waterfall(r: RequestRecord, bounds: Bounds | None = None, *,
     ttft = first - start
     conn = max(0, min(ttft, (r.t_conn_ready_ns - start) if r.t_conn_ready_ns is not None else 0))
     span = r.server_span if isinstance(r.server_span, dict) else None
-    if span is not None and _num(span.get("queue_s")) is not None and _num(span.get("prefill_s")) is not None:
+    if span is not None and _num(span.get("queue_s")) is not None:
         return _span_waterfall(r, span, bounds, first, last)
     srv = r.server or {}
     pre_s = _num(srv.get("prefill_s"))
@@ -172,21 +175,31 @@ def _span_waterfall(r: RequestRecord, span: dict[str, Any], bounds: Bounds | Non
     start = r.t_start_ns
     ttft = first - start
     q = max(0, int(round(float(span["queue_s"]) * NS)))
-    p = max(0, int(round(float(span["prefill_s"]) * NS)))
-    shown_p = min(p, ttft)
-    shown_q = min(q, ttft - shown_p)
+    conn0 = max(0, min(ttft, (r.t_conn_ready_ns - start) if r.t_conn_ready_ns is not None else 0))
+    derived = _num(span.get("prefill_s")) is None
+    if derived:  # the queue but no prefill (TGI): prefill = TTFT − connect − validation − queue, the network inside
+        v = max(0, int(round((_num(span.get("validation_s")) or 0.0) * NS)))
+        shown_q = min(q, ttft - conn0)
+        p = shown_p = max(0, ttft - conn0 - shown_q - v)
+    else:
+        p = max(0, int(round(float(span["prefill_s"]) * NS)))
+        shown_p = min(p, ttft)
+        shown_q = min(q, ttft - shown_p)
     nc = ttft - shown_p - shown_q
-    conn = max(0, min(nc, (r.t_conn_ready_ns - start) if r.t_conn_ready_ns is not None else 0))
+    conn = max(0, min(nc, conn0))
     srv_ttft = _num(span.get("ttft_s"))
     cached = derive.cached_prompt_tokens(r)
     computed = None if r.prompt_tokens is None else max(0, r.prompt_tokens - (cached or 0))
-    out: dict[str, Any] = {"id": r.id, "derived": False, "source": "span", "ttft_s": ttft / NS,
+    out: dict[str, Any] = {"id": r.id, "derived": derived, "source": "span", "ttft_s": ttft / NS,
                            "e2e_s": (last - start) / NS, "connect_s": conn / NS, "network_s": (nc - conn) / NS,
                            "network_client_s": nc / NS,
-                           "network_note": "the client's TTFT less the server's queue and prefill",
+                           "network_note": ("the span times no prefill: prefill is the client's TTFT less connect and "
+                                            "the span's validation and queue, the network inside it" if derived else
+                                            "the client's TTFT less the server's queue and prefill"),
                            "client_minus_server_ttft_s": (ttft / NS - srv_ttft) if srv_ttft is not None else None,
                            "queue_s": shown_q / NS, "prefill_s": shown_p / NS, "server_s": (shown_q + shown_p) / NS,
-                           "server_prefill_s": float(span["prefill_s"]), "server_queue_s": float(span["queue_s"]),
+                           "server_prefill_s": None if derived else float(span["prefill_s"]),
+                           "server_queue_s": float(span["queue_s"]), "engine": span.get("engine"),
                            "clamped": shown_p < p or shown_q < q, "decode_s": (last - first) / NS,
                            "server_decode_s": _num(span.get("decode_s")), "cached_tokens": cached,
                            "computed_tokens": computed}
@@ -257,13 +270,14 @@ def run_waterfall(records: Sequence[RequestRecord], bounds: Bounds | None = None
     """The ``waterfall`` key of probe/bench ``--json`` (module docstring): per TTFT band the mean
     ``queue_s``, ``prefill_s``, ``decode_s``, ``network_client_s`` and the shares of TTFT with intervals;
     ``spans_joined`` (successful requests with a server span), ``spans_missing`` (those without one),
-    ``unattributed`` (with neither a span nor the server's timings), ``derived`` (True when some queue is TTFT
-    less what was measured, not a span's), and ``sentence``."""
+    ``unattributed`` (with neither a span nor the server's timings), ``derived`` (True when some queue — or, from
+    a span that times no prefill, some prefill — is TTFT less what was measured), and ``sentence``."""
     net = network_estimate_ns(records)
     ws = [w for w in (request_waterfall(r, bounds, network_ns=net) for r in records if r.ok) if w is not None]
     timed = [w for w in ws if w["prefill_s"] is not None]
     joined = sum(1 for w in ws if w["source"] == "span")
-    out: dict[str, Any] = {"derived": joined < len(timed), "source": "span" if joined and joined == len(timed) else
+    prefill_derived = any(w["source"] == "span" and w["derived"] for w in timed)
+    out: dict[str, Any] = {"derived": joined < len(timed) or prefill_derived, "source": "span" if joined and joined == len(timed) else
                            ("span+timings" if joined else "timings"), "spans_joined": joined,
                            "spans_missing": len(ws) - joined, "unattributed": len(ws) - len(timed),
                            "requests": len(timed), "bands": {}}
@@ -276,7 +290,8 @@ def run_waterfall(records: Sequence[RequestRecord], bounds: Bounds | None = None
         out["bands"][name] = band_attribution(_band_members(timed, lo, hi), seed=seed)
     slow = sorted(timed, key=lambda w: w["ttft_s"], reverse=True)[:5]
     out["slowest"] = slow
-    out["sentence"] = attribution_sentence(out["bands"]["p99"], "p99", derived=out["derived"])
+    out["sentence"] = attribution_sentence(out["bands"]["p99"], "p99", derived=joined < len(timed),
+                                           prefill_derived=prefill_derived)
     return out
 
 
@@ -289,7 +304,8 @@ def _pct(share: dict[str, Any] | None) -> str:
     return f"{v * 100:.0f} % ({lo * 100:.0f}–{hi * 100:.0f} %)"
 
 
-def attribution_sentence(band: dict[str, Any], name: str = "p99", *, derived: bool = True) -> str:
+def attribution_sentence(band: dict[str, Any], name: str = "p99", *, derived: bool = True,
+                         prefill_derived: bool = False) -> str:
     """"Of p99 TTFT, 71 % (65–78 %) was queue, 24 % prefill (1.9× its floor), 5 % network and client"."""
     sh = band["shares"]
     floor = band.get("prefill_vs_floor")
@@ -297,7 +313,8 @@ def attribution_sentence(band: dict[str, Any], name: str = "p99", *, derived: bo
     return (f"Of {name} TTFT ({band['n']} request{'s' if band['n'] != 1 else ''}, mean {band['ttft_s'] * 1e3:,.1f} ms), "
             f"{_pct(sh['queue'])} was queue, {pre}, {_pct(sh['network_client'])} network and client "
             + ("(queue derived: TTFT less the server's prompt time and the network)" if derived
-               else "(queue and prefill from the server's spans)"))
+               else "(queue from the server's spans; prefill derived: TTFT less that queue, the network inside it)"
+               if prefill_derived else "(queue and prefill from the server's spans)"))
 
 
 def waterfall_lines(w: dict[str, Any]) -> list[str]:
@@ -311,13 +328,15 @@ def waterfall_lines(w: dict[str, Any]) -> list[str]:
     if w["prefill_s"] is None:
         rows.append(("queue + prefill", w["server_s"], "no server timings: not separable"))
     else:
-        rows.append(("queue (derived)", w["queue_s"], "TTFT − connect − network − prefill") if w["derived"]
+        span = w["source"] == "span"
+        rows.append(("queue (derived)", w["queue_s"], "TTFT − connect − network − prefill") if w["derived"] and not span
                     else ("queue", w["queue_s"], "the server span's time in queue"))
         tok = f"{w['computed_tokens']} computed + {w['cached_tokens'] or 0} cached tokens" \
             if w.get("computed_tokens") is not None else ""
         fl = f"; floor {ms(w['prefill_floor_s'])} ({w['prefill_vs_floor']:.1f}×)" if w.get("prefill_vs_floor") else ""
         cl = "; cut to what TTFT leaves" if w.get("clamped") else ""
-        rows.append(("prefill", w["prefill_s"], tok + fl + cl))
+        rows.append(("prefill (derived)" if w["derived"] and span else "prefill", w["prefill_s"],
+                     ("TTFT − connect − the span's validation and queue; " if w["derived"] and span else "") + tok + fl + cl))
     dfl = f"at the decode ceiling {ms(w['decode_floor_s'])} ({w['decode_vs_floor']:.1f}×)" if w.get("decode_vs_floor") else ""
     srv = f"server {ms(w['server_decode_s'])}" if w.get("server_decode_s") is not None else ""
     rows.append(("decode", w["decode_s"], "; ".join(x for x in (srv, dfl) if x)))

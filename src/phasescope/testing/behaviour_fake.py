@@ -81,10 +81,15 @@ class Behaviour:
     #: designed noise: each scheduler step lasts an extra Exp(mean ``jitter_s``) seconds (seeded)
     jitter_s: float = 0.0
     jitter_seed: int = 0
-    #: export one OpenTelemetry span per finished OpenAI-API request to this OTLP/HTTP endpoint
-    #: (``http://HOST:PORT/v1/traces``) with the official SDK exporter (the test extra), named as vLLM names
-    #: them (``vllm/tracing.py``) and continuing the caller's ``traceparent``; the truth in ``fake.span_truth``
+    #: export the spans of every finished OpenAI-API request to this OTLP endpoint with the official SDK
+    #: exporter (the test extra): ``http://HOST:PORT/v1/traces`` OTLP/HTTP protobuf, ``grpc://HOST:PORT``
+    #: OTLP/gRPC; named as the flavour's engine names them (vLLM, SGLang, TGI: :mod:`phasescope.testing.span_export`;
+    #: llamacpp, which has no OTLP, as vLLM) and continuing the caller's ``traceparent``; the truth in ``fake.span_truth``
     otlp_endpoint: str | None = None
+    #: False: the exported span's clock starts at admission to a slot, not at arrival (queue 0, TTFT from
+    #: admission), as an engine's span that cannot see a wait in front of it (a proxy, the API server's backlog)
+    #: — a designed disagreement between the span and what the client and /metrics see
+    span_counts_queue: bool = True
 
     def __post_init__(self) -> None:
         if self.flavour not in FLAVOURS:
@@ -613,39 +618,34 @@ class BehaviourFake(LoopbackServer):
             return web.Response(status=499)
 
     def _export_span(self, request: web.Request, seq: _Seq) -> None:
-        """One vLLM-named span for a finished request (``Behaviour.otlp_endpoint``): queue = arrival →
-        prefill start, prefill = prefill start → first token, decode = first → last token, TTFT and E2E from
-        arrival, as vLLM's output processor computes them; recorded in ``span_truth`` by ``X-Request-Id``."""
+        """The finished request's span(s), named as the flavour's engine names them
+        (:mod:`phasescope.testing.span_export`; ``Behaviour.otlp_endpoint``): queue = arrival → prefill start,
+        prefill = prefill start → first token, decode = first → last token, TTFT and E2E from arrival; recorded
+        in ``span_truth`` by ``X-Request-Id``."""
         if not self.b.otlp_endpoint or seq.t_prefill_start is None or seq.t_prefill_end is None:
             return
+        from phasescope.testing import span_export as X
+
         if self._tracer is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-            self._provider = TracerProvider()
-            self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=self.b.otlp_endpoint),
-                                                                 schedule_delay_millis=50))
-            self._tracer = self._provider.get_tracer("vllm.entrypoints.openai")
-        from opentelemetry.trace import SpanKind
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
+            self._provider, self._tracer = X.tracer_for(self.b.otlp_endpoint, self.b.flavour)
         xrid = request.headers.get("X-Request-Id") or f"fake-{self.requests_seen}"
         arrival, p0, p1 = seq.t_arrival, seq.t_prefill_start, seq.t_prefill_end
+        if not self.b.span_counts_queue:
+            arrival = p0
         last = seq.t_last or p1
-        truth: dict[str, Any] = {"request_id": f"cmpl-{xrid}", "queue_s": p0 - arrival, "prefill_s": p1 - p0, "decode_s": last - p1,
-                 "ttft_s": p1 - arrival, "e2e_s": last - arrival, "t_arrival": arrival}
+        truth: dict[str, Any] = {"request_id": f"cmpl-{xrid}", "queue_s": p0 - arrival, "prefill_s": p1 - p0,
+                                 "decode_s": last - p1, "ttft_s": p1 - arrival, "e2e_s": last - arrival,
+                                 "t_arrival": arrival}
+        if self.b.flavour == "sglang":
+            truth["request_id"] = f"{zlib.crc32(xrid.encode()):08x}{len(self.span_truth):024x}"  # SGLang's own rid
+            X.export_sglang(self._tracer, request.headers, truth["request_id"], arrival, p0, p1, last)
+        elif self.b.flavour == "tgi":
+            handler = "chat_completions" if request.path.endswith("/chat/completions") else "completions"
+            truth.update(request_id=None, validation_s=0.0, inference_s=last - p0, span_name=handler)
+            X.export_tgi(self._tracer, request.headers, handler, arrival, p0, last, seq.generated)
+        else:
+            X.export_vllm(self._tracer, request.headers, truth, len(seq.tokens), seq.generated, self.b.model)
         self.span_truth[xrid] = truth
-        ctx = TraceContextTextMapPropagator().extract({k.lower(): v for k, v in request.headers.items()})
-        attrs = {"gen_ai.request.id": truth["request_id"], "gen_ai.response.model": self.b.model,
-                 "gen_ai.usage.prompt_tokens": len(seq.tokens), "gen_ai.usage.completion_tokens": seq.generated,
-                 "gen_ai.latency.time_in_queue": truth["queue_s"], "gen_ai.latency.time_to_first_token": truth["ttft_s"],
-                 "gen_ai.latency.e2e": truth["e2e_s"], "gen_ai.latency.time_in_model_prefill": truth["prefill_s"],
-                 "gen_ai.latency.time_in_model_decode": truth["decode_s"]}
-        now = time.time_ns()
-        with self._tracer.start_as_current_span("llm_request", context=ctx, kind=SpanKind.SERVER, attributes=attrs,
-                                                start_time=now - int(truth["e2e_s"] * 1e9), end_on_exit=False) as span:
-            span.end(end_time=now)
 
     def _usage(self, seq: _Seq) -> dict[str, Any]:
         u: dict[str, Any] = {"prompt_tokens": len(seq.tokens), "completion_tokens": seq.generated,
