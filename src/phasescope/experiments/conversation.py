@@ -429,7 +429,7 @@ async def _send_chat(ctx: RunContext, req: Any, **tags: Any) -> tuple[RequestRec
     req.id = ctx.next_id(NAME)
     coro = protocols.chat_of(ctx.target.api).send(ctx.session, ctx.target, req)
     rec = await ctx.bounded(coro, req)  # stopped at the budget's hard deadline like every experiment request
-    reply = str((rec.tags or {}).pop("reply_text", "") or "")
+    reply = str((rec.tags or {}).pop("reply_text", "") or "").strip()  # resent trimmed, as bench's sessions do
     rec.tags = {**(rec.tags or {}), **req.tags}
     ctx.keep(rec)
     return rec, reply

@@ -323,7 +323,10 @@ async def run_sessions(
             res.scheduled += 1
             res.sent += 1
             rec = await send_one(req, now_ns())
-            reply = str(rec.tags.pop("reply_text", "") or "")
+            # resent trimmed, and counted as resent: chat templates such as Gemma's (llama.cpp's built-in one) and
+            # Llama 3's trim each message's content, so a reply that began or ended with a newline was counted
+            # one token longer than the server then tokenized it
+            reply = str(rec.tags.pop("reply_text", "") or "").strip()
             resent = None
             if rec.ok and count is not None:
                 try:
