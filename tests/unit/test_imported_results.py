@@ -4,6 +4,7 @@ numbers against the file, the definitions it states, and bad files as one InputE
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -144,7 +145,50 @@ def test_vllm_start_times_place_the_requests_and_rebuild_throughput(tmp_path: Pa
     p.write_text(json.dumps(doc))
     imp = load_result(p)
     assert [r.t_start_ns for r in imp.records][:2] == [1000 * 10**9, round(1000.06 * 10**9)]
-    assert "throughput_tok_s" not in imp.summary["definitions"]
+    assert imp.summary["definitions"]["throughput_tok_s"]["comparable"] is True  # rebuilt; the duration/span difference said
     span = (max(r.events[-1].t_ns for r in imp.records) - imp.records[0].t_start_ns) / 1e9
     tput = point_value(samples_of(imp.records), METRIC_BY_KEY["throughput_tok_s"])
     assert tput == pytest.approx(sum(doc["output_lens"]) / span)
+
+
+def test_a_real_vllm_detailed_file_reads_every_metric_as_the_file_has_it() -> None:
+    """``vllm_real_save_result.json``: written by vLLM 0.33.0's own ``vllm bench serve --save-result
+    --save-detailed`` against phasescope's vLLM fake (tests/data/imports/README.md says how). It carries keys the
+    hand-built files lack (``latencies``, ``queue_times``, ``start_times`` on perf_counter's clock,
+    ``request_rate: "inf"``, no ``*_e2el_ms`` under the default --percentile-metrics)."""
+    doc = _doc("vllm_real_save_result.json")
+    imp = load_result(DATA / "vllm_real_save_result.json")
+    assert imp.source == "vllm" and imp.model == doc["model_id"] == "fake-model"
+    for k in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms", "output_throughput"):
+        assert imp.summary[k] == doc[k], k
+    assert "median_e2el_ms" not in doc and "median_e2el_ms" not in imp.summary  # not invented
+    assert (imp.summary["completed"], imp.summary["failed"], imp.summary["duration_s"]) == (
+        doc["completed"], doc["failed"], doc["duration"])
+    assert imp.params["max_concurrency"] == 2 and imp.params["request_rate"] == "inf"
+    # the rebuilt requests give back the file's own aggregates, and its per-request numbers
+    assert len(imp.records) == doc["completed"] == 20
+    s = samples_of(imp.records)
+    for key, want in (("ttft_s", doc["median_ttft_ms"]), ("ttft_p99_s", doc["p99_ttft_ms"]),
+                      ("tpot_s", doc["median_tpot_ms"]), ("itl_p50_s", doc["median_itl_ms"]),
+                      ("itl_p99_s", doc["p99_itl_ms"])):
+        assert point_value(s, METRIC_BY_KEY[key]) * 1000 == pytest.approx(want, rel=1e-6), key
+    assert point_value(s, METRIC_BY_KEY["e2e_s"]) == pytest.approx(statistics.median(doc["latencies"]), rel=1e-6)
+    for r, t0, ttft, lat, n_in, n_out in zip(imp.records, doc["start_times"], doc["ttfts"], doc["latencies"],
+                                             doc["input_lens"], doc["output_lens"]):
+        assert r.t_start_ns == round(t0 * 1e9) and derive.ttft_s(r) == pytest.approx(ttft, abs=1e-8)
+        assert derive.e2e_s(r) == pytest.approx(lat, abs=1e-8)
+        assert (r.prompt_tokens, r.output_tokens, len(r.events)) == (n_in, n_out, n_out)  # one token per event
+    # one token per event in every request: vLLM's per-event ITL is phasescope's per-token ITL, and it says so
+    for key in ("itl_p50_s", "itl_p99_s"):
+        assert imp.summary["definitions"][key]["comparable"] is True
+        assert "one token per event" in imp.summary["definitions"][key]["why"]
+    # throughput is rebuilt from the requests' span; the file's own number divides by vLLM's benchmark duration,
+    # which also counts the time before the first request and after the last: both numbers are stated
+    span = max(t + lat for t, lat in zip(doc["start_times"], doc["latencies"])) - min(doc["start_times"])
+    tput = point_value(s, METRIC_BY_KEY["throughput_tok_s"])
+    assert tput == pytest.approx(sum(doc["output_lens"]) / span, rel=1e-6)
+    assert tput != pytest.approx(doc["output_throughput"], rel=1e-5)  # the two definitions differ here
+    d = imp.summary["definitions"]["throughput_tok_s"]
+    assert d["comparable"] is True  # compare reads both runs by span
+    assert f"{doc['output_throughput']:.1f} tok/s" in d["why"] and f"{tput:.1f} tok/s" in d["why"]
+    assert f"{doc['duration']:.3f} s" in d["why"] and f"{span:.3f} s" in d["why"]
