@@ -1,7 +1,9 @@
-"""issue 34: `compare` of a stored phasescope run against a REAL `vllm bench serve --save-result --save-detailed`
-file from the same fake prints per-metric verdicts whose values match the file, and `report` draws both.
+"""issue 34: `compare` of a stored phasescope run against REAL `vllm bench serve --save-result` files (with and
+without --save-detailed) from the same fake prints per-metric verdicts whose values match the file, and `report`
+draws both.
 
-``tests/data/imports/vllm_real_save_result.json`` was written by vLLM 0.33.0's own benchmark client against
+``tests/data/imports/vllm_real_save_result.json`` (and ``…_summary.json``, the same command without
+--save-detailed) was written by vLLM 0.33.0's own benchmark client against
 ``python -m phasescope.testing --flavor vllm --ttft-ms 20 --itl-ms 5`` (tests/data/imports/README.md gives the
 command line). Here the same fake, with the same settings, serves `phasescope bench` with the same workload (64-token
 random prompts, 16 output tokens, 20 prompts, 2 in flight); vLLM itself is not needed. Timing verdicts are not
@@ -23,7 +25,9 @@ from phasescope.report.compare import VERDICTS
 from phasescope.testing.fakeserver import FakeServer
 from cli_helpers import isolated_home, run  # noqa: F401  (isolated_home: the autouse fixture "_home")
 
-REAL = Path(__file__).resolve().parents[1] / "data" / "imports" / "vllm_real_save_result.json"
+DATA = Path(__file__).resolve().parents[1] / "data" / "imports"
+REAL = DATA / "vllm_real_save_result.json"  # --save-result --save-detailed
+REAL_SUMMARY = DATA / "vllm_real_save_result_summary.json"  # --save-result alone, the same command otherwise
 
 
 def _file_values(doc: dict[str, Any]) -> dict[str, float]:
@@ -116,12 +120,39 @@ def test_compare_and_report_a_phasescope_run_beside_a_real_vllm_result(
     assert code == 0, err
     assert f"{doc['median_ttft_ms']:.1f} ms" in out and f"{doc['median_itl_ms']:.2f} ms" in out, out
 
+    # the same client without --save-detailed: summary numbers only, each row the file's number, no interval;
+    # vLLM's per-event ITL cannot be shown to be per token there, so those rows are not compared, and say why
+    summ = json.loads(REAL_SUMMARY.read_text())
+    assert "ttfts" not in summ and "median_e2el_ms" not in summ and summ["completed"] == 20
+    code, out, err = run(["compare", rid, str(REAL_SUMMARY), "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    cmp_s = json.loads(out)
+    assert cmp_s["run_level"]["method"] == "summary"
+    srows = {m["metric"]: m for m in cmp_s["metrics"]}
+    swant = {"ttft_s": summ["median_ttft_ms"] / 1000, "ttft_p99_s": summ["p99_ttft_ms"] / 1000,
+             "tpot_s": summ["median_tpot_ms"] / 1000, "itl_p50_s": summ["median_itl_ms"] / 1000,
+             "itl_p99_s": summ["p99_itl_ms"] / 1000, "e2e_s": statistics.median(summ["latencies"]),
+             "throughput_tok_s": summ["output_throughput"]}
+    assert srows["prefill_tok_s"]["b"] is None and srows["decode_tok_s"]["b"] is None  # not in a summary
+    for key, value in swant.items():
+        row = srows[key]
+        assert row["b"] == pytest.approx(value, rel=1e-12), (key, row["b"], value)
+        assert row["verdict"] in VERDICTS and row["ci_low"] is None and row["ci_high"] is None, row
+        if key.startswith("itl_"):
+            assert row["verdict"] == "not comparable" and "per chunk" in row["why"], row
+        else:  # (a busy host may also make a row not comparable: the reason is added to the same line)
+            assert row["verdict"] in ("too few samples", "not comparable"), row
+            assert "summary numbers only (no per-request data): no interval, so no verdict" in row["why"], row
+    assert any(w["kind"] == "runs_not_comparable" and "itl_p50_s" in w["message"] and "vllm bench serve" in w["message"]
+               for w in cmp_s["warnings"]), cmp_s["warnings"]
+
     # report draws both: each run's TTFT and ITL series, the file's built from its own numbers
     html = tmp_path / "r.html"
-    code, out, err = run(["report", rid, str(REAL), "-o", str(html), "--json"], capsys, monkeypatch)
+    code, out, err = run(["report", rid, str(REAL), str(REAL_SUMMARY), "-o", str(html), "--json"], capsys,
+                         monkeypatch)
     assert code == 0, err
     res = json.loads(out)
-    assert res["compared"] == [f"file:{REAL.name} vs {rid}"]
+    assert res["compared"] == [f"file:{REAL.name} vs {rid}", f"file:{REAL_SUMMARY.name} vs {rid}"]
     specs = _specs(html.read_text())
     for plot in ("plot-ttft_distribution", "plot-itl_cdf"):
         names = [t.get("name") or "" for t in specs[plot]]

@@ -161,7 +161,8 @@ def test_a_real_vllm_detailed_file_reads_every_metric_as_the_file_has_it() -> No
     assert imp.source == "vllm" and imp.model == doc["model_id"] == "fake-model"
     for k in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms", "output_throughput"):
         assert imp.summary[k] == doc[k], k
-    assert "median_e2el_ms" not in doc and "median_e2el_ms" not in imp.summary  # not invented
+    assert "median_e2el_ms" not in doc  # not among the default --percentile-metrics: from the latencies
+    assert imp.summary["median_e2el_ms"] == pytest.approx(statistics.median(doc["latencies"]) * 1000, rel=1e-12)
     assert (imp.summary["completed"], imp.summary["failed"], imp.summary["duration_s"]) == (
         doc["completed"], doc["failed"], doc["duration"])
     assert imp.params["max_concurrency"] == 2 and imp.params["request_rate"] == "inf"
@@ -192,3 +193,30 @@ def test_a_real_vllm_detailed_file_reads_every_metric_as_the_file_has_it() -> No
     assert d["comparable"] is True  # compare reads both runs by span
     assert f"{doc['output_throughput']:.1f} tok/s" in d["why"] and f"{tput:.1f} tok/s" in d["why"]
     assert f"{doc['duration']:.3f} s" in d["why"] and f"{span:.3f} s" in d["why"]
+
+
+def test_a_real_vllm_summary_file_gives_e2e_from_its_latencies(tmp_path: Path) -> None:
+    """``vllm_real_save_result_summary.json``: vLLM 0.33.0's ``--save-result`` without ``--save-detailed``. Under
+    the default --percentile-metrics (ttft,tpot,itl) it writes no ``*_e2el_ms``, but it keeps every request's
+    ``latencies`` (only the detailed lists are dropped): with every request successful their median is vLLM's own
+    median E2EL, so it is read; nothing else is rebuilt (no per-request TTFTs)."""
+    doc = _doc("vllm_real_save_result_summary.json")
+    assert "median_e2el_ms" not in doc and "ttfts" not in doc and len(doc["latencies"]) == doc["completed"] == 20
+    imp = load_result(DATA / "vllm_real_save_result_summary.json")
+    assert imp.records == []
+    for k in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms", "output_throughput"):
+        assert imp.summary[k] == doc[k], k
+    assert imp.summary["median_e2el_ms"] == pytest.approx(statistics.median(doc["latencies"]) * 1000, rel=1e-12)
+    assert metric_values(imp.summary)["e2e_s"] == pytest.approx(statistics.median(doc["latencies"]), rel=1e-12)
+    d = imp.summary["definitions"]["e2e_s"]
+    assert d["comparable"] is True and "latencies" in d["why"]
+    # summary only: the per-event ITL cannot be shown to be per token
+    assert imp.summary["definitions"]["itl_p50_s"]["comparable"] is False
+    # a failed request's latency is in the list too (vLLM keeps every output's), and a summary file does not say
+    # which failed: then no median is made up
+    doc["completed"], doc["failed"] = 19, 1
+    doc["latencies"][3] = 0.0
+    p = tmp_path / "v.json"
+    p.write_text(json.dumps(doc))
+    imp = load_result(p)
+    assert "median_e2el_ms" not in imp.summary and "e2e_s" not in imp.summary["definitions"]

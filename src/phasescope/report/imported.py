@@ -19,6 +19,7 @@ A bad file is one :class:`~phasescope.errors.InputError` (exit 2), read through
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -170,6 +171,21 @@ def _span_why(records: list[RequestRecord], s: dict[str, Any]) -> str | None:
             "from before the first request to after the last reply); compare reads both runs by span")
 
 
+def _e2el_from_latencies(doc: dict[str, Any], s: dict[str, Any]) -> str | None:
+    """``median_e2el_ms`` from the file's per-request ``latencies`` where vLLM wrote no aggregate for it (e2el is
+    not among its default --percentile-metrics) and every request succeeded: ``latencies`` holds every output's,
+    failed ones too, and a file without --save-detailed does not say which failed. Sets it in ``s``; why, or None."""
+    lat = doc.get("latencies")
+    if "median_e2el_ms" in s or not isinstance(lat, list) or not lat or s.get("failed", 0) != 0:
+        return None
+    vals = [_num(x) for x in lat]
+    if len(vals) != s["completed"] or any(v is None or v <= 0 for v in vals):
+        return None
+    s["median_e2el_ms"] = statistics.median(float(v or 0) for v in vals) * 1000
+    return ("the median of the file's per-request latencies (vLLM's E2EL: last token − request start; the file has "
+            "no median_e2el_ms, which vLLM writes only when --percentile-metrics names e2el)")
+
+
 def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
     s: dict[str, Any] = {"source": _source("vllm bench serve", path, "vllm --save-result JSON")}
     for k in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms",
@@ -185,6 +201,7 @@ def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
         s["failed"] = max(0, int(n) - completed)
     if (d := _num(doc.get("duration"))) is not None:
         s["duration_s"] = d
+    e2e_why = _e2el_from_latencies(doc, s)
     model = doc.get("model_id") if isinstance(doc.get("model_id"), str) else None
     target = None
     records: list[RequestRecord] = []
@@ -217,6 +234,8 @@ def _vllm(doc: dict[str, Any], path: str, index: int) -> Imported:
     else:
         defs["itl_p50_s"] = defs["itl_p99_s"] = {"comparable": False, "why": itl_why + " (equal only at one token per "
                                                  "event, which this file does not show)"}
+    if e2e_why:
+        defs["e2e_s"] = {"comparable": True, "why": e2e_why}
     if records and _start_times(doc) is None:
         defs["throughput_tok_s"] = {"comparable": False, "why": "the file has no per-request start times, so throughput "
                                     f"cannot be rebuilt from its requests (vLLM's output_throughput: "
