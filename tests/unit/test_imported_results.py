@@ -220,3 +220,16 @@ def test_a_real_vllm_summary_file_gives_e2e_from_its_latencies(tmp_path: Path) -
     p.write_text(json.dumps(doc))
     imp = load_result(p)
     assert "median_e2el_ms" not in imp.summary and "e2e_s" not in imp.summary["definitions"]
+
+
+def test_an_imported_run_lasts_as_long_as_its_benchmark_not_its_import() -> None:
+    # `show` of a stored vllm bench serve file printed "duration 0.0 s": the seconds the import took
+    from phasescope.store import RunInfo
+
+    info = RunInfo(id="r", kind="import", status="complete", started_at=1000.0, ended_at=1000.01,
+                   summary={"duration_s": 0.996})
+    assert info.duration_s == pytest.approx(0.996)
+    assert RunInfo(id="r", kind="import", status="complete", started_at=1000.0, ended_at=1000.01,
+                   summary={}).duration_s is None  # a file that states none: unknown, not the import's 0.01 s
+    assert RunInfo(id="r", kind="bench", status="complete", started_at=1000.0, ended_at=1012.5,
+                   summary={"duration_s": 3.0}).duration_s == pytest.approx(12.5)  # a run of ours: its own clock
