@@ -163,6 +163,20 @@ def test_weka_shared_hash_ids_send_the_same_leading_text() -> None:
     assert b["main.t1"].split()[:64] != a["main.t1"].split()[:64]  # hash ids are scoped per trace
 
 
+def test_weka_subagent_times_relative_to_their_entry() -> None:
+    obj = {"id": "r", "block_size": 4, "requests": [
+        {"t": 10.0, "type": "n", "in": 8, "out": 2, "api_time": 1.0},
+        {"t": 12.0, "type": "subagent", "agent_id": "x", "duration_ms": 2000, "requests": [
+            {"t": 0.5, "type": "n", "in": 8, "out": 2, "api_time": 1.0}]},
+        {"t": 15.0, "type": "n", "in": 8, "out": 2}]}
+    tr = at.parse_weka(obj, "w")
+    assert tr["subagents"][0]["requests"][0]["t"] == 12.5  # 0.5 s after the entry's t
+    sess, _ = at.weka_sessions_plan(tr, 0, speed=1.0, default_out=2)
+    c = {x.key: x for x in sess.calls}
+    assert c["f1.ax.t1"].think_s == pytest.approx(1.5) and c["f1.ax.t1"].fork_parent == "main.t1"
+    assert c["main.t2"].after == ("main.t1", "f1.ax.t1")
+
+
 @pytest.mark.parametrize("obj, words", [
     ({"id": "a", "requests": [{"t": 0, "type": "n", "in": 5, "out": 1}]}, "\"block_size\" must be an integer"),
     ({"id": "a", "block_size": 4, "requests": []}, "\"requests\" must be a non-empty list"),
