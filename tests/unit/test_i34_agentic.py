@@ -354,3 +354,11 @@ def test_the_workload_table_knows_agentic() -> None:
     wl = workload_for(BenchConfig(dataset="agentic"))
     assert wl.name == "agentic" and wl.driver == "agentic"
     assert SimpleNamespace(**wl.spec().to_dict()).fork_at == [2]
+
+
+def test_prefix_reuse_counts_the_inherited_reply() -> None:
+    par = _rec("p", "a", 0, 100, 200, prompt=100, cached=0, out=20)
+    sub = _rec("s", "a", 300, 20, 400, prompt=130, cached=118, role="subagent", parent="p")
+    assert st.prefix_reuse([(sub, par)])["median"] == pytest.approx(1.18)  # a replay: the parent's prompt only
+    sub.tags["inherits_reply"] = True  # synthetic: the parent's reply is part of what it inherited
+    assert st.prefix_reuse([(sub, par)])["median"] == pytest.approx(118 / 120)

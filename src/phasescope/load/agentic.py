@@ -369,6 +369,7 @@ async def run_agentic(
                           "role": "main" if c.fork is None else "subagent", "call": c.key, "fork": c.fork,
                           "fork_parent": rec_ids.get(c.fork_parent) if c.fork_parent else None,
                           "context": rec_ids.get(ctx) if (ctx := context_of(c, agents)) else None,
+                          "inherits_reply": c.messages is None and c.base is not None,
                           "think_s": c.think_s, "content_tokens": c.tokens, "source": sess.source,
                           **({"trace_session": sess.name} if sess.name else {})})
                 res.scheduled += 1

@@ -6,9 +6,11 @@ their tags are :mod:`phasescope.load.agentic`'s. Definitions:
 * **KV reuse** of a session = Σ cached prompt tokens ÷ Σ prompt tokens over its answered calls, both as
   the server counted them: ``usage.prompt_tokens_details.cached_tokens`` (vLLM, SGLang) or llama.cpp's
   ``timings.cache_n`` (``kv_reuse.source`` says which; None where the server reports neither, e.g. Ollama).
-* **Sub-agent prefix reuse** = a forked sub-agent's first call's cached tokens ÷ the prompt tokens of the
-  main call it forked from (the shared prefix is that prompt plus its reply, so a value near or above 1
-  means the whole inherited context came from the cache).
+* **Sub-agent prefix reuse** = a forked sub-agent's first call's cached tokens ÷ the tokens it inherited
+  from the main call it forked from: that call's prompt tokens, plus its output tokens where the sub-agent
+  resends the reply (synthetic sessions, ``inherits_reply``); a replayed trace's sub-agent shares at most
+  the parent's prompt. Near 1: the whole inherited context came from the cache (a chat template's few
+  tokens around the reply can put it a little above or below).
 * **Sub-agent TTFT ratio** = a sub-agent's first call's TTFT ÷ the TTFT of the main call it forked from,
   one sample per sub-agent; its median with a 95 % interval (:func:`phasescope.measure.interval.median_interval`)
   from :data:`MIN_RATIO_SAMPLES` samples on, and a verdict (``faster``: the interval below 1; ``slower``:
@@ -122,14 +124,15 @@ def ttft_ratio(pairs: Sequence[tuple[RequestRecord, RequestRecord]]) -> dict[str
 
 
 def prefix_reuse(pairs: Sequence[tuple[RequestRecord, RequestRecord]]) -> dict[str, Any]:
-    """Sub-agent prefix reuse: per sub-agent first call, cached tokens ÷ its parent call's prompt tokens."""
+    """Sub-agent prefix reuse: per sub-agent first call, cached tokens ÷ the tokens it inherited (module docstring)."""
     shares, cached = [], []
     for sub, par in pairs:
         c = derive.cached_prompt_tokens(sub)
         if c is None or not par.prompt_tokens:
             continue
         cached.append(c)
-        shares.append(c / par.prompt_tokens)
+        inherited = par.prompt_tokens + (int(par.output_tokens or 0) if sub.tags.get("inherits_reply") else 0)
+        shares.append(c / inherited)
     return {"n": len(shares), "median": median(shares), "min": min(shares) if shares else None,
             "cached_tokens": cached[:MAX_SESSIONS_LISTED]}
 
@@ -212,7 +215,7 @@ def console_lines(a: dict[str, Any]) -> list[str]:
     pr = a.get("subagent_prefix_reuse") or {}
     if pr.get("n"):
         lines.append(f"Sub-agents' first calls found {pr['median'] * 100:.0f} % (median; min {pr['min'] * 100:.0f} %) "
-                     f"of their parent's prompt in the cache ({pr['n']} sub-agents).")
+                     f"of the context they inherited from their parent in the cache ({pr['n']} sub-agents).")
     tr = a.get("subagent_ttft_ratio") or {}
     if tr.get("n"):
         if tr.get("ci"):
