@@ -316,7 +316,8 @@ def test_summary_math() -> None:
     assert row["span_s"] == pytest.approx(1.0) and row["wait_s"] == pytest.approx(0.2 + 0.5 + 0.1)
     assert row["think_s"] == pytest.approx(0.2) and a["wait_share"] == pytest.approx(0.8)
     assert a["forks"] == 1 and a["subagents"] == 2 and a["subagent_calls"] == 2
-    assert a["subagent_prefix_reuse"] == {"n": 2, "median": pytest.approx(0.45), "min": 0.0, "cached_tokens": [90, 0]}
+    assert a["subagent_prefix_reuse"] == {"n": 2, "median": pytest.approx(0.45), "min": 0.0, "reused": 1,
+                                          "cached_tokens": [90, 0]}
     tr = a["subagent_ttft_ratio"]  # 0.2 and 0.4: too few for an interval
     assert tr["n"] == 2 and tr["verdict"] == "cannot tell" and tr["ci"] is None and tr["spread"] == pytest.approx([0.2, 0.4])
     # implied: each call can reuse its context's prompt + reply

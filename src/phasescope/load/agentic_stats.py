@@ -31,6 +31,8 @@ from phasescope.measure.records import RequestRecord
 
 #: sub-agent TTFT ratios needed before the ratio gets an interval
 MIN_RATIO_SAMPLES = 3
+#: a sub-agent "reused" its parent's context when the cache served at least this share of it
+REUSED_SHARE = 0.5
 #: sessions listed one by one in ``agentic.per_session`` (the rest are in the aggregates)
 MAX_SESSIONS_LISTED = 200
 
@@ -134,7 +136,7 @@ def prefix_reuse(pairs: Sequence[tuple[RequestRecord, RequestRecord]]) -> dict[s
         inherited = par.prompt_tokens + (int(par.output_tokens or 0) if sub.tags.get("inherits_reply") else 0)
         shares.append(c / inherited)
     return {"n": len(shares), "median": median(shares), "min": min(shares) if shares else None,
-            "cached_tokens": cached[:MAX_SESSIONS_LISTED]}
+            "reused": sum(1 for x in shares if x >= REUSED_SHARE), "cached_tokens": cached[:MAX_SESSIONS_LISTED]}
 
 
 def implied_reuse(records: Sequence[RequestRecord]) -> float | None:
@@ -215,7 +217,8 @@ def console_lines(a: dict[str, Any]) -> list[str]:
     pr = a.get("subagent_prefix_reuse") or {}
     if pr.get("n"):
         lines.append(f"Sub-agents' first calls found {pr['median'] * 100:.0f} % (median; min {pr['min'] * 100:.0f} %) "
-                     f"of the context they inherited from their parent in the cache ({pr['n']} sub-agents).")
+                     f"of the context they inherited from their parent in the cache; {pr['reused']} of {pr['n']} "
+                     f"found at least {REUSED_SHARE * 100:.0f} %.")
     tr = a.get("subagent_ttft_ratio") or {}
     if tr.get("n"):
         if tr.get("ci"):
