@@ -49,7 +49,7 @@ def test_forked_subagents_start_with_the_parents_exact_context() -> None:
     for sess in _build(spec):
         check_graph(sess)
         sent = _replay(sess)
-        subs = [c for c in sess.calls if c.fork is not None and c.fork_parent is not None]
+        subs = [c for c in sess.calls if c.fork_id is not None and c.fork_parent is not None]
         assert len(subs) == 2 * 3  # two forks of three sub-agents
         for c in subs:
             parent = sent[c.fork_parent]
@@ -58,11 +58,11 @@ def test_forked_subagents_start_with_the_parents_exact_context() -> None:
             assert len(sent[c.key]) == len(inherited) + 1 and sent[c.key][-1]["role"] == "user"
         by_fork: dict[int, set[str]] = {}
         for c in subs:
-            by_fork.setdefault(int(c.fork or 0), set()).add(sent[c.key][-1]["content"])
+            by_fork.setdefault(int(c.fork_id or 0), set()).add(sent[c.key][-1]["content"])
         assert all(len(tasks) == 3 for tasks in by_fork.values())  # each sub-agent has a task of its own
         # the main turn after a fork waits for every sub-agent and gets their last replies as tool output
         t2 = next(c for c in sess.calls if c.key == "main.t2")
-        lasts = {c.key for c in sess.calls if c.fork == 1 and c.key.endswith(".t2")}
+        lasts = {c.key for c in sess.calls if c.fork_id == 1 and c.key.endswith(".t2")}
         assert set(t2.tool_from) == lasts and lasts <= set(t2.after)
         assert all(f"reply of {k}" in sent["main.t2"][-1]["content"] for k in lasts)
         assert sent["main.t2"][:-1] == sent["main.t1"] + [{"role": "assistant", "content": "reply of main.t1"}]
@@ -141,7 +141,7 @@ def test_weka_sample_structure() -> None:
     sess, reqs = at.weka_sessions_plan(tr, 0, speed=1.0, default_out=8)
     calls = {c.key: c for c in sess.calls}
     subs_first = [c for c in sess.calls if c.fork_parent]
-    assert {c.fork_parent for c in subs_first} == {"main.t2"} and {c.fork for c in subs_first} == {1}
+    assert {c.fork_parent for c in subs_first} == {"main.t2"} and {c.fork_id for c in subs_first} == {1}
     # the main request after both sub-agents ended waits for both of them
     assert set(calls["main.t3"].after) == {"main.t2", "f1.aexplore-1.t2", "f1.aexplore-2.t1"}
     assert calls["f1.aexplore-1.t2"].after == ("f1.aexplore-1.t1",)

@@ -127,8 +127,7 @@ def _api_names() -> tuple[str, ...]:
 CHOICES: dict[str, tuple[str, ...] | Callable[[], tuple[str, ...]]] = {
     "--api": _api_names,
     "--load-shape": ("poisson", "constant", "ramp", "trace"),
-    "--dataset": ("random", "sharegpt", "jsonl", "conversation", "mooncake", "burstgpt"),
-    "bench --dataset": ("random", "sharegpt", "jsonl", "conversation", "agentic", "mooncake", "burstgpt"),
+    "--dataset": ("random", "sharegpt", "jsonl", "conversation", "agentic", "mooncake", "burstgpt"),
     "--system-prompt": ("shared", "per-user"),
     "--route": ("round-robin", "random", "least-outstanding"),
     "--arrival": ("poisson", "gamma", "constant"),

@@ -204,7 +204,7 @@ def weka_sessions_plan(tr: dict[str, Any], index: int, *, speed: float, default_
         prev_end = (main[p]["t"] + main[p]["api_time"]) if p is not None else s["t"]
         for j, q in enumerate(s["requests"]):
             key = f"{agent}.t{j + 1}"
-            c = CallPlan(key, agent=agent, after=(prev_key,) if prev_key else (), fork=fork_no[p],
+            c = CallPlan(key, agent=agent, after=(prev_key,) if prev_key else (), fork_id=fork_no[p],
                          fork_parent=prev_key if j == 0 else None, output_len=max(1, q["out"] or default_out),
                          think_s=_gap(q["t"] - prev_end, speed), prompt_tokens_expected=q["in"], tokens=q["in"])
             items.append((q["t"], 1, c, q))
@@ -418,7 +418,7 @@ def otel_session(spans: list[dict[str, Any]], index: int, name: str, *, speed: f
         sess.calls.append(CallPlan(
             keys[i], agent=f"f{f[0]}.a{f[1]}" if f else "main", after=tuple(keys[j] for j in preds[i]),
             messages=s["messages"], output_len=s["out"] or default_out, think_s=_gap(gap, speed),
-            fork=f[0] if f else None, fork_parent=keys[p] if (f and p is not None) else None,
+            fork_id=f[0] if f else None, fork_parent=keys[p] if (f and p is not None) else None,
             prompt_tokens_expected=s["in"], tokens=s["in"] or 0))
     check_graph(sess)
     return sess

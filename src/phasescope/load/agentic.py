@@ -152,7 +152,7 @@ class CallPlan:
     messages: list[dict[str, Any]] | None = None
     output_len: int = 64
     think_s: float = 0.0  # pause after every call in ``after`` is done
-    fork: int | None = None  # the fork a sub-agent belongs to (None: main agent)
+    fork_id: int | None = None  # the fork a sub-agent belongs to (None: main agent)
     fork_parent: str | None = None  # the main call whose context this sub-agent's first call inherits
     prompt_tokens_expected: int | None = None
 
@@ -214,7 +214,7 @@ async def build_agentic(spec: AgenticSpec, maker: Any, *, seed: int = 0, run_sal
                             body, tokens = f"{TOOL_MARK}{tool}\n{body}", tokens + spec.tool_output_len
                         sess.calls.append(CallPlan(
                             key, agent=agent, after=(sa_prev,), base=sa_prev, text=body, tokens=tokens,
-                            output_len=spec.output_len, think_s=think(), fork=n_fork,
+                            output_len=spec.output_len, think_s=think(), fork_id=n_fork,
                             fork_parent=prev if j == 1 else None))
                         sa_prev = key
                     lasts.append(sa_prev)
@@ -366,7 +366,7 @@ async def run_agentic(
                     ignore_eos=ignore_eos, cache_prompt=spec.cache_prompt, id=f"{run_id}-a{sess.index}-{c.key}",
                     keep_text=c.messages is None, messages=msgs, prompt_tokens_expected=c.prompt_tokens_expected,
                     tags={**chat_tags, "session": f"a{sess.index}", "user": sess.user, "agent": c.agent,
-                          "role": "main" if c.fork is None else "subagent", "call": c.key, "fork": c.fork,
+                          "role": "main" if c.fork_id is None else "subagent", "call": c.key, "fork": c.fork_id,
                           "fork_parent": rec_ids.get(c.fork_parent) if c.fork_parent else None,
                           "context": rec_ids.get(ctx) if (ctx := context_of(c, agents)) else None,
                           "inherits_reply": c.messages is None and c.base is not None,
