@@ -41,7 +41,7 @@ def test_subagents_reuse_the_parents_context(flavor: str, tmp_path: Path) -> Non
         r = run_bench(_cfg(srv.url, tmp_path))
     a = r.summary["agentic"]
     # 2 sessions × (3 main turns + 1 fork × 3 sub-agents × 2 turns)
-    assert a["calls_sent"] == a["calls_ok"] == 18 and a["sessions"] == 2
+    assert a["calls_planned"] == a["calls_sent"] == a["calls_ok"] == 18 and a["sessions"] == 2
     assert a["forks"] == 2 and a["subagents"] == 6 and a["subagent_calls"] == 12
     pairs = _pairs(r.records)
     assert len(pairs) == 6
@@ -83,7 +83,8 @@ def test_duration_bounds_the_run(tmp_path: Path) -> None:
     with FakeServer(flavor="vllm", ttft_s=0.002, itl_s=0.001).running() as srv:
         r = run_bench(_cfg(srv.url, tmp_path, sessions=1, turns="40", fork_at="2,10,20", think_time_s="0.1",
                            duration_s=0.5))
-    assert 1 <= r.summary["agentic"]["calls_sent"] < 40
+    a = r.summary["agentic"]
+    assert 1 <= a["calls_sent"] < 40 < a["calls_planned"]
 
 
 def _cli(url: str, tmp_path: Path, capsys: Any, monkeypatch: Any, *args: str) -> tuple[dict[str, Any], str]:

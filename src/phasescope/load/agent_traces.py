@@ -28,7 +28,8 @@ commit): a JSON object with ``spans`` (or a list of them, or one per line). LLM 
 ``startTimeUnixNano``/``endTimeUnixNano`` too), ``attributes`` (a map, or OTLP's key/value list):
 ``gen_ai.input.messages`` (JSON text or a list; ``content`` text, OTel ``parts``, ``tool_calls``),
 ``gen_ai.usage.completion_tokens``/``output_tokens`` (else ``gen_ai.request.max_tokens``) for the output
-length, ``gen_ai.usage.prompt_tokens``/``input_tokens`` as the expected prompt length. Ignored:
+length, ``gen_ai.usage.prompt_tokens``/``input_tokens`` (kept as the call's ``content_tokens`` tag only: they
+were counted by the recorded model's tokenizer, so they are no expected length for this server). Ignored:
 ``parent_span_id``, ``kind``, ``status``, ``resource_attributes``, the recorded outputs, model names,
 temperature, tool definitions. The recorded messages are sent as recorded (inference-perf's
 ``disable_output_substitution``), so prefix sharing is the trace's own text; tool results and other
@@ -419,7 +420,7 @@ def otel_session(spans: list[dict[str, Any]], index: int, name: str, *, speed: f
             keys[i], agent=f"f{f[0]}.a{f[1]}" if f else "main", after=tuple(keys[j] for j in preds[i]),
             messages=s["messages"], output_len=s["out"] or default_out, think_s=_gap(gap, speed),
             fork_id=f[0] if f else None, fork_parent=keys[p] if (f and p is not None) else None,
-            prompt_tokens_expected=s["in"], tokens=s["in"] or 0))
+            tokens=s["in"] or 0))  # the recorded count is another tokenizer's: not an expected length here
     check_graph(sess)
     return sess
 

@@ -156,7 +156,7 @@ def implied_reuse(records: Sequence[RequestRecord]) -> float | None:
 
 
 def agentic_section(records: Sequence[RequestRecord], spec: dict[str, Any],
-                    facts: dict[str, Any] | None = None) -> dict[str, Any]:
+                    facts: dict[str, Any] | None = None, planned: int | None = None) -> dict[str, Any]:
     """``agentic`` of ``bench --json`` (keys documented in docs/commands/bench.md)."""
     calls = _calls(records)
     ok = [r for r in calls if r.ok]
@@ -170,15 +170,13 @@ def agentic_section(records: Sequence[RequestRecord], spec: dict[str, Any],
     thinks = [x["think_s"] for x in rows if x["think_s"] is not None]
     forks = {(str(r.tags.get("session")), r.tags.get("fork")) for r in calls if r.tags.get("fork") is not None}
     subagents = {(str(r.tags.get("session")), r.tags.get("agent")) for r in calls if r.tags.get("role") == "subagent"}
-    planned = [(r.tags.get("session"), r.tags.get("call")) for r in calls]
     return {
         **spec,
         **({"trace": facts} if facts else {}),
         "sessions": len(rows),
         "calls_sent": len(calls),
         "calls_ok": len(ok),
-        "calls_planned": (facts or {}).get("calls_planned"),
-        "calls_distinct": len(set(planned)),
+        "calls_planned": planned if planned is not None else (facts or {}).get("calls_planned"),
         "forks": len(forks),
         "subagents": len(subagents),
         "subagent_calls": sum(1 for r in calls if r.tags.get("role") == "subagent"),

@@ -405,6 +405,7 @@ class AgenticWorkload(ConversationWorkload):
     def __init__(self, cfg: Any) -> None:
         super().__init__(cfg)
         self.facts: dict[str, Any] | None = None
+        self.planned: int | None = None  # calls in the sessions built for the run
 
     def spec(self) -> Any:
         from phasescope.load.agentic import AgenticSpec
@@ -436,12 +437,15 @@ class AgenticWorkload(ConversationWorkload):
             from phasescope.load.agentic import build_agentic
 
             self.facts = None
-            return await build_agentic(spec, maker, seed=self.cfg.seed, run_salt=run_salt)
+            built = await build_agentic(spec, maker, seed=self.cfg.seed, run_salt=run_salt)
+            self.planned = sum(len(s.calls) for s in built)
+            return built
         from phasescope.load.agent_traces import trace_sessions
 
         _, ss, self.facts = await trace_sessions(spec.trace_path, maker=maker, seed=self.cfg.seed, run_salt=run_salt,
                                                  speed=spec.trace_speed, default_out=spec.output_len,
                                                  limit=self.cfg.sessions)
+        self.planned = sum(len(s.calls) for s in ss)
         return ss
 
     def after_run(self, res: Any) -> None:
@@ -452,7 +456,7 @@ class AgenticWorkload(ConversationWorkload):
     def add_sections(self, summary: dict[str, Any], res: Any) -> None:
         from phasescope.load.agentic_stats import agentic_section
 
-        sec = agentic_section(res.records, self.spec().to_dict(), self.facts)
+        sec = agentic_section(res.records, self.spec().to_dict(), self.facts, self.planned)
         summary["agentic"] = sec
         summary["num_prompts"] = sec["calls_sent"]
         summary["load_shape"] = "sessions"
