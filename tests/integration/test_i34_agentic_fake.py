@@ -121,7 +121,7 @@ def test_console_says_reuse_ttft_and_waiting(tmp_path: Path, capsys: Any, monkey
                               "--dataset", "agentic", "--users", "1", "--sessions", "1", "--turns", "3",
                               "--fork-width", "2", "--turn-input-len", "16", "--output-len", "4"], capsys, monkeypatch)
     assert code == 0, err
-    assert "Agentic: 1 sessions, 5 of 5 calls answered, 1 forks of 2 sub-agents (2 calls)." in out
+    assert "Agentic: 1 sessions, 5 of 5 calls answered, 1 fork(s) sent 2 sub-agent(s) (2 calls)." in out
     assert "KV reuse (timings.cache_n):" in out and "Sub-agents' first calls found" in out
     assert "Sub-agent TTFT ÷ parent's: cannot tell from 2 sub-agent(s)" in out
     assert "Sessions waited for the server" in out

@@ -53,12 +53,12 @@ def _load_words(s: dict[str, Any]) -> str:
         if a.get("trace_path"):
             tr = a.get("trace") or {}
             return (f"agentic replay of {tr.get('format')} trace {a['trace_path']}: {a['sessions']} sessions, "
-                    f"{a['users']} at a time")
+                    f"up to {a['users']} at a time")
         turns = a["turns"][0] if a["turns"][0] == a["turns"][1] else f"{a['turns'][0]}-{a['turns'][1]}"
         forks = (f"forks of {a['fork_width']} sub-agents × {a['subagent_turns']} turns before turn(s) "
                  + ",".join(str(x) for x in a["fork_at"])) if a.get("fork_at") else "no forks"
         think = f"{a['think_time_s']:g} s {a['think_time_dist']}" if a.get("think_time_s") else "none"
-        return (f"agentic: {a['users']} sessions at a time, {a['sessions']} sessions of {turns} turns, {forks}, "
+        return (f"agentic: {a['sessions']} sessions of {turns} turns, up to {a['users']} at a time, {forks}, "
                 f"{a['turn_input_len']} tokens in + {a['output_len']} out per call"
                 + (f", tool output {a['tool_output_len']}" if a.get("tool_output_len") else "")
                 + f", think time {think}")

@@ -202,7 +202,7 @@ def console_lines(a: dict[str, Any]) -> list[str]:
     """The console's agentic lines of ``bench``."""
     kv = a.get("kv_reuse") or {}
     lines = [f"Agentic: {a.get('sessions')} sessions, {a.get('calls_ok')} of {a.get('calls_sent')} calls answered, "
-             f"{a.get('forks')} forks of {a.get('subagents')} sub-agents ({a.get('subagent_calls')} calls)."]
+             f"{a.get('forks')} fork(s) sent {a.get('subagents')} sub-agent(s) ({a.get('subagent_calls')} calls)."]
     if kv.get("source"):
         lines.append(f"KV reuse ({kv['source']}): {kv['overall'] * 100:.1f} % of prompt tokens overall"
                      if kv.get("overall") is not None else f"KV reuse ({kv['source']}): not known for every call")
