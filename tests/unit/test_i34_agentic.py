@@ -219,7 +219,7 @@ def test_otel_sample_structure() -> None:
     assert [c[k].agent for k in ("span1", "span2", "span3", "span4")] == ["main", "f1.a1", "f1.a2", "main"]
     assert c["span2"].fork_parent == c["span3"].fork_parent == "span1"
     assert set(c["span4"].after) == {"span1", "span2", "span3"} and c["span2"].after == ("span1",)
-    assert c["span4"].think_s == pytest.approx(0.3) and c["span2"].output_len == 16
+    assert c["span4"].think_s == pytest.approx(0.3) and c["span2"].output_len == 8
     assert c["span1"].tokens == 300 and c["span1"].prompt_tokens_expected is None  # another tokenizer's count
     # sub-agents start with the parent's messages, as recorded
     m1, m2, m3 = c["span1"].messages, c["span2"].messages, c["span3"].messages
