@@ -231,6 +231,19 @@ def test_otel_sample_structure() -> None:
     assert [x.agent for x in ss[1].calls] == ["main", "main"]  # a chain, no fork
 
 
+def test_otel_replay_marks_each_run_but_keeps_the_shared_prefix() -> None:
+    objs = at.read_agent_trace(TRACES / "otel_agent.json")[1]
+
+    def firsts(salt: str | None) -> list[str]:
+        ss, _ = at.otel_sessions(objs, "x", speed=1.0, default_out=8, limit=1, mark=at.run_mark(3, salt))
+        return [str((c.messages or [{}])[0]["content"]) for c in ss[0].calls]
+
+    a, b, plain = firsts("run-a"), firsts("run-b"), firsts(None)
+    assert len(set(a)) == 1 and len(set(b)) == 1  # one mark for every call of a run: the prefix stays shared
+    assert a[0] != b[0] and a[0].startswith("[run ") and a[0].endswith(plain[0])
+    assert plain[0].startswith("You are a coding agent.")  # --reuse-prompts: the recorded text
+
+
 def test_otel_messages_normalised() -> None:
     raw = [{"role": "system", "content": "s"}, {"role": "user", "parts": [{"type": "text", "content": "a"}]},
            {"role": "user", "content": [{"type": "text", "text": "b"}]}, {"role": "tool", "content": "r"},

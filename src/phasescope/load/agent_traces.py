@@ -32,7 +32,9 @@ length, ``gen_ai.usage.prompt_tokens``/``input_tokens`` (kept as the call's ``co
 were counted by the recorded model's tokenizer, so they are no expected length for this server). Ignored:
 ``parent_span_id``, ``kind``, ``status``, ``resource_attributes``, the recorded outputs, model names,
 temperature, tool definitions. The recorded messages are sent as recorded (inference-perf's
-``disable_output_substitution``), so prefix sharing is the trace's own text; tool results and other
+``disable_output_substitution``), so prefix sharing is the trace's own text — the first message of every
+call prefixed with the run's mark (:func:`run_mark`; none with ``--reuse-prompts``) so that a run does not
+hit the last run's cache; tool results and other
 roles become user messages marked ``[tool output]`` and consecutive messages of one role are joined,
 because chat templates such as Gemma's reject other roles. Dependencies as inference-perf's temporal
 edges: a span waits for every span of its trace that ended before it started, then for the recorded
@@ -389,8 +391,19 @@ def otel_spans(objs: list[dict[str, Any]], path: Any) -> tuple[dict[str, list[di
     return by, ignored
 
 
-def otel_session(spans: list[dict[str, Any]], index: int, name: str, *, speed: float, default_out: int) -> AgentSession:
-    """One trace's LLM spans → a session graph (temporal edges, forks; module docstring)."""
+def run_mark(seed: int, run_salt: str | None) -> str | None:
+    """The text put before a replayed trace's first message so that a run does not hit the last run's
+    cache (None with ``--reuse-prompts``: the recorded text as it is)."""
+    if run_salt is None:
+        return None
+    return f"[run {part_salt(seed, run_salt, 'otel-run', 0) % 16**8:08x}] "
+
+
+def otel_session(spans: list[dict[str, Any]], index: int, name: str, *, speed: float, default_out: int,
+                 mark: str | None = None) -> AgentSession:
+    """One trace's LLM spans → a session graph (temporal edges, forks; module docstring). ``mark``
+    (:func:`run_mark`) goes before every call's first message: the same text for every call of the run,
+    so the trace's prefix sharing is kept."""
     if len(spans) > MAX_CALLS_PER_SESSION:
         raise InputError(f"OTel trace {name}: {len(spans):,} LLM spans; at most {MAX_CALLS_PER_SESSION:,} per session")
     ss = sorted(spans, key=lambda s: (s["start"], s["span_id"]))
@@ -416,9 +429,12 @@ def otel_session(spans: list[dict[str, Any]], index: int, name: str, *, speed: f
         p = latest[i]
         gap = s["start"] - (ss[p]["end"] if p is not None else t0)
         f = fork_of.get(i)
+        msgs = [dict(m) for m in s["messages"]]
+        if mark and msgs:
+            msgs[0]["content"] = mark + msgs[0]["content"]
         sess.calls.append(CallPlan(
             keys[i], agent=f"f{f[0]}.a{f[1]}" if f else "main", after=tuple(keys[j] for j in preds[i]),
-            messages=s["messages"], output_len=s["out"] or default_out, think_s=_gap(gap, speed),
+            messages=msgs, output_len=s["out"] or default_out, think_s=_gap(gap, speed),
             fork_id=f[0] if f else None, fork_parent=keys[p] if (f and p is not None) else None,
             tokens=s["in"] or 0))  # the recorded count is another tokenizer's: not an expected length here
     check_graph(sess)
@@ -426,10 +442,11 @@ def otel_session(spans: list[dict[str, Any]], index: int, name: str, *, speed: f
 
 
 def otel_sessions(objs: list[dict[str, Any]], path: Any, *, speed: float, default_out: int,
-                  limit: int | None) -> tuple[list[AgentSession], int]:
+                  limit: int | None, mark: str | None = None) -> tuple[list[AgentSession], int]:
     by, ignored = otel_spans(objs, path)
     names = list(by)[: limit or MAX_SESSIONS]
-    return [otel_session(by[n], i, n, speed=speed, default_out=default_out) for i, n in enumerate(names)], ignored
+    return [otel_session(by[n], i, n, speed=speed, default_out=default_out, mark=mark)
+            for i, n in enumerate(names)], ignored
 
 
 async def trace_sessions(path: str | Path, *, maker: Any, seed: int, run_salt: str | None, speed: float,
@@ -443,7 +460,8 @@ async def trace_sessions(path: str | Path, *, maker: Any, seed: int, run_salt: s
         ss = await weka_sessions(objs, path, maker=maker, seed=seed, run_salt=run_salt, speed=speed,
                                  default_out=default_out, limit=limit)
     else:
-        ss, ignored = otel_sessions(objs, path, speed=speed, default_out=default_out, limit=limit)
+        ss, ignored = otel_sessions(objs, path, speed=speed, default_out=default_out, limit=limit,
+                                    mark=run_mark(seed, run_salt))
         facts["spans_ignored"] = ignored
     facts["sessions_replayed"] = len(ss)
     facts["calls_planned"] = sum(len(s.calls) for s in ss)
