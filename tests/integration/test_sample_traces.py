@@ -34,7 +34,7 @@ def _console(url, tmp_path, capsys, monkeypatch, *args):
 
 def test_every_sample_is_documented():
     readme = (TRACES / "README.md").read_text()
-    for f in ("mooncake.jsonl", "burstgpt.csv", "requests.jsonl", "sharegpt.json"):
+    for f in ("mooncake.jsonl", "burstgpt.csv", "requests.jsonl", "sharegpt.json", "weka_agent.jsonl", "otel_agent.json"):
         assert (TRACES / f).is_file() and f"`{f}`" in readme
 
 

@@ -48,6 +48,20 @@ def _load_words(s: dict[str, Any]) -> str:
                 f"{c['system_prompt_len']} tokens ({c['system_prompt']}), {c['turn_input_len']} tokens in + "
                 f"{c['output_len']} out per turn" + (f", tool output {c['tool_output_len']}" if c.get("tool_output_len") else "")
                 + f", think time {think}")
+    if s.get("agentic"):
+        a = s["agentic"]
+        if a.get("trace_path"):
+            tr = a.get("trace") or {}
+            return (f"agentic replay of {tr.get('format')} trace {a['trace_path']}: {a['sessions']} sessions, "
+                    f"up to {a['users']} at a time")
+        turns = a["turns"][0] if a["turns"][0] == a["turns"][1] else f"{a['turns'][0]}-{a['turns'][1]}"
+        forks = (f"forks of {a['fork_width']} sub-agents × {a['subagent_turns']} turns before turn(s) "
+                 + ",".join(str(x) for x in a["fork_at"])) if a.get("fork_at") else "no forks"
+        think = f"{a['think_time_s']:g} s {a['think_time_dist']}" if a.get("think_time_s") else "none"
+        return (f"agentic: {a['sessions']} sessions of {turns} turns, up to {a['users']} at a time, {forks}, "
+                f"{a['turn_input_len']} tokens in + {a['output_len']} out per call"
+                + (f", tool output {a['tool_output_len']}" if a.get("tool_output_len") else "")
+                + f", think time {think}")
     if s.get("trace"):
         t = s["trace"]
         rows = t.get("rows_in_file", t["entries_in_file"])
@@ -178,6 +192,11 @@ def _print_summary(s: dict[str, Any]) -> None:
     console.print(t)
     if s.get("turns") is not None:
         _print_turns(s)
+    if s.get("agentic"):  # KV reuse, sub-agent TTFT vs parent, waiting vs thinking (load.agentic_stats)
+        from phasescope.load.agentic_stats import console_lines as agentic_lines
+
+        for line in agentic_lines(s["agentic"]):
+            console.print(line, highlight=False, soft_wrap=True)
     if s.get("trace"):  # rows skipped and why; Mooncake: implied vs measured hit rate and why (load.traces)
         from phasescope.load.traces import trace_console_lines
 
@@ -331,8 +350,8 @@ def bench(
     trials: int = typer.Option(1, "--trials", help="Run the workload N times (fresh prompts each, one stored run, records tagged by trial) and report each headline metric's mean and 95 % interval across trials (<metric>_ci); compare then uses these run-level intervals."),
     steady_state: bool = typer.Option(False, "--steady-state", help="Report only the window between the ramp-up (until the requests in flight first reach the target concurrency) and the drain (from the last request's start); says which window it used."),
     seed: int = typer.Option(0, "--seed", help="Seed for arrivals and prompts."),
-    dataset: str = typer.Option("random", "--dataset", help="random | sharegpt | jsonl | conversation | mooncake | burstgpt"),
-    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="ShareGPT JSON, prompts JSONL, Mooncake trace JSONL or BurstGPT CSV file."),
+    dataset: str = typer.Option("random", "--dataset", help="random | sharegpt | jsonl | conversation | agentic | mooncake | burstgpt"),
+    dataset_path: Optional[str] = typer.Option(None, "--dataset-path", help="ShareGPT JSON, prompts JSONL, Mooncake trace JSONL, BurstGPT CSV, or (agentic) a Weka agent trace or OpenTelemetry GenAI spans JSON."),
     input_len: int = typer.Option(128, "--input-len", help="Prompt tokens (random dataset)."),
     output_len: Optional[int] = typer.Option(None, "--output-len", help="Output tokens per request (default 64; ShareGPT: each reply's length)."),
     range_ratio: float = typer.Option(0.0, "--range-ratio", help="Lengths uniform in [L(1-r), L(1+r)]."),
@@ -367,15 +386,18 @@ def bench(
     ray: bool = typer.Option(False, "--ray", help="Drive the load from Ray actors: --ray [ADDRESS] (needs pip install 'phasescope\\[ray]')."),
     ray_workers: int = typer.Option(2, "--ray-workers", help="Ray actors (one async runner each) with --ray."),
     ray_actor_cpus: float = typer.Option(1.0, "--ray-actor-cpus", help="CPUs each Ray actor reserves."),
-    users: int = typer.Option(4, "--users", help="Conversation: concurrent users (closed loop), each running sessions back to back."),
-    sessions: Optional[int] = typer.Option(None, "--sessions", help="Conversation: sessions in all (default one per user; 10 with --session-rate)."),
-    turns: str = typer.Option("4", "--turns", help="Conversation: turns per session, N or LO-HI (uniform)."),
-    system_prompt_len: int = typer.Option(0, "--system-prompt-len", help="Conversation: system prompt tokens (0 = none)."),
-    system_prompt: str = typer.Option("shared", "--system-prompt", help="Conversation: shared (one text for all users) | per-user."),
-    turn_input_len: int = typer.Option(64, "--turn-input-len", help="Conversation: tokens of each turn's new user message."),
-    think_time_s: Optional[str] = typer.Option(None, "--think-time-s", help="Conversation: pause before each later turn, S (fixed) or exp:S (exponential, mean S)."),
-    tool_output_len: int = typer.Option(0, "--tool-output-len", help="Conversation: tool-output tokens put before each later turn's input (agentic shape)."),
+    users: int = typer.Option(4, "--users", help="Conversation/agentic: concurrent users (closed loop), each running sessions back to back."),
+    sessions: Optional[int] = typer.Option(None, "--sessions", help="Conversation/agentic: sessions in all (default one per user; 10 with --session-rate; agentic replay: every trace in the file)."),
+    turns: str = typer.Option("4", "--turns", help="Conversation/agentic: turns per session (agentic: of the main agent), N or LO-HI (uniform)."),
+    system_prompt_len: int = typer.Option(0, "--system-prompt-len", help="Conversation/agentic: system prompt tokens (0 = none)."),
+    system_prompt: str = typer.Option("shared", "--system-prompt", help="Conversation/agentic: shared (one text for all users) | per-user."),
+    turn_input_len: int = typer.Option(64, "--turn-input-len", help="Conversation/agentic: tokens of each turn's new user message (agentic: and of each sub-agent's task)."),
+    think_time_s: Optional[str] = typer.Option(None, "--think-time-s", help="Conversation/agentic: pause before each later turn (agentic: before every call that follows a reply), S (fixed) or exp:S (exponential, mean S)."),
+    tool_output_len: int = typer.Option(0, "--tool-output-len", help="Conversation/agentic: tool-output tokens put before each later turn's input."),
     session_rate: Optional[float] = typer.Option(None, "--session-rate", help="Conversation: open loop, new sessions per second (Poisson) instead of --users."),
+    fork_at: str = typer.Option("2", "--fork-at", help="Agentic: main-agent turns before which sub-agents fork from the context so far, e.g. 2,4 (none: no forks)."),
+    fork_width: int = typer.Option(2, "--fork-width", help="Agentic: sub-agents per fork, run in parallel (1-32)."),
+    subagent_turns: int = typer.Option(1, "--subagent-turns", help="Agentic: turns each sub-agent runs before its result returns to the main agent as tool output (1-50)."),
     no_cache_prompt: bool = typer.Option(False, "--no-cache-prompt", help="llama.cpp: send cache_prompt=false with every request (the prefix cache off, to compare)."),
     block_size: int = typer.Option(512, "--block-size", help="Mooncake: prompt tokens per hash id."),
     trace_start: Optional[float] = typer.Option(None, "--trace-start", help="Trace replay: skip the first S seconds of the trace."),
@@ -414,6 +436,7 @@ def bench(
     cfg.system_prompt_scope, cfg.turn_input_len, cfg.think_time_s = system_prompt, turn_input_len, think_time_s
     cfg.tool_output_len, cfg.session_rate, cfg.cache_prompt = tool_output_len, session_rate, (False if no_cache_prompt else None)
     cfg.block_size, cfg.trace_start, cfg.trace_duration = block_size, trace_start, trace_duration
+    cfg.fork_at, cfg.fork_width, cfg.subagent_turns = fork_at, fork_width, subagent_turns
     cfg.otlp_listen = check_otlp_listen(otlp_listen)
     sink = output(json_out, fmt)
     for key, value in sink.overrides.items():  # the API's BenchConfig fields that no flag sets
@@ -435,7 +458,7 @@ def bench(
 
         raise InputError("--sweep runs its own series of loads; --trials and --steady-state apply to one bench "
                          "run (drop --sweep, or run the sweep's rates one by one with --trials)")
-    if sweep and dataset in ("conversation", "mooncake", "burstgpt"):
+    if sweep and dataset in ("conversation", "agentic", "mooncake", "burstgpt"):
         from phasescope.errors import InputError
 
         raise InputError(f"--sweep varies the arrival rate; --dataset {dataset} brings its own arrivals")
@@ -519,6 +542,8 @@ def _load_levers(s: dict[str, Any]) -> tuple[str, ...]:
     """The flags that set how hard this run's mode loads the server (each accepted in that mode)."""
     if s.get("dataset") == "conversation":
         return ("--users", "--session-rate")
+    if s.get("dataset") == "agentic":
+        return ("--users", "--fork-width")
     if s.get("load_shape") == "trace" or s.get("dataset") in ("mooncake", "burstgpt"):
         return ("--trace-speed", "--max-concurrency")
     return ("--max-concurrency", "--request-rate")

@@ -86,6 +86,7 @@ RULES: dict[str, Num] = {
     "--range-ratio": Num(lo=0, hi=1, hi_open=True), "--workers": Num(lo=1, hi=1024), "--sweep-steps": Num(lo=0, hi=1000),
     "--parallel": Num(lo=1, hi=4096), "--ray-workers": Num(lo=1, hi=4096), "--ray-actor-cpus": POS,
     # conversations and traces (issue 17)
+    "--fork-width": Num(lo=1, hi=32), "--subagent-turns": Num(lo=1, hi=50),
     "--users": Num(lo=1, hi=10_000), "--sessions": Num(lo=1, hi=100_000), "--system-prompt-len": Num(lo=0, hi=1_000_000, what=" tokens"),
     "--turn-input-len": Num(lo=1, hi=1_000_000, what=" tokens"), "--tool-output-len": Num(lo=0, hi=1_000_000, what=" tokens"),
     "--session-rate": POS, "--block-size": Num(lo=1, hi=1_000_000, what=" tokens"),
@@ -126,7 +127,7 @@ def _api_names() -> tuple[str, ...]:
 CHOICES: dict[str, tuple[str, ...] | Callable[[], tuple[str, ...]]] = {
     "--api": _api_names,
     "--load-shape": ("poisson", "constant", "ramp", "trace"),
-    "--dataset": ("random", "sharegpt", "jsonl", "conversation", "mooncake", "burstgpt"),
+    "--dataset": ("random", "sharegpt", "jsonl", "conversation", "agentic", "mooncake", "burstgpt"),
     "--system-prompt": ("shared", "per-user"),
     "--route": ("round-robin", "random", "least-outstanding"),
     "--arrival": ("poisson", "gamma", "constant"),
@@ -267,22 +268,34 @@ def _bench_cross(p: dict[str, Any], given: Given) -> None:
         raise InputError("--trace is only read with --load-shape trace")
     ds = p.get("dataset")
     traced = shape == "trace" or ds in ("mooncake", "burstgpt")
-    if given("trace_speed") and not traced:
-        raise InputError("--trace-speed has no effect without --load-shape trace or --dataset mooncake|burstgpt")
+    agent_replay = ds == "agentic" and bool(p.get("dataset_path"))
+    if given("trace_speed") and not (traced or agent_replay):
+        raise InputError("--trace-speed has no effect without --load-shape trace, --dataset mooncake|burstgpt "
+                         "or an agent trace (--dataset agentic --dataset-path)")
     for name, flag in (("trace_start", "--trace-start"), ("trace_duration", "--trace-duration")):
         if given(name) and not traced:
             raise InputError(f"{flag} has no effect without --load-shape trace or --dataset mooncake|burstgpt")
     if given("block_size") and ds != "mooncake":
         raise InputError("--block-size is only read with --dataset mooncake")
-    if ds != "conversation":
+    if ds == "agentic" and p.get("dataset_path"):  # a replay: the trace brings its turns, lengths and forks
+        for name in ("turns", "system_prompt_len", "system_prompt", "turn_input_len", "think_time_s", "tool_output_len",
+                     "fork_at", "fork_width", "subagent_turns"):
+            if given(name):
+                raise InputError(f"--{name.replace('_', '-')} has no effect on an agent trace replay "
+                                 "(--dataset-path): the trace brings its own calls")
+    if ds != "agentic":
+        for name in ("fork_at", "fork_width", "subagent_turns"):
+            if given(name):
+                raise InputError(f"--{name.replace('_', '-')} is only read with --dataset agentic")
+    if ds not in ("conversation", "agentic"):
         for name in ("users", "sessions", "turns", "system_prompt_len", "system_prompt", "turn_input_len",
                      "think_time_s", "tool_output_len", "session_rate"):
             if given(name):
-                raise InputError(f"--{name.replace('_', '-')} is only read with --dataset conversation")
+                raise InputError(f"--{name.replace('_', '-')} is only read with --dataset conversation or agentic")
     elif given("users") and given("session_rate"):
         raise InputError("--users (closed loop) and --session-rate (open loop) do not combine", hint="drop one of them")
-    if ds in ("conversation", "mooncake", "burstgpt") and (given("input_len") and ds == "conversation"):
-        raise InputError("--input-len has no effect with --dataset conversation (use --turn-input-len)")
+    if ds in ("conversation", "agentic") and given("input_len"):
+        raise InputError(f"--input-len has no effect with --dataset {ds} (use --turn-input-len)")
     if ds in ("mooncake", "burstgpt") and not p.get("dataset_path"):
         raise InputError(f"--dataset {ds} needs --dataset-path FILE")
     if (given("ramp_start_rate") or given("ramp_end_rate")) and shape != "ramp":
@@ -292,7 +305,7 @@ def _bench_cross(p: dict[str, Any], given: Given) -> None:
     if p.get("dataset") in ("sharegpt", "jsonl") and not p.get("dataset_path"):
         raise InputError(f"--dataset {p.get('dataset')} needs --dataset-path FILE")
     if given("dataset_path") and p.get("dataset") in ("random", "conversation"):
-        raise InputError("--dataset-path is only read with --dataset sharegpt, jsonl, mooncake or burstgpt")
+        raise InputError("--dataset-path is only read with --dataset sharegpt, jsonl, mooncake, burstgpt or agentic")
     if p.get("sweep"):
         for name, flag in (("request_rate", "--request-rate"), ("load_shape", "--load-shape"),
                            ("burstiness", "--burstiness")):

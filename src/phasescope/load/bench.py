@@ -129,6 +129,10 @@ class BenchConfig:
     tool_output_len: int = 0  # --tool-output-len
     session_rate: float | None = None  # --session-rate (open loop, sessions/s)
     cache_prompt: bool | None = None  # --no-cache-prompt → False (llama.cpp's per-request cache_prompt)
+    # agentic sessions (issue 34; phasescope.load.agentic): --dataset agentic, with the conversation flags
+    fork_at: str = "2"  # --fork-at TURNS (comma separated; none: no forks)
+    fork_width: int = 2  # --fork-width (sub-agents per fork)
+    subagent_turns: int = 1  # --subagent-turns
     # traces with prefix structure (issue 17; phasescope.load.traces): --dataset mooncake|burstgpt
     block_size: int = 512  # --block-size (tokens per Mooncake hash id)
     trace_start: float | None = None  # --trace-start (s of trace time)

@@ -12,7 +12,9 @@ sends the items is chosen beside it (:mod:`phasescope.load.drivers`).
   (``--load-shape trace``: its lengths, for ``random``);
 * ``mooncake``, ``burstgpt`` — a trace with its own arrivals and, for Mooncake, prefix structure
   (:mod:`phasescope.load.traces`);
-* ``conversation`` — sessions of dependent turns, on their own driver (:mod:`phasescope.load.conversation`).
+* ``conversation`` — sessions of dependent turns, on their own driver (:mod:`phasescope.load.conversation`);
+* ``agentic`` — sessions that grow, call tools and fork parallel sub-agents from a shared prefix, or a
+  replayed Weka / OpenTelemetry agent trace, on the agentic driver (:mod:`phasescope.load.agentic`).
 
 This module is the one place that branches on ``cfg.dataset`` (the :data:`WORKLOADS` table).
 """
@@ -392,9 +394,81 @@ class ConversationWorkload(Workload):
         return f"run at least {n} turns (more --sessions, or longer --turns) before reading p99"
 
 
+# --- agentic sessions -----------------------------------------------------------------------------
+class AgenticWorkload(ConversationWorkload):
+    """Agentic sessions (``--fork-at``, ``--fork-width``, ``--subagent-turns`` on top of the conversation
+    flags), or a Weka / OpenTelemetry agent trace (``--dataset-path``), on the agentic driver."""
+
+    name = "agentic"
+    driver = "agentic"
+
+    def __init__(self, cfg: Any) -> None:
+        super().__init__(cfg)
+        self.facts: dict[str, Any] | None = None
+        self.planned: int | None = None  # calls in the sessions built for the run
+
+    def spec(self) -> Any:
+        from phasescope.load.agentic import AgenticSpec
+
+        return AgenticSpec.from_config(self.cfg)
+
+    def check(self) -> None:
+        cfg = self.cfg
+        spec = self.spec()
+        if cfg.workers > 1 or cfg.ray or cfg.targets:
+            raise InputError("--dataset agentic runs its sessions in one client process on one endpoint; "
+                             "drop --workers, --ray and --target")
+        if cfg.shape != "poisson" or cfg.trace_path:
+            raise InputError("--dataset agentic sets its own arrivals (--users sessions at a time); drop --load-shape/--trace")
+        if cfg.num_prompts is not None:
+            raise InputError("--dataset agentic sends its sessions' calls, not --num-prompts requests; "
+                             "drop --num-prompts (or set --sessions)")
+        if cfg.session_rate is not None:
+            raise InputError("--dataset agentic runs a closed loop of --users sessions; drop --session-rate")
+        if spec.trace_path is not None:  # the trace read and checked before anything starts
+            from phasescope.load.agent_traces import check_trace
+
+            check_trace(spec.trace_path, speed=spec.trace_speed, limit=cfg.sessions)
+
+    async def sessions(self, maker: Any, run_salt: str | None) -> list[Any]:
+        """The run's sessions: synthetic, or the trace's (built through the server's tokenizer)."""
+        spec = self.spec()
+        if spec.trace_path is None:
+            from phasescope.load.agentic import build_agentic
+
+            self.facts = None
+            built = await build_agentic(spec, maker, seed=self.cfg.seed, run_salt=run_salt)
+            self.planned = sum(len(s.calls) for s in built)
+            return built
+        from phasescope.load.agent_traces import trace_sessions
+
+        _, ss, self.facts = await trace_sessions(spec.trace_path, maker=maker, seed=self.cfg.seed, run_salt=run_salt,
+                                                 speed=spec.trace_speed, default_out=spec.output_len,
+                                                 limit=self.cfg.sessions)
+        self.planned = sum(len(s.calls) for s in ss)
+        return ss
+
+    def after_run(self, res: Any) -> None:
+        from phasescope.load.agentic_stats import implied_reuse
+
+        self.cfg.implied_hit_rate = implied_reuse(res.records)
+
+    def add_sections(self, summary: dict[str, Any], res: Any) -> None:
+        from phasescope.load.agentic_stats import agentic_section
+
+        sec = agentic_section(res.records, self.spec().to_dict(), self.facts, self.planned)
+        summary["agentic"] = sec
+        summary["num_prompts"] = sec["calls_sent"]
+        summary["load_shape"] = "sessions"
+
+    def more_requests(self, n: int) -> str:
+        return f"run at least {n} calls (more --sessions, longer --turns or wider forks) before reading p99"
+
+
 #: ``--dataset`` → its workload: the one table that tells the datasets apart
 WORKLOADS: dict[str, type[Workload]] = {w.name: w for w in (
-    RandomWorkload, ShareGPTWorkload, JsonlWorkload, ConversationWorkload, MooncakeWorkload, BurstGPTWorkload)}
+    RandomWorkload, ShareGPTWorkload, JsonlWorkload, ConversationWorkload, MooncakeWorkload, BurstGPTWorkload,
+    AgenticWorkload)}
 
 
 def workload_for(cfg: Any) -> Workload:

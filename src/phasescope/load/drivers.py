@@ -3,7 +3,8 @@
 * :class:`SingleProcess` — the async runner in this process (:func:`phasescope.load.runner.run_load`);
 * :class:`Workers` — ``--workers N`` processes (:mod:`phasescope.load.workers`);
 * :class:`RayActors` — ``--ray`` actors (:mod:`phasescope.load.ray`);
-* :class:`Conversations` — sessions of dependent turns (:mod:`phasescope.load.conversation`).
+* :class:`Conversations` — sessions of dependent turns (:mod:`phasescope.load.conversation`);
+* :class:`Agentic` — agentic sessions with forked sub-agents, or a replayed agent trace (:mod:`phasescope.load.agentic`).
 
 Every driver's :meth:`~Driver.run` takes one :class:`Drive` (the config, the workload, the schedule and
 items, the target, where records go, the stop event, the /metrics recorder) and returns the
@@ -221,8 +222,51 @@ class Conversations:
             return run_boxed(main())
 
 
+class Agentic:
+    """``--dataset agentic`` in this process: the workload builds the sessions (synthetic, or a trace's)
+    through the server's tokenizer, then they run ``--users`` at a time, every call's record going to
+    the run's sink as it completes. Ctrl-C → a partial result."""
+
+    name: ClassVar[str] = "agentic"
+
+    def run(self, d: Drive) -> RunResult:
+        from phasescope.load.agentic import run_agentic
+        from phasescope.load.loop import run_boxed
+        from phasescope.load.routing import send_for
+
+        cfg, target, recorder = d.cfg, d.target, d.recorder
+        spec = d.workload.spec()
+        warm = d.items[: cfg.warmup]
+
+        async def main() -> Any:
+            from phasescope.apis import new_session
+            from phasescope.prompting import prompt_maker_for
+
+            s = new_session()
+            try:
+                maker = await prompt_maker_for(s, target)
+                sessions = await d.workload.sessions(maker, d.run_salt)
+            finally:
+                await s.close()
+            calls = sum(len(sp.calls) for sp in sessions)
+            d.status(f"running {len(sessions)} agentic sessions ({calls} calls), {spec.users} at a time")
+            astop = asyncio.Event()
+            watcher = _stop_watch(d.stop, astop)
+            try:
+                return await run_agentic(
+                    sessions, spec, target, send=send_for(target), warmups=warm, writer=d.sink,
+                    on_record=d.on_record, stop=astop, run_id=d.run_id, start_gate=_gate(recorder),
+                    abort_after_errors=cfg.abort_after_errors, duration_s=cfg.duration_s, ignore_eos=cfg.ignore_eos,
+                    prewarm_connections=min(spec.users, 64) if cfg.prewarm else 0, drain_timeout_s=cfg.drain_timeout_s)
+            finally:
+                watcher.cancel()
+
+        with on_sigint(d.stop.set):
+            return run_boxed(main())
+
+
 #: driver name → driver
-DRIVERS: dict[str, Driver] = {d.name: d for d in (SingleProcess(), Workers(), RayActors(), Conversations())}
+DRIVERS: dict[str, Driver] = {d.name: d for d in (SingleProcess(), Workers(), RayActors(), Conversations(), Agentic())}
 
 
 def driver_for(cfg: Any, workload: Any) -> Driver:
