@@ -375,7 +375,7 @@ async def run_agentic(
                 res.scheduled += 1
                 res.sent += 1
                 rec = await send_one(req)
-                replies[c.key] = str(rec.tags.pop("reply_text", "") or "")
+                replies[c.key] = str(rec.tags.pop("reply_text", "") or "").strip()  # resent trimmed, as conversations do
                 sent[c.key] = msgs
                 rec_ids[c.key] = rec.id
                 done(rec, False)
