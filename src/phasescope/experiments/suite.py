@@ -143,8 +143,24 @@ def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, em
     c = Ceilings(decode_ceiling_tok_s=roofs.ceiling_tok_s,
                  source=f"theory: {spec.name} on {dev.name} ({dev.mem_bandwidth_gb_s:g} GB/s), batch 1"
                  + local_profile_clause(dev),
-                 bandwidth_gb_s=dev.mem_bandwidth_gb_s, weight_bytes=w, device=dev.id)
+                 bandwidth_gb_s=dev.mem_bandwidth_gb_s, weight_bytes=w, device=dev.id,
+                 **_compute_roof(spec, dev))
     return c, w, kv, src
+
+
+def _compute_roof(spec: Any, dev: Any, context: int = 64) -> dict[str, Any]:
+    """The compute roof's inputs for the explain ceilings (peak FLOPs on the model's math path, FLOPs and KV
+    bytes per sequence per decoded token at ``context``); what cannot be computed is left out (None)."""
+    from phasescope.theory import roofline
+
+    out: dict[str, Any] = {}
+    try:
+        out["peak_flops"] = dev.peak_flops(roofline.compute_path(spec))
+        out["flops_per_token"] = roofline.decode_flops_per_token(spec, context)
+        out["kv_bytes_per_seq"] = roofline.kv_bytes_per_sequence(spec, context) if spec.shape_known else None
+    except Exception:  # noqa: BLE001 - an incomplete shape just means no compute roof
+        pass
+    return out
 
 
 
