@@ -22,14 +22,20 @@ is the per-stream speed with speculation over the speed without (> 1: it pays). 
 bandwidth-bound its ``k + 1`` tokens ride on one weight read; past the device's ridge (``B · (k + 1)``
 tokens per pass turn it compute-bound) each step costs about ``k + 1`` times the FLOPs of a plain one and
 speculation loses once that outgrows ``tokens_per_step``. :func:`break_even_batch` is the smallest batch with
-``gain < 1``. Pure: no I/O.
+``gain < 1``.
+
+The decode ceiling per verified step (``probe``/``explain``, :func:`phasescope.probing.ceilings.speculative_roof_tok_s`)
+counts the same draft: bandwidth ÷ (target bytes per step + ``draft_bytes_per_step``) × tokens per step.
+:func:`draft_model_of` reads a draft model's cost from its shape (``--draft-model-spec``: catalog id,
+config.json or .gguf; the embedded engine's ``-md`` GGUF). Pure: no I/O beyond that shape.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["SpecStep", "break_even_batch", "draft_bytes_per_step", "spec_step"]
+__all__ = ["DraftModel", "SpecStep", "break_even_batch", "draft_bytes_per_step", "draft_model_of", "spec_step"]
 
 
 def draft_bytes_per_step(drafted_per_step: float | None, draft_weight_bytes: float | None,
@@ -98,3 +104,34 @@ def break_even_batch(max_batch: int = 4096, **kw: float | None) -> int | None:
         if spec_step(batch=b, **kw).gain < 1.0:  # type: ignore[arg-type]
             return b
     return None
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A draft model's cost per drafted token: its weight bytes read, FLOPs, and the KV bytes one sequence reads
+    at ``context`` tokens (0 when its shape is unknown), with where they came from."""
+
+    weight_bytes: float
+    flops_per_token: float | None
+    kv_bytes_per_seq: float
+    source: str
+    id: str | None = None
+
+    def bytes_per_step(self, drafted_per_step: float | None, batch: float = 1.0) -> float:
+        """:func:`draft_bytes_per_step` of this draft."""
+        return draft_bytes_per_step(drafted_per_step, self.weight_bytes, self.kv_bytes_per_seq, batch)
+
+
+def draft_model_of(spec: Any, context: int = 64) -> DraftModel:
+    """The :class:`DraftModel` of a ModelSpec (:mod:`phasescope.theory.models`): the bytes one decode step of it
+    reads (exact from a GGUF), its FLOPs and KV per token at ``context``. Raises ValueError when its size is unknown."""
+    from phasescope.theory import roofline as R
+
+    w = R.weight_bytes_read(spec)
+    try:
+        f: float | None = R.decode_flops_per_token(spec, context)
+    except ValueError:
+        f = None
+    kv = R.kv_bytes_per_sequence(spec, context) if getattr(spec, "shape_known", False) else 0.0
+    return DraftModel(float(w), f, float(kv), f"{getattr(spec, 'name', None) or spec.id} ({getattr(spec, 'source', '?')})",
+                      getattr(spec, "id", None))
