@@ -83,3 +83,36 @@ def test_explain_says_nothing_of_it_while_the_verify_pass_stays_memory_bound(tmp
     found, undecided = _ids(doc)
     assert "speculation-batch-too-large" not in found
     assert "speculation-batch" not in undecided, undecided
+
+
+def test_probe_ceiling_per_step_pays_for_the_named_draft_model(tmp_path: Path) -> None:
+    """probe on the speculating fake with --model-spec / --device: the per-step ceiling of the speculating size
+    counts the draft's reads (k × its bytes per token, k from the fake's own draft counts) only when
+    --draft-model-spec names one, and says the draft was counted as 0 when none is named."""
+    from phasescope.probing import probe
+    from phasescope.theory import roofline as R
+    from phasescope.theory.devices import get_device
+    from phasescope.theory.models import load_model_spec
+    from phasescope.theory.speculation import draft_model_of
+
+    runs = {}
+    with FakeServer(flavor="llamacpp", ttft_s=0.002, itl_s=0.002, spec_draft=DRAFT, spec_accepted=ACCEPTED).running() as srv:
+        for name, draft in (("ngram", None), ("draft", "llama-3.2-1b")):
+            runs[name] = probe(srv.url, api="openai", sizes=[50], max_tokens=33, repeat=2, warmup=False, save=False,
+                               out_dir=tmp_path / name, model_spec="llama-3.1-8b", device="h100-sxm",
+                               draft_model_spec=draft)
+    for res in runs.values():
+        assert res["spec_decode"]["source"] == "llamacpp_timings"
+    sd = runs["draft"]["spec_decode"]
+    k = sd["drafted"] / sd["steps"]
+    n = runs["draft"]["ceilings"]["sizes"][0]["prompt_tokens"]
+    ngram, drafted = runs["ngram"]["ceilings"], runs["draft"]["ceilings"]
+    assert ngram["sizes"][0]["draft_bytes_per_step"] == 0.0 and "no draft model named" in ngram["draft_note"]
+    d = draft_model_of(load_model_spec("llama-3.2-1b"), n)
+    assert drafted["sizes"][0]["draft_bytes_per_step"] == pytest.approx(k * (d.weight_bytes + d.kv_bytes_per_seq))
+    assert drafted["draft_model_spec"]["id"] == "llama-3.2-1b"
+    step = R.decode_ceiling(load_model_spec("llama-3.1-8b"), get_device("h100-sxm"), context=n).step_bytes
+    plain = drafted["sizes"][0]["decode_ceiling_tok_s"]
+    assert drafted["sizes"][0]["decode_ceiling_per_step_tok_s"] == pytest.approx(
+        plain * step / (step + drafted["sizes"][0]["draft_bytes_per_step"]) * sd["tokens_per_step"])
+    assert drafted["sizes"][0]["decode_ceiling_per_step_tok_s"] < ngram["sizes"][0]["decode_ceiling_per_step_tok_s"]
