@@ -122,3 +122,19 @@ def test_never_claims_against_the_physics(acc: list[int], c: int, peak: float, k
     assert gains and all("compute-bound" in e.what for e in gains if e.value < 1)
     hi = float(gains[0].what.split("–")[1].split("×")[0])
     assert hi < 1
+
+
+def test_spec_step_on_the_roofs() -> None:
+    from phasescope.theory.speculation import break_even_batch, spec_step
+
+    kw = dict(tokens_per_step=2.5, drafted_per_step=4.0, weight_bytes=1e9, flops_per_token=2e9, bandwidth_bytes_s=100e9)
+    one = spec_step(batch=1, peak_flops=1e12, **kw)
+    assert (one.plain_step_s, one.verify_s, one.draft_s) == pytest.approx((0.010, 0.010, 0.0))  # 5 tokens: at the ridge
+    assert one.gain == pytest.approx(2.5)
+    assert spec_step(batch=4, peak_flops=1e12, **kw).verify_binding == "compute"
+    assert break_even_batch(peak_flops=1e12, **kw) == 3  # 2.5 × 10 ms / 30 ms < 1
+    assert break_even_batch(max_batch=256, peak_flops=None, **kw) is None  # no compute roof: bandwidth never binds
+    # a draft of a tenth of the target's bytes, 4 passes a step: 4 ms more per step at batch 1
+    d = spec_step(batch=1, peak_flops=1e12, draft_weight_bytes=1e8, draft_flops_per_token=2e8, **kw)
+    assert d.draft_s == pytest.approx(0.004) and d.draft_bytes_per_step == pytest.approx(4e8)
+    assert d.gain == pytest.approx(2.5 * 10 / 14)

@@ -145,10 +145,10 @@ def rule_speculation_batch(r: dict[str, Any], diag: Diagnosis, ceil: Any, record
             BATCH_ID, f"fewer than {SPEC_MIN_REQUESTS} requests with draft counts at every concurrency level "
             f"({', '.join(f'{c}: {len(by_c[c])}' for c in levels)}): cannot tell whether the batch is too large for speculation"))
         return
-    src = "batching: the requests' draft counts (llamacpp_timings)"
-    theory = f"predicted: {getattr(ceil, 'source', 'theory')}'s roofs × the measured tokens per step" + (
-        f"; draft model {getattr(ceil, 'draft_source', None)}" if roofs["draft_weight_bytes"] else
-        "; no draft model's cost counted (n-gram speculation has none)")
+    src = "measured: batching, the requests' draft counts"
+    where = str(getattr(ceil, "source", "") or "theory").removeprefix("theory: ").split(", batch")[0]
+    theory = f"predicted: the roofs of {where} × the measured tokens per step" + (
+        f", draft {getattr(ceil, 'draft_source', None)}" if roofs["draft_weight_bytes"] else ", no draft model counted")
 
     def spread(row: tuple) -> str:
         c, tps, k, lo, mid, hi, _ = row
@@ -170,13 +170,13 @@ def rule_speculation_batch(r: dict[str, Any], diag: Diagnosis, ceil: Any, record
     for row in rows:
         rc, rt, rk, rlo, rmid, rhi, rdec = row
         ev.append(Evidence(f"tokens per verified step at concurrency {rc} (median, 95 % interval "
-                           f"{rt.low:.2f}–{rt.high:.2f}, {rt.n} requests)", rt.value, "", f"measured: {src}"))
+                           f"{rt.low:.2f}–{rt.high:.2f}, {rt.n} requests)", rt.value, "", src))
         if rdec is not None:
             ev.append(Evidence(f"per-stream decode at concurrency {rc} (median, 95 % interval "
-                               f"{rdec.low:.1f}–{rdec.high:.1f})", rdec.value, "tok/s", f"measured: {src}"))
+                               f"{rdec.low:.1f}–{rdec.high:.1f})", rdec.value, "tok/s", "measured: batching, token arrival times"))
         ev.append(Evidence(f"speed with speculation ÷ without at concurrency {rc} (95 % interval "
                            f"{_x(rlo.gain)}–{_x(rhi.gain)}; verify pass {rmid.verify_binding}-bound)", rmid.gain, "×", theory))
-    ev.append(Evidence("tokens drafted per verified step", k, "", f"measured: {src}, concurrency {c}"))
+    ev.append(Evidence(f"tokens drafted per verified step at concurrency {c}", k, "", src))
     if b_even is not None:
         ev.append(Evidence("break-even batch (speculation stops paying from)", b_even, "requests", theory))
     if mid.draft_bytes_per_step:
