@@ -166,6 +166,7 @@ def rule_speculation_batch(r: dict[str, Any], diag: Diagnosis, ceil: Any, record
         return
     c, tps, k, lo, mid, hi, dec = losing[0]
     b_even = break_even_batch(tokens_per_step=tps.value, drafted_per_step=k, **roofs)
+    one = spec_step(batch=1, tokens_per_step=tps.high, drafted_per_step=k, **roofs)
     ev: list[Evidence] = []
     for row in rows:
         rc, rt, rk, rlo, rmid, rhi, rdec = row
@@ -181,11 +182,25 @@ def rule_speculation_batch(r: dict[str, Any], diag: Diagnosis, ceil: Any, record
         ev.append(Evidence("break-even batch (speculation stops paying from)", b_even, "requests", theory))
     if mid.draft_bytes_per_step:
         ev.append(Evidence("draft model bytes per verified step", mid.draft_bytes_per_step / 1e9, "GB", theory))
+    if one.gain < 1.0:  # it loses even for one stream: the step, not the batch, costs too much
+        diag.findings.append(Finding(
+            "speculation-step-too-costly", "problem",
+            f"Speculation does not pay on this device even for one stream: a verified step of {k + 1:.1f} tokens"
+            + (" is compute-bound" if one.verify_binding == "compute" else "")
+            + (f"{' and' if one.verify_binding == 'compute' else ','} the draft model's {k:.1f} passes add "
+               f"{1e3 * one.draft_s:.1f} ms to it" if one.draft_s > 0 else "")
+            + f", more than its {tps.value:.2f} tokens per step give back — predicted {_x(one.gain)} the speed without "
+            f"speculation at one stream, even at the upper end of the measured tokens-per-step interval.",
+            ev, advice_for("spec_step_too_costly", diag.engine)))
+        return
     diag.findings.append(Finding(
         "speculation-batch-too-large", "problem",
         f"At {c} concurrent streams the batch is too large for speculation: each verify pass checks {c} × "
-        f"{k + 1:.1f} tokens, which makes it {mid.verify_binding}-bound on this device, so a step costs more than its "
-        f"{tps.value:.2f} tokens per step give back — predicted {_x(mid.gain)} the speed without speculation "
-        f"({_x(lo.gain)}–{_x(hi.gain)} over the measured tokens-per-step interval)"
-        + (f"; it stops paying from about {b_even} concurrent streams." if b_even is not None else "."),
+        f"{k + 1:.1f} tokens"
+        + (", which makes it compute-bound on this device" if mid.verify_binding == "compute" else "")
+        + (f"{' and' if mid.verify_binding == 'compute' else ','} the draft model's {k:.1f} passes add "
+           f"{1e3 * mid.draft_s:.1f} ms to each step" if mid.draft_s > 0 else "")
+        + f", so a step costs more than its {tps.value:.2f} tokens per step give back — predicted {_x(mid.gain)} the "
+        f"speed without speculation ({_x(lo.gain)}–{_x(hi.gain)} over the measured tokens-per-step interval)"
+        + ("." if b_even is None else f"; it stops paying from about {b_even} concurrent streams."),
         ev, advice_for("spec_batch_too_large", diag.engine)))
