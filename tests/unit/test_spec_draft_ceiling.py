@@ -108,3 +108,21 @@ def test_a_bad_draft_model_spec_is_one_line_before_any_request(cmd: str, capsys:
     err = capsys.readouterr().err
     assert code != 0 and "--draft-model-spec" in err and "nope.gguf" in err and "Traceback" not in err
     assert len([ln for ln in err.strip().splitlines() if ln.strip()]) <= 2
+
+
+def test_the_probe_card_says_whether_the_per_step_ceiling_counted_a_draft() -> None:
+    from rich.console import Console
+
+    from phasescope.probing.card import render
+
+    sd = {"drafted": 40, "accepted": 30, "steps": 10, "tokens_per_step": 4.0, "acceptance_rate": 0.75, "source": "llamacpp_timings"}
+    sizes = [{"prompt_tokens": 200, "ttft_s": 0.1, "decode_tok_s": 300.0, "spec_decode": sd}]
+
+    def card(**ce: Any) -> str:
+        c = Console(width=140, record=True)
+        rows = [{"prompt_tokens": 200, "decode_ceiling_tok_s": 100.0, "decode_ceiling_per_step_tok_s": 320.0}]
+        c.print(render({"sizes": sizes, "target": "t", "model": "m", "ceilings": {"sizes": rows, **ce}}))
+        return c.export_text()
+
+    assert "per verified step (draft llama-3.2-1b)" in card(draft_model_spec={"id": "llama-3.2-1b"})
+    assert "per verified step (no draft counted)" in card(draft_note=NO_DRAFT_NOTE)
