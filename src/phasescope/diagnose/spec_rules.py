@@ -17,7 +17,8 @@ ceilings' bandwidth, peak FLOPs, bytes and FLOPs per token, and the draft model'
 measured tokens per step: gain = tokens per step × plain step ÷ speculative step. The gain's interval is the one
 the tokens-per-step interval gives (the roofs are theory, with no interval of their own). At the lowest level
 whose whole interval lies below 1: ``speculation-batch-too-large`` with the predicted break-even batch and the
-engine's flags; an interval that spans 1 (and none below): "cannot tell" (``speculation-batch``) with the
+engine's flags — unless even one stream loses at the interval's upper end (a verify pass compute-bound at batch 1,
+or a draft dearer than its accepted tokens): then ``speculation-step-too-costly``, since the batch is not the cause; an interval that spans 1 (and none below): "cannot tell" (``speculation-batch``) with the
 spread; every level above 1: nothing to say. Without the compute roof (model or device unknown, or a device with
 no peak FLOPs) or with fewer than :data:`~phasescope.diagnose.thresholds.SPEC_MIN_REQUESTS` counted requests at
 every level: "cannot tell", saying what is missing. Requests with only inferred speculation carry no drafted
