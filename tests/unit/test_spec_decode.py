@@ -107,7 +107,9 @@ def test_a_draft_model_costs_its_own_bytes() -> None:
     # target 1 GB per step, draft 0.25 GB per step: 3 tokens per step → 100 × 1/1.25 × 3
     assert speculative_roof_tok_s(100.0, 3.0, step_bytes=1e9, draft_bytes_per_step=2.5e8) == pytest.approx(240.0)
     assert speculative_roof_tok_s(100.0, None) == 100.0
-    assert speculative_roof_tok_s(100.0, 1.0, step_bytes=1e9, draft_bytes_per_step=1e9) == 100.0
+    # every draft rejected (1 token per step): the draft's reads still cost, 2 GB per token → half the plain roof
+    assert speculative_roof_tok_s(100.0, 1.0, step_bytes=1e9, draft_bytes_per_step=1e9) == pytest.approx(50.0)
+    assert speculative_roof_tok_s(100.0, 1.0, step_bytes=1e9) == 100.0  # n-gram, nothing kept: the plain roof
 
 
 def test_probe_sizes_use_their_spec_decode() -> None:

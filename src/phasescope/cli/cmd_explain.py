@@ -10,6 +10,7 @@ import typer
 
 from phasescope.apis.base import Timeouts
 from phasescope.cli._common import (
+    DRAFT_MODEL_SPEC_HELP,
     LIVE_HELP,
     OTLP_LISTEN_HELP,
     check_otlp_listen,
@@ -48,7 +49,7 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
             model_spec: Optional[str], device: Optional[str], save: bool, json_out: bool, connect_timeout: float,
             ttft_timeout: float, itl_timeout: float, single: bool, gpu_metrics: Optional[list[str]] = None,
             nvml: bool = True, server_flags: Optional[str] = None, fmt: Optional[str] = None,
-            otlp_listen: Optional[str] = None) -> None:
+            otlp_listen: Optional[str] = None, draft_model_spec: Optional[str] = None) -> None:
     from phasescope._results import ExperimentResult
     from phasescope.experiments.suite import parse_budget, run_explain
 
@@ -61,7 +62,7 @@ def _common(url: Optional[str], names: list[str], budget: str, api: str, model: 
 
     rep = run_explain(url, budget_s=budget_s, names=names, api=api, model=model, api_key=api_key or None,
                       model_spec=model_spec, device=device, progress=sink.progress(progress, always=True), save=save,
-                      server_flags=server_flags,
+                      server_flags=server_flags, draft_model_spec=draft_model_spec,
                       timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
                       gpu_metrics=list(gpu_metrics or []), nvml=nvml, otlp_listen=otlp_listen)
     sink.emit(ExperimentResult.of(rep, names[0]) if single else rep)
@@ -102,6 +103,7 @@ def explain(
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request (default: the server's first model)."),
     api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
+    draft_model_spec: Optional[str] = typer.Option(None, "--draft-model-spec", help=DRAFT_MODEL_SPEC_HELP),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling (default: `local` for the embedded engine, when `phasescope hw` measured it)."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run (kind explain) in the run store (--no-save: records in ./phasescope-runs/explain-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print findings and experiments as JSON on stdout."),
@@ -125,7 +127,7 @@ def explain(
             raise InputError(f"--only: unknown experiment {bad[0] if bad else only!r}; choose from: {experiment_names()}")
     _common(url, names, budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
             ttft_timeout, itl_timeout, single=False, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags, fmt=fmt,
-            otlp_listen=otlp_listen)
+            otlp_listen=otlp_listen, draft_model_spec=draft_model_spec)
 
 
 def experiment(
@@ -136,6 +138,7 @@ def experiment(
     model: Optional[str] = typer.Option(None, "--model", help="Model name to request."),
     api_key: Optional[str] = api_key_option(),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings/predictions."),
+    draft_model_spec: Optional[str] = typer.Option(None, "--draft-model-spec", help=DRAFT_MODEL_SPEC_HELP),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for the bandwidth ceiling."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store (--no-save: records in ./phasescope-runs/explain-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print the experiment's result as JSON."),
@@ -155,7 +158,7 @@ def experiment(
         raise InputError(f"unknown experiment {name!r}; choose from: {experiment_names()}")
     _common(url, [name], budget, api, model, api_key, model_spec, device, save, json_out, connect_timeout,
             ttft_timeout, itl_timeout, single=True, gpu_metrics=gpu_metrics, nvml=not no_nvml, server_flags=server_flags, fmt=fmt,
-            otlp_listen=otlp_listen)
+            otlp_listen=otlp_listen, draft_model_spec=draft_model_spec)
 
 
 def register(app: typer.Typer) -> None:

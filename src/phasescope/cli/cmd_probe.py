@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from phasescope._results import ProbeResult, Result
-from phasescope.cli._common import (ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, api_option,
+from phasescope.cli._common import (DRAFT_MODEL_SPEC_HELP, ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, api_option,
                                     check_otlp_listen, console, err_console, print_host_line, print_warnings)
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.cli._output import console_view, format_option, output
@@ -50,6 +50,7 @@ def probe(
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
     device: Optional[str] = typer.Option(None, "--device", help="Device id for ceilings (default: `local` if `phasescope hw` measured it)."),
     model_spec: Optional[str] = typer.Option(None, "--model-spec", help="Model shape for ceilings: catalog id, config.json or .gguf (default: discovered)."),
+    draft_model_spec: Optional[str] = typer.Option(None, "--draft-model-spec", help=DRAFT_MODEL_SPEC_HELP),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write records.jsonl and summary.json into this folder."),
     save: bool = typer.Option(True, "--save/--no-save", help="Record the run in the run store (--no-save without --out: ./phasescope-runs/probe-…/)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
@@ -78,7 +79,8 @@ def probe(
                        max_tokens=max_tokens, repeat=repeat, max_repeat=max_repeat, warmup=warmup, retries=retries,
                        out_dir=out,
                        model_spec=model_spec, device=device, save=save, progress=sink.progress(progress_line),
-                       gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml, engine_spec=engine_spec, otlp_listen=otlp_listen)
+                       gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml, engine_spec=engine_spec, otlp_listen=otlp_listen,
+                       draft_model_spec=draft_model_spec)
     sink.emit(ProbeResult.from_json(result))
 
 

@@ -134,6 +134,25 @@ KNOBS: dict[str, list[Advice]] = {
         A("any", "speculation pays on predictable output (code edits, quoting the prompt, structured output) at low concurrency", "free-form text at high sampling temperature keeps little of the draft"),
         A("any", "measure it at your load: phasescope tune --workload bench --max-concurrency N --param spec=none,ngram (embedded engine; --serve with the engine's speculation flag as a {param} elsewhere)", "at high concurrency a step is compute-bound and verifying drafts costs more than it saves; only the same load with speculation off and on shows where"),
     ],
+    # speculation past the ridge (rule ``speculation``, finding ``speculation-batch-too-large``). Flags: llama-server
+    # --help at the pinned build (--spec-draft-n-max, --spec-ngram-mod-n-max, --spec-type none; the old --draft-max /
+    # --draft-min are removed there); vLLM vllm/config/speculative.py (SpeculativeConfig.num_speculative_tokens_per_batch_size,
+    # "(range_start, range_end, num_speculative_tokens) with an inclusive batch-size range"); SGLang
+    # python/sglang/srt/server_args.py (speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens)
+    # speculation loses even at one stream on these roofs (the same sources as above)
+    "spec_step_too_costly": [
+        A("llamacpp", "--spec-type none, or fewer drafted tokens per step: --spec-draft-n-max (draft model, -md) / --spec-ngram-mod-n-max (ngram-mod), or a smaller -md draft model", "each step's drafts and their verification cost more than the accepted tokens save"),
+        A("vllm", "a lower \"num_speculative_tokens\" in --speculative-config (a smaller draft \"model\"), or drop --speculative-config", "each step's drafts and their verification cost more than the accepted tokens save"),
+        A("sglang", "fewer --speculative-num-draft-tokens / --speculative-num-steps, or drop --speculative-algorithm", "each step's drafts and their verification cost more than the accepted tokens save"),
+        A("any", "measure it at your load: phasescope tune --workload bench --max-concurrency N --param spec=none,ngram (embedded engine; --serve with the engine's speculation flag as a {param} elsewhere)", "this is predicted from the device's roofs and the measured acceptance; the same load with speculation off and on measures it"),
+    ],
+    "spec_batch_too_large": [
+        A("llamacpp", "--spec-type none on a server that runs this many requests at once, or fewer drafted tokens per step: --spec-draft-n-max (draft model, -md) / --spec-ngram-mod-n-max (ngram-mod)", "a verify pass past the ridge costs about (drafted + 1)× the compute of a plain step, more than the accepted tokens give back"),
+        A("llamacpp", "fewer --parallel slots per server below the break-even batch, and more servers beside it", "speculation pays while each verify pass stays memory-bound"),
+        A("vllm", "\"num_speculative_tokens_per_batch_size\" in --speculative-config: fewer drafted tokens from the break-even batch up (a schedule of [range_start, range_end, num_speculative_tokens], inclusive ranges), or drop --speculative-config for a high-concurrency deployment", "vLLM then drafts less exactly where the batch makes verification compute-bound"),
+        A("sglang", "fewer --speculative-num-draft-tokens / --speculative-num-steps (and --speculative-eagle-topk 1), or drop --speculative-algorithm for a high-concurrency deployment; --max-running-requests below the break-even batch keeps it paying", "every draft token of every running request is verified in the same pass"),
+        A("any", "measure it at your load: phasescope tune --workload bench --max-concurrency N --param spec=none,ngram (embedded engine; --serve with the engine's speculation flag as a {param} elsewhere)", "the break-even batch here is predicted from the device's roofs and the measured acceptance; the same load with speculation off and on measures it"),
+    ],
     "fixed_overhead": [
         A("any", "look between the client and the engine: proxies, TLS, auth gateways, tokenization and chat templating", "this time does not grow with the prompt, so it is not prefill"),
         A("ollama", "keep_alive so the model stays loaded", "a model load shows up as a fixed TTFT cost"),

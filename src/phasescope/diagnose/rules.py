@@ -3,6 +3,10 @@
 Each rule reads only the typed results of :mod:`phasescope.experiments`, never raw servers, and
 returns findings whose every claim is an :class:`Evidence` number with its source. Thresholds are
 module constants, named and documented, so a test can sit on either side of each.
+
+One job: the rule table that turns the experiments' results into one diagnosis; the rules with more than a
+few lines of their own (batching, queue, conversation, speculation, spans) live beside it in their modules,
+and what stays here is the short rules and the table that orders them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from phasescope.diagnose.claims import (CANNOT_TELL, overlap_reason, rate_fmt, s
 from phasescope.diagnose.batching_rules import batching_gate, level_interval
 from phasescope.diagnose.conversation_rules import rule_conversation
 from phasescope.diagnose.queue_rules import rule_queue
-from phasescope.diagnose.spec_rules import rule_speculation
+from phasescope.diagnose.spec_rules import rule_speculation, rule_speculation_batch
 from phasescope.diagnose.span_rules import attribution, prefill_disagreement, span_evidence
 from phasescope.diagnose.findings import Advice, Diagnosis, Evidence, Finding, Rule, Undecided
 from phasescope.diagnose.knobs import advice_for, tailored
@@ -48,6 +52,17 @@ class Ceilings:
     bandwidth_gb_s: float | None = None
     weight_bytes: float | None = None
     device: str | None = None
+    #: the device's peak for the model's math path and the model's FLOPs per decoded token (the compute roof;
+    #: rule ``speculation`` weighs a verify pass against it), KV bytes one sequence reads per step
+    peak_flops: float | None = None
+    flops_per_token: float | None = None
+    kv_bytes_per_seq: float | None = None
+    #: the draft model's weight bytes, FLOPs per drafted token and KV bytes per sequence (``--draft-model-spec``,
+    #: the embedded engine's ``-md``); None: no draft model known (n-gram speculation has none: cost 0)
+    draft_weight_bytes: float | None = None
+    draft_flops_per_token: float | None = None
+    draft_kv_bytes_per_seq: float | None = None
+    draft_source: str | None = None
 
 
 def _ms(x: float) -> float:
@@ -488,5 +503,6 @@ def diagnose(results: dict[str, Any], *, engine: str | None = None, ceilings: Ce
         rule.check(results, diag, ceilings)
     rule_model_load(results, diag, ceilings, records)
     rule_speculation(results, diag, ceilings, records)  # the requests' own draft counts
+    rule_speculation_batch(results, diag, ceilings, records)  # the same, per batching level, on the roofs
     reconcile(diag.findings)  # two pieces of advice never pull one setting opposite ways
     return diag

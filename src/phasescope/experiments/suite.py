@@ -109,12 +109,14 @@ class ExplainReport(Result):
 
 
 def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, embedded: bool,
-                     ) -> tuple[Ceilings | None, float | None, float | None, str]:
+                     draft: Any = None) -> tuple[Ceilings | None, float | None, float | None, str]:
     """(ceilings, weight bytes, growing KV bytes per token, model source) from ``phasescope.theory``.
 
     The model comes from ``--model`` (catalog id, config.json, GGUF), else llama.cpp's ``/props``
     (the GGUF when readable here, else ``/v1/models`` meta). The device is ``--device``, else the
     measured ``local`` device for the embedded engine (``phasescope hw``). Anything unknown → None.
+    ``draft`` (a ModelSpec, ``--draft-model-spec``): the draft model's bytes, FLOPs and KV per drafted token
+    join the ceilings (:func:`phasescope.theory.speculation.draft_model_of`).
     """
     from phasescope.theory import roofline
     from phasescope.theory.devices import get_device, load_local_device
@@ -148,8 +150,38 @@ def resolve_ceilings(*, model: str | None, device: str | None, detected: Any, em
     c = Ceilings(decode_ceiling_tok_s=roofs.ceiling_tok_s,
                  source=f"theory: {spec.name} on {dev.name} ({dev.mem_bandwidth_gb_s:g} GB/s), batch 1"
                  + local_profile_clause(dev),
-                 bandwidth_gb_s=dev.mem_bandwidth_gb_s, weight_bytes=w, device=dev.id)
+                 bandwidth_gb_s=dev.mem_bandwidth_gb_s, weight_bytes=w, device=dev.id,
+                 **_compute_roof(spec, dev), **_draft_cost(draft))
     return c, w, kv, src
+
+
+def _draft_cost(draft: Any, context: int = 64) -> dict[str, Any]:
+    """The explain ceilings' draft fields from a draft ModelSpec (none: nothing, its cost counts as 0)."""
+    if draft is None:
+        return {}
+    from phasescope.theory.speculation import draft_model_of
+
+    try:
+        d = draft_model_of(draft, context)
+    except (ValueError, TypeError):
+        return {}
+    return {"draft_weight_bytes": d.weight_bytes, "draft_flops_per_token": d.flops_per_token,
+            "draft_kv_bytes_per_seq": d.kv_bytes_per_seq, "draft_source": d.source}
+
+
+def _compute_roof(spec: Any, dev: Any, context: int = 64) -> dict[str, Any]:
+    """The compute roof's inputs for the explain ceilings (peak FLOPs on the model's math path, FLOPs and KV
+    bytes per sequence per decoded token at ``context``); what cannot be computed is left out (None)."""
+    from phasescope.theory import roofline
+
+    out: dict[str, Any] = {}
+    try:
+        out["peak_flops"] = dev.peak_flops(roofline.compute_path(spec))
+        out["flops_per_token"] = roofline.decode_flops_per_token(spec, context)
+        out["kv_bytes_per_seq"] = roofline.kv_bytes_per_sequence(spec, context) if spec.shape_known else None
+    except Exception:  # noqa: BLE001 - an incomplete shape just means no compute roof
+        pass
+    return out
 
 
 
@@ -274,10 +306,11 @@ def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str
                 timeouts: Timeouts | None = None, store_path: str | None = None,
                 gpu_metrics: list[str] | None = None, nvml: bool = True,
                 server_flags: str | None = None, otlp_listen: str | None = None,
-                otlp_wait_s: float | None = None) -> ExplainReport:
+                otlp_wait_s: float | None = None, draft_model_spec: str | None = None) -> ExplainReport:
     """Everything ``phasescope explain`` / ``experiment`` do, synchronously (``names``: default every
-    registered experiment). ``otlp_listen``: ``--otlp-listen`` (:mod:`phasescope.experiments.spans`); after
-    the suite, wait at most ``otlp_wait_s`` (:data:`~phasescope.apis.otlp.OTLP_WAIT_S`) for the spans."""
+    registered experiment; ``draft_model_spec``: the draft model's shape, ``--draft-model-spec``).
+    ``otlp_listen``: ``--otlp-listen`` (:mod:`phasescope.experiments.spans`); after the suite, wait at most
+    ``otlp_wait_s`` (:data:`~phasescope.apis.otlp.OTLP_WAIT_S`) for the spans."""
     names = registry.names() if names is None else names
     bad = [n for n in names if registry.find(n) is None]
     if bad:
@@ -289,13 +322,16 @@ def run_explain(url: str | None, *, budget_s: float = 180.0, names: Sequence[str
 
     check_ceiling_inputs(model_spec, device)  # so is an unknown --model-spec or --device
     from phasescope.apis.otlp import OTLP_WAIT_S, check_listen
+    from phasescope.theory.inputs import load_draft_spec
 
     check_listen(otlp_listen)  # and a bad --otlp-listen, or its extra missing
+    draft = load_draft_spec(draft_model_spec)  # and an unreadable --draft-model-spec
     return asyncio.run(_run_explain(url, budget_s=budget_s, names=list(names), api=api, model=model,
                                     model_spec=model_spec, device=device, api_key=api_key, progress=progress,
                                     save=save, timeouts=timeouts, store_path=store_path,
                                     gpu_metrics=gpu_metrics, nvml=nvml, server_flags=server_flags,
-                                    otlp=(otlp_listen, OTLP_WAIT_S if otlp_wait_s is None else otlp_wait_s)))
+                                    otlp=(otlp_listen, OTLP_WAIT_S if otlp_wait_s is None else otlp_wait_s),
+                                    draft=draft))
 
 
 async def _run_explain(url: str | None, *, budget_s: float, names: list[str], api: str, model: str | None,
@@ -303,7 +339,7 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
                        progress: Callable[[str], None] | None, save: bool, timeouts: Timeouts | None,
                        store_path: str | None, gpu_metrics: list[str] | None = None,
                        nvml: bool = True, server_flags: str | None = None,
-                       otlp: tuple[str | None, float] = (None, 0.0)) -> ExplainReport:
+                       otlp: tuple[str | None, float] = (None, 0.0), draft: Any = None) -> ExplainReport:
     from phasescope.target import open_target
 
     say = progress or (lambda _m: None)
@@ -319,7 +355,8 @@ async def _run_explain(url: str | None, *, budget_s: float, names: list[str], ap
 
         gpu = explain_gpu_start(gpu_metrics, nvml, url)  # None without GPU telemetry
         device = device or (telemetry_device_id(gpu) if gpu is not None else None)
-        ceil, w, kv, msrc = resolve_ceilings(model=model_spec, device=device, detected=det, embedded=url is None)
+        ceil, w, kv, msrc = resolve_ceilings(model=model_spec, device=device, detected=det, embedded=url is None,
+                                             draft=draft)
         from phasescope.lifecycle import run_output
 
         # the store (or the fallback folder); every record written as it completes. Leaving the block

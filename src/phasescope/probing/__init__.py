@@ -80,7 +80,7 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
           model_spec: str | None = None, device: str | None = None, save: bool = True,
           progress: Callable[[str], None] | None = None, gpu_metrics: list[str] | None = None,
           nvml: bool = True, engine_spec: str | None = None, otlp_listen: str | None = None,
-          otlp_wait_s: float = OTLP_WAIT_S) -> dict[str, Any]:
+          otlp_wait_s: float = OTLP_WAIT_S, draft_model_spec: str | None = None) -> dict[str, Any]:
     sizes = sorted(set(sizes or [200, 2000]))
     from phasescope.engine.spec import check_engine_spec
 
@@ -95,6 +95,9 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
     from phasescope.theory.inputs import check_ceiling_inputs
 
     check_ceiling_inputs(model_spec, device)  # an unknown id is refused before the first request
+    from phasescope.theory.inputs import load_draft_spec
+
+    draft_spec = load_draft_spec(draft_model_spec)  # so is an unreadable draft model
     plan = ProbePlan(sizes=sizes, max_tokens=max_tokens, repeat=repeat_n, warmup=warmup, retries=retries, auto=auto)
     say = progress or (lambda s: None)
     if url is None:
@@ -108,7 +111,8 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
     gpu = open_recorder(gpu_metrics, nvml=nvml, interval_s=0.25, server_url=url)  # None without GPU telemetry
     try:
         return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say, gpu,
-                                  engine_spec=engine_spec, otlp_listen=otlp_listen, otlp_wait_s=otlp_wait_s))
+                                  engine_spec=engine_spec, otlp_listen=otlp_listen, otlp_wait_s=otlp_wait_s,
+                                  draft_spec=draft_spec))
     finally:
         if gpu is not None:
             gpu.stop()  # idempotent: the section already holds what it recorded
@@ -117,7 +121,7 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
 async def _probe(url: str | None, api: str, model: str | None, api_key: str | None, timeouts: Timeouts | None,
                  plan: ProbePlan, out_dir: Any, model_spec: str | None, device: str | None, save: bool,
                  say: Callable[[str], None], gpu: Any = None, engine_spec: str | None = None,
-                 otlp_listen: str | None = None, otlp_wait_s: float = OTLP_WAIT_S) -> dict[str, Any]:
+                 otlp_listen: str | None = None, otlp_wait_s: float = OTLP_WAIT_S, draft_spec: Any = None) -> dict[str, Any]:
     ekw: dict[str, Any] = {"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))}
     if engine_spec:
         ekw["spec"] = engine_spec
@@ -173,9 +177,10 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                 if spec is not None and dev is not None:
                     try:
                         result["ceilings"] = C.ceilings(spec, dev, result["sizes"])
-                        C.add_per_step_ceilings(result["ceilings"], result["sizes"])
+                        C.add_per_step_ceilings(result["ceilings"], result["sizes"], spec, dev, draft_spec)
                         result["ceilings_note"] = None
-                        result["warnings"] += [w.to_dict() for w in C.above_ceiling_warnings(spec, dev, result["sizes"])]
+                        result["warnings"] += [w.to_dict() for w in C.above_ceiling_warnings(spec, dev, result["sizes"],
+                                                                                              draft_spec)]
                     except Exception as exc:  # noqa: BLE001 - theory is advisory; never lose the measurement
                         result["ceilings"], result["ceilings_note"] = None, f"ceilings failed: {exc}"
                 else:

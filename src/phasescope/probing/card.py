@@ -134,7 +134,9 @@ def render(result: dict[str, Any]) -> Panel:
         t.add_row(Text("CEILINGS", style="bold yellow"), *["" for _ in sizes])
         row("  decode ceiling tok/s", [_rate(c.get("decode_ceiling_tok_s")) for c in cr])
         if any(c.get("decode_ceiling_per_step_tok_s") for c in cr):  # the roof × tokens per verified step
-            row("  … per verified step", [_rate(c.get("decode_ceiling_per_step_tok_s")) for c in cr])
+            dm = (ce.get("draft_model_spec") or {}).get("id")
+            row("  … per verified step" + (f" (draft {dm})" if dm else " (no draft counted)"),
+                [_rate(c.get("decode_ceiling_per_step_tok_s")) for c in cr])
         row("  decode efficiency", [_pct(c.get("decode_efficiency")) for c in cr])
         row("  prefill floor", [_ms(c.get("prefill_floor_s")) for c in cr])
         row("  prefill efficiency", [_pct(c.get("prefill_efficiency")) for c in cr])

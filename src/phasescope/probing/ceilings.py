@@ -44,9 +44,9 @@ from phasescope.measure.warnings import MeasurementWarning, warn
 from phasescope.theory import ceilings as T
 from phasescope.theory.ceilings import ceilings, get_device, is_loopback
 
-__all__ = ["ABOVE_CEILING_TOLERANCE", "MIN_BITS_PER_WEIGHT", "above_ceiling", "add_per_step_ceilings", "above_ceiling_warnings", "ceilings",
-           "discover_spec", "explain_above_ceiling", "get_device", "is_loopback",
-           "speculative_roof_tok_s"]
+__all__ = ["ABOVE_CEILING_TOLERANCE", "MIN_BITS_PER_WEIGHT", "NO_DRAFT_NOTE", "above_ceiling", "add_per_step_ceilings",
+           "above_ceiling_warnings", "ceilings", "discover_spec", "drafted_per_step", "explain_above_ceiling",
+           "get_device", "is_loopback", "speculative_roof_tok_s"]
 
 #: measured ÷ bandwidth roof above which a decode speed is flagged (2 % for timing noise)
 ABOVE_CEILING_TOLERANCE = 1.02
@@ -69,14 +69,19 @@ async def discover_spec(session: Session, target: Target, detected: Any, model_s
 def speculative_roof_tok_s(plain_roof_tok_s: float, tokens_per_step: float | None, *,
                            step_bytes: float | None = None, draft_bytes_per_step: float | None = None) -> float:
     """The bandwidth roof per verified step (module docstring): ``plain × step_bytes ÷ (step_bytes +
-    draft bytes) × tokens_per_step``; the plain roof when nothing speculates (``tokens_per_step`` ≤ 1 or
-    None). Without ``step_bytes`` a draft's cost cannot be weighed and is taken as 0."""
-    if not tokens_per_step or tokens_per_step <= 1:
+    draft bytes) × tokens_per_step`` = bandwidth ÷ (bytes per step + the draft's) × tokens per step; the plain
+    roof when nothing speculates (``tokens_per_step`` None, or ≤ 1 with no draft to pay for). A draft whose
+    tokens are all rejected (1 token per step) puts the roof below the plain one. Without ``step_bytes`` a
+    draft's cost cannot be weighed and is taken as 0 (:func:`phasescope.theory.speculation.draft_bytes_per_step`
+    gives it: ``k`` × the draft's bytes; n-gram speculation has no draft: 0)."""
+    if not tokens_per_step:
         return plain_roof_tok_s
     share = 1.0
-    if draft_bytes_per_step and step_bytes and step_bytes > 0:
+    if draft_bytes_per_step and draft_bytes_per_step > 0 and step_bytes and step_bytes > 0:
         share = step_bytes / (step_bytes + draft_bytes_per_step)
-    return plain_roof_tok_s * share * tokens_per_step
+    if tokens_per_step <= 1 and share == 1.0:
+        return plain_roof_tok_s
+    return plain_roof_tok_s * share * max(1.0, tokens_per_step)
 
 
 def above_ceiling(
@@ -96,10 +101,11 @@ def above_ceiling(
     """``[above_ceiling warning]`` when ``measured_tok_s`` beats the bandwidth roof, else ``[]``
     (module docstring: which input is likely wrong). With ``tokens_per_step`` > 1 (speculative decoding)
     the roof is :func:`speculative_roof_tok_s`'s per-step one."""
-    if bandwidth_roof_tok_s and tokens_per_step and tokens_per_step > 1:
+    if bandwidth_roof_tok_s and tokens_per_step and (tokens_per_step > 1 or draft_bytes_per_step):
         bandwidth_roof_tok_s = speculative_roof_tok_s(bandwidth_roof_tok_s, tokens_per_step, step_bytes=bytes_per_token,
                                                       draft_bytes_per_step=draft_bytes_per_step)
-        bytes_per_token = bytes_per_token / tokens_per_step if bytes_per_token else bytes_per_token
+        if bytes_per_token:  # bytes read per emitted token: the step's (and its draft's) over its tokens
+            bytes_per_token = (bytes_per_token + (draft_bytes_per_step or 0.0)) / max(1.0, tokens_per_step)
     if not measured_tok_s or not bandwidth_roof_tok_s or measured_tok_s <= bandwidth_roof_tok_s * ABOVE_CEILING_TOLERANCE:
         return []
     ratio = measured_tok_s / bandwidth_roof_tok_s
@@ -139,6 +145,7 @@ def above_ceiling(
         "bytes_exact": bytes_exact,
         "likely_wrong": likely,
         "tokens_per_step": tokens_per_step,
+        "draft_bytes_per_step": draft_bytes_per_step,
     }
     return [warn("above_ceiling", likely, ev, **said)]
 
@@ -157,8 +164,29 @@ def _bits(spec: Any) -> tuple[str | None, float | None]:
     return getattr(spec, "dtype", None), None
 
 
-def above_ceiling_warnings(spec: Any, device: Any, sizes: list[dict[str, Any]]) -> list[MeasurementWarning]:
-    """``probe``: one :func:`above_ceiling` check per prompt size (client and server decode tok/s)."""
+def drafted_per_step(sd: dict[str, Any] | None) -> float | None:
+    """Tokens drafted per verified step of a ``spec_decode`` dict (drafted ÷ steps), None when not counted."""
+    if not sd or not sd.get("drafted") or not sd.get("steps"):
+        return None
+    return float(sd["drafted"]) / float(sd["steps"])
+
+
+def _draft_at(draft_spec: Any, context: int) -> Any:
+    """The :class:`~phasescope.theory.speculation.DraftModel` of ``draft_spec`` at ``context``, None without one."""
+    if draft_spec is None:
+        return None
+    from phasescope.theory.speculation import draft_model_of
+
+    try:
+        return draft_model_of(draft_spec, context)
+    except (E.PhasescopeError, ValueError, TypeError):
+        return None
+
+
+def above_ceiling_warnings(spec: Any, device: Any, sizes: list[dict[str, Any]],
+                           draft_spec: Any = None) -> list[MeasurementWarning]:
+    """``probe``: one :func:`above_ceiling` check per prompt size (client and server decode tok/s); with
+    ``draft_spec`` (``--draft-model-spec``) a speculating size's roof pays for the draft's bytes per step."""
     from phasescope.theory import roofline as R
 
     out: list[MeasurementWarning] = []
@@ -166,33 +194,70 @@ def above_ceiling_warnings(spec: Any, device: Any, sizes: list[dict[str, Any]]) 
     exact = getattr(spec, "origin", None) in ("gguf", "weights") or getattr(spec, "file_weight_bytes", None) is not None
     for s in sizes:
         n = int(s.get("prompt_tokens") or s.get("prompt_tokens_target") or 0)
-        tps = (s.get("spec_decode") or {}).get("tokens_per_step")
+        sd = s.get("spec_decode") or {}
+        tps = sd.get("tokens_per_step")
         try:
             roofs = R.decode_ceiling(spec, device, context=n, batch=1)
         except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError):
             continue
+        draft = _draft_at(draft_spec, n) if tps else None
+        d_bytes = draft.bytes_per_step(drafted_per_step(sd)) if draft is not None else None
         for label, v in (("client", s.get("decode_tok_s")), ("server", (s.get("server") or {}).get("decode_tok_s"))):
             ws = above_ceiling(v, bandwidth_roof_tok_s=roofs.bandwidth_tok_s, device_id=getattr(device, "id", None),
                                device_bandwidth_gb_s=getattr(device, "mem_bandwidth_gb_s", None),
                                bytes_per_token=roofs.step_bytes, weight_format=fmt, bits_per_weight=bits,
                                bytes_exact=exact, where=f"decode at {n:,}-token prompt ({label})",
-                               tokens_per_step=tps)
+                               tokens_per_step=tps, draft_bytes_per_step=d_bytes)
             out.extend(ws)
             if ws:
                 break  # one warning per size: the server figure says the same
     return out
 
 
-def add_per_step_ceilings(ceil: dict[str, Any] | None, sizes: list[dict[str, Any]]) -> None:
-    """``decode_ceiling_per_step_tok_s`` on each ceilings row whose size speculated: the row's decode
-    ceiling × that size's ``spec_decode.tokens_per_step`` (:func:`speculative_roof_tok_s`, no draft model)."""
+#: what the ceilings say when the server speculates and no draft model was named
+NO_DRAFT_NOTE = ("no draft model named (--draft-model-spec): its cost per step is counted as 0 — exact for n-gram "
+                 "speculation, which has none; a draft model's own reads would lower the per-step ceiling")
+
+
+def add_per_step_ceilings(ceil: dict[str, Any] | None, sizes: list[dict[str, Any]], spec: Any = None,
+                          device: Any = None, draft_spec: Any = None) -> None:
+    """``decode_ceiling_per_step_tok_s`` on each ceilings row whose size speculated: the row's decode ceiling per
+    verified step (:func:`speculative_roof_tok_s`: × that size's ``spec_decode.tokens_per_step``, and × target
+    bytes ÷ (target + draft bytes) per step), with ``draft_bytes_per_step`` (``k`` × the draft's bytes at the
+    row's context, ``k`` = drafted ÷ verified steps; 0 without a draft model, None when the draft is named but
+    ``k`` was not counted) and ``ceil["draft_model_spec"]`` (or ``ceil["draft_note"]``: none named)."""
     if not ceil:
         return
+    from phasescope.theory import roofline as R
+
     by_n = {s.get("prompt_tokens"): s for s in sizes}
+    any_spec = False
     for row in ceil.get("sizes") or []:
-        tps = ((by_n.get(row.get("prompt_tokens")) or {}).get("spec_decode") or {}).get("tokens_per_step")
-        if tps and row.get("decode_ceiling_tok_s"):
-            row["decode_ceiling_per_step_tok_s"] = speculative_roof_tok_s(row["decode_ceiling_tok_s"], tps)
+        sd = (by_n.get(row.get("prompt_tokens")) or {}).get("spec_decode") or {}
+        tps = sd.get("tokens_per_step")
+        if not tps or not row.get("decode_ceiling_tok_s"):
+            continue
+        any_spec = True
+        n = int(row.get("prompt_tokens") or 0)
+        draft = _draft_at(draft_spec, n)
+        k = drafted_per_step(sd)
+        d_bytes: float | None = 0.0
+        step = None
+        if draft is not None:
+            d_bytes = draft.bytes_per_step(k) if k is not None else None
+            try:
+                step = R.decode_ceiling(spec, device, context=n, batch=1).step_bytes if spec is not None and device is not None else None
+            except (E.PhasescopeError, ValueError, TypeError, ZeroDivisionError):
+                step = None
+        row["draft_bytes_per_step"] = d_bytes
+        row["decode_ceiling_per_step_tok_s"] = speculative_roof_tok_s(row["decode_ceiling_tok_s"], tps, step_bytes=step,
+                                                                      draft_bytes_per_step=d_bytes)
+    if draft_spec is not None:
+        d0 = _draft_at(draft_spec, 0)
+        ceil["draft_model_spec"] = {"id": getattr(draft_spec, "id", None), "source": getattr(draft_spec, "source", None),
+                                    "weight_bytes": d0.weight_bytes if d0 is not None else None}
+    elif any_spec:
+        ceil["draft_note"] = NO_DRAFT_NOTE
 
 
 def explain_above_ceiling(results: dict[str, Any], ceil: Any, records: Any = None) -> list[MeasurementWarning]:
@@ -209,14 +274,18 @@ def explain_above_ceiling(results: dict[str, Any], ceil: Any, records: Any = Non
     bw = getattr(ceil, "bandwidth_gb_s", None)
     w = getattr(ceil, "weight_bytes", None)
     roof = bw * 1e9 / w if bw and w else ceil.decode_ceiling_tok_s
-    tps = None
+    tps = d_bytes = None
     if records is not None:
         from phasescope.measure.derive import spec_decode_run
+        from phasescope.theory.speculation import draft_bytes_per_step
 
-        tps = (spec_decode_run(r for r in records if getattr(r, "ok", False)) or {}).get("tokens_per_step")
+        sd = spec_decode_run(r for r in records if getattr(r, "ok", False)) or {}
+        tps = sd.get("tokens_per_step")
+        d_bytes = draft_bytes_per_step(drafted_per_step(sd), getattr(ceil, "draft_weight_bytes", None),
+                                       getattr(ceil, "draft_kv_bytes_per_seq", None) or 0.0) or None
     ws = above_ceiling(d, bandwidth_roof_tok_s=roof, device_id=getattr(ceil, "device", None), device_bandwidth_gb_s=bw,
                        bytes_per_token=w, where=f"single-stream decode ({src.split(':')[0] or 'explain'})",
-                       tokens_per_step=tps)
+                       tokens_per_step=tps, draft_bytes_per_step=d_bytes)
     name = src.split(":")[0] if src else ""
     exp = results.get(name)
     info = getattr(exp, "info", None)

@@ -15,6 +15,9 @@ holds one :class:`RequestRecord` per request where the file carries per-request 
 
 A bad file is one :class:`~phasescope.errors.InputError` (exit 2), read through
 :mod:`phasescope.safeio` (size, depth and number limits).
+
+One job: other tools' files onto phasescope's keys, one reader per format sharing the summary keys, the
+definition notes and the record builder; split by format, each reader would import the same helpers back.
 """
 
 from __future__ import annotations

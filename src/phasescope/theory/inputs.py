@@ -10,6 +10,24 @@ never measured) up front. :data:`CEILING_FLAGS` is how the reports name these fl
 
 from __future__ import annotations
 
+def load_draft_spec(text: str | None) -> object | None:
+    """``--draft-model-spec``: the draft model's ModelSpec (catalog id, config.json or .gguf), None when not
+    given; an unreadable or unknown one is one :class:`~phasescope.errors.InputError` line naming the flag."""
+    if text is None:
+        return None
+    from phasescope.errors import InputError, PhasescopeError
+    from phasescope.theory.models import load_model_spec
+
+    if not str(text).strip():
+        raise InputError("--draft-model-spec is empty: give a catalog id, a config.json or a .gguf")
+    try:
+        return load_model_spec(text)
+    except PhasescopeError as exc:
+        raise InputError(f"--draft-model-spec: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--draft-model-spec {text!r}: {exc}") from None
+
+
 #: the flags that give probe its ceilings, for every hint that says how to get them: ``--model`` is only
 #: the name requested (its shape is found only when that name is a catalog id, or llama.cpp/Ollama
 #: describe the served file), so the hints name ``--model-spec``
