@@ -64,3 +64,29 @@ def test_ngram_speculation_drafts_and_is_reported(tmp_path: Path, monkeypatch: p
     above = [w for w in res["warnings"] if w["kind"] == "above_ceiling"]
     if max(size.get("decode_tok_s") or 0, (size.get("server") or {}).get("decode_tok_s") or 0) <= roof:
         assert not above, above
+
+
+def test_a_draft_model_on_the_embedded_engine_drafts_and_its_bytes_join_the_ceiling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 33 item 2: the embedded engine speculates with a draft model (llama-server -md). The bundled model
+    # drafts for itself (same vocabulary); llama.cpp's own draft counts are the truth, and probe counts the
+    # draft file's bytes per drafted token in the per-step ceiling without being told its shape.
+    from phasescope.engine.model import bundled_model_path
+    from phasescope.probing import probe
+    from phasescope.theory.devices import custom_device, save_local_device
+
+    monkeypatch.setenv("PHASESCOPE_HOME", str(tmp_path / "cfg"))
+    save_local_device(custom_device(10.0, name="deliberately low"))
+    draft = str(bundled_model_path())
+    res = probe(None, engine_draft_model=draft, sizes=[64], max_tokens=24, repeat=2, warmup=False, save=False,
+                out_dir=tmp_path / "out", device="local")
+    assert res["plan"]["engine_draft_model"] == draft
+    recs = [x for x in read_records(tmp_path / "out" / "records.jsonl") if x.ok and not x.tags.get("warmup")]
+    drafted = sum(((x.server or {}).get("raw") or {}).get("draft_n") or 0 for x in recs)
+    accepted = sum(((x.server or {}).get("raw") or {}).get("draft_n_accepted") or 0 for x in recs)
+    assert drafted > 0, [x.server for x in recs]  # a draft model drafts at every step, whatever the text
+    assert (res["spec_decode"]["drafted"], res["spec_decode"]["accepted"]) == (drafted, accepted)
+    assert res["ceilings"]["draft_model_spec"]["source"], res["ceilings"]  # the draft's own file, not a note
+    assert "draft_note" not in res["ceilings"]
+    row = res["ceilings"]["sizes"][0]
+    assert row["draft_bytes_per_step"] and row["draft_bytes_per_step"] > 0, row

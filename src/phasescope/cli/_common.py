@@ -28,6 +28,9 @@ DRAFT_MODEL_SPEC_HELP = ("The draft model's shape when the server speculates wit
                          "model or EAGLE/MTP head): catalog id, config.json or .gguf. Its bytes per drafted token join "
                          "the decode ceiling per verified step (default: none, counted as 0 — exact for n-gram speculation).")
 
+ENGINE_DRAFT_HELP = ("Embedded engine only: speculate with this draft model (a GGUF sharing the model's vocabulary; "
+                     "llama-server -md). probe counts its bytes per drafted token in the per-step ceiling, unless "
+                     "--draft-model-spec names another shape.")
 ENGINE_SPEC_HELP = ("Embedded engine only: speculative decoding, none (default) or ngram (n-gram lookup, no draft model; "
                     "llama-server --spec-type ngram-mod), or a --spec-type name (ngram-simple, ngram-map-k, ngram-mod, "
                     "ngram-cache). The JSON's spec_decode then reports drafted and accepted tokens from llama.cpp's timings.")

@@ -13,7 +13,7 @@ from typing import Any, List, Optional
 import typer
 
 from phasescope._results import BenchSummary, BenchSweep, Result
-from phasescope.cli._common import (ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, api_option,
+from phasescope.cli._common import (ENGINE_DRAFT_HELP, ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, api_option,
                                     check_otlp_listen, console, err_console, print_host_line, print_warnings)
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.cli._output import console_view, format_option, output
@@ -376,6 +376,7 @@ def bench(
     label: Optional[str] = typer.Option(None, "--label", help="Free-text label saved with the run."),
     parallel: int = typer.Option(4, "--parallel", help="Embedded engine only: llama-server slots (batch size)."),
     engine_spec: Optional[str] = typer.Option(None, "--engine-spec", help=ENGINE_SPEC_HELP),
+    engine_draft_model: Optional[str] = typer.Option(None, "--engine-draft-model", help=ENGINE_DRAFT_HELP),
     connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to connect."),
     ttft_timeout: float = typer.Option(300.0, "--ttft-timeout", help="Seconds to wait for the first token."),
     itl_timeout: float = typer.Option(60.0, "--itl-timeout", help="Seconds of silence allowed between tokens."),
@@ -408,7 +409,7 @@ def bench(
 ) -> None:
     """Load benchmark with vllm-bench-serve metrics, server /metrics alongside, sweeps and multi-process load."""
     from phasescope.apis.base import Timeouts
-    from phasescope.engine.spec import check_engine_spec
+    from phasescope.engine.spec import check_engine_draft, check_engine_spec
     from phasescope.load.bench import BenchConfig, run_bench
     from phasescope.load.progress import LiveStats
     from phasescope.load.summary import parse_goodput, parse_percentiles
@@ -424,6 +425,7 @@ def bench(
         workers=workers, metrics_interval_s=metrics_interval, server_metrics=not no_server_metrics, out_dir=out,
         store=not no_store, label=label, engine_parallel=parallel, prewarm=not no_prewarm,
         engine_spec=check_engine_spec(engine_spec, url),
+        engine_draft_model=check_engine_draft(engine_draft_model, url),
         timeouts=Timeouts(connect_s=connect_timeout, first_token_s=ttft_timeout, between_tokens_s=itl_timeout),
     )
     from phasescope.cli._scale_out import check_scale_out_flags

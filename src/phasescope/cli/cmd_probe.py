@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from phasescope._results import ProbeResult, Result
-from phasescope.cli._common import (DRAFT_MODEL_SPEC_HELP, ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, api_option,
+from phasescope.cli._common import (DRAFT_MODEL_SPEC_HELP, ENGINE_DRAFT_HELP, ENGINE_SPEC_HELP, OTLP_LISTEN_HELP, api_key_option, api_option,
                                     check_otlp_listen, console, err_console, print_host_line, print_warnings)
 from phasescope.cli._gpu import GPU_METRICS_HELP, NO_NVML_HELP
 from phasescope.cli._output import console_view, format_option, output
@@ -58,6 +58,7 @@ def probe(
     gpu_metrics: Optional[List[str]] = typer.Option(None, "--gpu-metrics", help=GPU_METRICS_HELP),
     no_nvml: bool = typer.Option(False, "--no-nvml", help=NO_NVML_HELP),
     engine_spec: Optional[str] = typer.Option(None, "--engine-spec", help=ENGINE_SPEC_HELP),
+    engine_draft_model: Optional[Path] = typer.Option(None, "--engine-draft-model", help=ENGINE_DRAFT_HELP),
     otlp_listen: Optional[str] = typer.Option(None, "--otlp-listen", metavar="[grpc://]HOST:PORT", help=OTLP_LISTEN_HELP),
 ) -> None:
     """Measure TTFT (prefill) and decode speed apart, next to their ceilings: the one-minute test."""
@@ -80,7 +81,8 @@ def probe(
                        out_dir=out,
                        model_spec=model_spec, device=device, save=save, progress=sink.progress(progress_line),
                        gpu_metrics=list(gpu_metrics or []), nvml=not no_nvml, engine_spec=engine_spec, otlp_listen=otlp_listen,
-                       draft_model_spec=draft_model_spec)
+                       draft_model_spec=draft_model_spec,
+                       engine_draft_model=None if engine_draft_model is None else str(engine_draft_model))
     sink.emit(ProbeResult.from_json(result))
 
 

@@ -15,7 +15,7 @@ import os
 
 from phasescope.errors import EngineError
 
-__all__ = ["SPEC_ALIASES", "SPEC_TYPES", "check_engine_spec", "spec_args"]
+__all__ = ["SPEC_ALIASES", "SPEC_TYPES", "check_engine_draft", "check_engine_spec", "spec_args"]
 
 #: ``--spec-type`` values at the pinned llama.cpp (``common/speculative.cpp``), and their short names
 SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft-simple")
@@ -59,3 +59,25 @@ def check_engine_spec(spec: str | None, url: str | None) -> str | None:
     except EngineError as exc:
         raise InputError(f"--engine-spec: {exc}") from None
     return args[-1] if args else None
+
+
+def check_engine_draft(path: str | os.PathLike[str] | None, url: str | None) -> str | None:
+    """``--engine-draft-model``: the draft GGUF's absolute path (llama-server ``--spec-draft-model``, ``-md``);
+    an :class:`~phasescope.errors.InputError` when a URL is given (it only starts the embedded engine) or the
+    file is missing or not a GGUF. The draft must share the model's vocabulary; llama-server checks that
+    when it starts and its last line says why it refused."""
+    from phasescope.errors import InputError
+
+    if path is None:
+        return None
+    if url is not None:
+        raise InputError("--engine-draft-model applies to the embedded engine only (omit the URL)")
+    p = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise InputError(f"--engine-draft-model: cannot read {p}: {exc.strerror or exc}") from None
+    if magic != b"GGUF":
+        raise InputError(f"--engine-draft-model: {p} is not a GGUF file (llama-server -md needs one)")
+    return p

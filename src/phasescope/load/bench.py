@@ -111,6 +111,7 @@ class BenchConfig:
     drain_timeout_s: float | None = 60.0
     engine_parallel: int = 4  # embedded engine slots when no URL
     engine_spec: str | None = None  # --engine-spec: embedded engine's speculative decoding (llama-server --spec-type)
+    engine_draft_model: str | None = None  # --engine-draft-model: the embedded engine's draft GGUF (llama-server -md)
     # scale-out (issue 10; phasescope.load.routing / phasescope.load.ray)
     targets: list[str] = field(default_factory=list)  # --target URL (repeatable): more endpoints
     route: str = "round-robin"  # --route round-robin|random|least-outstanding
@@ -221,6 +222,8 @@ def run_bench(cfg: BenchConfig, *, on_record: ProgressFn | None = None, on_statu
     ekw: dict[str, Any] | None = {"parallel": cfg.engine_parallel} if cfg.url is None else None
     if ekw is not None and cfg.engine_spec:
         ekw["spec"] = cfg.engine_spec
+    if ekw is not None and cfg.engine_draft_model:
+        ekw["draft_model"] = cfg.engine_draft_model
     ot = open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
                      engine_kwargs=ekw)
     with ot as tgt:

@@ -123,6 +123,8 @@ def run_sweep(cfg: BenchConfig, *, slo: dict[str, float], steps: int = 4,
         ekw: dict[str, Any] | None = {"parallel": cfg.engine_parallel} if cfg.url is None else None
         if ekw is not None and getattr(cfg, "engine_spec", None):
             ekw["spec"] = cfg.engine_spec
+        if ekw is not None and getattr(cfg, "engine_draft_model", None):
+            ekw["draft_model"] = cfg.engine_draft_model
         with open_target(cfg.url, api=cfg.api, model=cfg.model, api_key=cfg.api_key, timeouts=cfg.timeouts,
                          engine_kwargs=ekw) as tgt:
             return run_sweep(cfg, slo=slo, steps=steps, on_step=on_step, on_status=on_status, on_record=on_record,

@@ -80,11 +80,15 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
           model_spec: str | None = None, device: str | None = None, save: bool = True,
           progress: Callable[[str], None] | None = None, gpu_metrics: list[str] | None = None,
           nvml: bool = True, engine_spec: str | None = None, otlp_listen: str | None = None,
-          otlp_wait_s: float = OTLP_WAIT_S, draft_model_spec: str | None = None) -> dict[str, Any]:
+          otlp_wait_s: float = OTLP_WAIT_S, draft_model_spec: str | None = None,
+          engine_draft_model: str | None = None) -> dict[str, Any]:
     sizes = sorted(set(sizes or [200, 2000]))
-    from phasescope.engine.spec import check_engine_spec
+    from phasescope.engine.spec import check_engine_draft, check_engine_spec
 
     engine_spec = check_engine_spec(engine_spec, url)
+    engine_draft_model = check_engine_draft(engine_draft_model, url)
+    if engine_draft_model is not None and draft_model_spec is None:
+        draft_model_spec = engine_draft_model  # the draft's own file: its exact bytes per drafted token
     if not sizes or sizes[0] < 1:
         raise E.InputError("--prompt-tokens must be positive integers")
     if max_tokens < 2:
@@ -112,7 +116,7 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
     try:
         return asyncio.run(_probe(url, api, model, api_key, timeouts, plan, out_dir, model_spec, device, save, say, gpu,
                                   engine_spec=engine_spec, otlp_listen=otlp_listen, otlp_wait_s=otlp_wait_s,
-                                  draft_spec=draft_spec))
+                                  draft_spec=draft_spec, engine_draft_model=engine_draft_model))
     finally:
         if gpu is not None:
             gpu.stop()  # idempotent: the section already holds what it recorded
@@ -121,10 +125,13 @@ def probe(url: str | None, *, api: str = "auto", model: str | None = None, api_k
 async def _probe(url: str | None, api: str, model: str | None, api_key: str | None, timeouts: Timeouts | None,
                  plan: ProbePlan, out_dir: Any, model_spec: str | None, device: str | None, save: bool,
                  say: Callable[[str], None], gpu: Any = None, engine_spec: str | None = None,
-                 otlp_listen: str | None = None, otlp_wait_s: float = OTLP_WAIT_S, draft_spec: Any = None) -> dict[str, Any]:
+                 otlp_listen: str | None = None, otlp_wait_s: float = OTLP_WAIT_S, draft_spec: Any = None,
+                 engine_draft_model: str | None = None) -> dict[str, Any]:
     ekw: dict[str, Any] = {"ctx_size": max(16384, 4 * (max(plan.sizes) + plan.max_tokens + 64))}
     if engine_spec:
         ekw["spec"] = engine_spec
+    if engine_draft_model:
+        ekw["draft_model"] = engine_draft_model
     ot = open_target(url, api=api, model=model, api_key=api_key, timeouts=timeouts, engine_kwargs=ekw)
     async with ot as target:
         say(f"target {target.display_url}: {target.engine} {target.engine_version or ''}, api {target.api}, model {target.model}")
@@ -133,6 +140,8 @@ async def _probe(url: str | None, api: str, model: str | None, api_key: str | No
                   "retries": plan.retries, "api": target.api}
         if engine_spec:
             params["engine_spec"] = engine_spec
+        if engine_draft_model:
+            params["engine_draft_model"] = engine_draft_model
         from phasescope.lifecycle import run_output
 
         # the store and/or --out, else the fallback folder; each record written as it completes
