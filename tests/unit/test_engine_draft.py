@@ -49,3 +49,17 @@ def test_the_cli_refuses_a_draft_model_with_a_url_in_one_line(cmd: str, tmp_path
     err = capsys.readouterr().err
     assert "--engine-draft-model applies to the embedded engine only" in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_tune_varies_the_draft_model_as_a_parameter(tmp_path: Path) -> None:
+    # issue 33 item 2: tune exposes the draft model too (`--param draft=none,FILE.gguf`)
+    from phasescope.tuning import launch
+    from phasescope.tuning.spec import canonical_name, _check_value, ENGINE_PARAMS
+
+    f = _gguf(tmp_path)
+    p = ENGINE_PARAMS[canonical_name("draft")]
+    assert _check_value(p, "none") == "none" and _check_value(p, str(f)) == str(f)
+    with pytest.raises(InputError, match="--param draft: .*not a GGUF"):
+        _check_value(p, str(tmp_path / "x.json") if (tmp_path / "x.json").write_text("{}") else "")
+    assert launch.engine_kwargs({"draft": str(f)})["draft_model"] == str(f)
+    assert launch.engine_kwargs({"draft": "none"})["draft_model"] is None

@@ -60,7 +60,7 @@ DATASETS = ("random", "sharegpt", "jsonl", "conversation", "mooncake", "burstgpt
 
 
 def tune(
-    param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, cache-ram, ctx-checkpoints, quant. With --serve: any {name} of the template."),
+    param: List[str] = typer.Option([], "--param", help="NAME=V1,V2,… (repeatable). Embedded engine: ub, b, parallel, threads, fa, cache-reuse, ctx, cache-ram, ctx-checkpoints, spec, draft (a GGUF or none), quant. With --serve: any {name} of the template."),
     one_at_a_time: bool = typer.Option(False, "--one-at-a-time", help="Vary one parameter at a time around the baseline (each parameter's first value) instead of the full grid."),
     workload: str = typer.Option("probe", "--workload", help="probe | bench | explain: what runs against each setting."),
     api: str = api_option(),

@@ -96,6 +96,8 @@ def engine_kwargs(params: dict[str, str]) -> dict[str, Any]:
             kw["quant"] = v
         elif name == "spec":  # llama-server --spec-type (phasescope.engine.spec); none = off
             kw["spec"] = None if v == "none" else v
+        elif name == "draft":  # llama-server -md (phasescope.engine.spec); none = no draft model
+            kw["draft_model"] = None if v == "none" else v
         else:  # parse_param already refused it; a programming error if it gets here
             raise InputError(f"unknown embedded-engine parameter {name!r}")
     # ``ub`` is the prefill chunk: llama-server puts at most -b tokens into one step (server-context.cpp

@@ -38,7 +38,7 @@ class EngineParam:
 
     name: str
     help: str
-    kind: str  # "int" | "choice" | "quant"
+    kind: str  # "int" | "choice" | "quant" | "draft"
     minimum: int = 0
     choices: tuple[str, ...] = ()
 
@@ -56,6 +56,8 @@ ENGINE_PARAMS: dict[str, EngineParam] = {p.name: p for p in (
     EngineParam("ctx-checkpoints", "-ctxcp/--ctx-checkpoints: context checkpoints per slot (0 = none)", "int", 0),
     EngineParam("spec", "--spec-type: speculative decoding without a draft model (none; ngram = ngram-mod)", "choice",
                 choices=("none", "ngram", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")),
+    EngineParam("draft", "-md/--spec-draft-model: a draft model GGUF sharing the model's vocabulary (none = no draft)",
+                "draft"),
     EngineParam("quant", "the model file's quant type, made with `engine quantize` (cached); TYPE-pure: every tensor at TYPE", "quant"),
 )}
 
@@ -93,6 +95,15 @@ def _check_value(p: EngineParam, v: str) -> str:
         if v.lower() not in p.choices:
             raise InputError(f"--param {p.name}: {v!r} is not one of {', '.join(p.choices)}")
         return v.lower()
+    if p.kind == "draft":  # none, or a GGUF (its absolute path)
+        if v.strip().lower() == "none":
+            return "none"
+        from phasescope.engine.spec import check_engine_draft
+
+        try:
+            return str(check_engine_draft(v, None))
+        except InputError as exc:
+            raise InputError(f"--param draft: {str(exc).removeprefix('--engine-draft-model: ')}") from None
     from phasescope.engine.quantize import normalize_type
 
     base, pure = split_pure(v)
