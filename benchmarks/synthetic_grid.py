@@ -27,7 +27,8 @@ import sys
 import time
 from typing import Any
 
-from phasescope.engine.synth import synthesize, use_synthetic
+from phasescope.engine.synth import synthesize
+from phasescope.lifecycle import use_synthetic
 from phasescope.planning.build import cost_from_theory
 from phasescope.probing import probe
 from phasescope.probing.ceilings import ceilings
