@@ -48,8 +48,13 @@ def test_decode_slowdown_with_the_bandwidth_prediction() -> None:
     assert r.decode_slowdown_pct is not None and r.decode_slowdown_pct > 30, r.turns
     assert r.predicted_slowdown_pct is not None and 0 < r.predicted_slowdown_pct < 100
     d = diagnose({"conversation": r}, engine="vllm")
-    f = next(x for x in d.findings if x.id == "conversation-decode-slowdown")
-    assert "bandwidth model predicts" in f.cause and any("kv-cache-dtype" in a.change for a in f.advice)
+    f = next((x for x in d.findings if x.id == "conversation-decode-slowdown"), None)
+    if f is None:
+        # a fresh-clone run whose unit tier ran beside it (four workers on two cores) widened the turns' decode
+        # intervals until they overlapped: then "cannot tell", with the overlap named, and never another claim
+        assert "conversation-decode-slowdown" in d.undecided_ids(), (d.ids(), d.undecided_ids(), r.turns)
+    else:
+        assert "bandwidth model predicts" in f.cause and any("kv-cache-dtype" in a.change for a in f.advice)
     # a flat decode gives no slowdown finding
     flat = _run(Behaviour(prefix_cache=True, **FAST))
     assert "conversation-decode-slowdown" not in diagnose({"conversation": flat}, engine="vllm").ids()
