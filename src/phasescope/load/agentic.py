@@ -36,7 +36,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from phasescope.apis import registry
 from phasescope.apis.base import GenRequest, Target
 from phasescope.errors import InputError
-from phasescope.load.conversation import TOOL_MARK, SendFn, parse_think_time, parse_turns
+from phasescope.load.conversation import TOOL_MARK, SendFn, parse_think_time, parse_turns, wait_for_tasks
 from phasescope.load.workload import WorkItem, part_salt
 from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RequestRecord
@@ -389,22 +389,6 @@ async def run_agentic(
         while queue and not stop.is_set() and not past_duration():
             await run_session(queue.pop(0))
 
-    async def wait_all(timeout: float | None) -> None:
-        pending = {t for t in tasks if not t.done()}
-        if not pending:
-            return
-        stopper = loop.create_task(stop.wait())
-        deadline = None if timeout is None else loop.time() + timeout
-        try:
-            while pending and not stop.is_set():
-                left = None if deadline is None else deadline - loop.time()
-                if left is not None and left <= 0:
-                    break
-                await asyncio.wait(pending | {stopper}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                pending = {t for t in tasks if not t.done()}
-        finally:
-            stopper.cancel()
-
     try:
         for i, w in enumerate(warmups):
             if stop.is_set():
@@ -427,9 +411,9 @@ async def run_agentic(
         for _ in range(min(spec.users, len(queue))):
             tasks.add(loop.create_task(closed_user(queue)))
         if duration_s is None or drain_timeout_s is None:
-            await wait_all(None)
+            await wait_for_tasks(tasks, stop, None)
         else:
-            await wait_all(max(0.0, duration_s - (now_ns() - t0) / 1e9) + drain_timeout_s)
+            await wait_for_tasks(tasks, stop, max(0.0, duration_s - (now_ns() - t0) / 1e9) + drain_timeout_s)
         if stop.is_set():
             res.interrupted = res.aborted is None
     finally:

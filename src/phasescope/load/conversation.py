@@ -218,6 +218,26 @@ def chat_target(target: Target) -> Target:
     return replace(target, api=chat.name)
 
 
+async def wait_for_tasks(tasks: set[asyncio.Task[Any]], stop: asyncio.Event, timeout: float | None) -> None:
+    """Wait until every task in ``tasks`` (a set the sessions may still add to) is done, ``stop`` is set, or
+    ``timeout`` seconds pass (None: no limit). The session runners' drain (conversations, agentic sessions)."""
+    loop = asyncio.get_running_loop()
+    pending = {t for t in tasks if not t.done()}
+    if not pending:
+        return
+    stopper = loop.create_task(stop.wait())
+    deadline = None if timeout is None else loop.time() + timeout
+    try:
+        while pending and not stop.is_set():
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                break
+            await asyncio.wait(pending | {stopper}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            pending = {t for t in tasks if not t.done()}
+    finally:
+        stopper.cancel()
+
+
 async def run_sessions(
     sessions: Sequence[SessionPlan],
     spec: ConversationSpec,
@@ -345,22 +365,6 @@ async def run_sessions(
         while queue and not stop.is_set() and not past_duration():
             await run_session(queue.pop(0))
 
-    async def wait_all(timeout: float | None) -> None:
-        pending = {t for t in tasks if not t.done()}
-        if not pending:
-            return
-        stopper = loop.create_task(stop.wait())
-        deadline = None if timeout is None else loop.time() + timeout
-        try:
-            while pending and not stop.is_set():
-                left = None if deadline is None else deadline - loop.time()
-                if left is not None and left <= 0:
-                    break
-                await asyncio.wait(pending | {stopper}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                pending = {t for t in tasks if not t.done()}
-        finally:
-            stopper.cancel()
-
     try:
         # warm-ups: one short single-message request each, before t0
         for i, w in enumerate(warmups):
@@ -393,9 +397,9 @@ async def run_sessions(
             for _ in range(min(spec.users, len(queue))):
                 tasks.add(loop.create_task(closed_user(queue)))
         if duration_s is None or drain_timeout_s is None:
-            await wait_all(None)
+            await wait_for_tasks(tasks, stop, None)
         else:  # no turn starts after the duration; in-flight ones get the drain time
-            await wait_all(max(0.0, duration_s - (now_ns() - t0) / 1e9) + drain_timeout_s)
+            await wait_for_tasks(tasks, stop, max(0.0, duration_s - (now_ns() - t0) / 1e9) + drain_timeout_s)
         if stop.is_set():
             res.interrupted = res.aborted is None
     finally:
