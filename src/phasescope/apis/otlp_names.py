@@ -29,6 +29,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from phasescope.measure.clock import union_s
+
 #: vLLM span attribute → the engine-neutral key (seconds, or a count for ``*_tokens``)
 VLLM_ATTRS = {
     "gen_ai.request.id": "request_id",
@@ -118,21 +120,6 @@ def tgi_span(span: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def _union_s(intervals: list[tuple[int, int]]) -> float:
-    """The length of the union of ``[start_ns, end_ns)`` intervals, in seconds."""
-    total, cur_a, cur_b = 0, None, None
-    for a, b in sorted(intervals):
-        if cur_b is None or a > cur_b:
-            if cur_b is not None and cur_a is not None:
-                total += cur_b - cur_a
-            cur_a, cur_b = a, b
-        else:
-            cur_b = max(cur_b, b)
-    if cur_a is not None and cur_b is not None:
-        total += cur_b - cur_a
-    return total / 1e9
-
-
 def sglang_spans(spans: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """SGLang's stage spans, one dict per trace (request): each key the union of its stages' intervals
     (:data:`SGLANG_STAGES`), ``request_id`` the trace's ``rid`` attribute, ``ttft_s`` queue + prefill start to end
@@ -154,7 +141,7 @@ def sglang_spans(spans: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for tid, stages in by_trace.items():
         if "queue_s" not in stages and "prefill_s" not in stages:
             continue
-        d: dict[str, Any] = {k: _union_s(v) for k, v in stages.items()}
+        d: dict[str, Any] = {k: union_s(v) for k, v in stages.items()}
         ttft = [iv for k in ("queue_s", "prefill_s") for iv in stages.get(k, [])]
         if "prefill_s" in stages:
             d["ttft_s"] = (max(b for _, b in stages["prefill_s"]) - min(a for a, _ in ttft)) / 1e9

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 from phasescope.measure import derive
 from phasescope.measure.aggregate import measured, median
+from phasescope.measure.clock import union_s
 from phasescope.measure.interval import median_interval
 from phasescope.measure.records import RequestRecord
 
@@ -39,21 +40,6 @@ MAX_SESSIONS_LISTED = 200
 
 def _calls(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return [r for r in measured(records) if (r.tags or {}).get("call") is not None]
-
-
-def busy_s(intervals: Sequence[tuple[int, int]]) -> float:
-    """Seconds covered by the union of ``(start_ns, end_ns)`` intervals."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None and cur_s is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None and cur_s is not None:
-        total += cur_e - cur_s
-    return total / 1e9
 
 
 def cache_source(records: Sequence[RequestRecord]) -> str | None:
@@ -82,7 +68,7 @@ def session_rows(records: Sequence[RequestRecord]) -> list[dict[str, Any]]:
         prompt = sum(int(r.prompt_tokens or 0) for r in pts)
         ivs = [(r.t_start_ns, r.t_done_ns) for r in rs if r.t_done_ns]
         span = (max(e for _, e in ivs) - min(s for s, _ in ivs)) / 1e9 if ivs else None
-        wait = busy_s(ivs) if ivs else None
+        wait = union_s(ivs) if ivs else None
         rows.append({
             "session": name, "trace_session": rs[0].tags.get("trace_session"), "calls": len(rs), "calls_ok": len(ok),
             "subagent_calls": sum(1 for r in rs if r.tags.get("role") == "subagent"),
