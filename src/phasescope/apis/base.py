@@ -135,6 +135,14 @@ class GenRequest:
     keep_text: bool = False
 
 
+def take_reply(rec: Any) -> str:
+    """The reply text a ``keep_text`` request kept, taken out of its record's tags (so it is never written)
+    and trimmed as it is resent: chat templates such as llama.cpp's built-in Gemma one and Llama 3's trim each
+    message's content, so a reply that began or ended with a newline, counted untrimmed, was one token longer
+    than the server then tokenized it."""
+    return str((rec.tags or {}).pop("reply_text", "") or "").strip()
+
+
 def add_engine_fields(body: dict[str, Any], req: "GenRequest", tgt: "Target", *, ignore_eos: bool = True) -> None:
     """The engines' own request extensions, one rule for every OpenAI-shaped body: ``ignore_eos`` (with
     vLLM/SGLang's ``min_tokens``) when the request asks for it and ``ignore_eos`` says the endpoint reads

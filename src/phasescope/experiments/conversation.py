@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from phasescope.apis import registry as protocols
+from phasescope.apis.base import take_reply
 from phasescope.experiments.common import ExperimentInfo, finite, mad_sigma, med, ok, select
 from phasescope.measure import derive
 from phasescope.measure.interval import bootstrap_interval, median_interval, to_ci
@@ -429,7 +430,7 @@ async def _send_chat(ctx: RunContext, req: Any, **tags: Any) -> tuple[RequestRec
     req.id = ctx.next_id(NAME)
     coro = protocols.chat_of(ctx.target.api).send(ctx.session, ctx.target, req)
     rec = await ctx.bounded(coro, req)  # stopped at the budget's hard deadline like every experiment request
-    reply = str((rec.tags or {}).pop("reply_text", "") or "").strip()  # resent trimmed, as bench's sessions do
+    reply = take_reply(rec)  # resent trimmed, as bench's sessions do
     rec.tags = {**(rec.tags or {}), **req.tags}
     ctx.keep(rec)
     return rec, reply

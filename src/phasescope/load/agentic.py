@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
 from phasescope.apis import registry
-from phasescope.apis.base import GenRequest, Target
+from phasescope.apis.base import GenRequest, Target, take_reply
 from phasescope.errors import InputError
 from phasescope.load.conversation import TOOL_MARK, SendFn, parse_think_time, parse_turns, wait_for_tasks
 from phasescope.load.workload import WorkItem, part_salt
@@ -375,7 +375,7 @@ async def run_agentic(
                 res.scheduled += 1
                 res.sent += 1
                 rec = await send_one(req)
-                replies[c.key] = str(rec.tags.pop("reply_text", "") or "").strip()  # resent trimmed, as conversations do
+                replies[c.key] = take_reply(rec)
                 sent[c.key] = msgs
                 rec_ids[c.key] = rec.id
                 done(rec, False)

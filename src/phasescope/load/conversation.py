@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
 from phasescope.apis import Session, registry
-from phasescope.apis.base import GenRequest, Target
+from phasescope.apis.base import GenRequest, Target, take_reply
 from phasescope.errors import InputError
 from phasescope.load.workload import WorkItem, part_salt
 from phasescope.measure.clock import now_ns, wall_ns
@@ -343,10 +343,7 @@ async def run_sessions(
             res.scheduled += 1
             res.sent += 1
             rec = await send_one(req, now_ns())
-            # resent trimmed, and counted as resent: chat templates such as Gemma's (llama.cpp's built-in one) and
-            # Llama 3's trim each message's content, so a reply that began or ended with a newline was counted
-            # one token longer than the server then tokenized it
-            reply = str(rec.tags.pop("reply_text", "") or "").strip()
+            reply = take_reply(rec)  # resent trimmed, and counted as resent
             resent = None
             if rec.ok and count is not None:
                 try:
