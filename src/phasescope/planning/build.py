@@ -7,8 +7,10 @@ by measured values when calibrating (:mod:`phasescope.planning.calibrate`):
 * GPUs: η_bw = 0.8 (NVIDIA aiconfigurator ``mem_bw_empirical_scaling_factor``; theory.md §5 finds
   70–82 % for ≥7B 16-bit models), η_f = 0.6 (a typical prefill MFU), 1.5 ms per step (scheduler,
   sampling and launch work outside the kernels), roofline ``max``.
-* CPUs and ``local``: η_bw = 0.6, η_f = 0.5, 1 ms per step, additive ``sum`` (llama.cpp on a few cores
-  does not overlap memory traffic with the dequantize-and-dot work; engine.md §6–§7).
+* CPUs and ``local``: llama.cpp's terms of :mod:`phasescope.planning.cpu` (fitted on the synthetic grid:
+  η_bw = 0.49, prefill η_f by the weights' storage types, attention at its own rates, a fixed cost per
+  prompt, 60 µs per layer per step, Q5_0's dequantize math), additive ``sum`` (llama.cpp on a few cores does
+  not overlap memory traffic with the dequantize-and-dot work; engine.md §6–§7).
 * Apple GPUs: η_bw = 0.65, η_f = 0.5, 1 ms, ``max``.
 
 Interconnect (disaggregation's KV transfer and tensor parallelism's all-reduces): the device's first
@@ -28,6 +30,7 @@ from typing import Any
 
 from phasescope.errors import InputError
 from phasescope.planning.costmodel import CostModel, min_tp
+from phasescope.planning.cpu import cpu_terms
 from phasescope.theory import parallel, roofline
 from phasescope.theory.devices import Device, get_device
 from phasescope.theory.models import ModelSpec, load_model_spec
@@ -37,8 +40,8 @@ DEFAULTS: dict[str, tuple[float, float, float, str]] = {
     "gpu": (0.8, 0.6, 0.0015, "max"),
     "accelerator": (0.8, 0.6, 0.0015, "max"),
     "apple": (0.65, 0.5, 0.001, "max"),
-    "cpu": (0.6, 0.5, 0.001, "sum"),
-    "local": (0.6, 0.5, 0.001, "sum"),
+    "cpu": (0.48, 0.25, 0.0, "sum"),  # the efficiencies are replaced by planning.cpu's terms
+    "local": (0.48, 0.25, 0.0, "sum"),
     "custom": (0.8, 0.6, 0.0015, "max"),
 }
 NETWORK_FALLBACK_BYTES_S = parallel.NETWORK_FALLBACK_BYTES_S  # 100 GbE, one direction
@@ -136,6 +139,11 @@ def cost_from_theory(
         "tp": tp,
         "kv_split": split,
     }
+    cpu: dict[str, Any] = {}
+    if kind in ("cpu", "local"):
+        cpu = cpu_terms(spec, quant, peak * tp)
+        source.update(cpu.pop("source"))
+        d_bw, d_f, d_ov = cpu.pop("bw_eff"), cpu.pop("flops_eff"), cpu.pop("step_overhead_s")
     return CostModel(
         name=f"{spec.id}@{dev.id}" + (f"×{tp}" if tp > 1 else ""),
         weight_bytes=w_read,
@@ -161,4 +169,5 @@ def cost_from_theory(
         routed_expert_bytes=routed,
         n_experts=int(spec.n_experts or 0) if spec.is_moe else 0,
         n_experts_per_tok=int(spec.n_experts_per_tok or 0) if spec.is_moe else 0,
+        **cpu,
     )

@@ -315,7 +315,8 @@ def _calibrate(records: Sequence[RequestRecord], base: CostModel, adjust: Any) -
             dec3.append((p[0], b, p[1]))
     dec = [(s_, y) for s_, b, y in dec3 if b < 1.05]
     batched = [(s_, b, y) for s_, b, y in dec3 if b >= 1.5]
-    c = base
+    # the CPU model's terms fitted on the synthetic grid (planning.cpu) give way to this server's own fit
+    c = base.with_(decode_attn_flops_eff=None, dequant_s_per_step=0.0, prefill_overhead_s=0.0)
     F_tok, F_att, F_head = c.flops_per_token, c.attn_flops_per_pair, c.lm_head_flops
 
     def x_p(n: float) -> float:

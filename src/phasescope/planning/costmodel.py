@@ -12,6 +12,10 @@ and the FLOPs it does (theory.md §1–3, Pope et al. arXiv:2211.05102 §2–3):
     t_step = t_overhead + bytes / (BW·η_bw) + t_math              (overlap = "sum", CPUs)
     t_math = flops_prefill / (F·η_f) + flops_decode / (F·η_dec)   (η_dec = η_f unless calibrated apart)
     t_step += t_allreduce(n_tokens)                              (tensor parallel, serial with the math)
+    t_step += t_dec_attn + t_dequant + t_prompt                   (llama.cpp on CPU cores, planning.cpu)
+
+(the last line only where :mod:`.cpu` set them: decode attention at its own rate, Q5_0's dequantize math
+per decode step, a fixed cost per prompt chunk; zero on GPUs and after calibration)
 
 where ``s_i`` is the context of decoding sequence *i*, chunk *j* covers prompt positions
 ``p_j+1 … p_j+c_j`` and ``n_sampled`` = decodes + prompts whose last chunk ends this step.
@@ -129,6 +133,12 @@ class CostModel:
     #: part of ``flops_eff`` as before); then they run as kernels of their own, after the step's roofline
     #: (module docstring, "Attention")
     attn_flops_eff: float | None = None
+    #: llama.cpp on CPU cores (:mod:`phasescope.planning.cpu`; 0 / ``None`` elsewhere): decode attention at its
+    #: own rate (``None``: part of the decode math), extra seconds of dequantize math per decode step, and a
+    #: fixed cost per prompt chunk
+    decode_attn_flops_eff: float | None = None
+    dequant_s_per_step: float = 0.0
+    prefill_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.overlap not in ("max", "sum"):
@@ -213,6 +223,13 @@ class CostModel:
         if self.attn_flops_eff is not None:
             t_attn = a_pre / (self.peak_flops * self.attn_flops_eff)
             a_pre = 0.0
+        if self.decode_attn_flops_eff is not None and n_decode > 0:
+            t_attn += a_dec / (self.peak_flops * self.decode_attn_flops_eff)
+            a_dec = 0.0
+        if n_decode > 0:
+            t_attn += self.dequant_s_per_step
+        if prefill_tokens > 0:
+            t_attn += self.prefill_overhead_s * max(n_prefill_chunks, 1)
         f_dec = (self.flops_per_token + self.lm_head_flops) * n_decode + a_dec
         f_pre = (
             self.flops_per_token * prefill_tokens
@@ -260,7 +277,11 @@ class CostModel:
         dec_eff = self.flops_eff if self.decode_flops_eff is None else self.decode_flops_eff
         return replace(self, bw_eff=self.bw_eff / decode, decode_flops_eff=dec_eff / decode,
                        step_overhead_s=self.step_overhead_s * decode, flops_eff=self.flops_eff / prefill,
-                       attn_flops_eff=None if self.attn_flops_eff is None else self.attn_flops_eff / prefill)
+                       attn_flops_eff=None if self.attn_flops_eff is None else self.attn_flops_eff / prefill,
+                       decode_attn_flops_eff=None if self.decode_attn_flops_eff is None
+                       else self.decode_attn_flops_eff / decode,
+                       dequant_s_per_step=self.dequant_s_per_step * decode,
+                       prefill_overhead_s=self.prefill_overhead_s * prefill)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -88,6 +88,7 @@ def spec_from_gguf_metadata(
     total = active = read = routed = None
     w_bytes = read_bytes = routed_bytes = None
     tie = False
+    mm_types: tuple[tuple[str, float, float], ...] | None = None
     if tensors:
         names = {t.name for t in tensors}
         tie = "output.weight" not in names
@@ -104,6 +105,7 @@ def spec_from_gguf_metadata(
         active = int(total - routed + routed * frac)
         read = active - (0 if tie else emb_n)
         read_bytes = w_bytes - routed_bytes + routed_bytes * frac - (0.0 if tie else emb_b)
+        mm_types = _matmul_types(tensors, tie, frac)
     else:
         pc = md.get("general.parameter_count")
         if isinstance(pc, (int, float)) and pc > 0:
@@ -141,6 +143,7 @@ def spec_from_gguf_metadata(
         file_weight_bytes=w_bytes,
         file_read_bytes_batch1=read_bytes,
         file_routed_expert_bytes=routed_bytes,
+        matmul_types=mm_types,
         notes=tuple(notes),
         **mla,
     )
@@ -156,6 +159,23 @@ def spec_from_gguf_metadata(
     elif spec.decode_read_params is None and spec.total_params is not None and not spec.is_moe:
         spec = replace(spec, active_params=spec.total_params, decode_read_params=spec.total_params)
     return spec
+
+
+def _matmul_types(tensors: list[Any], tie: bool, expert_frac: float) -> tuple[tuple[str, float, float], ...]:
+    """(type, active body params, LM-head params) of the matrices a token multiplies, by GGML type: every
+    tensor of two or more dimensions but the input embedding (the LM head: ``output.weight``, or the embedding
+    when tied); routed experts count at the share a token activates."""
+    head_name = "token_embd.weight" if tie else "output.weight"
+    acc: dict[str, list[float]] = {}
+    for t in tensors:
+        if len(t.shape) < 2 or (t.name == "token_embd.weight" and not tie):
+            continue
+        row = acc.setdefault(t.type_name, [0.0, 0.0])
+        if t.name == head_name:
+            row[1] += t.n_elements
+        else:
+            row[0] += t.n_elements * (expert_frac if "_exps" in t.name else 1.0)
+    return tuple((k, v[0], v[1]) for k, v in sorted(acc.items()))
 
 
 def spec_from_gguf(path: str | Path) -> ModelSpec:

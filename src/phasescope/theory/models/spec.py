@@ -62,6 +62,9 @@ class ModelSpec:
     file_weight_bytes: float | None = None
     file_read_bytes_batch1: float | None = None
     file_routed_expert_bytes: float | None = None
+    #: GGUF: (GGML type, active body parameters, LM-head parameters) of the matmul weights, by type
+    #: (the CPU cost model's per-type rates, :mod:`phasescope.planning.cpu`)
+    matmul_types: tuple[tuple[str, float, float], ...] | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     #: how this spec was chosen for a served name, when it was not named exactly (for the card)
     chosen_by: str | None = None
