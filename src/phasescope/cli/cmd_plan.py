@@ -81,7 +81,8 @@ def _header(doc: dict[str, Any]) -> None:
                   f"η_bw {p['bw_eff']:.2f}, η_flops {p['flops_eff']:.2f}"
                   + (f" (decode {p['decode_flops_eff']:.2f})" if p.get("decode_flops_eff") is not None else "")
                   + f", step = overhead {p['step_overhead_s'] * 1e3:.2f} ms + "
-                  + ("max(memory, math)" if p["overlap"] == "max" else "memory + math"))
+                  + ("max(memory, math)" if p["overlap"] == "max" else "memory + math")
+                  + _cpu_terms(p, cm.get("source") or {}))
     cal = doc.get("calibration")
     if cal:
         f = cal["fitted"]
@@ -90,6 +91,18 @@ def _header(doc: dict[str, Any]) -> None:
                       f"API overhead {cal['api_overhead_s'] * 1e3:.1f} ms, effective {f.get('bandwidth_bytes_s', 0) / 1e9:.1f} GB/s, "
                       f"{_flops(f.get('flops_s', 0))}; fit error prefill {_pct(r.get('prefill_rel_err_median'))}, "
                       f"decode {_pct(r.get('decode_rel_err_median'))}")
+
+
+def _cpu_terms(p: dict[str, Any], src: dict[str, Any]) -> str:
+    """llama.cpp's CPU terms (planning.cpu) when the cost model has them, for the cost-model line."""
+    if not p.get("prefill_overhead_s") and p.get("decode_attn_flops_eff") is None and not p.get("dequant_s_per_step"):
+        return ""
+    out = (f" + decode attention + {p['dequant_s_per_step'] * 1e3:.1f} ms dequantize; "
+           f"{p['prefill_overhead_s'] * 1e3:.0f} ms per prompt (llama.cpp on CPU, fitted on the synthetic grid; "
+           f"weight types: {src.get('weight_types_from', '?')})")
+    if src.get("uncalibrated_types"):
+        out += f"; not calibrated for {', '.join(src['uncalibrated_types'])}: taken as Q8_0"
+    return out
 
 
 def _summary_table(s: dict[str, Any], title: str = "simulated") -> Table:
