@@ -212,3 +212,16 @@ def test_an_api_asked_as_auto_compares_as_the_api_the_run_used() -> None:
     assert compare_runs(a, [], b, []).param_changes == {}
     c = info("C", api="chat", params={"api": "auto", "max_concurrency": 1})
     assert compare_runs(a, [], c, []).param_changes == {"api": ["openai", "chat"]}
+
+
+def test_a_field_one_run_does_not_record_is_unknown_not_different() -> None:
+    """An imported `vllm bench serve` file records no API, engine or target: compare says so, and never prints
+    "openai → ?" as if the runs had differed."""
+    a, b = sequential_run(10, seed=1, sizes=(256,)), sequential_run(10, seed=2, sizes=(256,))
+    cmp = compare_runs(info("a"), a, info("b", api=None, engine=None, target=None), b)
+    text = "\n".join(w.message for w in cmp.warnings)
+    assert "→ ?" not in text and "differs:" not in text, text
+    for needle in ("API is not recorded in run B (openai in the other), so whether it differs is unknown",
+                   "engine is not recorded in run B (llamacpp in the other)",
+                   "target host is not recorded in run B (http://127.0.0.1:9 in the other)"):
+        assert needle in text, text

@@ -117,8 +117,11 @@ CASES: list[tuple[str, str, dict[str, Any], Callable[[dict[str, Any]], str], str
      lambda v: (_ceiling_head(v) + v["why"] + ": the model bytes per token are likely overstated (another or smaller "
                 "model, MoE active weights)"),
      "pass --model-spec with the served model's config.json or .gguf"),
-    ("runs_not_comparable", "field", {"name": "engine version", "a": "b4000", "b": "?"},
+    ("runs_not_comparable", "field", {"name": "engine version", "a": "b4000", "b": "b4100"},
      lambda v: f"{v['name']} differs: {v['a']} → {v['b']}", None),
+    ("runs_not_comparable", "field_unknown", {"name": "API", "which": "B", "known": "openai"},
+     lambda v: f"{v['name']} is not recorded in run {v['which']} ({v['known']} in the other), so whether it differs "
+               "is unknown", None),
     ("runs_not_comparable", "host", {"a": "http://10.0.0.2:8000", "b": "http://10.0.0.3:8000"},
      lambda v: f"target host differs: {v['a']} → {v['b']} (fine if the server is what you compare)", None),
     ("runs_not_comparable", "prompt_lengths", {"a": "{64, 512}", "b": "{64}"},

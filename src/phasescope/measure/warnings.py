@@ -167,6 +167,8 @@ WARNINGS: dict[str, Kind] = {
     }),
     "runs_not_comparable": Kind("two runs differ in more than the parameter under test", {
         "field": _T("{name} differs: {a} → {b}"),
+        "field_unknown": _T("{name} is not recorded in run {which} ({known} in the other), so whether it differs is "
+                            "unknown"),
         "host": _T("target host differs: {a} → {b} (fine if the server is what you compare)"),
         "prompt_lengths": _T("prompt lengths differ: {a} → {b} tokens"),
         "output_lengths": _T("requested output lengths differ: {a} → {b} tokens"),

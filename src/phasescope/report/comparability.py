@@ -79,10 +79,17 @@ def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: li
         if attr in ("model", "engine_version"):
             continue  # said by comparability(), with the verdicts it affects
         x, y = getattr(a, attr), getattr(b, attr)
-        if x != y and (x is not None or y is not None):
-            out.append(warn("runs_not_comparable", "field", {"a": x, "b": y}, name=name, a=x or "?", b=y or "?"))
+        if x != y and x is not None and y is not None:
+            out.append(warn("runs_not_comparable", "field", {"a": x, "b": y}, name=name, a=x, b=y))
+        elif x != y:  # one run does not say (an imported `vllm bench serve` file records no API or engine)
+            out.append(warn("runs_not_comparable", "field_unknown", {"a": x, "b": y}, name=name,
+                            which="A" if x is None else "B", known=y if x is None else x))
     if _host(a.target) != _host(b.target):  # a new port alone (e.g. the embedded engine's) is no warning
-        out.append(warn("runs_not_comparable", "host", a=a.target or "?", b=b.target or "?"))
+        if a.target and b.target:
+            out.append(warn("runs_not_comparable", "host", a=a.target, b=b.target))
+        else:
+            out.append(warn("runs_not_comparable", "field_unknown", {"a": a.target, "b": b.target}, name="target host",
+                            which="A" if not a.target else "B", known=a.target or b.target))
     pa, pb = _lengths(ra, "prompt"), _lengths(rb, "prompt")
     if pa and pb and pa != pb:
         out.append(warn("runs_not_comparable", "prompt_lengths", a=_fmt_set(pa), b=_fmt_set(pb)))
