@@ -33,12 +33,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
-from phasescope.apis import registry
 from phasescope.apis.base import GenRequest, Target, take_reply
 from phasescope.errors import InputError
-from phasescope.load.conversation import TOOL_MARK, SendFn, parse_think_time, parse_turns, wait_for_tasks
+from phasescope.load.conversation import TOOL_MARK, parse_think_time, parse_turns
+from phasescope.load.session_run import SendFn, SessionRun
 from phasescope.load.workload import WorkItem, part_salt
-from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RequestRecord
 
 #: the ``--dataset`` name of this workload
@@ -295,54 +294,8 @@ async def run_agentic(
     :class:`phasescope.load.runner.RunResult` (one record per call; warm-ups before t0, excluded).
     A call whose predecessor failed is not sent (``tags["skipped"]`` counts stay in the result's
     ``cancelled``); no call starts after ``duration_s``."""
-    from phasescope.load.health import HealthMonitor
-    from phasescope.load.runner import ConnectionWatch, RunResult, new_session, prewarm, send_recorded, wind_down
-    from phasescope.measure.records import ThreadedSink
-
-    res = RunResult()
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    bw = ThreadedSink(writer, on_error=lambda why: loop.call_soon_threadsafe(stop.set))
-    monitor = HealthMonitor()
-    send_lags: list[int] = []
-    conn_watch = ConnectionWatch(abort_after_errors)
-    chat = registry.find(target.api)
-    chat_tags = dict(chat.chat_tags) if chat is not None else {}
-    tasks: set[asyncio.Task[Any]] = set()
-    http = new_session()
-    t0 = 0
-
-    def done(rec: RequestRecord, warm: bool) -> None:
-        (res.warmup_records if warm else res.records).append(rec)
-        if not warm:
-            send_lags.append(max(0, rec.t_start_ns - (rec.t_scheduled_ns or rec.t_start_ns)))
-            if conn_watch.see(rec, res):
-                stop.set()
-        bw.put(rec)
-        if on_record is not None and not warm:
-            on_record(rec)
-
-    async def send_one(req: GenRequest) -> RequestRecord:
-        t_slot = now_ns()
-        rec = await send_recorded(send, http, target, req, t_slot)
-        rec.t_scheduled_ns = t_slot
-        rec.tags = {**req.tags, **(rec.tags or {}), "t_slot_ns": t_slot}
-        return rec
-
-    async def pause(seconds: float) -> bool:
-        if seconds <= 0:
-            return not stop.is_set()
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
-            return False
-        except asyncio.TimeoutError:
-            return True
-
-    def past_duration() -> bool:
-        if duration_s is not None and now_ns() - t0 >= duration_s * 1e9:
-            res.hit_duration = True
-            return True
-        return False
+    run = SessionRun(target, send=send, writer=writer, on_record=on_record, stop=stop,
+                     abort_after_errors=abort_after_errors, duration_s=duration_s)
 
     async def run_session(sess: AgentSession) -> None:
         events = {c.key: asyncio.Event() for c in sess.calls}
@@ -358,65 +311,33 @@ async def run_agentic(
                     await events[k].wait()
                 if not all(ok.get(k, False) for k in c.after):
                     return
-                if not await pause(c.think_s) or stop.is_set() or past_duration():
+                if not await run.pause(c.think_s) or run.ended():
                     return
                 msgs = messages_for(c, sess, sent, replies)
                 req = GenRequest(
                     prompt=str(msgs[-1]["content"]) if msgs else "", max_tokens=c.output_len, stream=True,
                     ignore_eos=ignore_eos, cache_prompt=spec.cache_prompt, id=f"{run_id}-a{sess.index}-{c.key}",
                     keep_text=c.messages is None, messages=msgs, prompt_tokens_expected=c.prompt_tokens_expected,
-                    tags={**chat_tags, "session": f"a{sess.index}", "user": sess.user, "agent": c.agent,
+                    tags={**run.chat_tags, "session": f"a{sess.index}", "user": sess.user, "agent": c.agent,
                           "role": "main" if c.fork_id is None else "subagent", "call": c.key, "fork": c.fork_id,
                           "fork_parent": rec_ids.get(c.fork_parent) if c.fork_parent else None,
                           "context": rec_ids.get(ctx) if (ctx := context_of(c, agents)) else None,
                           "inherits_reply": c.messages is None and c.base is not None,
                           "think_s": c.think_s, "content_tokens": c.tokens, "source": sess.source,
                           **({"trace_session": sess.name} if sess.name else {})})
-                res.scheduled += 1
-                res.sent += 1
-                rec = await send_one(req)
+                run.res.scheduled += 1
+                run.res.sent += 1
+                rec = await run.send(req)
                 replies[c.key] = take_reply(rec)
                 sent[c.key] = msgs
                 rec_ids[c.key] = rec.id
-                done(rec, False)
+                run.done(rec)
                 ok[c.key] = bool(rec.ok)
             finally:
                 events[c.key].set()
 
         await asyncio.gather(*(run_call(c) for c in sess.calls))
 
-    async def closed_user(queue: list[AgentSession]) -> None:
-        while queue and not stop.is_set() and not past_duration():
-            await run_session(queue.pop(0))
-
-    try:
-        for i, w in enumerate(warmups):
-            if stop.is_set():
-                break
-            req = GenRequest(prompt=w.prompt, max_tokens=w.output_len, stream=True, ignore_eos=ignore_eos,
-                             id=f"{run_id}-w{i}", tags={**chat_tags, "warmup": True})
-            rec = await send_one(req)
-            rec.tags.pop("reply_text", None)
-            done(rec, True)
-        if stop.is_set():
-            res.interrupted = res.aborted is None
-            return res
-        if prewarm_connections > 0:
-            await prewarm(http, target, prewarm_connections)
-        t0 = await start_gate() if start_gate is not None else now_ns()
-        res.t0_ns = t0
-        res.wall_t0_ns = wall_ns() - (now_ns() - t0)
-        monitor.start()
-        queue = list(sessions)
-        for _ in range(min(spec.users, len(queue))):
-            tasks.add(loop.create_task(closed_user(queue)))
-        if duration_s is None or drain_timeout_s is None:
-            await wait_for_tasks(tasks, stop, None)
-        else:
-            await wait_for_tasks(tasks, stop, max(0.0, duration_s - (now_ns() - t0) / 1e9) + drain_timeout_s)
-        if stop.is_set():
-            res.interrupted = res.aborted is None
-    finally:
-        await wind_down(res, tasks, monitor, send_lags, bw, http)
-        await http.close()
-    return res
+    return await run.run(sessions, run_session, users=spec.users, warmups=warmups, run_id=run_id,
+                         ignore_eos=ignore_eos, start_gate=start_gate, prewarm_connections=prewarm_connections,
+                         drain_timeout_s=drain_timeout_s)

@@ -35,11 +35,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 
-from phasescope.apis import Session, registry
+from phasescope.apis import registry
 from phasescope.apis.base import GenRequest, Target, take_reply
 from phasescope.errors import InputError
+from phasescope.load.session_run import SendFn, SessionRun
 from phasescope.load.workload import WorkItem, part_salt
-from phasescope.measure.clock import now_ns, wall_ns
 from phasescope.measure.records import RequestRecord
 
 #: the ``--dataset`` name of this workload
@@ -203,9 +203,6 @@ async def build_sessions(spec: ConversationSpec, maker: Any, *, seed: int = 0,
     return out
 
 
-SendFn = Callable[[Session, Target, GenRequest], Awaitable[RequestRecord]]
-
-
 def chat_target(target: Target) -> Target:
     """The target on its chat API (its spec's ``chat_api``): ``/v1/chat/completions`` for
     OpenAI-compatible and llama.cpp servers, Ollama's ``/api/chat`` (the ``ollama`` api with its
@@ -216,26 +213,6 @@ def chat_target(target: Target) -> Target:
     from dataclasses import replace
 
     return replace(target, api=chat.name)
-
-
-async def wait_for_tasks(tasks: set[asyncio.Task[Any]], stop: asyncio.Event, timeout: float | None) -> None:
-    """Wait until every task in ``tasks`` (a set the sessions may still add to) is done, ``stop`` is set, or
-    ``timeout`` seconds pass (None: no limit). The session runners' drain (conversations, agentic sessions)."""
-    loop = asyncio.get_running_loop()
-    pending = {t for t in tasks if not t.done()}
-    if not pending:
-        return
-    stopper = loop.create_task(stop.wait())
-    deadline = None if timeout is None else loop.time() + timeout
-    try:
-        while pending and not stop.is_set():
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                break
-            await asyncio.wait(pending | {stopper}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            pending = {t for t in tasks if not t.done()}
-    finally:
-        stopper.cancel()
 
 
 async def run_sessions(
@@ -267,58 +244,8 @@ async def run_sessions(
     as it will be resent (``tags["reply_tokens_resent"]``; a generated token sequence need not
     re-tokenize to the same count), so the next turn's ``content_tokens`` is exact. It runs after
     the turn's last byte, outside every measured interval."""
-    from phasescope.load.health import HealthMonitor
-    from phasescope.load.runner import ConnectionWatch, RunResult, new_session, prewarm, send_recorded, wind_down
-    from phasescope.measure.records import ThreadedSink
-
-    res = RunResult()
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    bw = ThreadedSink(writer, on_error=lambda why: loop.call_soon_threadsafe(stop.set))
-    monitor = HealthMonitor()
-    send_lags: list[int] = []
-    conn_watch = ConnectionWatch(abort_after_errors)
-    chat = registry.find(target.api)
-    chat_tags = dict(chat.chat_tags) if chat is not None else {}  # Ollama's /api/chat: ollama_chat
-    tasks: set[asyncio.Task[Any]] = set()
-    sess = new_session()
-    t0 = 0
-
-    def base_tags() -> dict[str, Any]:
-        return dict(chat_tags)
-
-    async def send_one(req: GenRequest, t_sched: int) -> RequestRecord:
-        t_slot = now_ns()
-        rec = await send_recorded(send, sess, target, req, t_slot)
-        rec.t_scheduled_ns = t_sched
-        rec.tags = {**req.tags, **(rec.tags or {}), "t_slot_ns": t_slot}
-        return rec
-
-    def done(rec: RequestRecord, warm: bool) -> None:
-        (res.warmup_records if warm else res.records).append(rec)
-        if not warm:
-            send_lags.append(max(0, rec.t_start_ns - (rec.t_scheduled_ns or rec.t_start_ns)))
-            if conn_watch.see(rec, res):
-                stop.set()
-        bw.put(rec)
-        if on_record is not None and not warm:
-            on_record(rec)
-
-    async def pause(seconds: float) -> bool:
-        """Sleep, or return False at once when the run stops."""
-        if seconds <= 0:
-            return not stop.is_set()
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
-            return False
-        except asyncio.TimeoutError:
-            return True
-
-    def past_duration() -> bool:
-        if duration_s is not None and now_ns() - t0 >= duration_s * 1e9:
-            res.hit_duration = True
-            return True
-        return False
+    run = SessionRun(target, send=send, writer=writer, on_record=on_record, stop=stop,
+                     abort_after_errors=abort_after_errors, duration_s=duration_s)
 
     async def run_session(sp: SessionPlan) -> None:
         messages: list[dict[str, Any]] = []
@@ -326,9 +253,9 @@ async def run_sessions(
             messages.append({"role": "system", "content": sp.system})
         history = sp.system_tokens  # content tokens sent so far (no template tokens)
         for k, tp in enumerate(sp.turns):
-            if k > 0 and not await pause(tp.think_s):
+            if k > 0 and not await run.pause(tp.think_s):
                 return
-            if stop.is_set() or past_duration():
+            if run.ended():
                 return
             messages.append({"role": "user", "content": tp.text})
             history += tp.tokens
@@ -336,13 +263,13 @@ async def run_sessions(
                 prompt=tp.text, max_tokens=tp.output_len, stream=True, ignore_eos=ignore_eos,
                 cache_prompt=spec.cache_prompt, id=f"{run_id}-s{sp.index}t{k + 1}", keep_text=True,
                 messages=[dict(m) for m in messages],
-                tags={**base_tags(), "session": f"s{sp.index}", "user": sp.user, "turn": k + 1,
+                tags={**run.chat_tags, "session": f"s{sp.index}", "user": sp.user, "turn": k + 1,
                       "turns": len(sp.turns), "history_messages": len(messages), "content_tokens": history,
                       "system_tokens": sp.system_tokens,
                       "system_key": "shared" if spec.system_prompt == "shared" else f"u{sp.user}"})
-            res.scheduled += 1
-            res.sent += 1
-            rec = await send_one(req, now_ns())
+            run.res.scheduled += 1
+            run.res.sent += 1
+            rec = await run.send(req)
             reply = take_reply(rec)  # resent trimmed, and counted as resent
             resent = None
             if rec.ok and count is not None:
@@ -352,54 +279,13 @@ async def run_sessions(
                     resent = None
                 if resent is not None:
                     rec.tags["reply_tokens_resent"] = resent
-            done(rec, False)
+            run.done(rec)
             if not rec.ok:
                 return
             messages.append({"role": "assistant", "content": reply})
             history += int(resent if resent is not None else (rec.output_tokens or 0))
 
-    async def closed_user(queue: list[SessionPlan]) -> None:
-        while queue and not stop.is_set() and not past_duration():
-            await run_session(queue.pop(0))
-
-    try:
-        # warm-ups: one short single-message request each, before t0
-        for i, w in enumerate(warmups):
-            if stop.is_set():
-                break
-            req = GenRequest(prompt=w.prompt, max_tokens=w.output_len, stream=True, ignore_eos=ignore_eos,
-                             id=f"{run_id}-w{i}", tags={**base_tags(), "warmup": True})
-            rec = await send_one(req, now_ns())
-            rec.tags.pop("reply_text", None)
-            done(rec, True)
-        if stop.is_set():
-            res.interrupted = res.aborted is None
-            return res
-        if prewarm_connections > 0:
-            await prewarm(sess, target, prewarm_connections)
-        t0 = await start_gate() if start_gate is not None else now_ns()
-        res.t0_ns = t0
-        res.wall_t0_ns = wall_ns() - (now_ns() - t0)
-        monitor.start()
-        if spec.open_loop:
-            for sp in sessions:
-                delay = t0 + int(sp.offset_s * 1e9) - now_ns()
-                if delay > 0 and not await pause(delay / 1e9):
-                    break
-                if stop.is_set() or past_duration():
-                    break
-                tasks.add(loop.create_task(run_session(sp)))
-        else:
-            queue = list(sessions)
-            for _ in range(min(spec.users, len(queue))):
-                tasks.add(loop.create_task(closed_user(queue)))
-        if duration_s is None or drain_timeout_s is None:
-            await wait_for_tasks(tasks, stop, None)
-        else:  # no turn starts after the duration; in-flight ones get the drain time
-            await wait_for_tasks(tasks, stop, max(0.0, duration_s - (now_ns() - t0) / 1e9) + drain_timeout_s)
-        if stop.is_set():
-            res.interrupted = res.aborted is None
-    finally:
-        await wind_down(res, tasks, monitor, send_lags, bw, sess)
-        await sess.close()
-    return res
+    return await run.run(sessions, run_session, users=spec.users,
+                         offsets_s=[sp.offset_s for sp in sessions] if spec.open_loop else None, warmups=warmups,
+                         run_id=run_id, ignore_eos=ignore_eos, start_gate=start_gate,
+                         prewarm_connections=prewarm_connections, drain_timeout_s=drain_timeout_s)

@@ -177,92 +177,95 @@ class RayActors(_Paced):
                            prewarm_connections=prewarm)
 
 
-class Conversations:
-    """``--dataset conversation`` in this process: the workload builds the sessions through the server's
-    tokenizer, then they run, every turn's record going to the run's sink as it completes. Ctrl-C → a
-    partial result."""
+class _Sessions:
+    """A session workload in this process (conversations, agentic sessions): the workload builds the sessions
+    through the server's tokenizer, then its runner runs them, every request's record going to the run's sink
+    as it completes. Ctrl-C → a partial result. Subclasses name the runner and what the status line counts."""
 
-    name: ClassVar[str] = "conversation"
+    name: ClassVar[str] = ""
+
+    def runner(self) -> Any:
+        raise NotImplementedError
+
+    def status(self, spec: Any, sessions: list[Any]) -> str:
+        raise NotImplementedError
+
+    def extra(self, maker: Any) -> dict[str, Any]:
+        """Keywords only this runner takes."""
+        return {}
 
     def run(self, d: Drive) -> RunResult:
-        from phasescope.load.conversation import run_sessions
         from phasescope.load.loop import run_boxed
         from phasescope.load.routing import send_for
 
         cfg, target, recorder = d.cfg, d.target, d.recorder
         spec = d.workload.spec()
         warm = d.items[: cfg.warmup]
+        run_sessions = self.runner()
 
         async def main() -> Any:
             from phasescope.apis import new_session
-            from phasescope.prompting import TokenizePromptMaker, prompt_maker_for
+            from phasescope.prompting import prompt_maker_for
 
-            s = new_session()
-            maker = await prompt_maker_for(s, target)
-            sessions = await d.workload.sessions(maker, d.run_salt)
-            # each reply re-counted as the history resends it, where the server has /tokenize
-            counter = maker.count_part if isinstance(maker, TokenizePromptMaker) else None
-            turns = sum(len(sp.turns) for sp in sessions)
-            d.status(f"running {len(sessions)} sessions ({turns} turns) for "
-                     + (f"{spec.users} users" if not spec.open_loop else f"{spec.session_rate:g} sessions/s"))
-            astop = asyncio.Event()
-            watcher = _stop_watch(d.stop, astop)
+            s = new_session()  # the tokenizer's session: open for the whole run (conversations count replies)
             try:
-                return await run_sessions(
-                    sessions, spec, target, send=send_for(target), warmups=warm,
-                    writer=d.sink, on_record=d.on_record, stop=astop, run_id=d.run_id,
-                    start_gate=_gate(recorder), abort_after_errors=cfg.abort_after_errors, duration_s=cfg.duration_s,
-                    ignore_eos=cfg.ignore_eos, prewarm_connections=min(spec.users, 64) if cfg.prewarm else 0,
-                    drain_timeout_s=cfg.drain_timeout_s, count=counter)
+                maker = await prompt_maker_for(s, target)
+                sessions = await d.workload.sessions(maker, d.run_salt)
+                d.status(self.status(spec, sessions))
+                astop = asyncio.Event()
+                watcher = _stop_watch(d.stop, astop)
+                try:
+                    return await run_sessions(
+                        sessions, spec, target, send=send_for(target), warmups=warm, writer=d.sink,
+                        on_record=d.on_record, stop=astop, run_id=d.run_id, start_gate=_gate(recorder),
+                        abort_after_errors=cfg.abort_after_errors, duration_s=cfg.duration_s,
+                        ignore_eos=cfg.ignore_eos, prewarm_connections=min(spec.users, 64) if cfg.prewarm else 0,
+                        drain_timeout_s=cfg.drain_timeout_s, **self.extra(maker))
+                finally:
+                    watcher.cancel()
             finally:
-                watcher.cancel()
                 await s.close()
 
         with on_sigint(d.stop.set):  # the watcher turns it into the loop's stop
             return run_boxed(main())
 
 
-class Agentic:
-    """``--dataset agentic`` in this process: the workload builds the sessions (synthetic, or a trace's)
-    through the server's tokenizer, then they run ``--users`` at a time, every call's record going to
-    the run's sink as it completes. Ctrl-C → a partial result."""
+class Conversations(_Sessions):
+    """``--dataset conversation``: sessions of dependent turns (:mod:`phasescope.load.conversation`)."""
+
+    name: ClassVar[str] = "conversation"
+
+    def runner(self) -> Any:
+        from phasescope.load.conversation import run_sessions
+
+        return run_sessions
+
+    def status(self, spec: Any, sessions: list[Any]) -> str:
+        turns = sum(len(sp.turns) for sp in sessions)
+        return (f"running {len(sessions)} sessions ({turns} turns) for "
+                + (f"{spec.users} users" if not spec.open_loop else f"{spec.session_rate:g} sessions/s"))
+
+    def extra(self, maker: Any) -> dict[str, Any]:
+        from phasescope.prompting import TokenizePromptMaker
+
+        # each reply re-counted as the history resends it, where the server has /tokenize
+        return {"count": maker.count_part if isinstance(maker, TokenizePromptMaker) else None}
+
+
+class Agentic(_Sessions):
+    """``--dataset agentic``: graphs of dependent chat calls, synthetic or a trace's, ``--users`` at a time
+    (:mod:`phasescope.load.agentic`)."""
 
     name: ClassVar[str] = "agentic"
 
-    def run(self, d: Drive) -> RunResult:
+    def runner(self) -> Any:
         from phasescope.load.agentic import run_agentic
-        from phasescope.load.loop import run_boxed
-        from phasescope.load.routing import send_for
 
-        cfg, target, recorder = d.cfg, d.target, d.recorder
-        spec = d.workload.spec()
-        warm = d.items[: cfg.warmup]
+        return run_agentic
 
-        async def main() -> Any:
-            from phasescope.apis import new_session
-            from phasescope.prompting import prompt_maker_for
-
-            s = new_session()
-            try:
-                maker = await prompt_maker_for(s, target)
-                sessions = await d.workload.sessions(maker, d.run_salt)
-            finally:
-                await s.close()
-            calls = sum(len(sp.calls) for sp in sessions)
-            d.status(f"running {len(sessions)} agentic sessions ({calls} calls), {spec.users} at a time")
-            astop = asyncio.Event()
-            watcher = _stop_watch(d.stop, astop)
-            try:
-                return await run_agentic(
-                    sessions, spec, target, send=send_for(target), warmups=warm, writer=d.sink,
-                    on_record=d.on_record, stop=astop, run_id=d.run_id, start_gate=_gate(recorder),
-                    abort_after_errors=cfg.abort_after_errors, duration_s=cfg.duration_s, ignore_eos=cfg.ignore_eos,
-                    prewarm_connections=min(spec.users, 64) if cfg.prewarm else 0, drain_timeout_s=cfg.drain_timeout_s)
-            finally:
-                watcher.cancel()
-
-        with on_sigint(d.stop.set):
-            return run_boxed(main())
+    def status(self, spec: Any, sessions: list[Any]) -> str:
+        calls = sum(len(sp.calls) for sp in sessions)
+        return f"running {len(sessions)} agentic sessions ({calls} calls), {spec.users} at a time"
 
 
 #: driver name → driver
