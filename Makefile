@@ -9,6 +9,13 @@ TEST_STAMP := $(VENV)/.phasescope-test-extras
 
 .PHONY: demo test check lint venv engine browser unit clean help
 
+# Python compiles each module it imports; with PYTHONDONTWRITEBYTECODE set (container images often set it)
+# it compiles the project's src/ and tests/ again in every process: `make test` starts several hundred (the
+# CLI as a subprocess, the fake servers, four pytest workers), so a fresh clone spent about a fifth of its
+# fake-server tests' CPU recompiling the same files. Here the first process writes the bytecode (to the
+# ignored __pycache__/ folders; `make clean` removes them) and the others load it. An empty value is unset.
+export PYTHONDONTWRITEBYTECODE :=
+
 help:
 	@echo "make demo   - set up, build the embedded engine (cached), measure this machine once, run 'phasescope probe'"
 	@echo "make test   - set up, build the embedded engine (cached), lint, type-check, run the whole test suite"
@@ -76,3 +83,4 @@ unit: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	find src tests benchmarks -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -107,6 +107,33 @@ def _interruptible_children() -> Iterator[None]:
 
 
 
+class _LongWaitsFirst:
+    """``make test``'s part 2 runs four workers with ``--dist worksteal``: each worker is handed a quarter of
+    the collection, in order, and an idle one steals the tail half of the longest queue. The tests marked
+    ``slow`` (explain's budget-bound runs against fakes, 20-30 s each) mostly wait on their servers, and they
+    were collected last: they started in the final minute and left the other workers idle for 20-30 s at
+    the end. Here they go to the head of the first two workers' quarters (where nothing steals them): those
+    two workers wait through them one after another from the start, beside the other two's CPU work."""
+
+    @pytest.hookimpl(trylast=True)  # after -m has deselected: the quarters are of the tests that run
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+        argv = " ".join(str(a) for a in getattr(config, "workerinput", {}).get("mainargv", ()))
+        if workers < 2 or "worksteal" not in argv:
+            return
+        slow = [it for it in items if it.get_closest_marker("slow")]
+        if not slow:
+            return
+        rest = [it for it in items if not it.get_closest_marker("slow")]
+        first, second = slow[0::2], slow[1::2]
+        quarter = len(items) // workers - len(first)  # the first worker's share, less the slow tests at its head
+        items[:] = first + rest[:quarter] + second + rest[quarter:]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_LongWaitsFirst(), "phasescope-long-waits-first")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that takes the ``engine`` fixture is an engine test whether or not its file says so: ``make

@@ -42,6 +42,7 @@ def test_history_recomputed_without_cache_with_per_engine_advice() -> None:
         assert f.severity == "problem" and any(word in a.change for a in f.advice), (engine, f.advice)
 
 
+@pytest.mark.slow  # two conversations at 20 ms per step and more (27 s): make test starts it early (tests/conftest.py)
 def test_decode_slowdown_with_the_bandwidth_prediction() -> None:
     b = Behaviour(prefix_cache=True, decode_s_per_ctx_token=2e-5, **FAST)  # +20 ms per step per 1k tokens
     r = _run(b, turns=4, turn_tokens=512, system_tokens=1024, weight_bytes=1e8, kv_bytes_per_token=1e5)

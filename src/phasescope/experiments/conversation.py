@@ -144,6 +144,17 @@ def growth_text(share: float) -> str:
     return f"TTFT grew {share:.0%} as fast as a full prefill of the history"
 
 
+def _slopes(xs: np.ndarray, ys: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``fit_linear(xs[i], ys[i]).slope`` for every row ``i`` of ``idx`` at once (least squares in closed form;
+    0 where a row's x are all equal, as ``fit_linear`` says): the bootstrap's 2,000 fits took 0.17 s one by one."""
+    x, y = xs[idx], ys[idx]
+    dx = x - x.mean(axis=1, keepdims=True)
+    sxx = (dx * dx).sum(axis=1)
+    sxy = (dx * (y - y.mean(axis=1, keepdims=True))).sum(axis=1)
+    flat = np.all(x == x[:, :1], axis=1) | (sxx <= 0)
+    return np.where(flat, 0.0, sxy / np.where(flat, 1.0, sxx))
+
+
 def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None, *, prefill_tok_s: float | None = None,
             weight_bytes: float | None = None, kv_bytes_per_token: float | None = None) -> ConversationResult:
     info = info or ExperimentInfo(name=NAME)
@@ -168,7 +179,7 @@ def analyze(records: Sequence[RequestRecord], info: ExperimentInfo | None = None
         i = idx.astype(int)
         return fit_linear(xs[i], ys[i]).slope
 
-    s_iv = bootstrap_interval(list(range(len(pts))), _slope)
+    s_iv = bootstrap_interval(list(range(len(pts))), _slope, rows=lambda idx: _slopes(xs, ys, idx.astype(int)))
     if s_iv is not None and s_iv.n >= 2:
         res.ttft_slope_s_per_token_ci, res.ttft_slope_n = to_ci(s_iv), s_iv.n
     first, last = res.turns[0], res.turns[-1]
