@@ -22,6 +22,7 @@ from phasescope.theory.models import ModelSpec, load_model_spec
 
 GRID = json.loads((Path(__file__).resolve().parents[1] / "data" / "synthetic_grid" / "cells.json").read_text())
 DEVICE = Device(**GRID["device"])
+RERUN_DEVICE = Device(**GRID["rerun_device"])  # the profile taken right after the rerun, with its median passes
 
 
 def spec_of(key: str) -> ModelSpec:
@@ -37,7 +38,7 @@ def errors(role: str) -> list[tuple[str, float, float]]:
     for c in GRID["cells"]:
         if c["role"] != role:
             continue
-        cost = cost_from_theory(spec_of(f"{c['shape']} {c['quant']}"), DEVICE)
+        cost = cost_from_theory(spec_of(f"{c['shape']} {c['quant']}"), RERUN_DEVICE if role == "rerun" else DEVICE)
         p = int(c["prompt_tokens"])
         pre = p / cost.prefill_time_s(p) / c["prefill_tok_s"] - 1
         dec = 1 / cost.decode_step_s(1, p + 16) / c["decode_tok_s"] - 1  # mid-reply context, 32 tokens
@@ -56,6 +57,18 @@ def test_plan_from_hw_alone_meets_the_grid(role: str) -> None:
     assert len(dec_ok) >= len(errs) - (1 if role == "held-out" else 0), [e for e in errs if e not in dec_ok]
     # and no cell is off by more than a third either way
     assert all(abs(e[1]) < 0.34 and abs(e[2]) < 0.34 for e in errs), errs
+
+
+def test_a_day_later_plan_follows_the_machine_through_its_profiles_medians() -> None:
+    """The same 28 cells a day after the fit ran 13–50 % faster; the `hw` profile's best bandwidth pass moved 5 %,
+    its medians 18–20 %. Rescaled by the medians (planning.cpu.machine_factors), `plan` meets prefill in all 28 and
+    decode in all but three (the held-out misses named in docs/commands/engine.md); without the rescale, on
+    the old profile, decode would meet 18 of 28."""
+    errs = errors("rerun")
+    assert len(errs) == 28
+    assert all(abs(e[1]) <= 0.30 for e in errs), errs
+    assert sum(abs(e[2]) <= 0.20 for e in errs) >= 25, errs
+    assert all(abs(e[2]) < 0.40 for e in errs), errs
 
 
 def test_the_file_type_mix_decides_the_prefill_rate() -> None:

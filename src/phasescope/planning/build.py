@@ -141,7 +141,7 @@ def cost_from_theory(
     }
     cpu: dict[str, Any] = {}
     if kind in ("cpu", "local"):
-        cpu = cpu_terms(spec, quant, peak * tp)
+        cpu = cpu_terms(spec, quant, peak * tp, dev, device_peak_flops=peak)
         source.update(cpu.pop("source"))
         d_bw, d_f, d_ov = cpu.pop("bw_eff"), cpu.pop("flops_eff"), cpu.pop("step_overhead_s")
     return CostModel(

@@ -54,6 +54,13 @@ FITTED_ON: frozenset[tuple[str, str, int]] = frozenset(
     (shape, qt, p) for shape in ("smollm2-135m", "qwen2.5-0.5b", "llama-3.2-1b") for qt in ("Q8_0", "Q4_K_M")
     for p in (128, 512, 1024))
 
+#: the machine's typical state when the terms were fitted (stop 41's `hw` profile): the bandwidth kernel's median
+#: pass over its best (27.2 / 30.42 GB/s) and the FP32 GEMM's median over the BF16 peak the terms are shares of
+#: (297.8 / 665.6 GFLOP/s). A profile with its own medians rescales the terms by how far it sits from these
+#: (:func:`machine_factors`); one without (a catalog CPU, an older profile) uses them as they are.
+FIT_BW_MEDIAN_OVER_BEST = 27.2 / 30.42
+FIT_GEMM_MEDIAN_OVER_PEAK = 297.8 / 665.6
+
 _CLASS = {"Q8_0": "q8", "Q5_0": "q5", "Q5_1": "q5", "Q2_K": "k", "Q3_K": "k", "Q4_K": "k", "Q5_K": "k", "Q6_K": "k"}
 #: a quant name's nominal (body, LM head) types, and the type each falls back to on a width not divisible
 #: by 256 (llama.cpp src/llama-quant.cpp, ``tensor_type_fallback``)
@@ -108,8 +115,27 @@ def type_mix(spec: ModelSpec, quant: str | None = None) -> tuple[dict[str, float
     return body, {h: head_n}, note
 
 
-def cpu_terms(spec: ModelSpec, quant: str | None, peak_flops: float) -> dict[str, Any]:
-    """The CostModel fields of llama.cpp on CPU cores for this model (module docstring)."""
+def machine_factors(device: Any, peak_flops: float) -> tuple[float, float]:
+    """(bandwidth, compute) factors of this machine's typical state against the one the terms were fitted at:
+    the profile's median bandwidth pass over its best, and its median GEMM over the compute peak, each divided
+    by the fit's. A shared VM's speed drifts: a day after the fit the same cells ran 13–26 % faster in prefill
+    and 15–50 % in decode, and the profile's best pass moved 5 % while its medians moved 18 % and 19 %."""
+    bw = gemm = 1.0
+    best, med = getattr(device, "mem_bandwidth_gb_s", None), getattr(device, "bw_median_gb_s", None)
+    if best and med:
+        bw = (med / best) / FIT_BW_MEDIAN_OVER_BEST
+    g = getattr(device, "gemm_median_tflops", None)
+    if g and peak_flops:
+        gemm = (g * 1e12 / peak_flops) / FIT_GEMM_MEDIAN_OVER_PEAK
+    return bw, gemm
+
+
+def cpu_terms(spec: ModelSpec, quant: str | None, peak_flops: float, device: Any = None,
+              device_peak_flops: float | None = None) -> dict[str, Any]:
+    """The CostModel fields of llama.cpp on CPU cores for this model (module docstring), rescaled to the
+    device profile's typical state (:func:`machine_factors` at one device's ``device_peak_flops``;
+    ``peak_flops`` is the replica's)."""
+    bwf, cf = machine_factors(device, device_peak_flops or peak_flops) if device is not None else (1.0, 1.0)
     body, head, how = type_mix(spec, quant)
     n_body = sum(body.values())
     other = sorted(t for t in {**body, **head} if type_class(t) == "other" and (body.get(t) or head.get(t)))
@@ -123,17 +149,18 @@ def cpu_terms(spec: ModelSpec, quant: str | None, peak_flops: float) -> dict[str
                 dequant += 2.0 * n / (peak_flops * eta)
     head_dim = spec.head_dim or 128
     return {
-        "flops_eff": flops_eff,
-        "attn_flops_eff": PREFILL_ATTN_ETA,
-        "prefill_overhead_s": PREFILL_OVERHEAD_S,
-        "step_overhead_s": LAYER_OVERHEAD_S * (spec.n_layers or 0),
-        "bw_eff": DECODE_BW_ETA,
-        "decode_flops_eff": DECODE_MATH_ETA,
+        "flops_eff": flops_eff * cf,
+        "attn_flops_eff": PREFILL_ATTN_ETA * cf,
+        "prefill_overhead_s": PREFILL_OVERHEAD_S / cf,
+        "step_overhead_s": LAYER_OVERHEAD_S * (spec.n_layers or 0) / cf,
+        "bw_eff": DECODE_BW_ETA * bwf,
+        "decode_flops_eff": DECODE_MATH_ETA * cf,
         # attn_flops_per_pair = 4·L·n_q·d_h: at this efficiency a (layer, head, position) costs FLOP_EQ / peak
-        "decode_attn_flops_eff": 4.0 * head_dim / DECODE_ATTN_FLOP_EQ,
-        "dequant_s_per_step": dequant,
+        "decode_attn_flops_eff": 4.0 * head_dim / DECODE_ATTN_FLOP_EQ * cf,
+        "dequant_s_per_step": dequant / cf,
         "source": {"cpu_model": "llama.cpp on CPU cores (planning.cpu, fitted on the synthetic grid)",
                    "weight_types": {t: round(n / 1e6, 1) for t, n in {**body}.items() if n} | {
                        f"{t} (LM head)": round(n / 1e6, 1) for t, n in head.items() if n},
-                   "weight_types_from": how, "uncalibrated_types": other},
+                   "weight_types_from": how, "uncalibrated_types": other,
+                   "machine_factors": {"bandwidth": round(bwf, 3), "compute": round(cf, 3)}},
     }

@@ -91,6 +91,10 @@ class Device:
     interconnect_gb_s: float | None
     tdp_w: float | None
     source: str
+    #: ``phasescope hw`` only: the median pass of the bandwidth kernel and of the FP32 GEMM (the machine's typical
+    #: state, against its best; the CPU cost model rescales to it, :mod:`phasescope.planning.cpu`)
+    bw_median_gb_s: float | None = None
+    gemm_median_tflops: float | None = None
 
     @property
     def mem_bandwidth_bytes_s(self) -> float:
@@ -131,6 +135,8 @@ _FLOAT_FIELDS = {
     "fp32_tflops",
     "interconnect_gb_s",
     "tdp_w",
+    "bw_median_gb_s",
+    "gemm_median_tflops",
 }
 
 

@@ -462,6 +462,8 @@ def to_device(result: HwResult) -> Device:
         interconnect_gb_s=None,
         tdp_w=None,
         source="; ".join(parts),
+        bw_median_gb_s=round(bw.median_gb_s, 2),
+        gemm_median_tflops=round(result.matmul.median_gflop_s / 1000, 4) if result.matmul else None,
     )
 
 
