@@ -60,7 +60,7 @@ def test_plan_from_hw_alone_meets_the_grid(role: str) -> None:
 
 
 def test_a_day_later_plan_follows_the_machine_through_its_profiles_medians() -> None:
-    """The same 28 cells a day after the fit ran 13–50 % faster; the `hw` profile's best bandwidth pass moved 5 %,
+    """The same 28 cells, rerun 1–3 hours after they were first measured, ran 9–87 % faster; the `hw` profile's best bandwidth pass moved 5 %,
     its medians 18–20 %. Rescaled by the medians (planning.cpu.machine_factors), `plan` meets prefill in all 28 and
     decode in all but three (the held-out misses named in docs/commands/engine.md); without the rescale, on
     the old profile, decode would meet 18 of 28."""

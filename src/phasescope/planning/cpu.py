@@ -118,8 +118,8 @@ def type_mix(spec: ModelSpec, quant: str | None = None) -> tuple[dict[str, float
 def machine_factors(device: Any, peak_flops: float) -> tuple[float, float]:
     """(bandwidth, compute) factors of this machine's typical state against the one the terms were fitted at:
     the profile's median bandwidth pass over its best, and its median GEMM over the compute peak, each divided
-    by the fit's. A shared VM's speed drifts: a day after the fit the same cells ran 13–26 % faster in prefill
-    and 15–50 % in decode, and the profile's best pass moved 5 % while its medians moved 18 % and 19 %."""
+    by the fit's. A shared VM's speed drifts: 1–3 hours after they were measured the same cells ran 13–37 % faster in prefill
+    and 9–87 % in decode, and the profile's best pass moved 5 % while its medians moved 18 % and 19 %."""
     bw = gemm = 1.0
     best, med = getattr(device, "mem_bandwidth_gb_s", None), getattr(device, "bw_median_gb_s", None)
     if best and med:
