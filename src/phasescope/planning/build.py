@@ -30,7 +30,7 @@ from typing import Any
 
 from phasescope.errors import InputError
 from phasescope.planning.costmodel import CostModel, min_tp
-from phasescope.planning.cpu import cpu_terms
+from phasescope.planning.cpu import DECODE_BW_ETA, PREFILL_ETA, cpu_terms
 from phasescope.theory import parallel, roofline
 from phasescope.theory.devices import Device, get_device
 from phasescope.theory.models import ModelSpec, load_model_spec
@@ -40,8 +40,9 @@ DEFAULTS: dict[str, tuple[float, float, float, str]] = {
     "gpu": (0.8, 0.6, 0.0015, "max"),
     "accelerator": (0.8, 0.6, 0.0015, "max"),
     "apple": (0.65, 0.5, 0.001, "max"),
-    "cpu": (0.48, 0.25, 0.0, "sum"),  # the efficiencies are replaced by planning.cpu's terms
-    "local": (0.48, 0.25, 0.0, "sum"),
+    # CPUs: only the overlap is read here; the efficiencies and the overhead are planning.cpu's (cpu_terms)
+    "cpu": (DECODE_BW_ETA, PREFILL_ETA["q8"], 0.0, "sum"),
+    "local": (DECODE_BW_ETA, PREFILL_ETA["q8"], 0.0, "sum"),
     "custom": (0.8, 0.6, 0.0015, "max"),
 }
 NETWORK_FALLBACK_BYTES_S = parallel.NETWORK_FALLBACK_BYTES_S  # 100 GbE, one direction
@@ -141,7 +142,7 @@ def cost_from_theory(
     }
     cpu: dict[str, Any] = {}
     if kind in ("cpu", "local"):
-        cpu = cpu_terms(spec, quant, peak * tp, dev, device_peak_flops=peak)
+        cpu = cpu_terms(spec, quant, dev, peak, tp)
         source.update(cpu.pop("source"))
         d_bw, d_f, d_ov = cpu.pop("bw_eff"), cpu.pop("flops_eff"), cpu.pop("step_overhead_s")
     return CostModel(

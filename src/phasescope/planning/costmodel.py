@@ -219,17 +219,19 @@ class CostModel:
         nbytes += self.kv_read_bytes(n_prefill_chunks, prefill_kv_tokens)
         a_dec = self.attn_flops_per_pair * decode_ctx_sum
         a_pre = self.attn_flops_per_pair * prefill_pairs
-        t_attn = 0.0  # a prompt's attention calibrated apart: its own kernels, serial with the step's roofline
+        # serial with the step's roofline: a prompt's attention calibrated apart (its own kernels) and, from
+        # planning.cpu, decode attention at its own rate, the dequantize math and the per-prompt cost
+        t_serial = 0.0
         if self.attn_flops_eff is not None:
-            t_attn = a_pre / (self.peak_flops * self.attn_flops_eff)
+            t_serial = a_pre / (self.peak_flops * self.attn_flops_eff)
             a_pre = 0.0
         if self.decode_attn_flops_eff is not None and n_decode > 0:
-            t_attn += a_dec / (self.peak_flops * self.decode_attn_flops_eff)
+            t_serial += a_dec / (self.peak_flops * self.decode_attn_flops_eff)
             a_dec = 0.0
         if n_decode > 0:
-            t_attn += self.dequant_s_per_step
+            t_serial += self.dequant_s_per_step
         if prefill_tokens > 0:
-            t_attn += self.prefill_overhead_s * max(n_prefill_chunks, 1)
+            t_serial += self.prefill_overhead_s * max(n_prefill_chunks, 1)
         f_dec = (self.flops_per_token + self.lm_head_flops) * n_decode + a_dec
         f_pre = (
             self.flops_per_token * prefill_tokens
@@ -239,7 +241,7 @@ class CostModel:
         t_mem = nbytes / self.eff_bandwidth_bytes_s
         t_cmp = f_pre / self.eff_flops + f_dec / self.eff_decode_flops
         core = max(t_mem, t_cmp) if self.overlap == "max" else t_mem + t_cmp
-        t = self.step_overhead_s + core + t_attn + self.allreduce_s(tokens)
+        t = self.step_overhead_s + core + t_serial + self.allreduce_s(tokens)
         if self.decode_batch_scale and prefill_tokens <= 0:
             t *= self.batch_scale(n_decode)
         return t

@@ -130,12 +130,10 @@ def machine_factors(device: Any, peak_flops: float) -> tuple[float, float]:
     return bw, gemm
 
 
-def cpu_terms(spec: ModelSpec, quant: str | None, peak_flops: float, device: Any = None,
-              device_peak_flops: float | None = None) -> dict[str, Any]:
-    """The CostModel fields of llama.cpp on CPU cores for this model (module docstring), rescaled to the
-    device profile's typical state (:func:`machine_factors` at one device's ``device_peak_flops``;
-    ``peak_flops`` is the replica's)."""
-    bwf, cf = machine_factors(device, device_peak_flops or peak_flops) if device is not None else (1.0, 1.0)
+def cpu_terms(spec: ModelSpec, quant: str | None, device: Any, peak_flops: float, tp: int = 1) -> dict[str, Any]:
+    """The CostModel fields of llama.cpp on CPU cores for this model (module docstring) on a replica of ``tp``
+    devices of ``peak_flops`` each, rescaled to the device profile's typical state (:func:`machine_factors`)."""
+    bwf, cf = machine_factors(device, peak_flops)
     body, head, how = type_mix(spec, quant)
     n_body = sum(body.values())
     other = sorted(t for t in {**body, **head} if type_class(t) == "other" and (body.get(t) or head.get(t)))
@@ -146,7 +144,7 @@ def cpu_terms(spec: ModelSpec, quant: str | None, peak_flops: float, device: Any
         for t, n in mix.items():
             eta = DEQUANT_ETA.get(type_class(t))
             if eta:
-                dequant += 2.0 * n / (peak_flops * eta)
+                dequant += 2.0 * n / (peak_flops * tp * eta)
     head_dim = spec.head_dim or 128
     return {
         "flops_eff": flops_eff * cf,
@@ -159,7 +157,7 @@ def cpu_terms(spec: ModelSpec, quant: str | None, peak_flops: float, device: Any
         "decode_attn_flops_eff": 4.0 * head_dim / DECODE_ATTN_FLOP_EQ * cf,
         "dequant_s_per_step": dequant / cf,
         "source": {"cpu_model": "llama.cpp on CPU cores (planning.cpu, fitted on the synthetic grid)",
-                   "weight_types": {t: round(n / 1e6, 1) for t, n in {**body}.items() if n} | {
+                   "weight_types": {t: round(n / 1e6, 1) for t, n in body.items() if n} | {
                        f"{t} (LM head)": round(n / 1e6, 1) for t, n in head.items() if n},
                    "weight_types_from": how, "uncalibrated_types": other,
                    "machine_factors": {"bandwidth": round(bwf, 3), "compute": round(cf, 3)}},

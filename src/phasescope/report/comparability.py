@@ -73,6 +73,12 @@ def nc_warning(msg: str, evidence: dict[str, Any] | None = None, fix: str | None
     return MeasurementWarning("runs_not_comparable", msg, evidence or {}, fix)
 
 
+def _unknown(name: str, x: Any, y: Any) -> MeasurementWarning:
+    """A field one run records and the other does not: whether it differs is unknown."""
+    return warn("runs_not_comparable", "field_unknown", {"a": x, "b": y}, name=name,
+                which="A" if not x else "B", known=x or y)
+
+
 def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: list[RequestRecord]) -> list[MeasurementWarning]:
     out: list[MeasurementWarning] = []
     for attr, name in _ENV_FIELDS:
@@ -82,14 +88,12 @@ def environment_warnings(a: RunInfo, ra: list[RequestRecord], b: RunInfo, rb: li
         if x != y and x is not None and y is not None:
             out.append(warn("runs_not_comparable", "field", {"a": x, "b": y}, name=name, a=x, b=y))
         elif x != y:  # one run does not say (an imported `vllm bench serve` file records no API or engine)
-            out.append(warn("runs_not_comparable", "field_unknown", {"a": x, "b": y}, name=name,
-                            which="A" if x is None else "B", known=y if x is None else x))
+            out.append(_unknown(name, x, y))
     if _host(a.target) != _host(b.target):  # a new port alone (e.g. the embedded engine's) is no warning
         if a.target and b.target:
             out.append(warn("runs_not_comparable", "host", a=a.target, b=b.target))
         else:
-            out.append(warn("runs_not_comparable", "field_unknown", {"a": a.target, "b": b.target}, name="target host",
-                            which="A" if not a.target else "B", known=a.target or b.target))
+            out.append(_unknown("target host", a.target, b.target))
     pa, pb = _lengths(ra, "prompt"), _lengths(rb, "prompt")
     if pa and pb and pa != pb:
         out.append(warn("runs_not_comparable", "prompt_lengths", a=_fmt_set(pa), b=_fmt_set(pb)))
